@@ -1,0 +1,349 @@
+/*
+ * kvpool/pool.h - lock-free pool of fixed-size KV-cache token blocks.
+ *
+ * A pool hands fixed-size token blocks of the K and V streams to request
+ * owners, all or nothing, and takes them back.  Block ids are dense
+ * (0 .. blocks ever created - 1), unique across streams and stable for the
+ * pool's life, so they index block tables and storage directly.  A kvp_ref
+ * carries the id (low 32 bits) and the block's generation (high 32 bits);
+ * the generation changes each time the block is handed out, so a stale ref
+ * can neither free nor change a block that now belongs to someone else.
+ *
+ * Structure (see docs/DESIGN.md):
+ *   - per stream, a global lock-free Treiber stack of free block ids
+ *     (64-bit head: 32-bit ABA tag, 32-bit id) and an exact count of what it
+ *     holds, used for all-or-nothing reservation;
+ *   - in front of it, per-thread magazines of free ids (thread_cache per
+ *     stream).  A thread that cannot find enough blocks claims the other
+ *     threads' magazines itself (one CAS each), so blocks parked in a cache
+ *     of an idle, blocked or exited thread are never lost to exhaustion;
+ *   - a segmented block table whose directory is published with RCU
+ *     (liburcu-bp): growth never moves a block;
+ *   - owners in a hash table split into KVP_OWNER_SHARDS shards, each with
+ *     its own mutex; an owner's blocks form a list in allocation order;
+ *   - statistics in per-thread slots summed when read.
+ *
+ * Synchronization:
+ *
+ *   function               concurrent with          progress / locks taken
+ *   ---------------------  -----------------------  ------------------------------
+ *   kvp_pool_create        -                        allocates
+ *   kvp_pool_destroy       nothing on this pool     -
+ *   kvp_allocate           everything               lock-free block path; the
+ *                                                   owner's shard mutex to link
+ *                                                   the blocks; the pool's grow
+ *                                                   mutex only to grow
+ *   kvp_free               everything               the shard mutex of each
+ *                                                   owner whose blocks it frees
+ *   kvp_free_all           everything               the owner's shard mutex
+ *   kvp_blocks_for         everything               the owner's shard mutex
+ *   kvp_register_owner /
+ *   kvp_release_owner      everything               the owner's shard mutex
+ *   kvp_n_free             everything               wait-free (sums counters)
+ *   kvp_shrink             everything               the pool's grow mutex
+ *   kvp_block_get          everything               lock-free (seqlock retry)
+ *   kvp_block_set_used     everything               lock-free (CAS on the block)
+ *
+ * Ordering: a successful kvp_free or kvp_free_all happens-before the
+ * kvp_allocate that hands the same block out again (release push, acquire
+ * pop on the free stack), so whatever a thread wrote into a block's storage
+ * before freeing it is visible to the block's next owner and never read by
+ * the old one through a stale ref.
+ *
+ * A blocked or preempted thread can delay another thread only where a
+ * mutex is named above, or while a starving thread waits for a magazine
+ * whose owner is inside a pool call (a window of a few dozen instructions).
+ *
+ * Every function is thread-safe; a thread needs no registration.  Each
+ * thread's per-pool state (its magazines and stats slot) is made on its
+ * first call and given back, with its cached blocks, when the thread exits.
+ */
+#ifndef KVPOOL_POOL_H
+#define KVPOOL_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <kvpool/stats.h>
+#include <kvpool/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint64_t kvp_owner; /* opaque request id; every value is valid, 0 included */
+typedef uint64_t kvp_ref;   /* block handle: low 32 bits id, high 32 bits generation */
+
+#define KVP_REF_ID(ref) ((uint32_t)(ref))
+#define KVP_REF_GEN(ref) ((uint32_t)((ref) >> 32))
+#define KVP_MAKE_REF(id, gen) (((uint64_t)(uint32_t)(gen) << 32) | (uint32_t)(id))
+
+typedef enum { KVP_K = 0, KVP_V = 1, KVP_KV = 2 } kvp_stream;
+typedef enum { KVP_FP32, KVP_FP16, KVP_BF16, KVP_INT8, KVP_INT4, KVP_INT2, KVP_INT1 } kvp_format;
+#define KVP_N_FORMATS 7
+
+/** kvp_format_name - "fp32" "fp16" "bf16" "int8" "int4" "int2" "int1"; NULL if out of range */
+const char *kvp_format_name(kvp_format f);
+
+/**
+ * kvp_format_parse - parse a format name (as kvp_format_name prints it)
+ * @name: the name, case-sensitive
+ * @out:  the format
+ *
+ * Returns KVP_OK, or KVP_EINVAL for NULL arguments or an unknown name
+ * (then *@out is unchanged).  Thread-safe.
+ */
+int kvp_format_parse(const char *name, kvp_format *out);
+
+/* Largest block_size accepted: a block's fill count lives in 16 bits of its state word. */
+#define KVP_MAX_BLOCK_SIZE 65535u
+/* Largest number of blocks a pool may ever create (ids are 32-bit, one value reserved). */
+#define KVP_MAX_BLOCKS 0x7fffffffu
+/* Default per-thread cached free blocks per stream. */
+#define KVP_DEFAULT_THREAD_CACHE 32u
+/* Largest thread_cache accepted. */
+#define KVP_MAX_THREAD_CACHE 4096u
+/* Each thread records a history snapshot once every this many mutating calls. */
+#define KVP_HISTORY_EVERY 65536u
+/* Blocks a thread may hold unpublished in its in-use count before peak tracking sees them. */
+#define KVP_PEAK_BATCH 64u
+
+typedef struct kvp_pool_config {
+	uint32_t block_size;     /* token slots per block, 1..KVP_MAX_BLOCK_SIZE; default 16 */
+	uint32_t n_blocks;       /* blocks initially, all streams together; default 1024 */
+	bool separate_kv;        /* default true: K and V draw from independent free lists */
+	bool grow_on_exhaustion; /* default false */
+	uint32_t max_blocks;     /* cap on blocks managed once grown; 0 = unbounded (KVP_MAX_BLOCKS) */
+	uint32_t thread_cache;   /* per-thread cached free blocks per stream; 0 = none;
+				    default KVP_DEFAULT_THREAD_CACHE */
+	uint32_t history_len;    /* stats history ring length; default 256; 0 = no history */
+} kvp_pool_config;
+
+typedef struct kvp_pool kvp_pool;
+
+/** kvp_pool_config_init - fill @cfg with the defaults above (no-op on NULL) */
+void kvp_pool_config_init(kvp_pool_config *cfg);
+
+/**
+ * kvp_pool_create - make a pool
+ * @cfg: configuration (NULL means the defaults)
+ * @out: the new pool
+ *
+ * With separate_kv the n_blocks are split between K and V, K taking the odd
+ * one: K gets ids 0 .. ceil(n/2)-1, V the rest.  Without it a single list
+ * (stream KVP_KV) backs both streams and the stream argument of other calls
+ * is ignored.  Free blocks are handed out lowest id first until reused.
+ *
+ * Returns KVP_OK, KVP_EINVAL (NULL @out, block_size 0 or above
+ * KVP_MAX_BLOCK_SIZE, n_blocks 0 or above KVP_MAX_BLOCKS, max_blocks set and
+ * below n_blocks, thread_cache above KVP_MAX_THREAD_CACHE, or separate_kv
+ * with n_blocks < 2), or KVP_ENOMEM.  Thread-safe.
+ */
+int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out);
+
+/**
+ * kvp_pool_destroy - free the pool and everything it holds (NULL is a no-op)
+ *
+ * No other call on @pool may run concurrently or follow.  Threads that used
+ * the pool may still be running (or exit concurrently); their per-pool state
+ * is reclaimed here.
+ */
+void kvp_pool_destroy(kvp_pool *pool);
+
+/**
+ * kvp_allocate - hand blocks to an owner, all or nothing
+ * @pool:     the pool
+ * @stream:   KVP_K or KVP_V (ignored without separate_kv; KVP_KV is EINVAL with it)
+ * @n_tokens: tokens to hold; ceil(n_tokens / block_size) blocks are handed out
+ * @owner:    the request; registered by this call if unknown, extended if active
+ * @format:   compression-format tag recorded in each block
+ * @refs:     receives the refs, in allocation order
+ * @refs_cap: capacity of @refs
+ * @n_refs:   set to the number of blocks handed out (or needed, on KVP_ERANGE)
+ *
+ * Each block's n_used is set to the slots it holds: all full but the last.
+ * If fewer blocks of @stream are free than needed, the pool grows the stream
+ * by exactly the shortfall when grow_on_exhaustion allows it within
+ * max_blocks; otherwise nothing is handed out.  Blocks parked in any
+ * thread's cache count as free and are taken when needed, so KVP_EEXHAUSTED
+ * means that at some instant during the call fewer blocks of @stream were
+ * free than the request needs.  Streams never borrow from each other.
+ *
+ * Returns KVP_OK; KVP_EINVAL (NULL pool/refs/n_refs, n_tokens 0, bad stream
+ * or format); KVP_ERANGE (@refs_cap too small; *@n_refs = blocks needed);
+ * KVP_EEXHAUSTED; KVP_ENOMEM (growth or a new owner record failed).
+ * Thread-safe.  Lock-free for the blocks; takes @owner's shard mutex once.
+ */
+int kvp_allocate(kvp_pool *pool, kvp_stream stream, uint32_t n_tokens, kvp_owner owner,
+		 kvp_format format, kvp_ref *refs, size_t refs_cap, size_t *n_refs);
+
+/**
+ * kvp_free - return blocks to their stream's free list
+ * @pool: the pool
+ * @refs: the refs (may be NULL when @n is 0)
+ * @n:    how many
+ *
+ * Idempotent: a ref whose block is already free, retired, or handed out
+ * again (stale generation) is skipped and counted in n_stale_frees.  A block
+ * freed this way leaves its owner's list; an owner that was not registered
+ * with kvp_register_owner is released when its last block goes.
+ *
+ * Returns KVP_OK; KVP_ENOENT if any ref's id was never created (then
+ * nothing in the call is freed); KVP_EINVAL for a NULL pool, or NULL @refs
+ * with @n > 0.  Thread-safe; takes the shard mutex of each owner involved.
+ */
+int kvp_free(kvp_pool *pool, const kvp_ref *refs, size_t n);
+
+/**
+ * kvp_free_all - free every block checked out to @owner and release it
+ *
+ * Returns KVP_OK, KVP_ENOENT when @owner is not active, KVP_EINVAL for a
+ * NULL pool.  Thread-safe; takes @owner's shard mutex.
+ */
+int kvp_free_all(kvp_pool *pool, kvp_owner owner);
+
+/**
+ * kvp_blocks_for - the owner's blocks, in allocation order
+ * @pool:  the pool
+ * @owner: the owner
+ * @refs:  receives the refs (may be NULL when @cap is 0)
+ * @cap:   capacity of @refs
+ * @n:     set to the number of blocks the owner holds
+ *
+ * Returns KVP_OK, KVP_ERANGE when @cap < *@n (nothing written), KVP_ENOENT
+ * when @owner is not active (*@n = 0), KVP_EINVAL for NULL @pool or @n.
+ * Thread-safe; takes @owner's shard mutex, so the list is a consistent
+ * snapshot.
+ */
+int kvp_blocks_for(kvp_pool *pool, kvp_owner owner, kvp_ref *refs, size_t cap, size_t *n);
+
+/**
+ * kvp_n_free - free blocks of @stream, those in thread caches included
+ *
+ * Exact when no call on @stream is in flight; otherwise a value the free
+ * count had at some instant, give or take blocks in transit.  Returns 0 for
+ * a NULL pool or a stream not valid for the pool's layout (KVP_KV with
+ * separate_kv).  Without separate_kv every stream argument names the one list.
+ * Thread-safe, wait-free in the number of threads that used the pool.
+ */
+size_t kvp_n_free(kvp_pool *pool, kvp_stream stream);
+
+/**
+ * kvp_register_owner - make @owner active with no blocks
+ *
+ * Returns KVP_OK, KVP_EOWNER when @owner is already active (registered or
+ * holding blocks), KVP_ENOMEM, KVP_EINVAL for a NULL pool.  Of several
+ * threads registering one id at once exactly one succeeds.
+ * Thread-safe; takes @owner's shard mutex.
+ */
+int kvp_register_owner(kvp_pool *pool, kvp_owner owner);
+
+/**
+ * kvp_release_owner - undo the registration of @owner; frees nothing
+ *
+ * An owner that still holds blocks stays active until they are freed.
+ * Returns KVP_OK, KVP_ENOENT when @owner is not active, KVP_EINVAL for a
+ * NULL pool.  Thread-safe; takes @owner's shard mutex.
+ */
+int kvp_release_owner(kvp_pool *pool, kvp_owner owner);
+
+/**
+ * kvp_shrink - retire free blocks of @stream until @target_free are left
+ * @pool:        the pool
+ * @stream:      as for kvp_allocate
+ * @target_free: free blocks of @stream to keep
+ * @n_retired:   set to the blocks retired (may be NULL)
+ *
+ * Retired blocks leave the pool's books for good (their ids are never
+ * reused); blocks in use are never touched.  Retire hooks (see
+ * kvp_pool_add_retire_hook) run for each retired block after a grace
+ * period, so no thread still inside a pool call can be reading memory the
+ * hook frees.  Concurrent allocations may leave more than @target_free
+ * blocks free, never fewer because of the shrink.
+ *
+ * Returns KVP_OK (also when nothing needed retiring), KVP_EINVAL (NULL pool,
+ * bad stream).  Thread-safe; takes the pool's grow mutex and waits for one
+ * RCU grace period when it retired anything.
+ */
+int kvp_shrink(kvp_pool *pool, kvp_stream stream, uint32_t target_free, uint32_t *n_retired);
+
+typedef struct kvp_block_info {
+	uint32_t id;
+	kvp_stream stream; /* KVP_K or KVP_V, or KVP_KV without separate_kv */
+	kvp_format format;
+	uint32_t n_used;   /* slots occupied, <= block_size */
+	kvp_owner owner;   /* meaningful only when in_use */
+	bool in_use;
+	bool ever_allocated;
+} kvp_block_info;
+
+/**
+ * kvp_block_get - describe a block
+ * @pool: the pool
+ * @ref:  a current ref: its generation is the block's, in use or freed
+ *        since (a never-allocated block's generation is 0)
+ * @out:  the description, a consistent snapshot
+ *
+ * Returns KVP_OK; KVP_ENOENT for a stale generation, an id never created
+ * or a retired block (then *@out is unchanged); KVP_EINVAL for NULL args.
+ * Thread-safe, lock-free.
+ */
+int kvp_block_get(kvp_pool *pool, kvp_ref ref, kvp_block_info *out);
+
+/**
+ * kvp_block_set_used - set the slots a block in use occupies
+ *
+ * Returns KVP_OK; KVP_ERANGE when @n_used > block_size; KVP_ENOENT when the
+ * ref is stale or its block not in use (nothing changes); KVP_EINVAL for a
+ * NULL pool.  Thread-safe, lock-free (one CAS on the block's state word).
+ */
+int kvp_block_set_used(kvp_pool *pool, kvp_ref ref, uint32_t n_used);
+
+/* --- additions to API.md ------------------------------------------------ */
+
+/**
+ * kvp_pool_block_size - the pool's block_size (0 for NULL).  Thread-safe.
+ */
+uint32_t kvp_pool_block_size(const kvp_pool *pool);
+
+/**
+ * kvp_pool_separate_kv - whether the pool keeps K and V apart (false for NULL)
+ */
+bool kvp_pool_separate_kv(const kvp_pool *pool);
+
+/**
+ * kvp_pool_n_ids - blocks ever created: every id is below this.  Grows,
+ * never shrinks.  Thread-safe (an acquire load).
+ */
+uint32_t kvp_pool_n_ids(const kvp_pool *pool);
+
+/**
+ * kvp_retire_fn - called once for each retired block, after a grace period
+ * @arg: the argument given to kvp_pool_add_retire_hook
+ * @id:  the retired block's id
+ */
+typedef void (*kvp_retire_fn)(void *arg, uint32_t id);
+
+/**
+ * kvp_pool_add_retire_hook - have @fn called for every block kvp_shrink retires
+ *
+ * Used by layers that keep memory per block id (kvp_storage) to drop it.
+ * The hook runs on the shrinking thread, after an RCU grace period that
+ * follows the retirement, so no pool reader still sees the block as live.
+ * Up to KVP_MAX_RETIRE_HOOKS hooks; remove with kvp_pool_remove_retire_hook
+ * before the hook's argument dies.
+ *
+ * Returns KVP_OK, KVP_EINVAL (NULL args), KVP_ERANGE (no hook slot left).
+ * Thread-safe (grow mutex).
+ */
+#define KVP_MAX_RETIRE_HOOKS 8
+int kvp_pool_add_retire_hook(kvp_pool *pool, kvp_retire_fn fn, void *arg);
+
+/** kvp_pool_remove_retire_hook - undo kvp_pool_add_retire_hook (KVP_ENOENT if absent) */
+int kvp_pool_remove_retire_hook(kvp_pool *pool, kvp_retire_fn fn, void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVPOOL_POOL_H */
