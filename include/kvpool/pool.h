@@ -303,6 +303,31 @@ int kvp_block_set_used(kvp_pool *pool, kvp_ref ref, uint32_t n_used);
 /* --- additions to API.md ------------------------------------------------ */
 
 /**
+ * kvp_alloc_block - the raw path: one block, no owner tracking
+ * @pool:   the pool
+ * @stream: as for kvp_allocate
+ * @format: format tag
+ * @out:    the block's ref; the block is full (n_used = block_size)
+ *
+ * For callers that keep their own block tables (and for benchmarks against
+ * rte_mempool): the block belongs to no owner, so kvp_blocks_for and
+ * kvp_free_all never see it; free it with kvp_free_block or kvp_free.
+ * Same free-block search, growth and exhaustion rules as kvp_allocate.
+ *
+ * Returns KVP_OK, KVP_EINVAL, KVP_EEXHAUSTED or KVP_ENOMEM (growth).
+ * Thread-safe; lock-free unless it must grow the pool.
+ */
+int kvp_alloc_block(kvp_pool *pool, kvp_stream stream, kvp_format format, kvp_ref *out);
+
+/**
+ * kvp_free_block - the raw path: free one block (any block, owned or not)
+ *
+ * Same rules as kvp_free with n = 1.  Thread-safe; lock-free for a block
+ * with no owner, the owner's shard mutex otherwise.
+ */
+int kvp_free_block(kvp_pool *pool, kvp_ref ref);
+
+/**
  * kvp_pool_block_size - the pool's block_size (0 for NULL).  Thread-safe.
  */
 uint32_t kvp_pool_block_size(const kvp_pool *pool);
