@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# tools/setup.sh - install the Debian 12 packages kvpool needs, if missing.
+#
+# Idempotent and silent when everything is installed (one dpkg-query call).
+# Otherwise runs `apt-get update` once and installs only the missing packages,
+# non-interactively; as root, or through sudo when not root.
+#
+# Everything the project needs from Debian goes into PACKAGES below (one per
+# line, a comment saying who needs it).
+set -euo pipefail
+
+PACKAGES="
+bazel-bootstrap         # Bazel 4.2.3: the build
+bazel-platforms         # @platforms for offline Bazel (WORKSPACE)
+build-essential         # cc, make, ar: tools/install.sh and its test
+pkg-config              # kvpool.pc users and the install test
+clang                   # the compiler of every Bazel config
+libclang-rt-14-dev      # ASan/UBSan/TSan runtimes for clang 14
+llvm                    # llvm-symbolizer: symbolised sanitizer reports
+clang-format            # .clang-format style
+liburcu-dev             # RCU: segment directory, owner table (liburcu 0.13)
+libck-dev               # ConcurrencyKit 0.7.1: ck_epoch reclamation
+libcmocka-dev           # C unit tests
+libmicrohttpd-dev       # metrics endpoint for Prometheus
+prometheus              # promtool check metrics; server for the scrape test
+valgrind                # leak checks of kvp_pool_destroy
+python3                 # Python binding and its tests
+python3-pytest
+python3-numpy
+python3-matplotlib      # benchmark figures
+libjemalloc-dev         # benchmark baselines
+libmimalloc-dev
+libgoogle-perftools-dev
+libdpdk-dev
+"
+
+# Strip comments and blank lines: one package name per word.
+want=$(sed -e 's/#.*//' <<<"$PACKAGES" | tr -s ' \t\n' '\n' | sed '/^$/d')
+
+# One dpkg-query call: it prints "name status" for every package it knows
+# (and complains on stderr about the ones it has never heard of).
+installed=$(dpkg-query -W -f='${Package} ${db:Status-Status}\n' $want 2>/dev/null |
+	awk '$2 == "installed" { print $1 }' || true)
+missing=$(for p in $want; do grep -qxF "$p" <<<"$installed" || echo "$p"; done)
+[ -z "$missing" ] && exit 0
+
+missing=$(echo $missing)
+echo "setup: installing missing Debian packages: $missing" >&2
+SUDO=
+if [ "$(id -u)" -ne 0 ]; then
+	if command -v sudo >/dev/null; then
+		SUDO="sudo"
+	else
+		echo "setup: not root and no sudo; install as root: apt-get install $missing" >&2
+		exit 1
+	fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+# shellcheck disable=SC2086 # word splitting of the package list is intended
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+	$missing >/dev/null
+echo "setup: done" >&2
