@@ -5,11 +5,13 @@
 #   ./test.sh --nocache_test_results  options go to every `bazel test` (here: rerun cached tests)
 #   ./test.sh //tests:foo_test        target patterns replace //...
 #   KVP_CONFIGS="plain tsan" ./test.sh   run only some configurations
+#   KVP_BAZEL="bazel --output_base=$HOME/.cache/bazel-me" ./test.sh   another Bazel server
 #
 # Counting: every test target Bazel reports in its summary counts once per
-# configuration - PASSED (also "(cached) PASSED") as passed; FAILED, TIMEOUT,
-# FLAKY (it failed at least once), NO STATUS, FAILED TO BUILD, INCOMPLETE as
-# failed.  A configuration whose build or analysis failed (Bazel exit status
+# configuration - PASSED (also "(cached) PASSED") as passed; SKIPPED (not
+# compatible with the config: kvp_skip_under in tests/defs.bzl) as neither;
+# FAILED, TIMEOUT, FLAKY (it failed at least once), NO STATUS, FAILED TO BUILD,
+# INCOMPLETE and anything else as failed.  A configuration whose build or analysis failed (Bazel exit status
 # other than 0 "all passed" and 3 "some tests failed") counts one more failure,
 # so a broken build never vanishes from the count.  The last line is always
 # "N passed, N failed"; the exit status is non-zero when anything failed or
@@ -30,6 +32,7 @@ done
 [ ${#patterns[@]} -gt 0 ] || patterns=(//...)
 
 configs=${KVP_CONFIGS:-plain asan tsan}
+read -ra bazel <<<"${KVP_BAZEL:-bazel}"
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/kvpool-test.XXXXXX")
 trap 'rm -rf "$logdir"' EXIT
 
@@ -45,7 +48,7 @@ for cfg in $configs; do
 	log="$logdir/$cfg.log"
 	echo "=== bazel test ${cfgopt[*]:-(plain)} ${patterns[*]}"
 	start=$SECONDS
-	bazel test --color=no --curses=no --keep_going ${cfgopt[@]+"${cfgopt[@]}"} \
+	"${bazel[@]}" test --color=no --curses=no --keep_going ${cfgopt[@]+"${cfgopt[@]}"} \
 		${opts[@]+"${opts[@]}"} -- "${patterns[@]}" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
 	secs=$((SECONDS - start))
@@ -54,8 +57,9 @@ for cfg in $configs; do
 	results=$(grep -E '^//[^ ]+ +(\(cached\) )?[A-Z]' "$log" |
 		sed -E 's/^(\/\/[^ ]+) +(\(cached\) )?([A-Z][A-Z ]*[A-Z]).*/\1 \3/')
 	pass=$(grep -cE ' PASSED$' <<<"$results")
-	fail=$(grep -vcE ' PASSED$|^$' <<<"$results")
-	failed_names=$(grep -vE ' PASSED$|^$' <<<"$results" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
+	skip=$(grep -cE ' SKIPPED$' <<<"$results")
+	fail=$(grep -vcE ' PASSED$| SKIPPED$|^$' <<<"$results")
+	failed_names=$(grep -vE ' PASSED$| SKIPPED$|^$' <<<"$results" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
 	note=""
 	if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ]; then
 		fail=$((fail + 1))
@@ -63,7 +67,7 @@ for cfg in $configs; do
 	fi
 	total_pass=$((total_pass + pass))
 	total_fail=$((total_fail + fail))
-	line=$(printf '%-6s %3d passed, %3d failed%s  (%ds)' "$cfg" "$pass" "$fail" "$note" "$secs")
+	line=$(printf '%-6s %3d passed, %3d failed, %d skipped%s  (%ds)' "$cfg" "$pass" "$fail" "$skip" "$note" "$secs")
 	[ -n "$failed_names" ] && line="$line"$'\n'"       failed: $failed_names"
 	summary+=("$line")
 done

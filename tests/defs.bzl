@@ -1,6 +1,11 @@
-"""kvp_c_test: a cc_test linked statically against //:kvpool."""
+"""Test helpers: kvp_c_test, kvp_skip_under."""
 
-def kvp_c_test(name, srcs, deps = [], size = "small", timeout = None, tags = [], args = [], data = [], copts = [], linkopts = []):
+def kvp_c_test(name, srcs, deps = [], size = "small", timeout = None, tags = [], args = [], data = [], copts = [], linkopts = [], **kwargs):
+    """A cc_test linked statically against //:kvpool.
+
+    Runs in all three ./test.sh configs (plain, asan, tsan).  Extra keyword
+    arguments (env, shard_count, flaky, target_compatible_with, ...) go to cc_test.
+    """
     native.cc_test(
         name = name,
         srcs = srcs,
@@ -13,4 +18,17 @@ def kvp_c_test(name, srcs, deps = [], size = "small", timeout = None, tags = [],
         copts = copts,
         linkopts = linkopts,
         linkstatic = True,
+        **kwargs
     )
+
+def kvp_skip_under(*configs):
+    """A target_compatible_with value that skips a target under the named configs.
+
+    kvp_skip_under("asan", "tsan") leaves the target out of --config=asan and
+    --config=tsan: Bazel reports it SKIPPED there, and ./test.sh counts it as
+    neither passed nor failed.  Use it only for what a sanitizer cannot run
+    (e.g. python3 loading a sanitized libkvpool.so), and say why beside it.
+    """
+    conditions = {"//tools:" + c: ["//tools:incompatible"] for c in configs}
+    conditions["//conditions:default"] = []
+    return select(conditions)
