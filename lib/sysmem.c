@@ -7,6 +7,7 @@
  * with CAS loops so concurrent allocators consume each credit exactly once.
  * When injection is off (the common case) the cost is one relaxed load.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "lib/sysmem.h"
 
 #include <stdatomic.h>

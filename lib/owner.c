@@ -1,0 +1,179 @@
+/*
+ * lib/owner.c - sharded owner hash table and per-owner block lists.
+ *
+ * Each shard is a chained hash table under its own mutex.  The bucket array
+ * doubles when the shard holds more records than buckets; if that
+ * allocation fails the table just stays denser.  Removed records go to a
+ * small per-shard spare list, so a steady stream of requests (an owner
+ * made per request, released when it ends) allocates no memory once warm.
+ */
+#include "lib/owner.h"
+
+#include <string.h>
+
+#include "lib/sysmem.h"
+
+#define KVP_OWNER_BUCKETS0 16u
+#define KVP_OWNER_SPARE_MAX 256u
+
+/* splitmix64's finalizer: every bit of the id reaches shard and bucket. */
+static uint64_t owner_hash(kvp_owner key)
+{
+	uint64_t z = key + 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+int kvp_owners_init(struct kvp_owners *o)
+{
+	memset(o, 0, sizeof(*o));
+	for (uint32_t i = 0; i < KVP_OWNER_SHARDS; i++) {
+		struct kvp_oshard *sh = &o->shard[i];
+		sh->buckets = kvp_sys_calloc(KVP_OWNER_BUCKETS0, sizeof(*sh->buckets), 64);
+		if (!sh->buckets || pthread_mutex_init(&sh->lock, NULL) != 0) {
+			kvp_sys_free(sh->buckets);
+			sh->buckets = NULL;
+			for (uint32_t j = 0; j < i; j++) {
+				pthread_mutex_destroy(&o->shard[j].lock);
+				kvp_sys_free(o->shard[j].buckets);
+			}
+			/* Leave every shard empty, so kvp_owners_destroy is safe. */
+			memset(o, 0, sizeof(*o));
+			return -1;
+		}
+		sh->nbuckets = KVP_OWNER_BUCKETS0;
+	}
+	return 0;
+}
+
+static void free_chain(struct kvp_orec *r)
+{
+	while (r) {
+		struct kvp_orec *next = r->next;
+		kvp_sys_free(r);
+		r = next;
+	}
+}
+
+void kvp_owners_destroy(struct kvp_owners *o)
+{
+	for (uint32_t i = 0; i < KVP_OWNER_SHARDS; i++) {
+		struct kvp_oshard *sh = &o->shard[i];
+		for (uint32_t b = 0; b < sh->nbuckets; b++)
+			free_chain(sh->buckets[b]);
+		free_chain(sh->spare);
+		kvp_sys_free(sh->buckets);
+		if (sh->nbuckets)
+			pthread_mutex_destroy(&sh->lock);
+		sh->buckets = NULL;
+		sh->nbuckets = 0;
+	}
+}
+
+struct kvp_oshard *kvp_owners_shard(struct kvp_owners *o, kvp_owner key)
+{
+	return &o->shard[owner_hash(key) >> 58];
+}
+
+static struct kvp_orec **bucket_of(struct kvp_oshard *sh, kvp_owner key)
+{
+	return &sh->buckets[owner_hash(key) & (sh->nbuckets - 1)];
+}
+
+struct kvp_orec *kvp_oshard_find(struct kvp_oshard *sh, kvp_owner key)
+{
+	for (struct kvp_orec *r = *bucket_of(sh, key); r; r = r->next)
+		if (r->key == key)
+			return r;
+	return NULL;
+}
+
+/* Double the bucket array; on no memory keep the old one. */
+static void rehash(struct kvp_oshard *sh)
+{
+	uint32_t nb = sh->nbuckets * 2;
+	struct kvp_orec **nbk = kvp_sys_calloc(nb, sizeof(*nbk), 64);
+	if (!nbk)
+		return;
+	for (uint32_t b = 0; b < sh->nbuckets; b++) {
+		struct kvp_orec *r = sh->buckets[b];
+		while (r) {
+			struct kvp_orec *next = r->next;
+			struct kvp_orec **dst = &nbk[owner_hash(r->key) & (nb - 1)];
+			r->next = *dst;
+			*dst = r;
+			r = next;
+		}
+	}
+	kvp_sys_free(sh->buckets);
+	sh->buckets = nbk;
+	sh->nbuckets = nb;
+}
+
+struct kvp_orec *kvp_oshard_insert(struct kvp_oshard *sh, kvp_owner key)
+{
+	struct kvp_orec *r = sh->spare;
+	if (r) {
+		sh->spare = r->next;
+		sh->n_spare--;
+	} else {
+		r = kvp_sys_alloc(sizeof(*r), 8);
+		if (!r)
+			return NULL;
+	}
+	r->key = key;
+	r->head = r->tail = KVP_NO_ID;
+	r->count = 0;
+	r->registered = false;
+	if (sh->n >= sh->nbuckets)
+		rehash(sh);
+	struct kvp_orec **b = bucket_of(sh, key);
+	r->next = *b;
+	*b = r;
+	sh->n++;
+	return r;
+}
+
+void kvp_oshard_remove(struct kvp_oshard *sh, struct kvp_orec *r)
+{
+	struct kvp_orec **pp = bucket_of(sh, r->key);
+	while (*pp != r)
+		pp = &(*pp)->next;
+	*pp = r->next;
+	sh->n--;
+	if (sh->n_spare < KVP_OWNER_SPARE_MAX) {
+		r->next = sh->spare;
+		sh->spare = r;
+		sh->n_spare++;
+	} else {
+		kvp_sys_free(r);
+	}
+}
+
+void kvp_orec_append(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
+{
+	struct kvp_block *b = kvp_bt_block(bt, id);
+	b->own_prev = r->tail;
+	b->own_next = KVP_NO_ID;
+	if (r->tail == KVP_NO_ID)
+		r->head = id;
+	else
+		kvp_bt_block(bt, r->tail)->own_next = id;
+	r->tail = id;
+	r->count++;
+}
+
+void kvp_orec_unlink(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
+{
+	struct kvp_block *b = kvp_bt_block(bt, id);
+	if (b->own_prev == KVP_NO_ID)
+		r->head = b->own_next;
+	else
+		kvp_bt_block(bt, b->own_prev)->own_next = b->own_next;
+	if (b->own_next == KVP_NO_ID)
+		r->tail = b->own_prev;
+	else
+		kvp_bt_block(bt, b->own_next)->own_prev = b->own_prev;
+	r->count--;
+}

@@ -1,0 +1,313 @@
+/*
+ * lib/pool_blocks.c - the block path: magazines, global stacks, starvation.
+ *
+ * Taking k blocks of a stream, fastest first:
+ *   1. the thread's own magazine holds k: take them (no shared write);
+ *   2. magazine + global stack: reserve the rest from the stack's exact
+ *      count, all or nothing, plus up to half a magazine to refill it;
+ *   3. the global stack alone covers k: reserve and pop;
+ *   4. starvation: raise the stream's starving count, drain every
+ *      thread's magazine into the global stack (claiming idle ones with a
+ *      CAS, waiting out busy ones), then reserve k all or nothing; failing
+ *      that, grow by exactly the shortfall when allowed; else exhausted.
+ * Because reservations are all or nothing, two threads racing for the
+ * last blocks never both fail while the blocks would cover one of them,
+ * and because step 4 empties every magazine first, blocks parked in
+ * another thread's cache never cause a false KVP_EEXHAUSTED.
+ *
+ * Giving blocks back mirrors it: into the magazine while it has room
+ * (flushing its oldest half to the global stack when full), straight to
+ * the global stack for large batches or while the stream is starving.
+ * Order is last-freed-first: the magazine is the top of the stack.
+ */
+#include <sched.h>
+#include <string.h>
+
+#include "lib/pool_internal.h"
+#include "lib/rcu.h"
+
+/* Owner side: wait while a drainer holds the magazine, then hold it. */
+static void mag_enter(struct kvp_mag *m)
+{
+	uint32_t exp = KVP_MAG_IDLE;
+	unsigned spins = 0;
+	/* seq_cst: orders this CAS against the drainer's starving store and
+	 * claim CAS (Dekker-style; see lib/tslot.h).  Acquire part: see what
+	 * a drainer left in the magazine. */
+	while (!atomic_compare_exchange_weak_explicit(&m->state, &exp, KVP_MAG_BUSY,
+						      memory_order_seq_cst, memory_order_relaxed)) {
+		exp = KVP_MAG_IDLE;
+		if (++spins > 64)
+			sched_yield();
+	}
+}
+
+static void mag_leave(struct kvp_mag *m)
+{
+	/* release: the next holder (drainer or us) sees ids and count. */
+	atomic_store_explicit(&m->state, KVP_MAG_IDLE, memory_order_release);
+}
+
+static bool stream_starving(struct kvp_pool *p, int si)
+{
+	/* seq_cst: the load half of the Dekker pair with the drainer. */
+	return atomic_load_explicit(&p->starving[si], memory_order_seq_cst) != 0;
+}
+
+static uint32_t mag_count(struct kvp_mag *m)
+{
+	/* relaxed: we hold the magazine; the holder's release/acquire on
+	 * state orders count between holders. */
+	return atomic_load_explicit(&m->count, memory_order_relaxed);
+}
+
+static void mag_set_count(struct kvp_mag *m, uint32_t n)
+{
+	atomic_store_explicit(&m->count, n, memory_order_relaxed);
+}
+
+static bool use_magazine(struct kvp_pool *p, struct kvp_tslot *s)
+{
+	return p->thread_cache != 0 && !kvp_tslot_is_fallback(p, s);
+}
+
+/* Flush the whole magazine (held by the caller) to the global stack. */
+static void mag_flush_all(struct kvp_pool *p, int si, struct kvp_mag *m)
+{
+	uint32_t cnt = mag_count(m);
+	kvp_fs_push_ids(&p->fs[si], &p->bt, m->ids, cnt);
+	mag_set_count(m, 0);
+}
+
+void kvp_drain_magazines(struct kvp_pool *p, int si)
+{
+	/* acquire: see the slots published by their push. */
+	for (struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_acquire); s;
+	     s = s->next) {
+		struct kvp_mag *m = &s->mag[si];
+		unsigned spins = 0;
+		for (;;) {
+			/* seq_cst: the drainer half of the Dekker pair. */
+			uint32_t st = atomic_load_explicit(&m->state, memory_order_seq_cst);
+			if (st == KVP_MAG_IDLE) {
+				if (mag_count(m) == 0)
+					break;
+				uint32_t exp = KVP_MAG_IDLE;
+				if (atomic_compare_exchange_strong_explicit(
+					&m->state, &exp, KVP_MAG_CLAIMED, memory_order_seq_cst,
+					memory_order_relaxed)) {
+					mag_flush_all(p, si, m);
+					mag_leave(m);
+					break;
+				}
+			}
+			/* BUSY: its owner is inside a call; CLAIMED: another
+			 * drainer is emptying it.  Either ends shortly. */
+			if (++spins > 16)
+				sched_yield();
+		}
+	}
+}
+
+/* Reserve @k blocks for growth or from the stack, within max_blocks; grow_lock held. */
+static int grow_take(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t k)
+{
+	struct kvp_freestack *fs = &p->fs[si];
+	/* relaxed: managed changes only under grow_lock, which we hold. */
+	uint64_t managed = atomic_load_explicit(&p->managed, memory_order_relaxed);
+	/* acquire: as in kvp_fs_reserve. */
+	int64_t a = atomic_load_explicit(&fs->avail, memory_order_acquire);
+	uint32_t r;
+	for (;;) {
+		r = a <= 0 ? 0 : (a >= (int64_t)k ? k : (uint32_t)a);
+		if (managed + (k - r) > p->max_blocks)
+			return KVP_EEXHAUSTED;
+		if (r == 0 || atomic_compare_exchange_weak_explicit(&fs->avail, &a, a - r,
+								    memory_order_acquire,
+								    memory_order_acquire))
+			break;
+	}
+	if (r < k) {
+		int rc = kvp_grow_locked(p, si, k - r, ids + r);
+		if (rc != KVP_OK) {
+			if (r)
+				kvp_fs_unreserve(fs, r);
+			return rc;
+		}
+		kvp_ctr_add(s, KVP_C_GROWN, k - r);
+	}
+	if (r) {
+		kvp_rcu_read_lock();
+		kvp_fs_pop_reserved(fs, &p->bt, ids, r);
+		kvp_rcu_read_unlock();
+	}
+	return KVP_OK;
+}
+
+/* Step 4.  Called inside a read-side section; returns inside one. */
+static int get_blocks_starving(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
+			       uint32_t k)
+{
+	struct kvp_freestack *fs = &p->fs[si];
+	int rc = KVP_EEXHAUSTED;
+
+	/* seq_cst: the store half of the Dekker pair (see lib/tslot.h). */
+	atomic_fetch_add_explicit(&p->starving[si], 1, memory_order_seq_cst);
+	kvp_drain_magazines(p, si);
+	if (kvp_fs_reserve(fs, k, k)) {
+		kvp_fs_pop_reserved(fs, &p->bt, ids, k);
+		rc = KVP_OK;
+	} else if (p->grow) {
+		/* Growth may wait for a grace period: leave the section, and
+		 * take grow_lock outside any section (lib/pool_internal.h). */
+		kvp_rcu_read_unlock();
+		pthread_mutex_lock(&p->grow_lock);
+		rc = grow_take(p, s, si, ids, k);
+		pthread_mutex_unlock(&p->grow_lock);
+		kvp_rcu_read_lock();
+	}
+	/* release: nothing to publish; only lifts the bypass. */
+	atomic_fetch_sub_explicit(&p->starving[si], 1, memory_order_release);
+	return rc;
+}
+
+int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t k)
+{
+	struct kvp_freestack *fs = &p->fs[si];
+
+	if (use_magazine(p, s)) {
+		struct kvp_mag *m = &s->mag[si];
+		mag_enter(m);
+		if (!stream_starving(p, si)) {
+			uint32_t cnt = mag_count(m);
+			if (cnt >= k) {
+				for (uint32_t i = 0; i < k; i++)
+					ids[i] = m->ids[cnt - 1 - i];
+				mag_set_count(m, cnt - k);
+				mag_leave(m);
+				return KVP_OK;
+			}
+			uint32_t need = k - cnt;
+			uint32_t got = kvp_fs_reserve(fs, need, need + p->thread_cache / 2);
+			if (got) {
+				for (uint32_t i = 0; i < cnt; i++)
+					ids[i] = m->ids[cnt - 1 - i];
+				kvp_fs_pop_reserved(fs, &p->bt, ids + cnt, need);
+				uint32_t extra = got - need;
+				kvp_fs_pop_reserved(fs, &p->bt, m->ids, extra);
+				/* Popped newest first; the magazine keeps its newest on top. */
+				for (uint32_t i = 0; i < extra / 2; i++) {
+					uint32_t t = m->ids[i];
+					m->ids[i] = m->ids[extra - 1 - i];
+					m->ids[extra - 1 - i] = t;
+				}
+				mag_set_count(m, extra);
+				mag_leave(m);
+				return KVP_OK;
+			}
+		}
+		mag_leave(m);
+	}
+	if (kvp_fs_reserve(fs, k, k)) {
+		kvp_fs_pop_reserved(fs, &p->bt, ids, k);
+		return KVP_OK;
+	}
+	return get_blocks_starving(p, s, si, ids, k);
+}
+
+void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
+		    uint32_t k)
+{
+	uint32_t cap = p->thread_cache;
+
+	if (k == 0)
+		return;
+	if (use_magazine(p, s)) {
+		struct kvp_mag *m = &s->mag[si];
+		mag_enter(m);
+		if (!stream_starving(p, si)) {
+			uint32_t cnt = mag_count(m);
+			if (k <= cap) {
+				if (cnt + k > cap) {
+					/* Flush the oldest part: keep at most half, and room for k. */
+					uint32_t keep = cap - k < cap / 2 ? cap - k : cap / 2;
+					uint32_t f = cnt - keep;
+					kvp_fs_push_ids(&p->fs[si], &p->bt, m->ids, f);
+					memmove(m->ids, m->ids + f, (size_t)keep * sizeof(uint32_t));
+					cnt = keep;
+				}
+				memcpy(m->ids + cnt, ids, (size_t)k * sizeof(uint32_t));
+				mag_set_count(m, cnt + k);
+				mag_leave(m);
+				return;
+			}
+			/* A batch larger than the magazine: it goes to the global
+			 * stack on top of the magazine's older blocks. */
+			mag_flush_all(p, si, m);
+		}
+		mag_leave(m);
+	}
+	kvp_fs_push_ids(&p->fs[si], &p->bt, ids, k);
+}
+
+void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
+		   uint32_t k)
+{
+	uint32_t cap = p->thread_cache;
+
+	if (k == 0)
+		return;
+	if (use_magazine(p, s) && k <= cap) {
+		struct kvp_mag *m = &s->mag[si];
+		mag_enter(m);
+		if (!stream_starving(p, si)) {
+			uint32_t cnt = mag_count(m);
+			if (cnt + k > cap) {
+				uint32_t keep = cap - k < cap / 2 ? cap - k : cap / 2;
+				uint32_t f = cnt - keep;
+				kvp_fs_push_ids(&p->fs[si], &p->bt, m->ids, f);
+				memmove(m->ids, m->ids + f, (size_t)keep * sizeof(uint32_t));
+				cnt = keep;
+			}
+			/* The chain's first block is the newest: it goes on top. */
+			uint32_t id = first;
+			for (uint32_t i = 0; i < k; i++) {
+				m->ids[cnt + k - 1 - i] = id;
+				id = atomic_load_explicit(&kvp_bt_block(&p->bt, id)->free_next,
+							  memory_order_relaxed);
+			}
+			mag_set_count(m, cnt + k);
+			mag_leave(m);
+			return;
+		}
+		mag_leave(m);
+	} else if (use_magazine(p, s)) {
+		struct kvp_mag *m = &s->mag[si];
+		mag_enter(m);
+		if (!stream_starving(p, si))
+			mag_flush_all(p, si, m);
+		mag_leave(m);
+	}
+	kvp_fs_push_chain(&p->fs[si], &p->bt, first, last, k);
+}
+
+void kvp_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
+{
+	s->delta_in_use += d;
+	if (s->delta_in_use >= (int64_t)KVP_PEAK_BATCH || s->delta_in_use <= -(int64_t)KVP_PEAK_BATCH ||
+	    kvp_tslot_is_fallback(p, s)) {
+		/* relaxed: a statistic; orders nothing else. */
+		atomic_fetch_add_explicit(&p->in_use, s->delta_in_use, memory_order_relaxed);
+		s->delta_in_use = 0;
+	}
+	if (d <= 0)
+		return;
+	/* Our estimate of the pool's in-use count: published total plus our
+	 * own unpublished part (exact when one thread uses the pool). */
+	int64_t est = atomic_load_explicit(&p->in_use, memory_order_relaxed) + s->delta_in_use;
+	uint64_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);
+	while (est > 0 && (uint64_t)est > peak &&
+	       !atomic_compare_exchange_weak_explicit(&p->peak, &peak, (uint64_t)est,
+						      memory_order_relaxed, memory_order_relaxed))
+		;
+}

@@ -1,0 +1,106 @@
+/*
+ * lib/pool_internal.h - the pool object and the functions its .c files share.
+ *
+ * Lock order (outer to inner), for the few locks the pool has:
+ *   grow_lock -> RCU read-side section -> owner shard lock -> (nothing)
+ *   registry lock -> RCU read-side section
+ *   history lock: taken alone, never inside an RCU read-side section
+ * kvp_rcu_synchronize is called only with grow_lock held at most, outside
+ * any read-side section; no reader ever waits for grow_lock inside one.
+ */
+#ifndef KVPOOL_LIB_POOL_INTERNAL_H
+#define KVPOOL_LIB_POOL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <kvpool/pool.h>
+
+#include "lib/blocktable.h"
+#include "lib/freestack.h"
+#include "lib/owner.h"
+#include "lib/tslot.h"
+
+struct kvp_retire_hook {
+	kvp_retire_fn fn;
+	void *arg;
+};
+
+struct kvp_pool {
+	/* Read-mostly configuration. */
+	uint32_t block_size;
+	uint32_t max_blocks; /* resolved: never 0 */
+	uint32_t thread_cache;
+	uint32_t history_len;
+	uint32_t n_streams; /* 2 with separate_kv, else 1 */
+	bool separate_kv;
+	bool grow;
+	uint64_t uid; /* unique for the process's life; names the pool in TLS */
+
+	struct kvp_blocktable bt;
+	_Atomic uint32_t n_ids; /* blocks ever created; release-published */
+
+	struct kvp_freestack fs[2];
+	/* seq_cst: see the magazine protocol in lib/tslot.h. */
+	_Atomic uint32_t starving[2] __attribute__((aligned(64)));
+
+	/* Blocks managed (created - retired), per stream and total; grow_lock. */
+	_Atomic uint64_t managed_stream[2] __attribute__((aligned(64)));
+	_Atomic uint64_t managed;
+
+	/* In-use count published in batches by the threads, and its peak. */
+	_Atomic int64_t in_use __attribute__((aligned(64)));
+	_Atomic uint64_t peak;
+
+	/* Per-thread slots: add-only lock-free list. */
+	_Atomic(struct kvp_tslot *) slots __attribute__((aligned(64)));
+	struct kvp_tslot *fallback;
+	pthread_mutex_t fallback_lock;
+
+	struct kvp_owners owners;
+
+	pthread_mutex_t grow_lock; /* growth, shrink, retire hooks */
+	struct kvp_retire_hook hooks[KVP_MAX_RETIRE_HOOKS];
+
+	pthread_mutex_t hist_lock;
+	kvp_stats *hist;
+	size_t hist_head, hist_n;
+	_Atomic int hist_started;
+
+	struct kvp_pool *reg_next; /* registry of live pools (lib/tslot.c) */
+};
+
+/* Stream index of @stream for this pool, or -1 if not valid for its layout. */
+static inline int kvp_stream_index(const struct kvp_pool *p, kvp_stream stream)
+{
+	if (!p->separate_kv)
+		return (unsigned)stream <= KVP_KV ? 0 : -1;
+	return (stream == KVP_K || stream == KVP_V) ? (int)stream : -1;
+}
+
+/* Stream tag stored in a block of stream index @si. */
+static inline uint32_t kvp_stream_tag(const struct kvp_pool *p, int si)
+{
+	return p->separate_kv ? (uint32_t)si : (uint32_t)KVP_KV;
+}
+
+/* lib/pool_blocks.c: the block path. */
+int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t k);
+void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
+		    uint32_t k);
+void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
+		   uint32_t k);
+void kvp_drain_magazines(struct kvp_pool *p, int si);
+void kvp_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, int64_t d);
+
+/* lib/pool_resize.c: growth (grow_lock held, outside read-side sections). */
+int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, uint32_t *ids);
+
+/* lib/pool_stats.c */
+void kvp_stats_sum(struct kvp_pool *p, kvp_stats *out);
+void kvp_history_record(struct kvp_pool *p);
+void kvp_history_tick(struct kvp_pool *p, struct kvp_tslot *s);
+
+#endif /* KVPOOL_LIB_POOL_INTERNAL_H */

@@ -1,0 +1,124 @@
+/*
+ * lib/pool_resize.c - growth and shrink: the pool's only mutex-serialized work.
+ *
+ * Both run under grow_lock, so 'managed' and the id counter have a single
+ * writer.  Growth appends ids: new metadata is initialised, then n_ids is
+ * published with a release store (and the new blocks reach other threads
+ * only through release pushes), so no reader sees a half-made block.
+ *
+ * Shrink retires free blocks.  It first drains every magazine of the stream
+ * (as a starving allocator would), then reserves exactly the surplus over
+ * target_free from the global count and pops it, so a concurrent allocator
+ * never finds fewer free blocks than target_free because of the shrink.
+ * Retired blocks are marked in their state word (kvp_block_get and kvp_free
+ * then treat their refs as gone), chained through free_next, and handed to
+ * the retire hooks only after an RCU grace period: any pool call that could
+ * still have looked at them as live has returned by then.
+ */
+#include <string.h>
+
+#include "lib/pool_internal.h"
+#include "lib/rcu.h"
+
+int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, uint32_t *ids)
+{
+	/* relaxed: n_ids has one writer, the grow_lock holder (us). */
+	uint32_t first = atomic_load_explicit(&p->n_ids, memory_order_relaxed);
+
+	if ((uint64_t)first + n > KVP_MAX_BLOCKS)
+		return KVP_EEXHAUSTED;
+	if (kvp_bt_extend(&p->bt, first + n) != 0)
+		return KVP_ENOMEM;
+	uint32_t tag = kvp_stream_tag(p, si);
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvp_block *b = kvp_bt_block(&p->bt, first + i);
+		/* relaxed: published by the release store of n_ids below and
+		 * by the caller's later release operations. */
+		atomic_store_explicit(&b->state, kvp_st_make(0, 0, 0, tag, 0), memory_order_relaxed);
+		atomic_store_explicit(&b->free_next, KVP_NO_ID, memory_order_relaxed);
+		ids[i] = first + i;
+	}
+	/* release: readers that see the new n_ids (acquire) see the metadata. */
+	atomic_store_explicit(&p->n_ids, first + n, memory_order_release);
+	/* relaxed: statistics-grade counters, single writer under grow_lock. */
+	atomic_fetch_add_explicit(&p->managed_stream[si], n, memory_order_relaxed);
+	atomic_fetch_add_explicit(&p->managed, n, memory_order_relaxed);
+	return KVP_OK;
+}
+
+/* Reserve the surplus over @target of the stream's free count. */
+static uint32_t reserve_surplus(struct kvp_freestack *fs, uint32_t target)
+{
+	/* acquire: as in kvp_fs_reserve. */
+	int64_t a = atomic_load_explicit(&fs->avail, memory_order_acquire);
+	for (;;) {
+		if (a <= (int64_t)target)
+			return 0;
+		int64_t k = a - target;
+		if (k > UINT32_MAX)
+			k = UINT32_MAX;
+		if (atomic_compare_exchange_weak_explicit(&fs->avail, &a, a - k,
+							  memory_order_acquire,
+							  memory_order_acquire))
+			return (uint32_t)k;
+	}
+}
+
+int kvp_shrink(kvp_pool *p, kvp_stream stream, uint32_t target_free, uint32_t *n_retired)
+{
+	if (!p)
+		return KVP_EINVAL;
+	int si = kvp_stream_index(p, stream);
+	if (si < 0)
+		return KVP_EINVAL;
+	struct kvp_tslot *s = kvp_tslot_get(p);
+	struct kvp_freestack *fs = &p->fs[si];
+	uint32_t k, first = KVP_NO_ID;
+
+	pthread_mutex_lock(&p->grow_lock);
+	kvp_rcu_read_lock();
+	/* seq_cst: the store half of the magazine Dekker pair. */
+	atomic_fetch_add_explicit(&p->starving[si], 1, memory_order_seq_cst);
+	kvp_drain_magazines(p, si);
+	k = reserve_surplus(fs, target_free);
+	for (uint32_t i = 0; i < k; i++) {
+		uint32_t id;
+		kvp_fs_pop_reserved(fs, &p->bt, &id, 1);
+		struct kvp_block *b = kvp_bt_block(&p->bt, id);
+		/* We hold the block exclusively (popped); the CAS is for racing
+		 * stale-ref readers' sake only: they never change a free block. */
+		uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
+		/* release: kvp_block_get (acquire) then sees the block retired. */
+		atomic_store_explicit(&b->state, st | KVP_ST_RETIRED, memory_order_release);
+		atomic_store_explicit(&b->free_next, first, memory_order_relaxed);
+		first = id;
+	}
+	/* release: lifts the bypass; publishes nothing. */
+	atomic_fetch_sub_explicit(&p->starving[si], 1, memory_order_release);
+	kvp_rcu_read_unlock();
+
+	if (k) {
+		atomic_fetch_sub_explicit(&p->managed_stream[si], k, memory_order_relaxed);
+		atomic_fetch_sub_explicit(&p->managed, k, memory_order_relaxed);
+		kvp_ctr_add(s, KVP_C_RETIRED, k);
+		/* Every call that might still treat these blocks as live ends
+		 * before the hooks free anything tied to them. */
+		kvp_rcu_synchronize();
+		/* No read-side section needed to walk the chain: only the
+		 * grow_lock holder (us) ever replaces the directory. */
+		for (uint32_t id = first; id != KVP_NO_ID;) {
+			uint32_t next = atomic_load_explicit(&kvp_bt_block(&p->bt, id)->free_next,
+							     memory_order_relaxed);
+			for (int h = 0; h < KVP_MAX_RETIRE_HOOKS; h++)
+				if (p->hooks[h].fn)
+					p->hooks[h].fn(p->hooks[h].arg, id);
+			id = next;
+		}
+	}
+	kvp_history_record(p);
+	pthread_mutex_unlock(&p->grow_lock);
+	kvp_tslot_put(p, s);
+	if (n_retired)
+		*n_retired = k;
+	return KVP_OK;
+}

@@ -1,0 +1,93 @@
+/*
+ * lib/pool_stats.c - summing the per-thread counters, and the history ring.
+ *
+ * Counters live in the threads' slots (lib/tslot.h) and are summed here;
+ * nothing on the allocate/free path writes shared memory for statistics
+ * except the in-use count, published in batches of KVP_PEAK_BATCH blocks.
+ * The history ring is the only statistics structure under a lock, and the
+ * allocate/free path reaches it only on the rare events the header lists.
+ */
+#include <string.h>
+
+#include "lib/pool_internal.h"
+
+static void sum_slot(const struct kvp_tslot *s, uint64_t *acc)
+{
+	for (int c = 0; c < KVP_N_CTR; c++)
+		/* relaxed: each counter has one writer; see lib/tslot.h. */
+		acc[c] += atomic_load_explicit(&((struct kvp_tslot *)s)->ctr[c],
+					       memory_order_relaxed);
+}
+
+void kvp_stats_sum(struct kvp_pool *p, kvp_stats *out)
+{
+	uint64_t acc[KVP_N_CTR] = {0};
+
+	for (struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_acquire); s;
+	     s = s->next)
+		sum_slot(s, acc);
+	sum_slot(p->fallback, acc);
+	memset(out, 0, sizeof(*out));
+	out->n_blocks = atomic_load_explicit(&p->managed, memory_order_relaxed);
+	out->n_allocations = acc[KVP_C_ALLOCS];
+	out->n_frees = acc[KVP_C_FREES];
+	out->n_reused = acc[KVP_C_REUSED];
+	out->n_exhausted = acc[KVP_C_EXHAUSTED];
+	out->n_grown = acc[KVP_C_GROWN];
+	out->n_retired = acc[KVP_C_RETIRED];
+	out->n_stale_frees = acc[KVP_C_STALE];
+	/* Summed mid-flight the signed counter can dip below zero for a moment. */
+	out->n_not_full = (int64_t)acc[KVP_C_NOT_FULL] < 0 ? 0 : acc[KVP_C_NOT_FULL];
+	uint64_t in_use = out->n_allocations >= out->n_frees ? out->n_allocations - out->n_frees : 0;
+	uint64_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);
+	out->peak_blocks_in_use = peak > in_use ? peak : in_use;
+}
+
+int kvp_pool_stats(kvp_pool *p, kvp_stats *out)
+{
+	if (!p || !out)
+		return KVP_EINVAL;
+	kvp_stats_sum(p, out);
+	return KVP_OK;
+}
+
+void kvp_history_record(struct kvp_pool *p)
+{
+	kvp_stats snap;
+	if (!p->history_len)
+		return;
+	kvp_stats_sum(p, &snap);
+	pthread_mutex_lock(&p->hist_lock);
+	p->hist[(p->hist_head + p->hist_n) % p->history_len] = snap;
+	if (p->hist_n < p->history_len)
+		p->hist_n++;
+	else
+		p->hist_head = (p->hist_head + 1) % p->history_len;
+	pthread_mutex_unlock(&p->hist_lock);
+}
+
+void kvp_history_tick(struct kvp_pool *p, struct kvp_tslot *s)
+{
+	/* relaxed: a once-flag; the record itself is under hist_lock. */
+	if (!atomic_load_explicit(&p->hist_started, memory_order_relaxed) &&
+	    !atomic_exchange_explicit(&p->hist_started, 1, memory_order_relaxed)) {
+		kvp_history_record(p);
+		return;
+	}
+	if (++s->calls % KVP_HISTORY_EVERY == 0)
+		kvp_history_record(p);
+}
+
+size_t kvp_pool_history(kvp_pool *p, kvp_stats *out, size_t cap)
+{
+	if (!p || (!out && cap))
+		return 0;
+	pthread_mutex_lock(&p->hist_lock);
+	size_t n = p->hist_n < cap ? p->hist_n : cap;
+	/* The newest n, oldest first. */
+	size_t skip = p->hist_n - n;
+	for (size_t i = 0; i < n; i++)
+		out[i] = p->hist[(p->hist_head + skip + i) % p->history_len];
+	pthread_mutex_unlock(&p->hist_lock);
+	return n;
+}

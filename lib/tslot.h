@@ -1,0 +1,105 @@
+/*
+ * lib/tslot.h - per-thread pool state: magazines of free blocks and stats.
+ *
+ * Each thread that calls a pool gets one slot for that pool: a magazine of
+ * up to thread_cache free block ids per stream, and its statistics
+ * counters.  Slots sit on a lock-free, add-only list owned by the pool;
+ * a slot is never freed before the pool, and a slot given up by an exiting
+ * thread is reused by the next new thread.
+ *
+ * Magazine protocol (state word, one per magazine):
+ *
+ *   IDLE --owner enters a call (CAS)--> BUSY --owner leaves (store)--> IDLE
+ *   IDLE --starving thread claims (CAS)--> CLAIMED --it is drained--> IDLE
+ *
+ * Whoever holds the magazine (BUSY or CLAIMED) alone touches its ids and
+ * count.  A thread short of blocks raises the stream's 'starving' count,
+ * then claims and drains every magazine, waiting for BUSY ones (their
+ * owners are inside a pool call, a bounded window).  An owner that enters
+ * while the stream is starving leaves its magazine alone and goes straight
+ * to the global stack.  The enter CAS, the starving store and the load of
+ * it are seq_cst, so either the owner sees the flag or the drainer sees
+ * the owner's magazine after the owner is done with it: after one pass,
+ * every free block of the stream is on the global stack (or in transit in a
+ * call that is about to push it).
+ *
+ * Statistics counters have one writer, the slot's thread, which stores
+ * load+delta with relaxed order (no locked instruction); readers sum them
+ * with relaxed loads.  Relaxed suffices: each counter is exact on its own,
+ * and no other memory is published through them.
+ */
+#ifndef KVPOOL_LIB_TSLOT_H
+#define KVPOOL_LIB_TSLOT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define KVP_MAG_IDLE 0u
+#define KVP_MAG_BUSY 1u
+#define KVP_MAG_CLAIMED 2u
+
+struct kvp_mag {
+	_Atomic uint32_t state;
+	_Atomic uint32_t count; /* written by the holder; read racily by kvp_n_free */
+	uint32_t *ids;          /* ids[count-1] is the most recently freed */
+};
+
+enum kvp_ctr {
+	KVP_C_ALLOCS,
+	KVP_C_FREES,
+	KVP_C_REUSED,
+	KVP_C_EXHAUSTED,
+	KVP_C_GROWN,
+	KVP_C_RETIRED,
+	KVP_C_STALE,
+	KVP_C_NOT_FULL, /* signed delta, two's complement */
+	KVP_N_CTR
+};
+
+struct kvp_tslot {
+	struct kvp_tslot *next; /* immutable once on the list */
+	_Atomic int taken;      /* 1 while a live thread owns the slot */
+	struct kvp_mag mag[2];
+	_Atomic uint64_t ctr[KVP_N_CTR];
+	int64_t delta_in_use;   /* owner only: blocks not yet added to pool->in_use */
+	uint32_t calls;         /* owner only: mutating calls, for history cadence */
+	uint32_t ids[] __attribute__((aligned(64)));
+} __attribute__((aligned(64)));
+
+struct kvp_pool;
+
+/* Add @d to counter @c of @s; only the slot's thread may call it. */
+static inline void kvp_ctr_add(struct kvp_tslot *s, enum kvp_ctr c, uint64_t d)
+{
+	uint64_t v = atomic_load_explicit(&s->ctr[c], memory_order_relaxed);
+	atomic_store_explicit(&s->ctr[c], v + d, memory_order_relaxed);
+}
+
+/**
+ * kvp_tslot_get - the calling thread's slot for @pool
+ *
+ * Finds it in thread-local storage, or takes a free slot from the pool's
+ * list, or allocates one.  If memory runs out, returns the pool's shared
+ * fallback slot with its mutex held (the caller must kvp_tslot_put it).
+ * Never returns NULL.
+ */
+struct kvp_tslot *kvp_tslot_get(struct kvp_pool *pool);
+
+/** kvp_tslot_put - end of a call: releases the fallback slot's mutex if it was taken */
+void kvp_tslot_put(struct kvp_pool *pool, struct kvp_tslot *s);
+
+/** kvp_tslot_is_fallback - whether @s is the pool's shared fallback slot */
+bool kvp_tslot_is_fallback(const struct kvp_pool *pool, const struct kvp_tslot *s);
+
+/**
+ * kvp_tslot_alloc - a zeroed slot with magazines of @cap ids per stream
+ * (used for the fallback slot at pool creation too).  NULL on no memory.
+ */
+struct kvp_tslot *kvp_tslot_alloc(uint32_t cap);
+
+/** kvp_registry_add / kvp_registry_remove - the live-pool registry (thread exit vs destroy) */
+void kvp_registry_add(struct kvp_pool *pool);
+void kvp_registry_remove(struct kvp_pool *pool);
+
+#endif /* KVPOOL_LIB_TSLOT_H */
