@@ -17,6 +17,7 @@ pkg-config              # kvpool.pc users and the install test
 clang                   # the compiler of every Bazel config
 libclang-rt-14-dev      # ASan/UBSan/TSan runtimes for clang 14
 llvm                    # llvm-symbolizer: symbolised sanitizer reports
+lld                     # the linker of --config=asan (.bazelrc)
 clang-format            # .clang-format style
 liburcu-dev             # RCU: segment directory, owner table (liburcu 0.13)
 libck-dev               # ConcurrencyKit 0.7.1: ck_epoch reclamation
