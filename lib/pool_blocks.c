@@ -163,6 +163,8 @@ static int get_blocks_starving(struct kvp_pool *p, struct kvp_tslot *s, int si, 
 		kvp_rcu_read_unlock();
 		pthread_mutex_lock(&p->grow_lock);
 		rc = grow_take(p, s, si, ids, k);
+		if (rc == KVP_OK)
+			kvp_history_record(p);
 		pthread_mutex_unlock(&p->grow_lock);
 		kvp_rcu_read_lock();
 	}

@@ -1,0 +1,693 @@
+/*
+ * tests/pool_api_test.c - one test per documented behaviour and error code
+ * of kvpool/pool.h and kvpool/stats.h, single-threaded.
+ */
+#include <kvpool/kvpool.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "lib/sysmem.h"
+#include "tests/testutil.h"
+
+static kvp_pool *mkpool(uint32_t bs, uint32_t n, bool sep, bool grow, uint32_t max, uint32_t tc)
+{
+	kvp_pool_config c;
+	kvp_pool *p = NULL;
+	kvp_pool_config_init(&c);
+	c.block_size = bs;
+	c.n_blocks = n;
+	c.separate_kv = sep;
+	c.grow_on_exhaustion = grow;
+	c.max_blocks = max;
+	c.thread_cache = tc;
+	CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
+	CHECK(p != NULL);
+	return p;
+}
+
+static kvp_stats stats_of(kvp_pool *p)
+{
+	kvp_stats s;
+	CHECK_EQ(kvp_pool_stats(p, &s), KVP_OK);
+	return s;
+}
+
+static void test_strerror_and_formats(void)
+{
+	int codes[] = {KVP_OK,	   KVP_EINVAL, KVP_EEXHAUSTED, KVP_EOWNER,
+		       KVP_ENOMEM, KVP_ERANGE, KVP_ENOENT};
+	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+		CHECK(kvp_strerror(codes[i]) != NULL);
+		CHECK(strcmp(kvp_strerror(codes[i]), "unknown status") != 0);
+		for (size_t j = 0; j < i; j++)
+			CHECK(strcmp(kvp_strerror(codes[i]), kvp_strerror(codes[j])) != 0);
+	}
+	CHECK(strcmp(kvp_strerror(12345), "unknown status") == 0);
+	const char *names[] = {"fp32", "fp16", "bf16", "int8", "int4", "int2", "int1"};
+	for (int f = 0; f < KVP_N_FORMATS; f++) {
+		kvp_format out = KVP_FP32;
+		CHECK(strcmp(kvp_format_name((kvp_format)f), names[f]) == 0);
+		CHECK_EQ(kvp_format_parse(names[f], &out), KVP_OK);
+		CHECK_EQ(out, f);
+	}
+	kvp_format keep = KVP_INT8;
+	CHECK(kvp_format_name((kvp_format)99) == NULL);
+	CHECK_EQ(kvp_format_parse("fp64", &keep), KVP_EINVAL);
+	CHECK_EQ(keep, KVP_INT8);
+	CHECK_EQ(kvp_format_parse(NULL, &keep), KVP_EINVAL);
+	CHECK_EQ(kvp_format_parse("fp16", NULL), KVP_EINVAL);
+}
+
+static void test_config_defaults_and_errors(void)
+{
+	kvp_pool_config c;
+	kvp_pool *p = (kvp_pool *)0x1;
+	kvp_pool_config_init(&c);
+	CHECK_EQ(c.block_size, 16);
+	CHECK_EQ(c.n_blocks, 1024);
+	CHECK(c.separate_kv);
+	CHECK(!c.grow_on_exhaustion);
+	CHECK_EQ(c.max_blocks, 0);
+	CHECK_EQ(c.thread_cache, KVP_DEFAULT_THREAD_CACHE);
+	CHECK(c.thread_cache > 0);
+	CHECK_EQ(c.history_len, 256);
+	kvp_pool_config_init(NULL); /* no crash */
+
+	CHECK_EQ(kvp_pool_create(&c, NULL), KVP_EINVAL);
+	struct {
+		uint32_t bs, n, max, tc;
+		bool sep;
+	} bad[] = {
+	    {0, 64, 0, 8, true},         {16, 0, 0, 8, true},
+	    {16, 64, 32, 8, true},       {16, 1, 0, 8, true},
+	    {16, 64, 0, KVP_MAX_THREAD_CACHE + 1, true},
+	    {KVP_MAX_BLOCK_SIZE + 1, 64, 0, 8, true},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		kvp_pool_config_init(&c);
+		c.block_size = bad[i].bs;
+		c.n_blocks = bad[i].n;
+		c.max_blocks = bad[i].max;
+		c.thread_cache = bad[i].tc;
+		c.separate_kv = bad[i].sep;
+		p = (kvp_pool *)0x1;
+		CHECK_EQ(kvp_pool_create(&c, &p), KVP_EINVAL);
+		CHECK(p == NULL);
+	}
+	/* max_blocks equal to n_blocks and a 1-block shared pool are fine. */
+	kvp_pool_config_init(&c);
+	c.n_blocks = 1;
+	c.separate_kv = false;
+	c.max_blocks = 1;
+	CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
+	kvp_pool_destroy(p);
+	CHECK_EQ(kvp_pool_create(NULL, &p), KVP_OK); /* NULL config: defaults */
+	CHECK_EQ(kvp_n_free(p, KVP_K) + kvp_n_free(p, KVP_V), 1024);
+	kvp_pool_destroy(p);
+	kvp_pool_destroy(NULL);
+}
+
+/* API.md's example line. */
+static void test_seed_example_line(void)
+{
+	kvp_pool *p = mkpool(16, 64, true, false, 0, KVP_DEFAULT_THREAD_CACHE);
+	kvp_ref refs[8];
+	size_t n = 0;
+	char buf[256];
+	CHECK_EQ(kvp_allocate(p, KVP_K, 40, 1, KVP_FP16, refs, 8, &n), KVP_OK);
+	CHECK_EQ(n, 3);
+	kvp_stats s = stats_of(p);
+	int len = kvp_stats_format(&s, buf, sizeof(buf));
+	const char *want = "AllocationStats(in_use=3/64, allocations=3, frees=0, reused=0, "
+			   "exhausted=0, grown=0, retired=0, peak=3, fragmentation=0.016)";
+	CHECK(strcmp(buf, want) == 0);
+	CHECK_EQ(len, (int)strlen(want));
+	CHECK_EQ(kvp_stats_format(&s, buf, strlen(want)), KVP_ERANGE);
+	CHECK_EQ(buf[0], '\0');
+	CHECK_EQ(kvp_stats_format(&s, buf, strlen(want) + 1), (int)strlen(want));
+	CHECK_EQ(kvp_stats_format(NULL, buf, 10), KVP_EINVAL);
+	CHECK_EQ(kvp_stats_blocks_in_use(&s), 3);
+	CHECK(kvp_stats_fragmentation(&s) > 0.0156 && kvp_stats_fragmentation(&s) < 0.0157);
+	CHECK_EQ(kvp_stats_blocks_in_use(NULL), 0);
+	CHECK(kvp_stats_fragmentation(NULL) == 0.0);
+	kvp_pool_destroy(p);
+}
+
+static void test_split_and_layout(void)
+{
+	kvp_pool *p = mkpool(16, 5, true, false, 0, 4);
+	CHECK_EQ(kvp_n_free(p, KVP_K), 3); /* K takes the odd one */
+	CHECK_EQ(kvp_n_free(p, KVP_V), 2);
+	CHECK_EQ(kvp_n_free(p, KVP_KV), 0);
+	CHECK_EQ(kvp_n_free(NULL, KVP_K), 0);
+	CHECK_EQ(kvp_pool_block_size(p), 16);
+	CHECK(kvp_pool_separate_kv(p));
+	CHECK_EQ(kvp_pool_n_ids(p), 5);
+	/* Ids are unique across streams: K 0..2, V 3..4, lowest first. */
+	kvp_ref k[3], v[2];
+	size_t n;
+	CHECK_EQ(kvp_allocate(p, KVP_K, 48, 7, KVP_FP32, k, 3, &n), KVP_OK);
+	CHECK_EQ(kvp_allocate(p, KVP_V, 32, 7, KVP_FP32, v, 2, &n), KVP_OK);
+	CHECK_EQ(KVP_REF_ID(k[0]), 0);
+	CHECK_EQ(KVP_REF_ID(k[2]), 2);
+	CHECK_EQ(KVP_REF_ID(v[0]), 3);
+	CHECK_EQ(KVP_REF_ID(v[1]), 4);
+	kvp_block_info bi;
+	CHECK_EQ(kvp_block_get(p, v[1], &bi), KVP_OK);
+	CHECK_EQ(bi.stream, KVP_V);
+	/* Streams never borrow: K is empty, V too. */
+	CHECK_EQ(kvp_allocate(p, KVP_K, 1, 8, KVP_FP32, k, 3, &n), KVP_EEXHAUSTED);
+	CHECK_EQ(kvp_allocate(p, KVP_KV, 1, 8, KVP_FP32, k, 3, &n), KVP_EINVAL);
+	kvp_pool_destroy(p);
+
+	/* Without separate_kv one list backs every stream argument. */
+	p = mkpool(16, 4, false, false, 0, 4);
+	CHECK(!kvp_pool_separate_kv(p));
+	CHECK_EQ(kvp_n_free(p, KVP_K), 4);
+	CHECK_EQ(kvp_n_free(p, KVP_V), 4);
+	CHECK_EQ(kvp_n_free(p, KVP_KV), 4);
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16, 1, KVP_FP32, k, 3, &n), KVP_OK);
+	CHECK_EQ(kvp_allocate(p, KVP_V, 16, 1, KVP_FP32, k, 3, &n), KVP_OK);
+	CHECK_EQ(kvp_allocate(p, KVP_KV, 32, 1, KVP_FP32, k, 3, &n), KVP_OK);
+	CHECK_EQ(kvp_n_free(p, KVP_V), 0);
+	CHECK_EQ(kvp_block_get(p, k[0], &bi), KVP_OK);
+	CHECK_EQ(bi.stream, KVP_KV);
+	kvp_pool_destroy(p);
+}
+
+static void test_allocate_arguments(void)
+{
+	kvp_pool *p = mkpool(16, 8, true, false, 0, 4);
+	kvp_ref refs[8];
+	size_t n = 99;
+	CHECK_EQ(kvp_allocate(p, KVP_K, 0, 1, KVP_FP16, refs, 8, &n), KVP_EINVAL);
+	CHECK_EQ(n, 0);
+	CHECK_EQ(kvp_allocate(NULL, KVP_K, 1, 1, KVP_FP16, refs, 8, &n), KVP_EINVAL);
+	CHECK_EQ(kvp_allocate(p, KVP_K, 1, 1, KVP_FP16, NULL, 8, &n), KVP_EINVAL);
+	CHECK_EQ(kvp_allocate(p, KVP_K, 1, 1, KVP_FP16, refs, 8, NULL), KVP_EINVAL);
+	CHECK_EQ(kvp_allocate(p, (kvp_stream)7, 1, 1, KVP_FP16, refs, 8, &n), KVP_EINVAL);
+	CHECK_EQ(kvp_allocate(p, KVP_K, 1, 1, (kvp_format)9, refs, 8, &n), KVP_EINVAL);
+	/* A short refs array: KVP_ERANGE, the count needed, nothing handed out. */
+	CHECK_EQ(kvp_allocate(p, KVP_K, 33, 1, KVP_FP16, refs, 2, &n), KVP_ERANGE);
+	CHECK_EQ(n, 3);
+	CHECK_EQ(kvp_n_free(p, KVP_K), 4);
+	CHECK_EQ(kvp_blocks_for(p, 1, refs, 8, &n), KVP_ENOENT);
+	CHECK_EQ(stats_of(p).n_allocations, 0);
+	kvp_pool_destroy(p);
+}
+
+/* n_used: all full but the last; owner extension; allocation order. */
+static void test_fill_and_extension(void)
+{
+	kvp_pool *p = mkpool(16, 64, true, false, 0, 8);
+	kvp_ref a[4], b[4], all[8];
+	size_t na, nb, n;
+	CHECK_EQ(kvp_allocate(p, KVP_K, 40, 5, KVP_INT8, a, 4, &na), KVP_OK);
+	CHECK_EQ(kvp_allocate(p, KVP_V, 17, 5, KVP_INT4, b, 4, &nb), KVP_OK);
+	CHECK_EQ(na, 3);
+	CHECK_EQ(nb, 2);
+	uint32_t want_used[] = {16, 16, 8};
+	for (size_t i = 0; i < na; i++) {
+		kvp_block_info bi;
+		CHECK_EQ(kvp_block_get(p, a[i], &bi), KVP_OK);
+		CHECK_EQ(bi.id, KVP_REF_ID(a[i]));
+		CHECK_EQ(bi.n_used, want_used[i]);
+		CHECK_EQ(bi.format, KVP_INT8);
+		CHECK_EQ(bi.owner, 5);
+		CHECK(bi.in_use && bi.ever_allocated);
+		CHECK_EQ(bi.stream, KVP_K);
+	}
+	CHECK_EQ(kvp_blocks_for(p, 5, all, 8, &n), KVP_OK);
+	CHECK_EQ(n, 5);
+	for (int i = 0; i < 3; i++)
+		CHECK(all[i] == a[i]);
+	for (int i = 0; i < 2; i++)
+		CHECK(all[3 + i] == b[i]);
+	/* A short array: KVP_ERANGE with the count. */
+	CHECK_EQ(kvp_blocks_for(p, 5, all, 4, &n), KVP_ERANGE);
+	CHECK_EQ(n, 5);
+	CHECK_EQ(kvp_blocks_for(p, 5, NULL, 0, &n), KVP_ERANGE);
+	CHECK_EQ(kvp_blocks_for(p, 5, all, 8, NULL), KVP_EINVAL);
+	CHECK_EQ(kvp_blocks_for(NULL, 5, all, 8, &n), KVP_EINVAL);
+	/* Two not-full blocks: fragmentation 2/64. */
+	CHECK_EQ(stats_of(p).n_not_full, 2);
+	kvp_pool_destroy(p);
+}
+
+static void test_exhaustion_all_or_nothing(void)
+{
+	kvp_pool *p = mkpool(16, 8, true, false, 0, 4); /* 4 K, 4 V */
+	kvp_ref r[8];
+	size_t n;
+	CHECK_EQ(kvp_allocate(p, KVP_K, 48, 1, KVP_FP16, r, 8, &n), KVP_OK);
+	size_t before = kvp_n_free(p, KVP_K);
+	CHECK_EQ(before, 1);
+	CHECK_EQ(kvp_allocate(p, KVP_K, 17, 2, KVP_FP16, r, 8, &n), KVP_EEXHAUSTED);
+	CHECK_EQ(n, 0);
+	CHECK_EQ(kvp_n_free(p, KVP_K), before);
+	CHECK_EQ(kvp_blocks_for(p, 2, r, 8, &n), KVP_ENOENT); /* no owner left behind */
+	kvp_stats s = stats_of(p);
+	CHECK_EQ(s.n_exhausted, 1);
+	CHECK_EQ(s.n_allocations, 3);
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16, 2, KVP_FP16, r, 8, &n), KVP_OK);
+	kvp_pool_destroy(p);
+}
+
+static void test_growth(void)
+{
+	kvp_pool *p = mkpool(16, 4, true, true, 12, 4); /* 2 K, 2 V, cap 12 */
+	kvp_ref r[16];
+	size_t n;
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16 * 5, 1, KVP_FP16, r, 16, &n), KVP_OK);
+	kvp_stats s = stats_of(p);
+	CHECK_EQ(s.n_grown, 3); /* just the shortfall */
+	CHECK_EQ(s.n_blocks, 7);
+	CHECK_EQ(kvp_pool_n_ids(p), 7);
+	CHECK_EQ(kvp_n_free(p, KVP_K), 0);
+	CHECK_EQ(kvp_n_free(p, KVP_V), 2); /* V untouched */
+	for (size_t i = 0; i < n; i++) {
+		kvp_block_info bi;
+		CHECK_EQ(kvp_block_get(p, r[i], &bi), KVP_OK);
+		CHECK_EQ(bi.stream, KVP_K);
+		CHECK_EQ(bi.owner, 1);
+	}
+	/* 5 more would make 12: allowed; then the cap stops us, nothing changes. */
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16 * 5, 2, KVP_FP16, r, 16, &n), KVP_OK);
+	CHECK_EQ(stats_of(p).n_blocks, 12);
+	CHECK_EQ(kvp_allocate(p, KVP_V, 16 * 3, 3, KVP_FP16, r, 16, &n), KVP_EEXHAUSTED);
+	CHECK_EQ(kvp_n_free(p, KVP_V), 2);
+	CHECK_EQ(stats_of(p).n_blocks, 12);
+	CHECK_EQ(kvp_allocate(p, KVP_V, 16 * 2, 3, KVP_FP16, r, 16, &n), KVP_OK);
+	/* Many growths: the directory gets republished, blocks stay put. */
+	kvp_pool_destroy(p);
+	p = mkpool(4, 2, false, true, 0, 0);
+	kvp_ref first;
+	CHECK_EQ(kvp_allocate(p, KVP_KV, 4, 1, KVP_FP16, &first, 1, &n), KVP_OK);
+	for (int i = 0; i < 40; i++) {
+		kvp_ref big[2000];
+		CHECK_EQ(kvp_allocate(p, KVP_KV, 4 * 2000, 100 + i, KVP_FP16, big, 2000, &n),
+			 KVP_OK);
+	}
+	kvp_block_info bi;
+	CHECK_EQ(kvp_block_get(p, first, &bi), KVP_OK);
+	CHECK_EQ(bi.owner, 1);
+	CHECK_EQ(stats_of(p).n_blocks, 80001);
+	kvp_pool_destroy(p);
+}
+
+static void test_free_stale_and_enoent(void)
+{
+	kvp_pool *p = mkpool(16, 8, true, false, 0, 4);
+	kvp_ref r[4], r2[4];
+	size_t n;
+	CHECK_EQ(kvp_allocate(p, KVP_K, 32, 1, KVP_FP16, r, 4, &n), KVP_OK);
+	/* A ref whose id was never created: KVP_ENOENT and nothing freed. */
+	kvp_ref mixed[2] = {r[0], KVP_MAKE_REF(1000, 1)};
+	CHECK_EQ(kvp_free(p, mixed, 2), KVP_ENOENT);
+	CHECK_EQ(stats_of(p).n_frees, 0);
+	CHECK_EQ(kvp_free(p, NULL, 1), KVP_EINVAL);
+	CHECK_EQ(kvp_free(NULL, r, 1), KVP_EINVAL);
+	CHECK_EQ(kvp_free(p, NULL, 0), KVP_OK);
+	/* Free, then free again: idempotent, counted as stale. */
+	CHECK_EQ(kvp_free(p, r, 1), KVP_OK);
+	CHECK_EQ(kvp_free(p, r, 1), KVP_OK);
+	kvp_stats s = stats_of(p);
+	CHECK_EQ(s.n_frees, 1);
+	CHECK_EQ(s.n_stale_frees, 1);
+	/* The freed block goes to owner 2 (last freed, first reused)... */
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16, 2, KVP_FP16, r2, 4, &n), KVP_OK);
+	CHECK_EQ(KVP_REF_ID(r2[0]), KVP_REF_ID(r[0]));
+	CHECK(KVP_REF_GEN(r2[0]) != KVP_REF_GEN(r[0]));
+	/* ...and owner 1's stale ref can neither free nor change it. */
+	CHECK_EQ(kvp_free(p, r, 1), KVP_OK);
+	CHECK_EQ(kvp_block_set_used(p, r[0], 3), KVP_ENOENT);
+	kvp_block_info bi;
+	CHECK_EQ(kvp_block_get(p, r[0], &bi), KVP_ENOENT);
+	CHECK_EQ(kvp_block_get(p, r2[0], &bi), KVP_OK);
+	CHECK(bi.in_use);
+	CHECK_EQ(bi.owner, 2);
+	CHECK_EQ(bi.n_used, 16);
+	s = stats_of(p);
+	CHECK_EQ(s.n_stale_frees, 2);
+	CHECK_EQ(s.n_reused, 1); /* block 0 had been handed out before */
+	kvp_pool_destroy(p);
+}
+
+static void test_reuse_counts_and_lifo(void)
+{
+	kvp_pool *p = mkpool(16, 16, true, false, 0, 4);
+	kvp_ref a, b, c;
+	size_t n;
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16, 1, KVP_FP16, &a, 1, &n), KVP_OK);
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16, 1, KVP_FP16, &b, 1, &n), KVP_OK);
+	CHECK_EQ(kvp_free(p, &a, 1), KVP_OK);
+	CHECK_EQ(kvp_free(p, &b, 1), KVP_OK);
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16, 2, KVP_FP16, &c, 1, &n), KVP_OK);
+	CHECK_EQ(KVP_REF_ID(c), KVP_REF_ID(b)); /* last freed, first reused */
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16, 2, KVP_FP16, &c, 1, &n), KVP_OK);
+	CHECK_EQ(KVP_REF_ID(c), KVP_REF_ID(a));
+	kvp_stats s = stats_of(p);
+	CHECK_EQ(s.n_reused, 2);
+	CHECK_EQ(s.n_allocations, 4);
+	CHECK_EQ(s.peak_blocks_in_use, 2);
+	kvp_pool_destroy(p);
+}
+
+static void test_owners(void)
+{
+	kvp_pool *p = mkpool(16, 16, true, false, 0, 4);
+	kvp_ref r[4];
+	size_t n;
+	/* Any id is valid, 0 and UINT64_MAX included. */
+	CHECK_EQ(kvp_register_owner(p, 0), KVP_OK);
+	CHECK_EQ(kvp_register_owner(p, 0), KVP_EOWNER);
+	CHECK_EQ(kvp_register_owner(p, UINT64_MAX), KVP_OK);
+	CHECK_EQ(kvp_blocks_for(p, 0, r, 4, &n), KVP_OK);
+	CHECK_EQ(n, 0);
+	CHECK_EQ(kvp_release_owner(p, 0), KVP_OK);
+	CHECK_EQ(kvp_release_owner(p, 0), KVP_ENOENT);
+	CHECK_EQ(kvp_blocks_for(p, 0, r, 4, &n), KVP_ENOENT);
+	/* An owner holding blocks is active; release frees nothing. */
+	CHECK_EQ(kvp_allocate(p, KVP_K, 20, 9, KVP_FP16, r, 4, &n), KVP_OK);
+	CHECK_EQ(kvp_register_owner(p, 9), KVP_EOWNER);
+	CHECK_EQ(kvp_register_owner(p, UINT64_MAX), KVP_EOWNER);
+	CHECK_EQ(kvp_release_owner(p, 9), KVP_OK);
+	CHECK_EQ(kvp_blocks_for(p, 9, r, 4, &n), KVP_OK);
+	CHECK_EQ(n, 2);
+	CHECK_EQ(stats_of(p).n_frees, 0);
+	/* Freeing its last block by kvp_free ends an unregistered owner. */
+	CHECK_EQ(kvp_free(p, r, 2), KVP_OK);
+	CHECK_EQ(kvp_blocks_for(p, 9, r, 4, &n), KVP_ENOENT);
+	CHECK_EQ(kvp_register_owner(p, 9), KVP_OK);
+	/* A registered owner stays active when its blocks go by kvp_free... */
+	CHECK_EQ(kvp_allocate(p, KVP_V, 20, 9, KVP_FP16, r, 4, &n), KVP_OK);
+	CHECK_EQ(kvp_free(p, r, 2), KVP_OK);
+	CHECK_EQ(kvp_register_owner(p, 9), KVP_EOWNER);
+	/* ...and free_all releases it. */
+	CHECK_EQ(kvp_allocate(p, KVP_V, 20, 9, KVP_FP16, r, 4, &n), KVP_OK);
+	CHECK_EQ(kvp_free_all(p, 9), KVP_OK);
+	CHECK_EQ(kvp_free_all(p, 9), KVP_ENOENT);
+	CHECK_EQ(kvp_register_owner(p, 9), KVP_OK);
+	CHECK_EQ(kvp_free_all(p, 9), KVP_OK); /* an active owner with no blocks */
+	CHECK_EQ(kvp_free_all(NULL, 9), KVP_EINVAL);
+	CHECK_EQ(kvp_register_owner(NULL, 9), KVP_EINVAL);
+	CHECK_EQ(kvp_release_owner(NULL, 9), KVP_EINVAL);
+	kvp_stats s = stats_of(p);
+	CHECK_EQ(kvp_stats_blocks_in_use(&s), 0);
+	CHECK_EQ(kvp_n_free(p, KVP_K) + kvp_n_free(p, KVP_V), 16);
+	kvp_pool_destroy(p);
+}
+
+/* free_all returns both streams' blocks, and a repeat request gets its old ids. */
+static void test_free_all(void)
+{
+	kvp_pool *p = mkpool(16, 64, true, false, 0, 8);
+	kvp_ref k[4], v[4], k2[4];
+	size_t n;
+	CHECK_EQ(kvp_allocate(p, KVP_K, 50, 3, KVP_FP16, k, 4, &n), KVP_OK);
+	CHECK_EQ(kvp_allocate(p, KVP_V, 50, 3, KVP_FP16, v, 4, &n), KVP_OK);
+	CHECK_EQ(kvp_free_all(p, 3), KVP_OK);
+	CHECK_EQ(kvp_n_free(p, KVP_K), 32);
+	CHECK_EQ(kvp_n_free(p, KVP_V), 32);
+	kvp_stats s = stats_of(p);
+	CHECK_EQ(s.n_frees, 8);
+	CHECK_EQ(s.n_not_full, 0);
+	for (int i = 0; i < 4; i++) {
+		kvp_block_info bi;
+		CHECK_EQ(kvp_block_get(p, k[i], &bi), KVP_OK); /* generation still current */
+		CHECK(!bi.in_use);
+		CHECK(bi.ever_allocated);
+		CHECK_EQ(bi.n_used, 0);
+	}
+	CHECK_EQ(kvp_allocate(p, KVP_K, 50, 4, KVP_FP16, k2, 4, &n), KVP_OK);
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(KVP_REF_ID(k2[i]), KVP_REF_ID(k[i]));
+	kvp_pool_destroy(p);
+}
+
+static void test_block_get_set_used(void)
+{
+	kvp_pool *p = mkpool(16, 8, true, false, 0, 4);
+	kvp_ref r = 0;
+	size_t n;
+	kvp_block_info bi;
+	/* A never-allocated block answers to generation 0. */
+	CHECK_EQ(kvp_block_get(p, KVP_MAKE_REF(5, 0), &bi), KVP_OK);
+	CHECK(!bi.ever_allocated && !bi.in_use);
+	CHECK_EQ(bi.stream, KVP_V);
+	CHECK_EQ(kvp_block_get(p, KVP_MAKE_REF(5, 1), &bi), KVP_ENOENT);
+	CHECK_EQ(kvp_block_get(p, KVP_MAKE_REF(8, 0), &bi), KVP_ENOENT);
+	CHECK_EQ(kvp_block_get(p, r, NULL), KVP_EINVAL);
+	CHECK_EQ(kvp_block_get(NULL, r, &bi), KVP_EINVAL);
+
+	CHECK_EQ(kvp_allocate(p, KVP_K, 5, 1, KVP_BF16, &r, 1, &n), KVP_OK);
+	CHECK_EQ(stats_of(p).n_not_full, 1);
+	CHECK_EQ(kvp_block_set_used(p, r, 17), KVP_ERANGE);
+	CHECK_EQ(kvp_block_set_used(p, r, 16), KVP_OK);
+	CHECK_EQ(stats_of(p).n_not_full, 0);
+	CHECK_EQ(kvp_block_get(p, r, &bi), KVP_OK);
+	CHECK_EQ(bi.n_used, 16);
+	CHECK_EQ(bi.format, KVP_BF16);
+	CHECK_EQ(kvp_block_set_used(p, r, 0), KVP_OK);
+	CHECK_EQ(stats_of(p).n_not_full, 1);
+	CHECK_EQ(kvp_block_set_used(p, KVP_MAKE_REF(999, 1), 1), KVP_ENOENT);
+	CHECK_EQ(kvp_block_set_used(NULL, r, 1), KVP_EINVAL);
+	CHECK_EQ(kvp_free(p, &r, 1), KVP_OK);
+	CHECK_EQ(stats_of(p).n_not_full, 0);
+	CHECK_EQ(kvp_block_set_used(p, r, 1), KVP_ENOENT); /* free: not in use */
+	kvp_pool_destroy(p);
+}
+
+static uint32_t hook_ids[64];
+static int hook_n;
+static void hook(void *arg, uint32_t id)
+{
+	CHECK_EQ(*(int *)arg, 42);
+	hook_ids[hook_n++] = id;
+}
+
+static void test_shrink(void)
+{
+	kvp_pool *p = mkpool(16, 32, true, false, 0, 4); /* 16 K */
+	int tag = 42;
+	kvp_ref r[8];
+	size_t n;
+	uint32_t retired = 99;
+	hook_n = 0;
+	CHECK_EQ(kvp_pool_add_retire_hook(p, hook, &tag), KVP_OK);
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16 * 4, 1, KVP_FP16, r, 8, &n), KVP_OK);
+	CHECK_EQ(kvp_free(p, r, 1), KVP_OK); /* into this thread's cache */
+	CHECK_EQ(kvp_shrink(p, KVP_K, 5, &retired), KVP_OK);
+	CHECK_EQ(retired, 8); /* 13 free -> 5 */
+	CHECK_EQ(hook_n, 8);
+	CHECK_EQ(kvp_n_free(p, KVP_K), 5);
+	CHECK_EQ(kvp_n_free(p, KVP_V), 16);
+	kvp_stats s = stats_of(p);
+	CHECK_EQ(s.n_retired, 8);
+	CHECK_EQ(s.n_blocks, 24);
+	/* In-use blocks untouched; retired ones are gone for block_get. */
+	for (int i = 1; i < 4; i++) {
+		kvp_block_info bi;
+		CHECK_EQ(kvp_block_get(p, r[i], &bi), KVP_OK);
+		CHECK(bi.in_use);
+	}
+	for (int i = 0; i < hook_n; i++) {
+		kvp_block_info bi;
+		CHECK_EQ(kvp_block_get(p, KVP_MAKE_REF(hook_ids[i], 0), &bi), KVP_ENOENT);
+		CHECK_EQ(kvp_block_get(p, KVP_MAKE_REF(hook_ids[i], 1), &bi), KVP_ENOENT);
+		CHECK(hook_ids[i] < 16); /* a K block */
+	}
+	/* Shrinking below what is free retires nothing; target above too. */
+	CHECK_EQ(kvp_shrink(p, KVP_K, 5, &retired), KVP_OK);
+	CHECK_EQ(retired, 0);
+	CHECK_EQ(kvp_shrink(p, KVP_K, 100, NULL), KVP_OK);
+	CHECK_EQ(kvp_shrink(p, KVP_KV, 0, &retired), KVP_EINVAL);
+	CHECK_EQ(kvp_shrink(NULL, KVP_K, 0, &retired), KVP_EINVAL);
+	/* Everything free can go; allocation then reports exhaustion. */
+	CHECK_EQ(kvp_shrink(p, KVP_K, 0, &retired), KVP_OK);
+	CHECK_EQ(retired, 5);
+	CHECK_EQ(kvp_allocate(p, KVP_K, 1, 2, KVP_FP16, r + 4, 4, &n), KVP_EEXHAUSTED);
+	/* Frees of blocks in use still work, and they can be reused. */
+	CHECK_EQ(kvp_free_all(p, 1), KVP_OK);
+	CHECK_EQ(kvp_n_free(p, KVP_K), 3);
+	s = stats_of(p);
+	CHECK_EQ(s.n_blocks, 19);
+	CHECK_EQ(kvp_stats_blocks_in_use(&s) + kvp_n_free(p, KVP_K) + kvp_n_free(p, KVP_V),
+		 s.n_blocks);
+	CHECK_EQ(kvp_pool_remove_retire_hook(p, hook, &tag), KVP_OK);
+	CHECK_EQ(kvp_pool_remove_retire_hook(p, hook, &tag), KVP_ENOENT);
+	CHECK_EQ(kvp_pool_add_retire_hook(p, NULL, &tag), KVP_EINVAL);
+	for (int i = 0; i < KVP_MAX_RETIRE_HOOKS; i++)
+		CHECK_EQ(kvp_pool_add_retire_hook(p, hook, &tag), KVP_OK);
+	CHECK_EQ(kvp_pool_add_retire_hook(p, hook, &tag), KVP_ERANGE);
+	kvp_pool_destroy(p);
+}
+
+static void test_history(void)
+{
+	kvp_pool_config c;
+	kvp_pool *p;
+	kvp_stats h[8];
+	kvp_ref r[64];
+	size_t n;
+	kvp_pool_config_init(&c);
+	c.n_blocks = 8;
+	c.history_len = 4;
+	c.grow_on_exhaustion = true;
+	CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
+	CHECK_EQ(kvp_pool_history(p, h, 8), 0);
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16, 1, KVP_FP16, r, 64, &n), KVP_OK); /* first call */
+	CHECK_EQ(kvp_pool_history(p, h, 8), 1);
+	CHECK_EQ(h[0].n_allocations, 1);
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16 * 10, 1, KVP_FP16, r, 64, &n), KVP_OK); /* grows */
+	CHECK_EQ(kvp_pool_history(p, h, 8), 2);
+	CHECK_EQ(h[1].n_grown, 7);
+	CHECK_EQ(kvp_shrink(p, KVP_V, 0, NULL), KVP_OK);
+	CHECK_EQ(kvp_pool_history(p, h, 8), 3);
+	CHECK_EQ(h[2].n_retired, 4);
+	kvp_pool_destroy(p);
+
+	c.grow_on_exhaustion = false;
+	CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
+	for (int i = 0; i < 6; i++)
+		CHECK_EQ(kvp_allocate(p, KVP_K, 16 * 5, 1, KVP_FP16, r, 64, &n), KVP_EEXHAUSTED);
+	/* The ring keeps the newest history_len, oldest first. */
+	CHECK_EQ(kvp_pool_history(p, h, 8), 4);
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(h[i].n_exhausted, (uint64_t)(3 + i));
+	CHECK_EQ(kvp_pool_history(p, h, 2), 2);
+	CHECK_EQ(h[0].n_exhausted, 5);
+	CHECK_EQ(h[1].n_exhausted, 6);
+	CHECK_EQ(kvp_pool_history(p, NULL, 0), 0);
+	CHECK_EQ(kvp_pool_history(NULL, h, 8), 0);
+	kvp_pool_destroy(p);
+}
+
+static void test_prometheus(void)
+{
+	kvp_pool *p = mkpool(16, 64, true, false, 0, 4);
+	kvp_ref r[4];
+	size_t n, len = 0, len2 = 0;
+	char buf[4096];
+	CHECK_EQ(kvp_allocate(p, KVP_K, 40, 1, KVP_FP16, r, 4, &n), KVP_OK);
+	kvp_stats s = stats_of(p);
+	CHECK_EQ(kvp_stats_to_prometheus(&s, NULL, buf, sizeof(buf), &len), KVP_OK);
+	CHECK_EQ(strlen(buf), len);
+	const char *must[] = {
+	    "# TYPE kvpool_block_pool_blocks_in_use gauge\nkvpool_block_pool_blocks_in_use 3\n",
+	    "# TYPE kvpool_block_pool_blocks_managed gauge\nkvpool_block_pool_blocks_managed 64\n",
+	    "# TYPE kvpool_block_pool_fragmentation gauge\n",
+	    "# TYPE kvpool_block_pool_peak_blocks_in_use gauge\n",
+	    ("# TYPE kvpool_block_pool_allocations_total counter\n"
+	     "kvpool_block_pool_allocations_total 3\n"),
+	    "# TYPE kvpool_block_pool_frees_total counter\n",
+	    "# TYPE kvpool_block_pool_reused_total counter\n",
+	    "# TYPE kvpool_block_pool_exhausted_total counter\n",
+	    "# TYPE kvpool_block_pool_grown_total counter\n",
+	    "# TYPE kvpool_block_pool_retired_total counter\n",
+	    "# TYPE kvpool_block_pool_stale_frees_total counter\n",
+	    "# HELP kvpool_block_pool_blocks_in_use ",
+	};
+	for (size_t i = 0; i < sizeof(must) / sizeof(must[0]); i++)
+		CHECK(strstr(buf, must[i]) != NULL);
+	CHECK_EQ(buf[len - 1], '\n');
+	/* Short buffer: KVP_ERANGE and the length needed; a NULL buffer asks. */
+	CHECK_EQ(kvp_stats_to_prometheus(&s, NULL, buf, len, &len2), KVP_ERANGE);
+	CHECK_EQ(len2, len);
+	CHECK_EQ(kvp_stats_to_prometheus(&s, NULL, NULL, 0, &len2), KVP_ERANGE);
+	CHECK_EQ(len2, len);
+	CHECK_EQ(kvp_stats_to_prometheus(&s, "my_app:kv", buf, sizeof(buf), &len), KVP_OK);
+	CHECK(strstr(buf, "my_app:kv_allocations_total 3\n") != NULL);
+	CHECK_EQ(kvp_stats_to_prometheus(&s, "9bad", buf, sizeof(buf), &len), KVP_EINVAL);
+	CHECK_EQ(kvp_stats_to_prometheus(&s, "has space", buf, sizeof(buf), &len), KVP_EINVAL);
+	CHECK_EQ(kvp_stats_to_prometheus(&s, "", buf, sizeof(buf), &len), KVP_EINVAL);
+	CHECK_EQ(kvp_stats_to_prometheus(NULL, NULL, buf, sizeof(buf), &len), KVP_EINVAL);
+	CHECK_EQ(kvp_stats_to_prometheus(&s, NULL, buf, sizeof(buf), NULL), KVP_EINVAL);
+
+	/* promtool accepts it (package prometheus). */
+	CHECK_EQ(kvp_stats_to_prometheus(&s, NULL, buf, sizeof(buf), &len), KVP_OK);
+	FILE *f = popen("promtool check metrics >/dev/null 2>&1", "w");
+	CHECK(f != NULL);
+	fwrite(buf, 1, len, f);
+	int st = pclose(f);
+	CHECK_EQ(st, 0);
+	CHECK_EQ(kvp_pool_stats(NULL, &s), KVP_EINVAL);
+	CHECK_EQ(kvp_pool_stats(p, NULL), KVP_EINVAL);
+	kvp_pool_destroy(p);
+}
+
+static void test_thread_cache_zero(void)
+{
+	kvp_pool *p = mkpool(8, 10, true, false, 0, 0);
+	kvp_ref r[8];
+	size_t n;
+	for (int round = 0; round < 3; round++) {
+		CHECK_EQ(kvp_allocate(p, KVP_V, 40, 1, KVP_FP16, r, 8, &n), KVP_OK);
+		CHECK_EQ(kvp_n_free(p, KVP_V), 0);
+		CHECK_EQ(kvp_free(p, r, n), KVP_OK);
+		CHECK_EQ(kvp_n_free(p, KVP_V), 5);
+	}
+	kvp_pool_destroy(p);
+}
+
+/* Out of memory: every failing call reports KVP_ENOMEM and changes nothing. */
+static void test_out_of_memory(void)
+{
+	kvp_pool_config c;
+	kvp_pool *p = (kvp_pool *)0x1;
+	kvp_pool_config_init(&c);
+	for (long skip = 0; skip < 12; skip++) {
+		kvp_fault_inject(skip, 1);
+		int rc = kvp_pool_create(&c, &p);
+		kvp_fault_inject(0, 0);
+		if (rc == KVP_OK) {
+			kvp_pool_destroy(p);
+		} else {
+			CHECK_EQ(rc, KVP_ENOMEM);
+			CHECK(p == NULL);
+		}
+	}
+	/* Growth that cannot get memory: KVP_ENOMEM, nothing handed out. */
+	c.n_blocks = 4;
+	c.grow_on_exhaustion = true;
+	c.thread_cache = 0;
+	CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
+	kvp_ref r[4096];
+	size_t n;
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16, 1, KVP_FP16, r, 1, &n), KVP_OK); /* slot made */
+	kvp_fault_inject(0, -1);
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16 * 3000, 2, KVP_FP16, r, 4096, &n), KVP_ENOMEM);
+	/* A new owner's record cannot be made either. */
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16, 3, KVP_FP16, r, 4096, &n), KVP_ENOMEM);
+	kvp_fault_inject(0, 0);
+	CHECK_EQ(kvp_n_free(p, KVP_K), 1);
+	kvp_stats s = stats_of(p);
+	CHECK_EQ(s.n_blocks, 4);
+	CHECK_EQ(kvp_stats_blocks_in_use(&s), 1);
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16 * 3000, 2, KVP_FP16, r, 4096, &n), KVP_OK);
+	kvp_pool_destroy(p);
+}
+
+int main(void)
+{
+	RUN(test_strerror_and_formats);
+	RUN(test_config_defaults_and_errors);
+	RUN(test_seed_example_line);
+	RUN(test_split_and_layout);
+	RUN(test_allocate_arguments);
+	RUN(test_fill_and_extension);
+	RUN(test_exhaustion_all_or_nothing);
+	RUN(test_growth);
+	RUN(test_free_stale_and_enoent);
+	RUN(test_reuse_counts_and_lifo);
+	RUN(test_owners);
+	RUN(test_free_all);
+	RUN(test_block_get_set_used);
+	RUN(test_shrink);
+	RUN(test_history);
+	RUN(test_prometheus);
+	RUN(test_thread_cache_zero);
+	RUN(test_out_of_memory);
+	return 0;
+}
