@@ -5,11 +5,14 @@
 # build a program the way a server's Makefile would and run it:
 #   1. cc app.c $(pkg-config --cflags --libs kvpool)    -> libkvpool.so, found by rpath
 #   2. cc app.c ... DIR/lib/libkvpool.a $(pkg-config --static --libs ...) -> static
-# Each must print EXPECTED.  $1 is the Bazel config: none, asan or tsan (the
-# program is then built with clang and the same -fsanitize flags as the library).
+# Each must print EXPECTED: the seed's line (API.md) after allocating 40 tokens
+# of stream K on a 64-block pool of 16-token blocks, then the line after
+# kvp_free_all.  $1 is the Bazel config: none, asan or tsan (the program is
+# then built with clang and the same -fsanitize flags as the library).
 set -euo pipefail
 
-EXPECTED='kvpool 0.1.0: block pool exhausted, bf16'
+EXPECTED='AllocationStats(in_use=3/64, allocations=3, frees=0, reused=0, exhausted=0, grown=0, retired=0, peak=3, fragmentation=0.016)
+AllocationStats(in_use=0/64, allocations=3, frees=3, reused=0, exhausted=0, grown=0, retired=0, peak=3, fragmentation=0.000)'
 
 san=${1:-none}
 R="$TEST_SRCDIR/$TEST_WORKSPACE"
@@ -50,7 +53,7 @@ cd "$work"
 readelf -d app | grep -q 'NEEDED.*\[libkvpool\.so\]' || fail "app does not use libkvpool.so"
 out=$(env -u LD_LIBRARY_PATH ./app) || fail "app exited with $?"
 [ "$out" = "$EXPECTED" ] || fail "shared app printed '$out', expected '$EXPECTED'"
-echo "ok shared: $out"
+echo "ok shared:"; echo "$out"
 
 # 2. Static: the archive plus the private dependencies the .pc declares.
 static_libs=$(pkg-config --static --libs-only-l kvpool | sed 's/-lkvpool//')
@@ -63,4 +66,4 @@ if readelf -d app_static | grep -q 'NEEDED.*libkvpool'; then
 fi
 out=$(./app_static) || fail "app_static exited with $?"
 [ "$out" = "$EXPECTED" ] || fail "static app printed '$out', expected '$EXPECTED'"
-echo "ok static: $out"
+echo "ok static:"; echo "$out"
