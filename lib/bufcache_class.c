@@ -100,8 +100,8 @@ long bc_bitmap_find(struct bc_bitmap *b, size_t from)
 {
 	while (from < BC_EXACT_UNITS) {
 		size_t g = from >> BC_GROUP_BITS;
-		uint64_t m = from_bit(atomic_load_explicit(&b->l2[g], memory_order_seq_cst),
-				      from & 63);
+		uint64_t m =
+		    from_bit(atomic_load_explicit(&b->l2[g], memory_order_seq_cst), from & 63);
 		if (m)
 			return (long)((g << BC_GROUP_BITS) + (size_t)__builtin_ctzll(m));
 		/* Next non-empty group after g: first in l1[g >> 6], then via l0. */
@@ -109,8 +109,8 @@ long bc_bitmap_find(struct bc_bitmap *b, size_t from)
 		if (g >= BC_N_GROUPS)
 			return -1;
 		m = (g & 63) ? from_bit(atomic_load_explicit(&b->l1[g >> 6], memory_order_seq_cst),
-					g & 63)
-			     : 0;
+		                        g & 63)
+		             : 0;
 		if (m) {
 			g = (g & ~(size_t)63) + (size_t)__builtin_ctzll(m);
 		} else {

@@ -40,12 +40,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BC_UNIT_SHIFT 8 /* log2(KVP_BUF_ALIGN) */
-#define BC_EXACT_BITS 18
+#include <kvpool/bufcache.h>
+
+#define BC_UNIT_SHIFT  8 /* log2(KVP_BUF_ALIGN) */
+#define BC_EXACT_BITS  18
 #define BC_EXACT_UNITS ((size_t)1 << BC_EXACT_BITS) /* 262144 units = 64 MiB */
-#define BC_GROUP_BITS 6                             /* 64 classes per group / bitmap word */
-#define BC_GROUP_SIZE (1u << BC_GROUP_BITS)
-#define BC_N_GROUPS (BC_EXACT_UNITS >> BC_GROUP_BITS) /* 4096 */
+#define BC_GROUP_BITS  6                            /* 64 classes per group / bitmap word */
+#define BC_GROUP_SIZE  (1u << BC_GROUP_BITS)
+#define BC_N_GROUPS    (BC_EXACT_UNITS >> BC_GROUP_BITS) /* 4096 */
+
+_Static_assert((BC_EXACT_UNITS << BC_UNIT_SHIFT) == KVP_BUF_LOCKFREE_MAX, "tier boundary");
 
 /* bc_units_for_request - smallest unit count whose capacity is >= @requested (>= 1) */
 static inline size_t bc_units_for_request(size_t requested)
@@ -61,9 +65,9 @@ static inline unsigned bc_floor_log2(uint64_t v)
 }
 
 struct bc_bitmap {
-	_Atomic uint64_t l0;                         /* bit i: l1[i] != 0 */
-	_Atomic uint64_t l1[BC_N_GROUPS >> 6];       /* bit j of l1[i]: l2[i*64+j] != 0 */
-	_Atomic uint64_t *l2;                        /* BC_N_GROUPS words, one per group */
+	_Atomic uint64_t l0;                   /* bit i: l1[i] != 0 */
+	_Atomic uint64_t l1[BC_N_GROUPS >> 6]; /* bit j of l1[i]: l2[i*64+j] != 0 */
+	_Atomic uint64_t *l2;                  /* BC_N_GROUPS words, one per group */
 };
 
 /* bc_bitmap_init - all bits clear; returns 0 or -1 when the system allocator fails */

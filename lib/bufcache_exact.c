@@ -42,8 +42,8 @@ static int take_nodes(struct bc_nodes *n, uint32_t *out, unsigned cnt)
 {
 	for (unsigned i = 0; i < cnt; i++) {
 		out[i] = bc_nodes_pop(n);
-		if (out[i] == BC_NIL &&
-		    (bc_nodes_grow(n, bc_nodes_total(n) + cnt) || (out[i] = bc_nodes_pop(n)) == BC_NIL)) {
+		if (out[i] == BC_NIL && (bc_nodes_grow(n, bc_nodes_total(n) + cnt) ||
+		                         (out[i] = bc_nodes_pop(n)) == BC_NIL)) {
 			while (i--)
 				bc_nodes_push(n, out[i]);
 			return -1;
@@ -86,7 +86,7 @@ out:
 static inline struct bc_queue *queue_of(struct bc_exact *ex, size_t cls)
 {
 	struct bc_group *grp =
-		atomic_load_explicit(&ex->dir[cls >> BC_GROUP_BITS], memory_order_acquire);
+	    atomic_load_explicit(&ex->dir[cls >> BC_GROUP_BITS], memory_order_acquire);
 	return &grp->q[cls & (BC_GROUP_SIZE - 1)];
 }
 

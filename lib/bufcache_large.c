@@ -5,7 +5,7 @@
  * equal capacities stay in caching order; a lookup walks from the head to
  * the first capacity that fits.  Both walks are bounded by the list length,
  * itself bounded by the budget (see the header).  The node freed by a take
- * goes back to the slab only after it is unlinked, under the lock.
+ * goes back to the slab only after it is unlinked.
  */
 #include "lib/bufcache_large.h"
 
@@ -85,11 +85,12 @@ static void unlink_node(struct bc_large *lg, struct bc_nodes *n, unsigned k, uin
 }
 
 int bc_large_take(struct bc_large *lg, struct bc_nodes *n, size_t need_units, void **ptr,
-		  size_t *cap)
+                  size_t *cap)
 {
 	size_t need = need_units << BC_UNIT_SHIFT;
 	unsigned k0 = need_units > BC_EXACT_UNITS ? class_of(need_units) : 0;
-	uint64_t m = atomic_load_explicit(&lg->nonempty, memory_order_relaxed) & (~(uint64_t)0 << k0);
+	uint64_t m =
+	    atomic_load_explicit(&lg->nonempty, memory_order_relaxed) & (~(uint64_t)0 << k0);
 
 	for (; m; m &= m - 1) {
 		unsigned k = (unsigned)__builtin_ctzll(m);

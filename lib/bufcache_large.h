@@ -55,6 +55,6 @@ void bc_large_put(struct bc_large *lg, struct bc_nodes *n, uint32_t idx);
  * (least recently cached among equals); 1 on success, 0 when none.
  */
 int bc_large_take(struct bc_large *lg, struct bc_nodes *n, size_t need_units, void **ptr,
-		  size_t *cap);
+                  size_t *cap);
 
 #endif /* KVPOOL_LIB_BUFCACHE_LARGE_H */

@@ -44,8 +44,8 @@ unsigned bc_thread_shard(void)
 	static _Thread_local unsigned shard_plus1;
 
 	if (!shard_plus1)
-		shard_plus1 = 1 + atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) %
-				      BC_SHARDS;
+		shard_plus1 =
+		    1 + atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % BC_SHARDS;
 	return shard_plus1 - 1;
 }
 
@@ -59,9 +59,9 @@ static void push_chain(struct bc_nodes *n, unsigned s, uint32_t first, uint32_t 
 	do {
 		atomic_store_explicit(&l->free_next, bc_idx(old), memory_order_relaxed);
 		/* Release: publishes free_next and everything written to the nodes before. */
-	} while (!atomic_compare_exchange_weak_explicit(head, &old,
-							bc_tagged(first, bc_tag(old) + 1),
-							memory_order_release, memory_order_relaxed));
+	} while (
+	    !atomic_compare_exchange_weak_explicit(head, &old, bc_tagged(first, bc_tag(old) + 1),
+	                                           memory_order_release, memory_order_relaxed));
 }
 
 void bc_nodes_push(struct bc_nodes *n, uint32_t idx)
@@ -76,11 +76,11 @@ static uint32_t pop_shard(struct bc_nodes *n, unsigned s)
 	uint64_t old = atomic_load_explicit(head, memory_order_acquire);
 
 	while (bc_idx(old) != BC_NIL) {
-		uint32_t nx = atomic_load_explicit(&bc_node(n, bc_idx(old))->free_next,
-						   memory_order_relaxed);
-		if (atomic_compare_exchange_weak_explicit(head, &old, bc_tagged(nx, bc_tag(old) + 1),
-							  memory_order_acquire,
-							  memory_order_acquire))
+		uint32_t nx =
+		    atomic_load_explicit(&bc_node(n, bc_idx(old))->free_next, memory_order_relaxed);
+		if (atomic_compare_exchange_weak_explicit(
+		        head, &old, bc_tagged(nx, bc_tag(old) + 1), memory_order_acquire,
+		        memory_order_acquire))
 			return bc_idx(old);
 	}
 	return BC_NIL;

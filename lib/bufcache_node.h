@@ -37,10 +37,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BC_NIL UINT32_MAX
-#define BC_SEG0 256u
+#define BC_NIL       UINT32_MAX
+#define BC_SEG0      256u
 #define BC_NODE_SEGS 24 /* 256 * (2^24 - 1) nodes: more than a 1 TiB budget of 256-byte buffers */
-#define BC_SHARDS 16
+#define BC_SHARDS    16
 
 /* A CAS word naming a node: index in the low 32 bits, ABA tag in the high 32. */
 static inline uint64_t bc_tagged(uint32_t idx, uint32_t tag)

@@ -39,30 +39,31 @@ void bc_queue_enqueue(struct bc_nodes *n, struct bc_queue *q, uint32_t idx)
 		if (tail != atomic_load_explicit(&q->tail, memory_order_acquire))
 			continue;
 		if (bc_idx(next) == BC_NIL) {
-			/* Release: x's ptr/cap/next (and the buffer's contents) go with the link. */
+			/* Release: x's ptr/cap/next (and the buffer's contents) go with the link.
+			 */
 			if (atomic_compare_exchange_weak_explicit(
-				    &t->next, &next, bc_tagged(idx, bc_tag(next) + 1),
-				    memory_order_release, memory_order_relaxed))
+			        &t->next, &next, bc_tagged(idx, bc_tag(next) + 1),
+			        memory_order_release, memory_order_relaxed))
 				break;
 		} else {
 			/* Tail lags: help swing it (the link, not the tail, carries the data). */
 			atomic_compare_exchange_weak_explicit(
-				&q->tail, &tail, bc_tagged(bc_idx(next), bc_tag(tail) + 1),
-				memory_order_release, memory_order_relaxed);
+			    &q->tail, &tail, bc_tagged(bc_idx(next), bc_tag(tail) + 1),
+			    memory_order_release, memory_order_relaxed);
 		}
 	}
 	atomic_compare_exchange_strong_explicit(&q->tail, &tail, bc_tagged(idx, bc_tag(tail) + 1),
-						memory_order_release, memory_order_relaxed);
+	                                        memory_order_release, memory_order_relaxed);
 }
 
 int bc_queue_dequeue(struct bc_nodes *n, struct bc_queue *q, void **ptr, size_t *cap,
-		     uint32_t *spare)
+                     uint32_t *spare)
 {
 	for (;;) {
 		uint64_t head = atomic_load_explicit(&q->head, memory_order_acquire);
 		uint64_t tail = atomic_load_explicit(&q->tail, memory_order_acquire);
-		uint64_t next = atomic_load_explicit(&bc_node(n, bc_idx(head))->next,
-						     memory_order_acquire);
+		uint64_t next =
+		    atomic_load_explicit(&bc_node(n, bc_idx(head))->next, memory_order_acquire);
 		struct bc_node *x;
 		uintptr_t p;
 		uint64_t c;
@@ -73,8 +74,8 @@ int bc_queue_dequeue(struct bc_nodes *n, struct bc_queue *q, void **ptr, size_t 
 			if (bc_idx(next) == BC_NIL)
 				return 0;
 			atomic_compare_exchange_weak_explicit(
-				&q->tail, &tail, bc_tagged(bc_idx(next), bc_tag(tail) + 1),
-				memory_order_release, memory_order_relaxed);
+			    &q->tail, &tail, bc_tagged(bc_idx(next), bc_tag(tail) + 1),
+			    memory_order_release, memory_order_relaxed);
 			continue;
 		}
 		if (bc_idx(next) == BC_NIL)
@@ -84,9 +85,9 @@ int bc_queue_dequeue(struct bc_nodes *n, struct bc_queue *q, void **ptr, size_t 
 		p = atomic_load_explicit(&x->ptr, memory_order_relaxed);
 		c = atomic_load_explicit(&x->cap, memory_order_relaxed);
 		/* Acquire on success: the buffer's history happens before our caller. */
-		if (atomic_compare_exchange_weak_explicit(&q->head, &head,
-							  bc_tagged(bc_idx(next), bc_tag(head) + 1),
-							  memory_order_acquire, memory_order_relaxed)) {
+		if (atomic_compare_exchange_weak_explicit(
+		        &q->head, &head, bc_tagged(bc_idx(next), bc_tag(head) + 1),
+		        memory_order_acquire, memory_order_relaxed)) {
 			*ptr = (void *)p;
 			*cap = (size_t)c;
 			*spare = bc_idx(head);

@@ -49,7 +49,7 @@ void bc_queue_enqueue(struct bc_nodes *n, struct bc_queue *q, uint32_t idx);
  * the queue is empty.
  */
 int bc_queue_dequeue(struct bc_nodes *n, struct bc_queue *q, void **ptr, size_t *cap,
-		     uint32_t *spare);
+                     uint32_t *spare);
 
 /* bc_queue_dummy - the current dummy (only when no other thread uses the queue) */
 static inline uint32_t bc_queue_dummy(struct bc_queue *q)
