@@ -295,8 +295,17 @@ void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t fir
 
 void kvp_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
 {
+	/*
+	 * A thread keeps up to KVP_PEAK_BATCH newly allocated blocks to itself
+	 * before adding them to the pool's count, but publishes any net free
+	 * at once, so every unpublished delta is >= 0.  Then the estimate
+	 * below (published count + our own delta) never exceeds the true
+	 * number in use: the peak may miss up to KVP_PEAK_BATCH blocks per
+	 * other thread, but never invents a peak that did not happen.  With
+	 * one thread it is exact.
+	 */
 	s->delta_in_use += d;
-	if (s->delta_in_use >= (int64_t)KVP_PEAK_BATCH || s->delta_in_use <= -(int64_t)KVP_PEAK_BATCH ||
+	if (s->delta_in_use >= (int64_t)KVP_PEAK_BATCH || s->delta_in_use < 0 ||
 	    kvp_tslot_is_fallback(p, s)) {
 		/* relaxed: a statistic; orders nothing else. */
 		atomic_fetch_add_explicit(&p->in_use, s->delta_in_use, memory_order_relaxed);
@@ -304,8 +313,6 @@ void kvp_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
 	}
 	if (d <= 0)
 		return;
-	/* Our estimate of the pool's in-use count: published total plus our
-	 * own unpublished part (exact when one thread uses the pool). */
 	int64_t est = atomic_load_explicit(&p->in_use, memory_order_relaxed) + s->delta_in_use;
 	uint64_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);
 	while (est > 0 && (uint64_t)est > peak &&

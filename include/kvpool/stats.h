@@ -46,10 +46,11 @@ typedef struct kvp_stats {
  * @pool: the pool
  * @out:  where to write the snapshot
  *
- * peak_blocks_in_use is exact when one thread uses the pool; with several
- * threads it may miss a peak by at most the blocks other threads had not
- * yet published (KVP_PEAK_BATCH per thread), and it is never below the
- * blocks in use at the time of the call.
+ * peak_blocks_in_use is exact when one thread uses the pool.  With several
+ * threads it never reports a peak that did not happen, may miss one by at
+ * most KVP_PEAK_BATCH blocks per other thread (blocks a thread has
+ * allocated but not yet published), and is never below the blocks in use
+ * at the time of the call.
  *
  * Returns KVP_OK, or KVP_EINVAL when @pool or @out is NULL.
  * Thread-safe; reads a per-thread slot list, takes no lock.

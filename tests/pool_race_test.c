@@ -1,0 +1,654 @@
+/*
+ * tests/pool_race_test.c - every pair of pool operations raced from 4-16
+ * threads with random sizes, invariants checked after every phase:
+ *   - no block is owned twice (kvp_blocks_for of every owner, disjoint);
+ *   - in use + free + retired = blocks ever created;
+ *   - each owner's kvp_blocks_for equals what the test gave it;
+ *   - the pool's statistics agree with counts kept by the test.
+ * Run under TSan and ASan by ./test.sh.  KVP_RACE_SEED picks the seed.
+ */
+#include <kvpool/kvpool.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/pool_internal.h"
+#include "tests/testutil.h"
+
+#define MAXT 16
+#define MAXREF 512
+
+static uint64_t seed0;
+
+static kvp_pool *mkpool(uint32_t n, bool grow, uint32_t max, uint32_t tc)
+{
+	kvp_pool_config c;
+	kvp_pool *p;
+	kvp_pool_config_init(&c);
+	c.block_size = 16;
+	c.n_blocks = n;
+	c.grow_on_exhaustion = grow;
+	c.max_blocks = max;
+	c.thread_cache = tc;
+	CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
+	return p;
+}
+
+static void run_threads(int n, void *(*fn)(void *), void *args, size_t argsz)
+{
+	pthread_t th[MAXT];
+	for (int i = 0; i < n; i++)
+		CHECK_EQ(pthread_create(&th[i], NULL, fn, (char *)args + i * argsz), 0);
+	for (int i = 0; i < n; i++)
+		CHECK_EQ(pthread_join(th[i], NULL), 0);
+}
+
+/* ---- per-owner tracked workload: allocate / free / free_all / shrink ---- */
+
+struct owner_track {
+	kvp_owner id;
+	kvp_ref refs[MAXREF];
+	size_t n;
+};
+
+struct worker {
+	kvp_pool *pool;
+	int idx, ops;
+	uint64_t rng;
+	struct owner_track own[4];
+	uint64_t allocs, frees, exhausted;
+	bool shrinker;
+	uint64_t retired;
+};
+
+static void check_own_blocks(kvp_pool *p, struct owner_track *o)
+{
+	for (size_t i = 0; i < o->n; i++) {
+		kvp_block_info bi;
+		CHECK_EQ(kvp_block_get(p, o->refs[i], &bi), KVP_OK);
+		CHECK(bi.in_use);
+		CHECK_EQ(bi.owner, o->id);
+	}
+}
+
+static void *tracked_worker(void *arg)
+{
+	struct worker *w = arg;
+	kvp_ref tmp[64];
+	size_t n;
+	for (int op = 0; op < w->ops; op++) {
+		struct owner_track *o = &w->own[tu_rand(&w->rng) % 4];
+		uint64_t r = tu_rand(&w->rng) % 100;
+		if (w->shrinker && r < 5) {
+			uint32_t ret = 0;
+			kvp_stream s = (tu_rand(&w->rng) & 1) ? KVP_K : KVP_V;
+			CHECK_EQ(kvp_shrink(w->pool, s, (uint32_t)(tu_rand(&w->rng) % 24), &ret),
+				 KVP_OK);
+			w->retired += ret;
+		} else if (r < 55) {
+			uint32_t tokens = 1 + (uint32_t)(tu_rand(&w->rng) % (16 * 6));
+			kvp_stream s = (tu_rand(&w->rng) & 1) ? KVP_K : KVP_V;
+			if (o->n + 8 > MAXREF)
+				continue;
+			int rc = kvp_allocate(w->pool, s, tokens, o->id, KVP_FP16, tmp, 64, &n);
+			if (rc == KVP_EEXHAUSTED) {
+				w->exhausted++;
+				continue;
+			}
+			CHECK_EQ(rc, KVP_OK);
+			CHECK_EQ(n, (tokens + 15) / 16);
+			memcpy(o->refs + o->n, tmp, n * sizeof(kvp_ref));
+			o->n += n;
+			w->allocs += n;
+		} else if (r < 90) {
+			if (!o->n)
+				continue;
+			/* Free a random run, keeping the rest in order. */
+			size_t at = tu_rand(&w->rng) % o->n;
+			size_t k = 1 + tu_rand(&w->rng) % (o->n - at);
+			CHECK_EQ(kvp_free(w->pool, o->refs + at, k), KVP_OK);
+			/* A second free of the same refs is stale, never an error. */
+			CHECK_EQ(kvp_free(w->pool, o->refs + at, 1), KVP_OK);
+			memmove(o->refs + at, o->refs + at + k, (o->n - at - k) * sizeof(kvp_ref));
+			o->n -= k;
+			w->frees += k;
+		} else {
+			if (!o->n)
+				continue;
+			CHECK_EQ(kvp_free_all(w->pool, o->id), KVP_OK);
+			w->frees += o->n;
+			o->n = 0;
+		}
+		if (op % 64 == 0)
+			check_own_blocks(w->pool, o);
+	}
+	return NULL;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The invariants, with the pool quiescent. */
+static void check_invariants(kvp_pool *p, struct worker *w, int nt, uint64_t retired_total)
+{
+	static uint32_t ids[1 << 16];
+	size_t nids = 0;
+	uint64_t allocs = 0, frees = 0, exhausted = 0;
+	for (int t = 0; t < nt; t++) {
+		allocs += w[t].allocs;
+		frees += w[t].frees;
+		exhausted += w[t].exhausted;
+		for (int j = 0; j < 4; j++) {
+			struct owner_track *o = &w[t].own[j];
+			kvp_ref got[MAXREF];
+			size_t n = 0;
+			int rc = kvp_blocks_for(p, o->id, got, MAXREF, &n);
+			if (o->n == 0) {
+				CHECK(rc == KVP_ENOENT);
+				continue;
+			}
+			CHECK_EQ(rc, KVP_OK);
+			CHECK_EQ(n, o->n);
+			for (size_t i = 0; i < n; i++) {
+				CHECK(got[i] == o->refs[i]);
+				ids[nids++] = KVP_REF_ID(got[i]);
+			}
+			check_own_blocks(p, o);
+		}
+	}
+	qsort(ids, nids, sizeof(ids[0]), cmp_u32);
+	for (size_t i = 1; i < nids; i++)
+		CHECK(ids[i] != ids[i - 1]); /* no block owned twice */
+	kvp_stats s;
+	CHECK_EQ(kvp_pool_stats(p, &s), KVP_OK);
+	CHECK_EQ(s.n_allocations, allocs);
+	CHECK_EQ(s.n_frees, frees);
+	CHECK_EQ(s.n_exhausted, exhausted);
+	CHECK_EQ(s.n_retired, retired_total);
+	CHECK_EQ(kvp_stats_blocks_in_use(&s), nids);
+	size_t free_blocks = kvp_n_free(p, KVP_K) + kvp_n_free(p, KVP_V);
+	CHECK_EQ(nids + free_blocks, s.n_blocks);
+	CHECK_EQ(s.n_blocks + s.n_retired, kvp_pool_n_ids(p));
+	CHECK(s.peak_blocks_in_use >= nids);
+	CHECK(s.peak_blocks_in_use <= s.n_blocks + s.n_retired);
+}
+
+static void tracked_phases(const char *name, kvp_pool *p, int nt, int phases, int ops,
+			   bool shrink)
+{
+	struct worker w[MAXT];
+	uint64_t retired = 0;
+	memset(w, 0, sizeof(w));
+	for (int t = 0; t < nt; t++) {
+		w[t].pool = p;
+		w[t].idx = t;
+		w[t].rng = seed0 ^ ((uint64_t)(t + 1) * 0x9e3779b97f4a7c15ull);
+		w[t].ops = ops;
+		w[t].shrinker = shrink && t == 0;
+		for (int j = 0; j < 4; j++)
+			w[t].own[j].id = (uint64_t)t * 16 + j;
+	}
+	for (int ph = 0; ph < phases; ph++) {
+		/* Fresh threads each phase: exit and re-entry of threads. */
+		run_threads(nt, tracked_worker, w, sizeof(w[0]));
+		retired = 0;
+		for (int t = 0; t < nt; t++)
+			retired += w[t].retired;
+		check_invariants(p, w, nt, retired);
+	}
+	printf("  %s: %d threads x %d phases x %d ops, invariants held\n", name, nt, phases, ops);
+}
+
+static void test_alloc_free_race(void)
+{
+	kvp_pool *p = mkpool(256, false, 0, 8);
+	tracked_phases("allocate/free/free_all", p, 8, 4, 3000, false);
+	kvp_pool_destroy(p);
+}
+
+static void test_alloc_grow_race(void)
+{
+	kvp_pool *p = mkpool(16, true, 4096, 8);
+	tracked_phases("allocate/grow", p, 8, 3, 2000, false);
+	kvp_stats s;
+	kvp_pool_stats(p, &s);
+	CHECK(s.n_grown > 0);
+	CHECK_EQ(s.n_blocks, 16 + s.n_grown);
+	kvp_pool_destroy(p);
+}
+
+static void test_free_shrink_race(void)
+{
+	kvp_pool *p = mkpool(512, true, 0, 8);
+	tracked_phases("free/shrink/grow", p, 6, 3, 2000, true);
+	kvp_pool_destroy(p);
+}
+
+/* ---- growth far past the first directory, with readers of old blocks ---- */
+
+static void *big_grow_worker(void *arg)
+{
+	struct worker *w = arg;
+	static _Thread_local kvp_ref refs[64 * 160];
+	size_t n, have = 0;
+	for (int chunk = 0; chunk < 160; chunk++) {
+		CHECK_EQ(kvp_allocate(w->pool, (chunk & 1) ? KVP_V : KVP_K, 64 * 16, w->own[0].id,
+				      KVP_FP16, refs + have, 64, &n),
+			 KVP_OK);
+		have += n;
+		/* Read blocks made under earlier directories while others grow. */
+		kvp_block_info bi;
+		size_t i = tu_rand(&w->rng) % have;
+		CHECK_EQ(kvp_block_get(w->pool, refs[i], &bi), KVP_OK);
+		CHECK_EQ(bi.owner, w->own[0].id);
+	}
+	w->allocs = have;
+	size_t listed;
+	CHECK_EQ(kvp_blocks_for(w->pool, w->own[0].id, NULL, 0, &listed), KVP_ERANGE);
+	CHECK_EQ(listed, have);
+	CHECK_EQ(kvp_free_all(w->pool, w->own[0].id), KVP_OK);
+	return NULL;
+}
+
+static void test_grow_directory_race(void)
+{
+	kvp_pool *p = mkpool(16, true, 0, 8);
+	struct worker w[4];
+	memset(w, 0, sizeof(w));
+	for (int t = 0; t < 4; t++) {
+		w[t].pool = p;
+		w[t].rng = seed0 + (uint64_t)t;
+		w[t].own[0].id = 500 + (uint64_t)t;
+	}
+	run_threads(4, big_grow_worker, w, sizeof(w[0]));
+	kvp_stats s;
+	kvp_pool_stats(p, &s);
+	/* Past the first directory's 16 segments: it was replaced under load. */
+	CHECK(s.n_blocks > 16 * KVP_SEG_BLOCKS);
+	CHECK(atomic_load(&p->bt.dir)->cap > 16);
+	CHECK_EQ(s.n_blocks, 16 + s.n_grown);
+	CHECK_EQ(kvp_stats_blocks_in_use(&s), 0);
+	CHECK_EQ(kvp_n_free(p, KVP_K) + kvp_n_free(p, KVP_V), s.n_blocks);
+	kvp_pool_destroy(p);
+}
+
+/* ---- allocate / free_all on shared owners ---- */
+
+struct shared_arg {
+	kvp_pool *pool;
+	uint64_t rng;
+	int ops;
+	uint64_t allocs;
+};
+
+static void *shared_owner_worker(void *arg)
+{
+	struct shared_arg *a = arg;
+	kvp_ref tmp[8];
+	size_t n;
+	for (int i = 0; i < a->ops; i++) {
+		kvp_owner o = tu_rand(&a->rng) % 6;
+		if (tu_rand(&a->rng) % 3) {
+			int rc = kvp_allocate(a->pool, (tu_rand(&a->rng) & 1) ? KVP_K : KVP_V,
+					      1 + tu_rand(&a->rng) % 100, o, KVP_INT8, tmp, 8, &n);
+			CHECK(rc == KVP_OK || rc == KVP_EEXHAUSTED);
+			if (rc == KVP_OK)
+				a->allocs += n;
+		} else {
+			int rc = kvp_free_all(a->pool, o);
+			CHECK(rc == KVP_OK || rc == KVP_ENOENT);
+		}
+	}
+	return NULL;
+}
+
+static void test_alloc_free_all_shared_owners(void)
+{
+	kvp_pool *p = mkpool(128, false, 0, 8);
+	struct shared_arg a[8];
+	uint64_t allocs = 0;
+	for (int ph = 0; ph < 3; ph++) {
+		for (int t = 0; t < 8; t++)
+			a[t] = (struct shared_arg){p, seed0 + 77 * (t + 1) + ph, 3000, 0};
+		run_threads(8, shared_owner_worker, a, sizeof(a[0]));
+		static uint32_t ids[4096];
+		size_t nids = 0;
+		for (int t = 0; t < 8; t++)
+			allocs += a[t].allocs;
+		for (kvp_owner o = 0; o < 6; o++) {
+			kvp_ref got[256];
+			size_t n;
+			int rc = kvp_blocks_for(p, o, got, 256, &n);
+			if (rc == KVP_ENOENT)
+				continue;
+			CHECK_EQ(rc, KVP_OK);
+			for (size_t i = 0; i < n; i++) {
+				kvp_block_info bi;
+				CHECK_EQ(kvp_block_get(p, got[i], &bi), KVP_OK);
+				CHECK(bi.in_use);
+				CHECK_EQ(bi.owner, o);
+				ids[nids++] = KVP_REF_ID(got[i]);
+			}
+		}
+		qsort(ids, nids, sizeof(ids[0]), cmp_u32);
+		for (size_t i = 1; i < nids; i++)
+			CHECK(ids[i] != ids[i - 1]);
+		kvp_stats s;
+		kvp_pool_stats(p, &s);
+		CHECK_EQ(s.n_allocations, allocs);
+		CHECK_EQ(kvp_stats_blocks_in_use(&s), nids);
+		CHECK_EQ(nids + kvp_n_free(p, KVP_K) + kvp_n_free(p, KVP_V), 128);
+	}
+	kvp_pool_destroy(p);
+}
+
+/* ---- two threads race for the last blocks: exactly one wins ---- */
+
+struct last_arg {
+	kvp_pool *pool;
+	pthread_barrier_t *bar;
+	uint32_t tokens;
+	int rounds;
+	int *results; /* per round */
+	kvp_owner owner;
+};
+
+static void *last_worker(void *arg)
+{
+	struct last_arg *a = arg;
+	kvp_ref refs[64];
+	size_t n;
+	for (int r = 0; r < a->rounds; r++) {
+		pthread_barrier_wait(a->bar);
+		int rc = kvp_allocate(a->pool, KVP_K, a->tokens, a->owner, KVP_FP16, refs, 64, &n);
+		CHECK(rc == KVP_OK || rc == KVP_EEXHAUSTED);
+		a->results[r] = rc;
+		pthread_barrier_wait(a->bar);
+		/* Winners free into their own magazine: the next round's blocks sit
+		 * in thread caches, not on the global stack. */
+		if (rc == KVP_OK)
+			CHECK_EQ(kvp_free(a->pool, refs, n), KVP_OK);
+		pthread_barrier_wait(a->bar);
+	}
+	return NULL;
+}
+
+static void last_blocks_case(int nt, uint32_t k_blocks, uint32_t want_blocks, int winners)
+{
+	enum { ROUNDS = 300 };
+	kvp_pool *p = mkpool(2 * k_blocks, false, 0, 8);
+	pthread_barrier_t bar;
+	struct last_arg a[MAXT];
+	static int res[MAXT][ROUNDS];
+	pthread_barrier_init(&bar, NULL, (unsigned)nt);
+	for (int t = 0; t < nt; t++)
+		a[t] = (struct last_arg){p, &bar, want_blocks * 16, ROUNDS, res[t], (kvp_owner)t};
+	run_threads(nt, last_worker, a, sizeof(a[0]));
+	for (int r = 0; r < ROUNDS; r++) {
+		int ok = 0;
+		for (int t = 0; t < nt; t++)
+			ok += res[t][r] == KVP_OK;
+		CHECK_EQ(ok, winners);
+	}
+	CHECK_EQ(kvp_n_free(p, KVP_K), k_blocks);
+	pthread_barrier_destroy(&bar);
+	kvp_pool_destroy(p);
+}
+
+static void test_race_for_last_blocks(void)
+{
+	last_blocks_case(2, 24, 24, 1); /* both want all: exactly one wins */
+	last_blocks_case(2, 24, 12, 2); /* both fit: both win */
+	last_blocks_case(4, 24, 13, 1); /* any two would not fit */
+	last_blocks_case(8, 64, 16, 4);
+}
+
+/* ---- no false exhaustion: blocks parked in idle threads' caches ---- */
+
+struct park_arg {
+	kvp_pool *pool;
+	pthread_barrier_t *bar;
+	uint64_t rng;
+};
+
+static void *park_worker(void *arg)
+{
+	struct park_arg *a = arg;
+	kvp_ref refs[8];
+	size_t n;
+	for (int i = 0; i < 200; i++) {
+		if (kvp_allocate(a->pool, KVP_K, 1 + tu_rand(&a->rng) % 64, 1000 + tu_rand(&a->rng),
+				 KVP_FP16, refs, 8, &n) == KVP_OK)
+			CHECK_EQ(kvp_free(a->pool, refs, n), KVP_OK);
+	}
+	pthread_barrier_wait(a->bar); /* parked, caches full, alive */
+	pthread_barrier_wait(a->bar);
+	return NULL;
+}
+
+static void test_no_false_exhaustion(void)
+{
+	kvp_pool *p = mkpool(256, false, 0, 32);
+	pthread_barrier_t bar;
+	pthread_t th[8];
+	struct park_arg a[8];
+	kvp_ref refs[128];
+	size_t n;
+	pthread_barrier_init(&bar, NULL, 9);
+	for (int t = 0; t < 8; t++) {
+		a[t] = (struct park_arg){p, &bar, seed0 + (uint64_t)t};
+		pthread_create(&th[t], NULL, park_worker, &a[t]);
+	}
+	pthread_barrier_wait(&bar);
+	/* Most free K blocks now sit in the parked threads' magazines. */
+	size_t in_caches = 0;
+	for (struct kvp_tslot *s = atomic_load(&p->slots); s; s = s->next)
+		in_caches += atomic_load(&s->mag[0].count);
+	CHECK(in_caches > 0);
+	CHECK_EQ(kvp_n_free(p, KVP_K), 128);
+	CHECK_EQ(kvp_allocate(p, KVP_K, 128 * 16, 1, KVP_FP16, refs, 128, &n), KVP_OK);
+	CHECK_EQ(n, 128);
+	CHECK_EQ(kvp_n_free(p, KVP_K), 0);
+	CHECK_EQ(kvp_free_all(p, 1), KVP_OK);
+	/* Shrink finds them too. */
+	uint32_t ret;
+	CHECK_EQ(kvp_shrink(p, KVP_K, 0, &ret), KVP_OK);
+	CHECK_EQ(ret, 128);
+	pthread_barrier_wait(&bar);
+	for (int t = 0; t < 8; t++)
+		pthread_join(th[t], NULL);
+	pthread_barrier_destroy(&bar);
+	kvp_pool_destroy(p);
+}
+
+/* ---- register_owner / register_owner on one id ---- */
+
+struct reg_arg {
+	kvp_pool *pool;
+	pthread_barrier_t *bar;
+	int rounds;
+	int *wins;
+};
+
+static void *reg_worker(void *arg)
+{
+	struct reg_arg *a = arg;
+	for (int r = 0; r < a->rounds; r++) {
+		pthread_barrier_wait(a->bar);
+		int rc = kvp_register_owner(a->pool, 4242);
+		CHECK(rc == KVP_OK || rc == KVP_EOWNER);
+		if (rc == KVP_OK)
+			atomic_fetch_add((_Atomic int *)&a->wins[r], 1);
+		pthread_barrier_wait(a->bar);
+		if (rc == KVP_OK)
+			CHECK_EQ(kvp_release_owner(a->pool, 4242), KVP_OK);
+		pthread_barrier_wait(a->bar);
+	}
+	return NULL;
+}
+
+static void test_register_race(void)
+{
+	enum { ROUNDS = 200, NT = 16 };
+	kvp_pool *p = mkpool(16, false, 0, 8);
+	pthread_barrier_t bar;
+	static _Atomic int wins[ROUNDS];
+	struct reg_arg a[NT];
+	pthread_barrier_init(&bar, NULL, NT);
+	for (int t = 0; t < NT; t++)
+		a[t] = (struct reg_arg){p, &bar, ROUNDS, (int *)wins};
+	run_threads(NT, reg_worker, a, sizeof(a[0]));
+	for (int r = 0; r < ROUNDS; r++)
+		CHECK_EQ(atomic_load(&wins[r]), 1);
+	pthread_barrier_destroy(&bar);
+	kvp_pool_destroy(p);
+}
+
+/* ---- the same refs freed by two threads at once: each block freed once ---- */
+
+struct dfree_arg {
+	kvp_pool *pool;
+	pthread_barrier_t *bar;
+	kvp_ref *refs;
+	size_t n;
+};
+
+static void *dfree_worker(void *arg)
+{
+	struct dfree_arg *a = arg;
+	pthread_barrier_wait(a->bar);
+	CHECK_EQ(kvp_free(a->pool, a->refs, a->n), KVP_OK);
+	return NULL;
+}
+
+static void test_double_free_race(void)
+{
+	kvp_pool *p = mkpool(512, false, 0, 8);
+	kvp_ref raw[64], owned[64];
+	size_t n;
+	for (int round = 0; round < 50; round++) {
+		for (int i = 0; i < 64; i++)
+			CHECK_EQ(kvp_alloc_block(p, KVP_V, KVP_FP32, &raw[i]), KVP_OK);
+		CHECK_EQ(kvp_allocate(p, KVP_K, 64 * 16, 9, KVP_FP32, owned, 64, &n), KVP_OK);
+		pthread_barrier_t bar;
+		pthread_barrier_init(&bar, NULL, 4);
+		struct dfree_arg a[4] = {{p, &bar, raw, 64},
+					 {p, &bar, raw, 64},
+					 {p, &bar, owned, 64},
+					 {p, &bar, owned, 64}};
+		run_threads(4, dfree_worker, a, sizeof(a[0]));
+		pthread_barrier_destroy(&bar);
+	}
+	kvp_stats s;
+	kvp_pool_stats(p, &s);
+	CHECK_EQ(s.n_allocations, 50 * 128);
+	CHECK_EQ(s.n_frees, 50 * 128);
+	CHECK_EQ(s.n_stale_frees, 50 * 128);
+	CHECK_EQ(kvp_n_free(p, KVP_K) + kvp_n_free(p, KVP_V), 512);
+	kvp_pool_destroy(p);
+}
+
+/* ---- 10,000 short-lived threads: nothing left behind ---- */
+
+static void *short_worker(void *arg)
+{
+	kvp_pool *p = arg;
+	kvp_ref r[4];
+	size_t n;
+	CHECK_EQ(kvp_allocate(p, KVP_K, 40, (kvp_owner)pthread_self(), KVP_FP16, r, 4, &n), KVP_OK);
+	CHECK_EQ(kvp_free(p, r, 2), KVP_OK); /* two blocks stay in this thread's cache */
+	CHECK_EQ(kvp_free(p, r + 2, 1), KVP_OK);
+	return NULL;
+}
+
+static void test_short_lived_threads(void)
+{
+	enum { N = 10000, CONC = 4 };
+	kvp_pool *p = mkpool(64, false, 0, 16);
+	for (int i = 0; i < N; i += CONC) {
+		pthread_t th[CONC];
+		for (int j = 0; j < CONC; j++)
+			CHECK_EQ(pthread_create(&th[j], NULL, short_worker, p), 0);
+		for (int j = 0; j < CONC; j++)
+			CHECK_EQ(pthread_join(th[j], NULL), 0);
+	}
+	size_t slots = 0, cached = 0;
+	for (struct kvp_tslot *s = atomic_load(&p->slots); s; s = s->next) {
+		slots++;
+		cached += atomic_load(&s->mag[0].count);
+		CHECK_EQ(atomic_load(&s->taken), 0); /* every exited thread gave its slot back */
+	}
+	CHECK(slots <= CONC);
+	CHECK_EQ(cached, 0); /* exiting threads returned their cached blocks */
+	CHECK_EQ(kvp_n_free(p, KVP_K), 32);
+	kvp_stats s;
+	kvp_pool_stats(p, &s);
+	CHECK_EQ(s.n_allocations, 3 * N);
+	CHECK_EQ(s.n_frees, 3 * N);
+	kvp_pool_destroy(p);
+	printf("  %d threads, %zu slots ever made\n", N, slots);
+}
+
+/* A pool destroyed while threads that used it are still alive. */
+static void *linger_worker(void *arg)
+{
+	pthread_barrier_t *bar = arg;
+	kvp_pool *p;
+	kvp_ref r;
+	size_t n;
+	pthread_barrier_wait(bar);
+	p = *(kvp_pool **)((char *)bar + sizeof(*bar));
+	CHECK_EQ(kvp_allocate(p, KVP_K, 1, 1, KVP_FP16, &r, 1, &n), KVP_OK);
+	CHECK_EQ(kvp_free(p, &r, 1), KVP_OK);
+	pthread_barrier_wait(bar); /* main destroys the pool now */
+	pthread_barrier_wait(bar);
+	return NULL; /* exits after the pool is gone */
+}
+
+static void test_destroy_before_thread_exit(void)
+{
+	struct {
+		pthread_barrier_t bar;
+		kvp_pool *pool;
+	} sh;
+	pthread_t th[4];
+	pthread_barrier_init(&sh.bar, NULL, 5);
+	sh.pool = mkpool(64, false, 0, 8);
+	for (int i = 0; i < 4; i++)
+		pthread_create(&th[i], NULL, linger_worker, &sh.bar);
+	pthread_barrier_wait(&sh.bar);
+	pthread_barrier_wait(&sh.bar);
+	kvp_pool_destroy(sh.pool);
+	/* A new pool, perhaps at the same address, is not confused with the old. */
+	sh.pool = mkpool(64, false, 0, 8);
+	pthread_barrier_wait(&sh.bar);
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	CHECK_EQ(kvp_n_free(sh.pool, KVP_K), 32);
+	kvp_pool_destroy(sh.pool);
+	pthread_barrier_destroy(&sh.bar);
+}
+
+int main(void)
+{
+	const char *env = getenv("KVP_RACE_SEED");
+	seed0 = env ? strtoull(env, NULL, 0) : 0x5eed5eedull;
+	printf("seed %llu (set KVP_RACE_SEED to replay)\n", (unsigned long long)seed0);
+	RUN(test_alloc_free_race);
+	RUN(test_alloc_grow_race);
+	RUN(test_free_shrink_race);
+	RUN(test_grow_directory_race);
+	RUN(test_alloc_free_all_shared_owners);
+	RUN(test_race_for_last_blocks);
+	RUN(test_no_false_exhaustion);
+	RUN(test_register_race);
+	RUN(test_double_free_race);
+	RUN(test_short_lived_threads);
+	RUN(test_destroy_before_thread_exit);
+	return 0;
+}
