@@ -1,0 +1,747 @@
+/*
+ * stress/replay.c - the serving replay engine (see replay.h).
+ *
+ * Rationale:
+ *   - One scheduler, T workers, each running a continuous batch, is the
+ *     shape of a real inference server (vLLM, TGI, SGLang): many requests
+ *     hold KV blocks at once, finish in arbitrary order, and their blocks
+ *     go straight to the next requests.  That is the load that exercises
+ *     reuse, fragmentation and exhaustion, not one request at a time.
+ *   - Admission reserves each request's whole footprint, so the replay can
+ *     check that the pool never reports exhaustion when the scheduler's
+ *     arithmetic says the blocks exist (kvpool's "no false exhaustion"),
+ *     and so decode can never deadlock.
+ *   - The harness's own locks (scheduler mutex) are taken once per request
+ *     admitted or finished, never per token; per-token work touches only
+ *     the worker's own state and the pool (or malloc).
+ *   - Every per-worker figure the monitor reads is a relaxed atomic written
+ *     by its worker alone; the rest is plain data read after the join.
+ */
+#define _GNU_SOURCE /* malloc_usable_size */
+#include "stress/replay.h"
+
+#include <inttypes.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/codec.h"
+#include "stress/progress.h"
+#include "stress/util.h"
+
+#define MONITOR_NS         2000000ull    /* monitor sampling period */
+#define STATS_EVERY        10            /* pool stats every this many samples */
+#define EXHAUSTED_RETRY_NS 2000000000ull /* give up retrying a false exhaustion */
+#define MAX_REJECT_LOG     10
+
+typedef struct rp_slot {
+	size_t idx; /* request index, also the pool owner id */
+	uint32_t prompt, output, decoded, tokens;
+	uint64_t need;   /* blocks reserved per stream */
+	uint64_t blocks; /* pool blocks it holds, K and V */
+	kvp_ref last[2];
+	void **ptrs; /* naive: every stored row, K and V interleaved */
+	size_t ptr_cap;
+} rp_slot;
+
+typedef struct rp_worker {
+	struct rp_engine *e;
+	pthread_t tid;
+	rp_slot *slots;
+	unsigned n_active;
+	kvp_ref *refs;
+	size_t refs_cap;
+	unsigned lat_tick;
+	/* Written by this worker only, read by the monitor: relaxed. */
+	_Alignas(64) _Atomic uint64_t blocks_held;
+	_Atomic uint64_t tokens_held, bytes_held, done, alloc_calls;
+	/* Plain: read after the join. */
+	_Alignas(64) uint64_t free_calls, set_used_calls, row_writes, blocks_allocated;
+	uint64_t expected_blocks, prompt_tokens, output_tokens, unexpected_exhausted, errors;
+	char first_error[256];
+	hist lat;
+} rp_worker;
+
+typedef struct rp_engine {
+	const rp_config *c;
+	rp_live *live;
+	uint64_t t0, step_ns;
+	size_t usable; /* naive: malloc_usable_size of one row */
+	size_t row_bytes;
+	float *rows; /* block_size rows of row_dim, the data written */
+	pthread_mutex_t mu;
+	pthread_cond_t sched_cv, work_cv;
+	/* Under mu. */
+	size_t *ready, rhead, rcount, rcap;
+	uint64_t reserved, peak_reserved;
+	size_t in_system, finished, admitted;
+	bool arrivals_done;
+	/* Hint for workers, written under mu, read without it: relaxed. */
+	_Atomic size_t ready_hint;
+	/* Published by the scheduler for the monitor: relaxed gauges. */
+	_Atomic uint64_t admitted_pub, rejected_pub, in_system_pub, waits_pub;
+	_Atomic bool stop;
+	rp_worker *w;
+} rp_engine;
+
+static uint64_t ld(_Atomic uint64_t *a)
+{
+	return atomic_load_explicit(a, memory_order_relaxed);
+}
+
+static void st(_Atomic uint64_t *a, uint64_t v)
+{
+	atomic_store_explicit(a, v, memory_order_relaxed);
+}
+
+/* Add to a counter only its owner thread writes (a relaxed load + store, no RMW). */
+static void bump(_Atomic uint64_t *a, int64_t d)
+{
+	st(a, ld(a) + (uint64_t)d);
+}
+
+static void fail(rp_worker *w, const char *what, size_t idx, int rc)
+{
+	if (w->errors++ == 0)
+		snprintf(w->first_error, sizeof w->first_error, "request %zu: %s: %s", idx, what,
+		         kvp_strerror(rc));
+}
+
+static bool lat_take(rp_worker *w)
+{
+	if (++w->lat_tick < w->e->c->latency_every)
+		return false;
+	w->lat_tick = 0;
+	return true;
+}
+
+/* --- kvpool backend ------------------------------------------------------------ */
+
+static int pool_allocate(rp_worker *w, kvp_stream stream, uint32_t n_tokens, size_t owner,
+                         size_t *n)
+{
+	const rp_config *c = w->e->c;
+	uint64_t first_fail = 0;
+	for (;;) {
+		bool timed = lat_take(w);
+		uint64_t t = timed ? su_now_ns() : 0;
+		int rc = kvp_allocate(c->pool, stream, n_tokens, owner, KVP_FP16, w->refs,
+		                      w->refs_cap, n);
+		if (timed)
+			hist_record(&w->lat, su_now_ns() - t);
+		bump(&w->alloc_calls, 1);
+		if (rc != KVP_EEXHAUSTED)
+			return rc;
+		/*
+		 * Admission reserved these blocks: the pool says they are not
+		 * free.  Count it (the run fails its checks) and retry for a
+		 * while, so a transient fault shows up as a count, not a hang.
+		 */
+		w->unexpected_exhausted++;
+		uint64_t now = su_now_ns();
+		if (first_fail == 0)
+			first_fail = now;
+		else if (now - first_fail > EXHAUSTED_RETRY_NS)
+			return rc;
+		su_sleep_ns(20000);
+	}
+}
+
+static int pool_store_rows(rp_worker *w, int si, kvp_ref ref, uint32_t offset, uint32_t n_rows)
+{
+	rp_engine *e = w->e;
+	w->row_writes++;
+	return kvp_storage_write(e->c->storage[si], ref, offset, e->rows, n_rows);
+}
+
+static int pool_prefill(rp_worker *w, rp_slot *s)
+{
+	const rp_config *c = w->e->c;
+	uint32_t bs = c->block_size;
+	for (int si = 0; si < 2; si++) {
+		size_t n = 0;
+		int rc = pool_allocate(w, (kvp_stream)si, s->prompt, s->idx, &n);
+		if (rc != KVP_OK) {
+			fail(w, "kvp_allocate (prompt)", s->idx, rc);
+			return -1;
+		}
+		w->blocks_allocated += n;
+		s->blocks += n;
+		bump(&w->blocks_held, (int64_t)n);
+		s->last[si] = w->refs[n - 1];
+		if (c->storage[si] != NULL && c->write_rows) {
+			for (size_t b = 0; b < n; b++) {
+				uint32_t rows = b + 1 < n ? bs : s->prompt - (uint32_t)b * bs;
+				rc = pool_store_rows(w, si, w->refs[b], 0, rows);
+				if (rc != KVP_OK) {
+					fail(w, "kvp_storage_write (prompt)", s->idx, rc);
+					return -1;
+				}
+			}
+		}
+	}
+	return 0;
+}
+
+static int pool_decode(rp_worker *w, rp_slot *s)
+{
+	const rp_config *c = w->e->c;
+	uint32_t off = s->tokens % c->block_size;
+	for (int si = 0; si < 2; si++) {
+		int rc;
+		if (off == 0) { /* the last block is full: extend the owner by one block */
+			size_t n = 0;
+			rc = pool_allocate(w, (kvp_stream)si, 1, s->idx, &n);
+			if (rc != KVP_OK) {
+				fail(w, "kvp_allocate (decode)", s->idx, rc);
+				return -1;
+			}
+			w->blocks_allocated++;
+			s->blocks++;
+			bump(&w->blocks_held, 1);
+			s->last[si] = w->refs[0];
+		} else if (c->storage[si] == NULL || !c->write_rows) {
+			w->set_used_calls++;
+			rc = kvp_block_set_used(c->pool, s->last[si], off + 1);
+			if (rc != KVP_OK) {
+				fail(w, "kvp_block_set_used", s->idx, rc);
+				return -1;
+			}
+		}
+		/* A storage write raises the block's n_used itself. */
+		if (c->storage[si] != NULL && c->write_rows) {
+			rc = pool_store_rows(w, si, s->last[si], off, 1);
+			if (rc != KVP_OK) {
+				fail(w, "kvp_storage_write (decode)", s->idx, rc);
+				return -1;
+			}
+		}
+	}
+	return 0;
+}
+
+static void pool_finish(rp_worker *w, rp_slot *s)
+{
+	const rp_config *c = w->e->c;
+	if (s->blocks == 0)
+		return; /* the first allocation failed: nothing to free */
+	w->free_calls++;
+	int rc = kvp_free_all(c->pool, s->idx);
+	if (rc != KVP_OK)
+		fail(w, "kvp_free_all", s->idx, rc);
+	bump(&w->blocks_held, -(int64_t)s->blocks);
+}
+
+/* --- naive backend: one malloc per token per stream ------------------------------ */
+
+static int naive_token(rp_worker *w, rp_slot *s)
+{
+	rp_engine *e = w->e;
+	for (int si = 0; si < 2; si++) {
+		bool timed = lat_take(w);
+		uint64_t t = timed ? su_now_ns() : 0;
+		void *p = malloc(e->row_bytes);
+		if (timed)
+			hist_record(&w->lat, su_now_ns() - t);
+		bump(&w->alloc_calls, 1);
+		if (p == NULL) {
+			if (si == 1) /* keep the token whole: drop its K row */
+				free(s->ptrs[2 * (size_t)s->tokens]);
+			fail(w, "malloc", s->idx, KVP_ENOMEM);
+			return -1;
+		}
+		if (e->c->write_rows) {
+			kvp_codec_encode(KVP_FP16, p,
+			                 e->rows +
+			                     (size_t)(s->tokens % e->c->block_size) * e->c->row_dim,
+			                 1, e->c->row_dim);
+			w->row_writes++;
+		}
+		s->ptrs[2 * (size_t)s->tokens + (size_t)si] = p;
+	}
+	bump(&w->bytes_held, 2 * (int64_t)e->usable);
+	return 0;
+}
+
+static int naive_prefill(rp_worker *w, rp_slot *s)
+{
+	size_t need = 2 * ((size_t)s->prompt + s->output);
+	if (need > s->ptr_cap) { /* harness bookkeeping, reused across requests */
+		void **np = realloc(s->ptrs, need * sizeof *np);
+		if (np == NULL) {
+			fail(w, "realloc (bookkeeping)", s->idx, KVP_ENOMEM);
+			return -1;
+		}
+		s->ptrs = np;
+		s->ptr_cap = need;
+	}
+	for (uint32_t i = 0; i < s->prompt; i++) { /* s->tokens: rows stored so far */
+		if (naive_token(w, s) != 0)
+			return -1;
+		s->tokens++;
+	}
+	return 0;
+}
+
+static void naive_finish(rp_worker *w, rp_slot *s)
+{
+	for (size_t i = 0; i < 2 * (size_t)s->tokens; i++)
+		free(s->ptrs[i]);
+	w->free_calls += 2 * (uint64_t)s->tokens;
+	bump(&w->bytes_held, -2 * (int64_t)w->e->usable * (int64_t)s->tokens);
+}
+
+/* --- workers --------------------------------------------------------------------- */
+
+static int prefill(rp_worker *w, rp_slot *s)
+{
+	int rc = w->e->c->kind == RP_POOL ? pool_prefill(w, s) : naive_prefill(w, s);
+	if (rc == 0)
+		s->tokens = s->prompt;
+	bump(&w->tokens_held, s->tokens); /* finish takes s->tokens back off */
+	return rc;
+}
+
+static int decode(rp_worker *w, rp_slot *s)
+{
+	rp_engine *e = w->e;
+	int rc = e->c->kind == RP_POOL ? pool_decode(w, s) : naive_token(w, s);
+	if (rc == 0) {
+		s->tokens++;
+		s->decoded++;
+		bump(&w->tokens_held, 1);
+	}
+	return rc;
+}
+
+/* Free the request's memory and give its reservation back to the scheduler. */
+static void finish(rp_worker *w, rp_slot *s, bool ok)
+{
+	rp_engine *e = w->e;
+	if (e->c->kind == RP_POOL)
+		pool_finish(w, s);
+	else
+		naive_finish(w, s);
+	bump(&w->tokens_held, -(int64_t)s->tokens);
+	if (ok) {
+		w->prompt_tokens += s->prompt;
+		w->output_tokens += s->output;
+		w->expected_blocks +=
+		    2 * (((uint64_t)s->tokens + e->c->block_size - 1) / e->c->block_size);
+		bump(&w->done, 1);
+	}
+	pthread_mutex_lock(&e->mu);
+	e->reserved -= s->need;
+	e->in_system--;
+	e->finished++;
+	atomic_store_explicit(&e->in_system_pub, e->in_system, memory_order_relaxed);
+	pthread_cond_signal(&e->sched_cv);
+	pthread_mutex_unlock(&e->mu);
+}
+
+/* Take admitted requests while there is room in the batch; false when the run is over. */
+static bool refill(rp_worker *w)
+{
+	rp_engine *e = w->e;
+	unsigned room = e->c->batch - w->n_active;
+	if (room == 0 ||
+	    (w->n_active > 0 && atomic_load_explicit(&e->ready_hint, memory_order_relaxed) == 0))
+		return true;
+	size_t got[64];
+	unsigned n = 0;
+	if (room > 64)
+		room = 64;
+	pthread_mutex_lock(&e->mu);
+	while (e->rcount == 0 && w->n_active == 0 && !e->arrivals_done)
+		pthread_cond_wait(&e->work_cv, &e->mu);
+	if (e->rcount == 0 && w->n_active == 0 && e->arrivals_done) {
+		pthread_mutex_unlock(&e->mu);
+		return false;
+	}
+	while (n < room && e->rcount > 0) {
+		got[n++] = e->ready[e->rhead];
+		e->rhead = (e->rhead + 1) % e->rcap;
+		e->rcount--;
+	}
+	atomic_store_explicit(&e->ready_hint, e->rcount, memory_order_relaxed);
+	pthread_mutex_unlock(&e->mu);
+	for (unsigned i = 0; i < n; i++) {
+		rp_slot *s = &w->slots[w->n_active];
+		const trace_request *r = &e->c->req[got[i]];
+		s->idx = got[i];
+		s->prompt = r->prompt;
+		s->output = r->output;
+		s->decoded = 0;
+		s->tokens = 0;
+		s->blocks = 0;
+		s->need = rp_blocks_needed(r, e->c->block_size);
+		if (prefill(w, s) != 0) {
+			finish(w, s, false);
+			continue;
+		}
+		if (s->output == 0) {
+			finish(w, s, true);
+			continue;
+		}
+		w->n_active++;
+	}
+	return true;
+}
+
+static void *worker_main(void *arg)
+{
+	rp_worker *w = arg;
+	rp_engine *e = w->e;
+	uint64_t tick = su_now_ns();
+	while (refill(w)) {
+		for (unsigned i = 0; i < w->n_active;) {
+			rp_slot *s = &w->slots[i];
+			int rc = decode(w, s);
+			if (rc != 0 || s->decoded == s->output) {
+				finish(w, s, rc == 0);
+				/* Swap the last active slot in; keep this slot's buffers. */
+				rp_slot tmp = *s;
+				*s = w->slots[--w->n_active];
+				w->slots[w->n_active] = tmp;
+				continue;
+			}
+			i++;
+		}
+		if (e->step_ns > 0 && w->n_active > 0) {
+			tick += e->step_ns;
+			uint64_t now = su_now_ns();
+			if (tick < now)
+				tick = now; /* behind: no catch-up burst */
+			su_sleep_until_ns(tick);
+		} else {
+			tick = su_now_ns();
+		}
+	}
+	return NULL;
+}
+
+/* --- monitor: peaks, fragmentation, live figures, progress line -------------------- */
+
+typedef struct monitor {
+	rp_engine *e;
+	rp_result *res;
+	pthread_t tid;
+	double frag_sum;
+	uint64_t frag_n;
+} monitor;
+
+static size_t due_count(const rp_engine *e, uint64_t now)
+{
+	const rp_config *c = e->c;
+	if (c->speed <= 0)
+		return c->n;
+	double trace_ns = (double)(now - e->t0) * c->speed;
+	size_t lo = 0, hi = c->n; /* first index whose arrival is later than trace_ns */
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if ((double)c->req[mid].arrival_ns <= trace_ns)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static void sample(monitor *m, uint64_t iter, prog *pg)
+{
+	rp_engine *e = m->e;
+	const rp_config *c = e->c;
+	uint64_t blocks = 0, tokens = 0, bytes = 0, done = 0, calls = 0;
+	for (unsigned i = 0; i < c->threads; i++) {
+		blocks += ld(&e->w[i].blocks_held);
+		tokens += ld(&e->w[i].tokens_held);
+		bytes += ld(&e->w[i].bytes_held);
+		done += ld(&e->w[i].done);
+		calls += ld(&e->w[i].alloc_calls);
+	}
+	/* Counters of several workers are read at slightly different instants. */
+	if ((int64_t)blocks > 0 && blocks > m->res->peak_blocks && blocks < (1ull << 62)) {
+		m->res->peak_blocks = blocks;
+		m->res->peak_tokens = tokens;
+	}
+	if (bytes > m->res->peak_bytes && bytes < (1ull << 62))
+		m->res->peak_bytes = bytes;
+	m->res->samples++;
+	if (c->kind == RP_POOL && iter % STATS_EVERY == 0) {
+		kvp_stats s;
+		if (kvp_pool_stats(c->pool, &s) == KVP_OK) {
+			double f = kvp_stats_fragmentation(&s);
+			m->frag_sum += f;
+			m->frag_n++;
+			if (f > m->res->frag_max)
+				m->res->frag_max = f;
+		}
+	}
+	uint64_t now = su_now_ns();
+	uint64_t admitted = ld(&e->admitted_pub), rejected = ld(&e->rejected_pub);
+	size_t due = due_count(e, now);
+	uint64_t queued = due > admitted + rejected ? due - admitted - rejected : 0;
+	if (e->live != NULL) {
+		rp_live *l = e->live;
+		st(&l->done, done);
+		st(&l->rejected, rejected);
+		st(&l->in_flight, ld(&e->in_system_pub));
+		st(&l->queued, queued);
+		st(&l->tokens, tokens);
+		st(&l->blocks_held, blocks);
+		st(&l->bytes_held, bytes);
+		st(&l->waits, ld(&e->waits_pub));
+		st(&l->alloc_calls, calls);
+		st(&l->elapsed_ns, now - e->t0);
+	}
+	if (prog_due(pg)) {
+		char line[200];
+		double secs = (double)(now - e->t0) / 1e9;
+		snprintf(line, sizeof line,
+		         "%s: %" PRIu64 "/%zu requests  %.1f s  in flight %" PRIu64
+		         "  queued %" PRIu64 "  blocks in use %" PRIu64 "  %.0f req/s",
+		         c->label ? c->label : "replay", done + rejected, c->n, secs,
+		         ld(&e->in_system_pub), queued, blocks,
+		         secs > 0 ? (double)done / secs : 0.0);
+		prog_update(pg, line);
+	}
+}
+
+static void *monitor_main(void *arg)
+{
+	monitor *m = arg;
+	prog pg;
+	prog_init(&pg, m->e->c->progress);
+	uint64_t next = su_now_ns(), iter = 0;
+	while (!atomic_load_explicit(&m->e->stop, memory_order_acquire)) {
+		sample(m, iter++, &pg);
+		next += MONITOR_NS;
+		su_sleep_until_ns(next);
+	}
+	prog_done(&pg);
+	return NULL;
+}
+
+/* --- scheduler --------------------------------------------------------------------- */
+
+static void reject(rp_engine *e, size_t i, uint64_t need, uint64_t *n_rejected)
+{
+	const trace_request *r = &e->c->req[i];
+	FILE *log = e->c->log ? e->c->log : stderr;
+	if (*n_rejected < MAX_REJECT_LOG)
+		fprintf(
+		    log,
+		    "replay: request %zu (arrival %.3f s) rejected: it needs %" PRIu64
+		    " blocks per stream (prompt %u + output %u tokens, %u-token blocks) but the "
+		    "pool has only %" PRIu64 " per stream; use more --blocks\n",
+		    i, (double)r->arrival_ns / 1e9, need, r->prompt, r->output, e->c->block_size,
+		    e->c->capacity);
+	else if (*n_rejected == MAX_REJECT_LOG)
+		fprintf(log, "replay: further rejections are counted, not shown\n");
+	(*n_rejected)++;
+	atomic_store_explicit(&e->rejected_pub, *n_rejected, memory_order_relaxed);
+}
+
+static void schedule(rp_engine *e, rp_result *res)
+{
+	const rp_config *c = e->c;
+	size_t slots = (size_t)c->threads * c->batch;
+	bool blocked = false, slot_blocked = false;
+	uint64_t blocked_since = 0;
+	pthread_mutex_lock(&e->mu);
+	for (size_t next = 0; next < c->n;) {
+		const trace_request *r = &c->req[next];
+		uint64_t due = e->t0;
+		if (c->speed > 0)
+			due += (uint64_t)((double)r->arrival_ns / c->speed);
+		uint64_t now = su_now_ns();
+		if (now < due) {
+			pthread_mutex_unlock(&e->mu);
+			su_sleep_until_ns(due);
+			pthread_mutex_lock(&e->mu);
+			continue;
+		}
+		uint64_t need = rp_blocks_needed(r, c->block_size);
+		if (need > c->capacity) {
+			reject(e, next, need, &res->rejected);
+			next++;
+			continue;
+		}
+		if (e->in_system >= slots) {
+			if (!slot_blocked)
+				res->slot_waits++;
+			slot_blocked = true;
+			pthread_cond_wait(&e->sched_cv, &e->mu);
+			continue;
+		}
+		if (e->reserved + need > c->capacity) {
+			if (!blocked) {
+				blocked = true;
+				blocked_since = now;
+				res->waits++;
+				atomic_store_explicit(&e->waits_pub, res->waits,
+				                      memory_order_relaxed);
+			}
+			pthread_cond_wait(&e->sched_cv, &e->mu);
+			continue;
+		}
+		if (blocked) {
+			uint64_t waited = now - blocked_since;
+			res->wait_ns_total += waited;
+			if (waited > res->wait_ns_max)
+				res->wait_ns_max = waited;
+			blocked = false;
+		}
+		slot_blocked = false;
+		hist_record(&res->queue_delay, now - due);
+		e->reserved += need;
+		if (e->reserved > e->peak_reserved)
+			e->peak_reserved = e->reserved;
+		e->in_system++;
+		e->admitted++;
+		e->ready[(e->rhead + e->rcount) % e->rcap] = next;
+		e->rcount++;
+		atomic_store_explicit(&e->ready_hint, e->rcount, memory_order_relaxed);
+		atomic_store_explicit(&e->admitted_pub, e->admitted, memory_order_relaxed);
+		atomic_store_explicit(&e->in_system_pub, e->in_system, memory_order_relaxed);
+		pthread_cond_signal(&e->work_cv);
+		next++;
+	}
+	e->arrivals_done = true;
+	pthread_cond_broadcast(&e->work_cv);
+	while (e->finished < e->admitted)
+		pthread_cond_wait(&e->sched_cv, &e->mu);
+	pthread_mutex_unlock(&e->mu);
+}
+
+/* --- the run ------------------------------------------------------------------------- */
+
+static void collect(rp_engine *e, rp_result *res)
+{
+	for (unsigned i = 0; i < e->c->threads; i++) {
+		rp_worker *w = &e->w[i];
+		res->requests_done += ld(&w->done);
+		res->alloc_calls += ld(&w->alloc_calls);
+		res->free_calls += w->free_calls;
+		res->set_used_calls += w->set_used_calls;
+		res->row_writes += w->row_writes;
+		res->blocks_allocated += w->blocks_allocated;
+		res->expected_blocks += w->expected_blocks;
+		res->prompt_tokens += w->prompt_tokens;
+		res->output_tokens += w->output_tokens;
+		res->unexpected_exhausted += w->unexpected_exhausted;
+		if (w->errors > 0 && res->errors == 0)
+			memcpy(res->first_error, w->first_error, sizeof res->first_error);
+		res->errors += w->errors;
+		hist_merge(&res->alloc_lat, &w->lat);
+	}
+	res->peak_reserved = e->peak_reserved;
+}
+
+static void engine_free(rp_engine *e)
+{
+	if (e->w != NULL) {
+		for (unsigned i = 0; i < e->c->threads; i++) {
+			rp_worker *w = &e->w[i];
+			if (w->slots != NULL) {
+				for (unsigned k = 0; k < e->c->batch; k++)
+					free(w->slots[k].ptrs);
+			}
+			free(w->slots);
+			free(w->refs);
+		}
+	}
+	free(e->w);
+	free(e->ready);
+	free(e->rows);
+	pthread_mutex_destroy(&e->mu);
+	pthread_cond_destroy(&e->sched_cv);
+	pthread_cond_destroy(&e->work_cv);
+}
+
+int rp_run(const rp_config *c, rp_result *res, rp_live *live)
+{
+	memset(res, 0, sizeof *res);
+	if (c->threads == 0 || c->batch == 0 || c->block_size == 0 || c->row_dim == 0 ||
+	    c->latency_every == 0 || (c->kind == RP_POOL && c->pool == NULL)) {
+		snprintf(res->first_error, sizeof res->first_error, "bad replay configuration");
+		return -1;
+	}
+	rp_engine e = {.c = c, .live = live};
+	pthread_mutex_init(&e.mu, NULL);
+	pthread_cond_init(&e.sched_cv, NULL);
+	pthread_cond_init(&e.work_cv, NULL);
+	e.row_bytes = kvp_codec_row_bytes(KVP_FP16, c->row_dim);
+	e.rcap = (size_t)c->threads * c->batch + 1;
+	e.ready = calloc(e.rcap, sizeof *e.ready);
+	e.w = calloc(c->threads, sizeof *e.w);
+	e.rows = malloc((size_t)c->block_size * c->row_dim * sizeof *e.rows);
+	uint32_t max_prompt_blocks = 1;
+	for (size_t i = 0; i < c->n; i++) {
+		uint32_t b = (c->req[i].prompt + c->block_size - 1) / c->block_size;
+		if (b > max_prompt_blocks)
+			max_prompt_blocks = b;
+	}
+	bool ok = e.ready && e.w && e.rows;
+	for (unsigned i = 0; ok && i < c->threads; i++) {
+		rp_worker *w = &e.w[i];
+		w->e = &e;
+		w->slots = calloc(c->batch, sizeof *w->slots);
+		w->refs_cap = max_prompt_blocks;
+		w->refs = malloc(w->refs_cap * sizeof *w->refs);
+		ok = w->slots && w->refs;
+	}
+	if (!ok) {
+		snprintf(res->first_error, sizeof res->first_error, "replay: out of memory");
+		engine_free(&e);
+		return -1;
+	}
+	uint64_t rng = 0x5eed;
+	for (size_t i = 0; i < (size_t)c->block_size * c->row_dim; i++)
+		e.rows[i] = (float)(su_rand_unit(&rng) * 2.0 - 1.0);
+	void *probe = malloc(e.row_bytes);
+	e.usable = probe ? malloc_usable_size(probe) : e.row_bytes;
+	free(probe);
+	if (c->speed > 0 && c->step_ms > 0)
+		e.step_ns = (uint64_t)(c->step_ms * 1e6 / c->speed);
+	hist_init(&res->alloc_lat);
+	hist_init(&res->queue_delay);
+	if (live != NULL)
+		atomic_store_explicit(&live->running, true, memory_order_relaxed);
+
+	e.t0 = su_now_ns();
+	monitor m = {.e = &e, .res = res};
+	unsigned started = 0;
+	bool mon = pthread_create(&m.tid, NULL, monitor_main, &m) == 0;
+	for (; started < c->threads; started++) {
+		if (pthread_create(&e.w[started].tid, NULL, worker_main, &e.w[started]) != 0)
+			break;
+	}
+	if (started == c->threads && mon) {
+		schedule(&e, res);
+	} else {
+		snprintf(res->first_error, sizeof res->first_error, "replay: cannot start threads");
+		res->errors++;
+		pthread_mutex_lock(&e.mu);
+		e.arrivals_done = true;
+		pthread_cond_broadcast(&e.work_cv);
+		pthread_mutex_unlock(&e.mu);
+	}
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(e.w[i].tid, NULL);
+	res->wall_ns = su_now_ns() - e.t0;
+	atomic_store_explicit(&e.stop, true, memory_order_release);
+	if (mon)
+		pthread_join(m.tid, NULL);
+	monitor last = {.e = &e, .res = res};
+	prog quiet = {0};
+	sample(&last, 1, &quiet); /* final live figures */
+	res->frag_mean = m.frag_n ? m.frag_sum / (double)m.frag_n : 0.0;
+	collect(&e, res);
+	if (live != NULL)
+		atomic_store_explicit(&live->running, false, memory_order_relaxed);
+	engine_free(&e);
+	return res->errors == 0 && res->unexpected_exhausted == 0 ? 0 : -1;
+}

@@ -1,0 +1,114 @@
+/*
+ * stress/replay.h - the serving replay engine behind kvpool_replay.
+ *
+ * A scheduler (the calling thread) releases requests at their arrival
+ * times (scaled by --speed), admits them FCFS when their whole KV
+ * footprint fits, and hands them to T worker threads.  Each worker runs a
+ * continuous batch of up to B requests: prefill (the prompt's K and V
+ * blocks), then one decode step per request per iteration (one new token,
+ * a new block only at block boundaries), then free.  The allocation
+ * mechanism is a backend: kvpool (rp_backend_pool) or a naive path that
+ * mallocs every token's K and V row (rp_backend_naive), so both see the
+ * identical request stream, scheduling and concurrency.
+ *
+ * Admission: a request reserves ceil((prompt + output) / block_size)
+ * blocks per stream for its whole life (a scheduler that knows max_tokens,
+ * like TGI's), so decode never runs out of blocks and never deadlocks.
+ * When the head of the queue does not fit, it waits (an "exhaustion wait")
+ * until finishing requests give blocks back.  A request that could never
+ * fit (larger than the pool) is rejected with a message.
+ *
+ * Threads: rp_run blocks its caller and starts T workers and one monitor;
+ * the rp_live it is given may be read from any thread (the /metrics server)
+ * while it runs.
+ */
+#ifndef KVPOOL_STRESS_REPLAY_H
+#define KVPOOL_STRESS_REPLAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <kvpool/kvpool.h>
+
+#include "stress/hist.h"
+#include "stress/trace.h"
+
+typedef enum { RP_POOL, RP_NAIVE } rp_kind;
+
+typedef struct rp_config {
+	const trace_request *req;
+	size_t n;
+	rp_kind kind;
+	unsigned threads;        /* worker threads */
+	unsigned batch;          /* active requests per worker */
+	double speed;            /* trace time / wall time; 0 = as fast as possible */
+	double step_ms;          /* trace-time length of one decode step (used when speed > 0) */
+	uint32_t block_size;     /* tokens per block */
+	uint64_t capacity;       /* blocks per stream the scheduler may reserve */
+	uint32_t row_dim;        /* elements per K (and per V) row */
+	unsigned latency_every;  /* time one allocation call in this many (>= 1) */
+	kvp_pool *pool;          /* RP_POOL */
+	kvp_storage *storage[2]; /* RP_POOL with --storage: K and V rows; else NULL */
+	bool write_rows;         /* write real rows (storage, or into the mallocs) */
+	bool progress;           /* progress line on a terminal */
+	const char *label;       /* for the progress line */
+	FILE *log;               /* rejections and errors (NULL: stderr) */
+} rp_config;
+
+typedef struct rp_result {
+	uint64_t requests_done, rejected;
+	uint64_t prompt_tokens, output_tokens; /* stored, over completed requests */
+	uint64_t wall_ns;
+	uint64_t alloc_calls;          /* kvp_allocate, or malloc */
+	uint64_t free_calls;           /* kvp_free_all, or free */
+	uint64_t set_used_calls;       /* kvp_block_set_used (pool) */
+	uint64_t row_writes;           /* kvp_storage_write calls, or rows copied (naive) */
+	uint64_t blocks_allocated;     /* blocks handed out (pool), as counted by the replay */
+	uint64_t expected_blocks;      /* sum over completed requests of 2*ceil(tokens/bs) */
+	uint64_t unexpected_exhausted; /* KVP_EEXHAUSTED despite admission (pool bug) */
+	uint64_t errors;               /* any other failed call */
+	char first_error[256];
+	hist alloc_lat;   /* ns per allocation call (sampled per latency_every) */
+	hist queue_delay; /* ns from arrival to admission */
+	uint64_t waits;   /* requests that waited for blocks at the queue head */
+	uint64_t wait_ns_total, wait_ns_max;
+	uint64_t slot_waits;        /* times the head waited for a batch slot instead */
+	uint64_t peak_blocks;       /* sampled max of blocks held (K + V) */
+	uint64_t peak_tokens;       /* tokens held at that sample */
+	uint64_t peak_bytes;        /* sampled max of bytes held (naive: malloc_usable_size) */
+	uint64_t peak_reserved;     /* max blocks per stream reserved by admission */
+	double frag_mean, frag_max; /* kvp_stats_fragmentation, sampled (pool) */
+	uint64_t samples;
+} rp_result;
+
+/*
+ * Live figures, published by the engine's monitor thread every few
+ * milliseconds while rp_run runs, readable from any thread (the /metrics
+ * server).  Relaxed atomics: each figure is a gauge on its own; no reader
+ * needs two of them to agree.
+ */
+typedef struct rp_live {
+	_Atomic uint64_t done, rejected, in_flight, queued, tokens, blocks_held, bytes_held;
+	_Atomic uint64_t waits, alloc_calls, elapsed_ns;
+	_Atomic bool running;
+} rp_live;
+
+/** rp_blocks_needed - blocks per stream a request needs for its whole life */
+static inline uint64_t rp_blocks_needed(const trace_request *r, uint32_t block_size)
+{
+	uint64_t t = (uint64_t)r->prompt + r->output;
+	return (t + block_size - 1) / block_size;
+}
+
+/**
+ * rp_run - replay @c's requests; fills @res
+ * @live: if not NULL, kept up to date while the run goes on
+ *
+ * Returns 0 when every call behaved (requests may still be rejected), -1
+ * on a setup failure or when a call failed (res->first_error says which).
+ */
+int rp_run(const rp_config *c, rp_result *res, rp_live *live);
+
+#endif /* KVPOOL_STRESS_REPLAY_H */

@@ -1,0 +1,653 @@
+/*
+ * stress/replay_main.c - kvpool_replay: replay an LLM serving trace (or the
+ * built-in workload) through one shared kvpool pool, then the same request
+ * stream through a naive malloc-per-token path, and print both side by side.
+ *
+ * See docs/REPLAY.md for the model, the flags and how to read the table.
+ * Exit status: 0 all checks passed, 1 a check failed or a call failed,
+ * 2 bad usage or unreadable input.
+ */
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <kvpool/kvpool.h>
+
+#include "stress/metrics_http.h"
+#include "stress/replay.h"
+#include "stress/trace.h"
+#include "stress/util.h"
+#include "stress/workload.h"
+
+typedef struct opts {
+	const char *trace_path, *json_path, *workload;
+	trace_format format;
+	bool skip_bad, storage, naive, progress;
+	uint64_t limit, requests, seed, blocks, block_size, threads, batch, head_dim;
+	uint64_t latency_every, linger_s;
+	int metrics_port; /* -1: off */
+	double speed, step_ms, rate;
+} opts;
+
+typedef struct app {
+	opts o;
+	kvp_pool *pool;
+	kvp_bufcache *cache;
+	rp_live live;
+} app;
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig)
+{
+	got_signal = sig;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: kvpool_replay [options]\n"
+	        "  --trace FILE        replay FILE (Azure CSV, Mooncake JSONL or Vidur CSV);\n"
+	        "                      without it, the built-in workload\n"
+	        "  --format F          auto (default), azure, mooncake, vidur\n"
+	        "  --on-error stop|skip  malformed trace rows: stop (default) or skip and count\n"
+	        "  --limit N           replay only the first N requests of the trace\n"
+	        "  --workload NAME     built-in workload: %s (default azure-conv)\n"
+	        "  --requests N        built-in workload size (default 20000)\n"
+	        "  --rate R            built-in arrival rate, requests/s (default: the trace's)\n"
+	        "  --seed X            built-in workload seed (default 1)\n"
+	        "  --threads T         worker threads (default: online CPUs)\n"
+	        "  --batch B           active requests per worker (default 64)\n"
+	        "  --blocks N          pool blocks, K and V together (default 16384)\n"
+	        "  --block-size S      tokens per block (default 16)\n"
+	        "  --speed X           X times real time; 0 = as fast as possible (default 0)\n"
+	        "  --step-ms D         trace-time length of a decode step when --speed > 0 "
+	        "(default 20)\n"
+	        "  --storage           write real fp16 K/V rows through kvp_storage\n"
+	        "  --head-dim D        elements per K (and V) row (default 64)\n"
+	        "  --no-naive          skip the naive malloc-per-token baseline\n"
+	        "  --latency-every N   time one allocation call in N (default 1: all)\n"
+	        "  --json FILE         write the results as JSON\n"
+	        "  --metrics-port P    serve /metrics on 127.0.0.1:P while running (0: any port)\n"
+	        "  --linger S          keep serving /metrics S seconds after the run\n"
+	        "  --no-progress       no live progress line (it is shown only on a terminal)\n",
+	        wl_names());
+}
+
+static int bad_value(const char *flag, const char *v)
+{
+	fprintf(stderr, "kvpool_replay: bad value for %s: '%s'\n", flag, v ? v : "(missing)");
+	return -1;
+}
+
+static int parse_args(int argc, char **argv, opts *o)
+{
+	*o = (opts){.workload = "azure-conv",
+	            .naive = true,
+	            .progress = true,
+	            .requests = 20000,
+	            .seed = 1,
+	            .blocks = 16384,
+	            .block_size = 16,
+	            .batch = 64,
+	            .head_dim = 64,
+	            .latency_every = 1,
+	            .metrics_port = -1,
+	            .step_ms = 20};
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	o->threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (uint64_t)cpus;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		uint64_t u;
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			usage(stdout);
+			exit(0);
+		} else if (strcmp(a, "--storage") == 0) {
+			o->storage = true;
+		} else if (strcmp(a, "--no-naive") == 0) {
+			o->naive = false;
+		} else if (strcmp(a, "--no-progress") == 0) {
+			o->progress = false;
+		} else if (v == NULL) {
+			fprintf(stderr, "kvpool_replay: unknown option or missing value: %s\n", a);
+			return -1;
+		} else {
+			i++;
+			if (strcmp(a, "--trace") == 0) {
+				o->trace_path = v;
+			} else if (strcmp(a, "--json") == 0) {
+				o->json_path = v;
+			} else if (strcmp(a, "--workload") == 0) {
+				if (wl_find(v) == NULL)
+					return bad_value(a, v);
+				o->workload = v;
+			} else if (strcmp(a, "--format") == 0) {
+				if (!trace_format_parse(v, &o->format))
+					return bad_value(a, v);
+			} else if (strcmp(a, "--on-error") == 0) {
+				if (strcmp(v, "stop") != 0 && strcmp(v, "skip") != 0)
+					return bad_value(a, v);
+				o->skip_bad = strcmp(v, "skip") == 0;
+			} else if (strcmp(a, "--speed") == 0) {
+				if (!su_parse_double(v, &o->speed))
+					return bad_value(a, v);
+			} else if (strcmp(a, "--step-ms") == 0) {
+				if (!su_parse_double(v, &o->step_ms))
+					return bad_value(a, v);
+			} else if (strcmp(a, "--rate") == 0) {
+				if (!su_parse_double(v, &o->rate) || o->rate <= 0)
+					return bad_value(a, v);
+			} else if (strcmp(a, "--metrics-port") == 0) {
+				if (!su_parse_u64(v, &u) || u > 65535)
+					return bad_value(a, v);
+				o->metrics_port = (int)u;
+			} else {
+				struct {
+					const char *flag;
+					uint64_t *dst, min, max;
+				} nums[] = {
+				    {"--limit", &o->limit, 0, UINT64_MAX},
+				    {"--requests", &o->requests, 1, 100000000},
+				    {"--seed", &o->seed, 0, UINT64_MAX},
+				    {"--threads", &o->threads, 1, 1024},
+				    {"--batch", &o->batch, 1, 65536},
+				    {"--blocks", &o->blocks, 2, KVP_MAX_BLOCKS},
+				    {"--block-size", &o->block_size, 1, KVP_MAX_BLOCK_SIZE},
+				    {"--head-dim", &o->head_dim, 1, 65536},
+				    {"--latency-every", &o->latency_every, 1, 1000000},
+				    {"--linger", &o->linger_s, 0, 86400},
+				};
+				size_t k = 0;
+				for (; k < sizeof nums / sizeof nums[0]; k++) {
+					if (strcmp(a, nums[k].flag) == 0)
+						break;
+				}
+				if (k == sizeof nums / sizeof nums[0]) {
+					fprintf(stderr, "kvpool_replay: unknown option: %s\n", a);
+					return -1;
+				}
+				if (!su_parse_u64(v, &u) || u < nums[k].min || u > nums[k].max)
+					return bad_value(a, v);
+				*nums[k].dst = u;
+			}
+		}
+	}
+	return 0;
+}
+
+static uint64_t ld(_Atomic uint64_t *a)
+{
+	return atomic_load_explicit(a, memory_order_relaxed);
+}
+
+/* /metrics: pool stats, buffer-cache stats, and the replay's own progress. */
+static void fill_metrics(void *arg, mtext *t)
+{
+	app *a = arg;
+	kvp_stats s;
+	kvp_bufcache_stats bs;
+	if (kvp_pool_stats(a->pool, &s) == KVP_OK)
+		mtext_pool(t, &s);
+	if (kvp_bufcache_get_stats(a->cache, &bs) == KVP_OK)
+		mtext_bufcache(t, &bs);
+	rp_live *l = &a->live;
+	mtext_metric(t, "kvpool_replay_requests_completed_total", "counter",
+	             "Requests the replay has completed.", (double)ld(&l->done));
+	mtext_metric(t, "kvpool_replay_requests_rejected_total", "counter",
+	             "Requests larger than the whole pool, rejected.", (double)ld(&l->rejected));
+	mtext_metric(t, "kvpool_replay_requests_in_flight", "gauge",
+	             "Requests admitted and not finished.", (double)ld(&l->in_flight));
+	mtext_metric(t, "kvpool_replay_requests_queued", "gauge",
+	             "Requests arrived and waiting for admission.", (double)ld(&l->queued));
+	mtext_metric(t, "kvpool_replay_exhaustion_waits_total", "counter",
+	             "Requests that waited at the queue head for blocks.", (double)ld(&l->waits));
+	mtext_metric(t, "kvpool_replay_tokens_held", "gauge",
+	             "Tokens whose K and V rows the replay holds now.", (double)ld(&l->tokens));
+	mtext_metric(t, "kvpool_replay_running", "gauge", "1 while the replay runs.",
+	             atomic_load_explicit(&l->running, memory_order_relaxed) ? 1.0 : 0.0);
+}
+
+/* --- the summary table --------------------------------------------------------------- */
+
+static const char *human(double v, char *buf, size_t cap)
+{
+	if (v >= 1e9)
+		snprintf(buf, cap, "%.2fG", v / 1e9);
+	else if (v >= 1e6)
+		snprintf(buf, cap, "%.2fM", v / 1e6);
+	else if (v >= 1e4)
+		snprintf(buf, cap, "%.1fk", v / 1e3);
+	else if (v == (double)(uint64_t)v)
+		snprintf(buf, cap, "%" PRIu64, (uint64_t)v);
+	else
+		snprintf(buf, cap, "%.3g", v);
+	return buf;
+}
+
+static const char *mib(double bytes, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%.1f MiB", bytes / 1048576.0);
+	return buf;
+}
+
+static void row(const char *label, const char *pool, const char *naive, const char *ratio)
+{
+	printf("  %-34s %-22s %-22s %s\n", label, pool, naive ? naive : "", ratio ? ratio : "");
+}
+
+/* "how many times better kvpool is": @worse / @better (a cost of naive over kvpool's, or a rate of
+ * kvpool over naive's) */
+static const char *ratio(double worse, double better, char *buf, size_t cap)
+{
+	if (worse <= 0 || better <= 0)
+		return "";
+	snprintf(buf, cap, "%.2fx", worse / better);
+	return buf;
+}
+
+typedef struct summary {
+	const rp_result *p, *n; /* n NULL without the baseline */
+	kvp_stats st;
+	uint64_t n_req, block_bytes;
+} summary;
+
+static double secs(uint64_t ns)
+{
+	return (double)ns / 1e9;
+}
+
+static double per_s(uint64_t count, uint64_t ns)
+{
+	return ns ? (double)count / secs(ns) : 0;
+}
+
+static void print_table(const summary *S, const opts *o)
+{
+	const rp_result *p = S->p, *n = S->n;
+	char a[64], b[64], r[32];
+	uint64_t ptok = p->prompt_tokens + p->output_tokens;
+	uint64_t ntok = n ? n->prompt_tokens + n->output_tokens : 0;
+	printf("\n");
+	row("", "kvpool", n ? "naive malloc/token" : "(naive: --no-naive)",
+	    n ? "kvpool advantage" : "");
+	row("requests completed", human((double)p->requests_done, a, sizeof a),
+	    n ? human((double)n->requests_done, b, sizeof b) : NULL, NULL);
+	row("requests rejected (too large)", human((double)p->rejected, a, sizeof a),
+	    n ? human((double)n->rejected, b, sizeof b) : NULL, NULL);
+	row("tokens stored (prompt + output)", human((double)ptok, a, sizeof a),
+	    n ? human((double)ntok, b, sizeof b) : NULL, NULL);
+	snprintf(a, sizeof a, "%.3f", secs(p->wall_ns));
+	if (n)
+		snprintf(b, sizeof b, "%.3f", secs(n->wall_ns));
+	row("wall time (s)", a, n ? b : NULL,
+	    n ? ratio((double)n->wall_ns, (double)p->wall_ns, r, sizeof r) : NULL);
+	row("tokens per second", human(per_s(ptok, p->wall_ns), a, sizeof a),
+	    n ? human(per_s(ntok, n->wall_ns), b, sizeof b) : NULL,
+	    n ? ratio(per_s(ptok, p->wall_ns), per_s(ntok, n->wall_ns), r, sizeof r) : NULL);
+	row("allocation calls", human((double)p->alloc_calls, a, sizeof a),
+	    n ? human((double)n->alloc_calls, b, sizeof b) : NULL,
+	    n ? ratio((double)n->alloc_calls, (double)p->alloc_calls, r, sizeof r) : NULL);
+	row("  (kvp_allocate | malloc)", "", NULL, NULL);
+	row("free calls (kvp_free_all | free)", human((double)p->free_calls, a, sizeof a),
+	    n ? human((double)n->free_calls, b, sizeof b) : NULL,
+	    n ? ratio((double)n->free_calls, (double)p->free_calls, r, sizeof r) : NULL);
+	double pcs = per_s(p->alloc_calls + p->free_calls, p->wall_ns);
+	double ncs = n ? per_s(n->alloc_calls + n->free_calls, n->wall_ns) : 0;
+	row("allocate+free calls per second", human(pcs, a, sizeof a),
+	    n ? human(ncs, b, sizeof b) : NULL, NULL);
+	row("kvp_block_set_used calls", human((double)p->set_used_calls, a, sizeof a),
+	    n ? "-" : NULL, NULL);
+	const double qs[] = {0.5, 0.99, 0.999};
+	const char *ql[] = {"allocate latency p50 (ns)", "allocate latency p99 (ns)",
+	                    "allocate latency p99.9 (ns)"};
+	for (int i = 0; i < 3; i++) {
+		uint64_t pv = hist_percentile(&p->alloc_lat, qs[i]);
+		uint64_t nv = n ? hist_percentile(&n->alloc_lat, qs[i]) : 0;
+		snprintf(a, sizeof a, "%" PRIu64, pv);
+		snprintf(b, sizeof b, "%" PRIu64, nv);
+		row(ql[i], a, n ? b : NULL, NULL);
+	}
+	snprintf(a, sizeof a, "%" PRIu64 " of %" PRIu64, S->st.peak_blocks_in_use, o->blocks);
+	row("peak blocks in use (pool stats)", a, n ? "-" : NULL, NULL);
+	double pbytes = (double)S->st.peak_blocks_in_use * (double)S->block_bytes;
+	row("peak KV bytes held", mib(pbytes, a, sizeof a),
+	    n ? mib((double)n->peak_bytes, b, sizeof b) : NULL,
+	    n ? ratio((double)n->peak_bytes, pbytes, r, sizeof r) : NULL);
+	snprintf(a, sizeof a, "%.4f",
+	         S->st.n_allocations ? (double)S->st.n_reused / (double)S->st.n_allocations : 0.0);
+	row("reuse fraction (reused/allocations)", a, n ? "-" : NULL, NULL);
+	snprintf(a, sizeof a, "%.4f / %.4f", p->frag_mean, p->frag_max);
+	row("fragmentation mean / max", a, n ? "-" : NULL, NULL);
+	double waste = p->peak_blocks ? 1.0 - (2.0 * (double)p->peak_tokens) /
+	                                          ((double)p->peak_blocks * (double)o->block_size)
+	                              : 0.0;
+	snprintf(a, sizeof a, "%.2f%%", 100.0 * waste);
+	row("empty slots in held blocks at peak", a, n ? "-" : NULL, NULL);
+	snprintf(a, sizeof a, "%" PRIu64, p->waits);
+	if (n)
+		snprintf(b, sizeof b, "%" PRIu64, n->waits);
+	row("exhaustion waits (queue head)", a, n ? b : NULL, NULL);
+	snprintf(a, sizeof a, "%.2f / %.2f",
+	         p->waits ? (double)p->wait_ns_total / 1e6 / (double)p->waits : 0.0,
+	         (double)p->wait_ns_max / 1e6);
+	if (n)
+		snprintf(b, sizeof b, "%.2f / %.2f",
+		         n->waits ? (double)n->wait_ns_total / 1e6 / (double)n->waits : 0.0,
+		         (double)n->wait_ns_max / 1e6);
+	row("  wait ms mean / max", a, n ? b : NULL, NULL);
+	snprintf(a, sizeof a, "%.2f / %.2f", (double)hist_percentile(&p->queue_delay, 0.5) / 1e6,
+	         (double)hist_percentile(&p->queue_delay, 0.99) / 1e6);
+	if (n)
+		snprintf(b, sizeof b, "%.2f / %.2f",
+		         (double)hist_percentile(&n->queue_delay, 0.5) / 1e6,
+		         (double)hist_percentile(&n->queue_delay, 0.99) / 1e6);
+	row("queue delay ms p50 / p99", a, n ? b : NULL, NULL);
+	char line[256];
+	printf("\n  pool: %s\n", kvp_stats_format(&S->st, line, sizeof line) > 0 ? line : "?");
+}
+
+/* --- checks ----------------------------------------------------------------------------- */
+
+typedef struct checks {
+	int run, failed;
+} checks;
+
+static void check(checks *k, bool ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void check(checks *k, bool ok, const char *fmt, ...)
+{
+	va_list ap;
+	k->run++;
+	if (!ok)
+		k->failed++;
+	printf("  [%s] ", ok ? "ok" : "FAIL");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+}
+
+static void run_checks(checks *k, const app *A, const summary *S, uint64_t expect_rejected,
+                       uint64_t expect_tokens)
+{
+	const rp_result *p = S->p, *n = S->n;
+	kvp_stats st = S->st;
+	size_t free_k = kvp_n_free(A->pool, KVP_K), free_v = kvp_n_free(A->pool, KVP_V);
+	printf("\nchecks:\n");
+	check(k, p->requests_done + p->rejected == S->n_req && p->rejected == expect_rejected,
+	      "kvpool: every request completed (%" PRIu64 " done + %" PRIu64
+	      " rejected as larger than the pool = %" PRIu64 ")",
+	      p->requests_done, p->rejected, S->n_req);
+	check(k, kvp_stats_blocks_in_use(&st) == 0 && free_k + free_v == st.n_blocks,
+	      "kvpool: all blocks back (in use %" PRIu64 ", free K %zu + V %zu = %" PRIu64
+	      " managed)",
+	      kvp_stats_blocks_in_use(&st), free_k, free_v, st.n_blocks);
+	check(k,
+	      st.n_allocations == p->blocks_allocated &&
+	          p->blocks_allocated == p->expected_blocks && st.n_frees == st.n_allocations,
+	      "kvpool: block counts agree (pool allocations %" PRIu64 " = replay %" PRIu64
+	      " = 2 x sum ceil(tokens/%u) %" PRIu64 "; frees %" PRIu64 ")",
+	      st.n_allocations, p->blocks_allocated,
+	      A->o.block_size > 0 ? (unsigned)A->o.block_size : 0, p->expected_blocks, st.n_frees);
+	check(k, p->prompt_tokens + p->output_tokens == expect_tokens,
+	      "kvpool: tokens stored %" PRIu64 " = trace tokens of admitted requests %" PRIu64,
+	      p->prompt_tokens + p->output_tokens, expect_tokens);
+	check(k, p->unexpected_exhausted == 0 && st.n_exhausted == 0,
+	      "kvpool: no exhaustion the admission arithmetic did not predict (%" PRIu64 ")",
+	      p->unexpected_exhausted + st.n_exhausted);
+	check(k,
+	      st.peak_blocks_in_use <= st.n_blocks && st.peak_blocks_in_use <= 2 * p->peak_reserved,
+	      "kvpool: peak blocks in use %" PRIu64 " <= 2 x peak reserved per stream %" PRIu64,
+	      st.peak_blocks_in_use, p->peak_reserved);
+	check(k, p->errors == 0, "kvpool: no call failed%s%s", p->errors ? ": " : "",
+	      p->first_error);
+	if (n != NULL) {
+		uint64_t ntok = n->prompt_tokens + n->output_tokens;
+		check(k, n->requests_done == p->requests_done && ntok == expect_tokens,
+		      "naive: same requests (%" PRIu64 ") and tokens (%" PRIu64 ")",
+		      n->requests_done, ntok);
+		check(k, n->alloc_calls == 2 * ntok && n->free_calls == n->alloc_calls,
+		      "naive: one malloc and one free per token per stream (%" PRIu64 ", %" PRIu64
+		      ")",
+		      n->alloc_calls, n->free_calls);
+		check(k, n->errors == 0, "naive: no call failed%s%s", n->errors ? ": " : "",
+		      n->first_error);
+	}
+}
+
+/* --- JSON ------------------------------------------------------------------------------- */
+
+static void json_result(FILE *f, const char *name, const rp_result *r, bool last)
+{
+	uint64_t tok = r->prompt_tokens + r->output_tokens;
+	fprintf(
+	    f,
+	    "  \"%s\": {\"requests_completed\": %" PRIu64 ", \"requests_rejected\": %" PRIu64
+	    ", \"prompt_tokens\": %" PRIu64 ", \"output_tokens\": %" PRIu64
+	    ", \"wall_s\": %.6f, \"tokens_per_s\": %.1f, \"alloc_calls\": %" PRIu64
+	    ", \"free_calls\": %" PRIu64 ", \"alloc_free_calls_per_s\": %.1f"
+	    ", \"set_used_calls\": %" PRIu64 ", \"row_writes\": %" PRIu64
+	    ", \"alloc_latency_ns\": {\"samples\": %" PRIu64 ", \"p50\": %" PRIu64
+	    ", \"p99\": %" PRIu64 ", \"p999\": %" PRIu64 ", \"max\": %" PRIu64
+	    ", \"mean\": %.1f}, \"blocks_allocated\": %" PRIu64
+	    ", \"peak_blocks_sampled\": %" PRIu64 ", \"peak_bytes_sampled\": %" PRIu64
+	    ", \"exhaustion_waits\": %" PRIu64 ", \"wait_ms_total\": %.3f, \"wait_ms_max\": %.3f"
+	    ", \"slot_waits\": %" PRIu64 ", \"queue_delay_ms_p50\": %.3f"
+	    ", \"queue_delay_ms_p99\": %.3f, \"fragmentation_mean\": %.6f"
+	    ", \"fragmentation_max\": %.6f, \"unexpected_exhausted\": %" PRIu64
+	    ", \"errors\": %" PRIu64 "}%s\n",
+	    name, r->requests_done, r->rejected, r->prompt_tokens, r->output_tokens,
+	    secs(r->wall_ns), per_s(tok, r->wall_ns), r->alloc_calls, r->free_calls,
+	    per_s(r->alloc_calls + r->free_calls, r->wall_ns), r->set_used_calls, r->row_writes,
+	    r->alloc_lat.count, hist_percentile(&r->alloc_lat, 0.5),
+	    hist_percentile(&r->alloc_lat, 0.99), hist_percentile(&r->alloc_lat, 0.999),
+	    r->alloc_lat.max, hist_mean(&r->alloc_lat), r->blocks_allocated, r->peak_blocks,
+	    r->peak_bytes, r->waits, (double)r->wait_ns_total / 1e6, (double)r->wait_ns_max / 1e6,
+	    r->slot_waits, (double)hist_percentile(&r->queue_delay, 0.5) / 1e6,
+	    (double)hist_percentile(&r->queue_delay, 0.99) / 1e6, r->frag_mean, r->frag_max,
+	    r->unexpected_exhausted, r->errors, last ? "" : ",");
+}
+
+static int write_json(const char *path, const app *A, const summary *S, const char *source,
+                      const checks *k)
+{
+	FILE *f = fopen(path, "w");
+	if (f == NULL) {
+		fprintf(stderr, "kvpool_replay: cannot write %s\n", path);
+		return -1;
+	}
+	const opts *o = &A->o;
+	const kvp_stats *st = &S->st;
+	fprintf(f, "{\n  \"source\": \"");
+	for (const char *c = source; *c; c++) {
+		if (*c == '"' || *c == '\\')
+			fprintf(f, "\\%c", *c);
+		else if ((unsigned char)*c < 0x20)
+			fprintf(f, "\\u%04x", (unsigned char)*c);
+		else
+			fputc(*c, f);
+	}
+	fprintf(f, "\",\n");
+	fprintf(f,
+	        "  \"config\": {\"requests\": %" PRIu64 ", \"threads\": %" PRIu64
+	        ", \"batch\": %" PRIu64 ", \"blocks\": %" PRIu64 ", \"block_size\": %" PRIu64
+	        ", \"speed\": %g, \"step_ms\": %g, \"storage\": %s, \"head_dim\": %" PRIu64
+	        ", \"latency_every\": %" PRIu64 "},\n",
+	        S->n_req, o->threads, o->batch, o->blocks, o->block_size, o->speed, o->step_ms,
+	        o->storage ? "true" : "false", o->head_dim, o->latency_every);
+	fprintf(f,
+	        "  \"pool_stats\": {\"n_blocks\": %" PRIu64 ", \"n_allocations\": %" PRIu64
+	        ", \"n_frees\": %" PRIu64 ", \"n_reused\": %" PRIu64 ", \"n_exhausted\": %" PRIu64
+	        ", \"peak_blocks_in_use\": %" PRIu64 ", \"blocks_in_use\": %" PRIu64
+	        ", \"reuse_fraction\": %.6f, \"peak_kv_bytes\": %" PRIu64 "},\n",
+	        st->n_blocks, st->n_allocations, st->n_frees, st->n_reused, st->n_exhausted,
+	        st->peak_blocks_in_use, kvp_stats_blocks_in_use(st),
+	        st->n_allocations ? (double)st->n_reused / (double)st->n_allocations : 0.0,
+	        st->peak_blocks_in_use * S->block_bytes);
+	fprintf(f, "  \"checks\": {\"run\": %d, \"failed\": %d},\n", k->run, k->failed);
+	json_result(f, "kvpool", S->p, S->n == NULL);
+	if (S->n != NULL)
+		json_result(f, "naive", S->n, true);
+	fprintf(f, "}\n");
+	return fclose(f) == 0 ? 0 : -1;
+}
+
+/* --- main ------------------------------------------------------------------------------- */
+
+static int load_requests(const opts *o, trace *t, char *source, size_t cap)
+{
+	if (o->trace_path != NULL) {
+		char *path = su_resolve_path(o->trace_path);
+		char err[512];
+		trace_opts to = {.format = o->format,
+		                 .skip_bad = o->skip_bad,
+		                 .max_rows = o->limit,
+		                 .log = stderr};
+		if (path == NULL || trace_load(path, &to, t, err, sizeof err) != 0) {
+			fprintf(stderr, "kvpool_replay: %s\n", path ? err : "out of memory");
+			free(path);
+			return -1;
+		}
+		snprintf(source, cap, "%s trace %s (%zu requests%s)", trace_format_name(t->format),
+		         path, t->n, t->n_skipped ? ", malformed rows skipped" : "");
+		if (t->n_skipped)
+			fprintf(stderr, "kvpool_replay: %zu malformed rows skipped\n",
+			        t->n_skipped);
+		free(path);
+		return 0;
+	}
+	const wl_preset *w = wl_find(o->workload);
+	if (wl_generate(w, o->rate, o->requests, o->seed, t) != 0) {
+		fprintf(stderr, "kvpool_replay: out of memory\n");
+		return -1;
+	}
+	snprintf(source, cap,
+	         "built-in workload %s (%" PRIu64 " requests, seed %" PRIu64
+	         ", %.3g req/s) fitted to %s",
+	         w->name, o->requests, o->seed, o->rate > 0 ? o->rate : w->rate, w->source);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	app A;
+	memset(&A, 0, sizeof A);
+	if (parse_args(argc, argv, &A.o) != 0) {
+		usage(stderr);
+		return 2;
+	}
+	opts *o = &A.o;
+	trace t;
+	char source[1024];
+	if (load_requests(o, &t, source, sizeof source) != 0)
+		return 2;
+
+	kvp_pool_config pc;
+	kvp_pool_config_init(&pc);
+	pc.n_blocks = (uint32_t)o->blocks;
+	pc.block_size = (uint32_t)o->block_size;
+	int rc = kvp_pool_create(&pc, &A.pool);
+	if (rc == KVP_OK)
+		rc = kvp_bufcache_create(256u << 20, &A.cache);
+	kvp_storage *store[2] = {NULL, NULL};
+	uint32_t row_dim = (uint32_t)o->head_dim;
+	for (int i = 0; rc == KVP_OK && o->storage && i < 2; i++)
+		rc = kvp_storage_create(A.pool, row_dim, A.cache, &store[i]);
+	if (rc != KVP_OK) {
+		fprintf(stderr, "kvpool_replay: cannot set up the pool: %s\n", kvp_strerror(rc));
+		return 2;
+	}
+	uint64_t capacity = kvp_n_free(A.pool, KVP_V); /* V has the smaller half */
+	uint64_t expect_rejected = 0, expect_tokens = 0;
+	for (size_t i = 0; i < t.n; i++) {
+		if (rp_blocks_needed(&t.req[i], (uint32_t)o->block_size) > capacity)
+			expect_rejected++;
+		else
+			expect_tokens += (uint64_t)t.req[i].prompt + t.req[i].output;
+	}
+
+	mhttp *srv = NULL;
+	if (o->metrics_port >= 0) {
+		char err[256];
+		if (mhttp_start((uint16_t)o->metrics_port, fill_metrics, &A, &srv, err,
+		                sizeof err) != 0) {
+			fprintf(stderr, "kvpool_replay: %s\n", err);
+			return 2;
+		}
+		fprintf(stderr, "metrics: http://127.0.0.1:%u/metrics\n", mhttp_port(srv));
+	}
+
+	printf("kvpool_replay: %s\n", source);
+	printf("  %" PRIu64 " worker threads x batch %" PRIu64 "; pool %" PRIu64
+	       " blocks x %" PRIu64 " tokens (%" PRIu64 " per stream); %s; rows %s\n",
+	       o->threads, o->batch, o->blocks, o->block_size, capacity,
+	       o->speed > 0 ? "paced" : "speed 0 (as fast as possible)",
+	       o->storage ? "written through kvp_storage (fp16)" : "not written");
+	if (o->speed > 0)
+		printf("  speed %gx, decode step %g ms of trace time\n", o->speed, o->step_ms);
+	fflush(stdout);
+
+	rp_config c = {.req = t.req,
+	               .n = t.n,
+	               .kind = RP_POOL,
+	               .threads = (unsigned)o->threads,
+	               .batch = (unsigned)o->batch,
+	               .speed = o->speed,
+	               .step_ms = o->step_ms,
+	               .block_size = (uint32_t)o->block_size,
+	               .capacity = capacity,
+	               .row_dim = row_dim,
+	               .latency_every = (unsigned)o->latency_every,
+	               .pool = A.pool,
+	               .storage = {store[0], store[1]},
+	               .write_rows = o->storage,
+	               .progress = o->progress,
+	               .label = "kvpool"};
+	static rp_result pres, nres;
+	rp_run(&c, &pres, &A.live);
+	summary S = {.p = &pres, .n_req = t.n, .block_bytes = o->block_size * 2 * o->head_dim};
+	kvp_pool_stats(A.pool, &S.st);
+	if (o->naive) {
+		c.kind = RP_NAIVE;
+		c.label = "naive";
+		rp_run(&c, &nres, NULL);
+		S.n = &nres;
+	}
+	print_table(&S, o);
+	checks k = {0};
+	run_checks(&k, &A, &S, expect_rejected, expect_tokens);
+	printf("%d checks, %d failed\n", k.run, k.failed);
+	fflush(stdout);
+	int status = k.failed ? 1 : 0;
+	if (o->json_path != NULL) {
+		char *path = su_resolve_path(o->json_path);
+		if (path == NULL || write_json(path, &A, &S, source, &k) != 0)
+			status = status ? status : 2;
+		free(path);
+	}
+	if (srv != NULL && o->linger_s > 0) {
+		signal(SIGTERM, on_signal);
+		signal(SIGINT, on_signal);
+		fprintf(stderr, "metrics: serving for %" PRIu64 " more seconds (SIGTERM ends)\n",
+		        o->linger_s);
+		uint64_t end = su_now_ns() + o->linger_s * 1000000000ull;
+		while (!got_signal && su_now_ns() < end)
+			su_sleep_ns(50000000);
+	}
+	if (srv != NULL) {
+		fprintf(stderr, "metrics: %" PRIu64 " scrapes served\n", mhttp_scrapes(srv));
+		mhttp_stop(srv);
+	}
+	for (int i = 0; i < 2; i++)
+		kvp_storage_destroy(store[i]);
+	kvp_pool_destroy(A.pool);
+	kvp_bufcache_destroy(A.cache);
+	trace_free(&t);
+	return status;
+}
