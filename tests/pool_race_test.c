@@ -61,6 +61,7 @@ struct worker {
 	uint64_t allocs, frees, exhausted;
 	bool shrinker;
 	uint64_t retired;
+	pthread_barrier_t *bar;
 };
 
 static void check_own_blocks(kvp_pool *p, struct owner_track *o)
@@ -248,6 +249,8 @@ static void *big_grow_worker(void *arg)
 		CHECK_EQ(bi.owner, w->own[0].id);
 	}
 	w->allocs = have;
+	/* Hold everything until all have grown: 4 x 10240 blocks at once. */
+	pthread_barrier_wait(w->bar);
 	size_t listed;
 	CHECK_EQ(kvp_blocks_for(w->pool, w->own[0].id, NULL, 0, &listed), KVP_ERANGE);
 	CHECK_EQ(listed, have);
@@ -259,8 +262,11 @@ static void test_grow_directory_race(void)
 {
 	kvp_pool *p = mkpool(16, true, 0, 8);
 	struct worker w[4];
+	pthread_barrier_t bar;
+	pthread_barrier_init(&bar, NULL, 4);
 	memset(w, 0, sizeof(w));
 	for (int t = 0; t < 4; t++) {
+		w[t].bar = &bar;
 		w[t].pool = p;
 		w[t].rng = seed0 + (uint64_t)t;
 		w[t].own[0].id = 500 + (uint64_t)t;
@@ -274,6 +280,7 @@ static void test_grow_directory_race(void)
 	CHECK_EQ(s.n_blocks, 16 + s.n_grown);
 	CHECK_EQ(kvp_stats_blocks_in_use(&s), 0);
 	CHECK_EQ(kvp_n_free(p, KVP_K) + kvp_n_free(p, KVP_V), s.n_blocks);
+	pthread_barrier_destroy(&bar);
 	kvp_pool_destroy(p);
 }
 
