@@ -170,8 +170,12 @@ void kvp_codec_encode(kvp_format f, void *dst, const float *src, size_t n_rows, 
 {
 	size_t rb = kvp_codec_row_bytes(f, row_dim), r;
 
-	for (r = 0; r < n_rows && rb; r++)
-		encode_row(f, (uint8_t *)dst + r * rb, src + r * row_dim, row_dim);
+	for (r = 0; r < n_rows && rb; r++) {
+		uint8_t *row = (uint8_t *)dst + r * rb;
+		if (is_quantized(f)) /* zero the padding (the codes overwrite the rest) */
+			memset(row + rb - 4, 0, 4);
+		encode_row(f, row, src + r * row_dim, row_dim);
+	}
 }
 
 static float row_scale(const void *row)
