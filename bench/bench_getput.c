@@ -1,0 +1,284 @@
+/*
+ * bench/bench_getput.c - benchmark 1: one block allocated and freed per op,
+ * at each thread count, for every peer, side by side in one run.
+ *
+ * In-process peers are measured interleaved (all peers at 1 thread, then
+ * all at 2, ...) so drift in the machine's load hits them alike.  The
+ * malloc peers each run in their own process (bench/malloc_peer with
+ * LD_PRELOAD), right after, with the same windows and repetitions.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/cases.h"
+#include "bench/dpdk_peer.h"
+#include "bench/suite.h"
+
+#define BENCH       "getput"
+#define POOL_BLOCKS (1u << 17) /* K and V get 65536 each; stream K is used */
+#define DPDK_OBJS   65535u     /* 2^16 - 1, DPDK's preferred size */
+#define CACHE       32u        /* DPDK per-lcore cache = kvpool's default thread_cache */
+#define BLOCK_BYTES 4096       /* malloc peers: a 4 KiB block (16 tokens x 128 fp16) */
+
+enum { KV_FULL, KV_RAW, MUTEX, DPDK, GLIBC, JEMALLOC, MIMALLOC, TCMALLOC, LIMIT, NPEER };
+
+static const char *peer_name[NPEER] = {
+    "kvpool_full", "kvpool_raw", "mutex_pool", "dpdk_mempool",    "glibc",
+    "jemalloc",    "mimalloc",   "tcmalloc",   "limit_tls_array",
+};
+
+static const char *const preload[NPEER] = {
+    [JEMALLOC] = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+    [MIMALLOC] = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2",
+    [TCMALLOC] = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+};
+/* What the child's malloc must resolve to for the figure to count. */
+static const char *const expect_lib[NPEER] = {
+    [GLIBC] = "libc.so", [JEMALLOC] = "jemalloc", [MIMALLOC] = "mimalloc", [TCMALLOC] = "tcmalloc"};
+
+static double v[NPEER][8];
+
+static void threads_arg(char *buf, size_t cap)
+{
+	size_t len = 0;
+
+	buf[0] = 0;
+	for (int t = 0; t < kvb_opt.n_threads; t++)
+		len += (size_t)snprintf(buf + len, cap - len, "%s%d", t ? "," : "",
+		                        kvb_opt.threads[t]);
+}
+
+/* Run the malloc peer @p in its own process; fills v[p][*]. */
+static void run_malloc_peer(int p, const char *exe)
+{
+	char cmd[2048], thr[64], line[1024], lib[512] = "";
+	FILE *f;
+
+	if (KVB_SANITIZED && p == GLIBC)
+		printf("  glibc: sanitizer build, so this is the sanitizer's malloc\n");
+	if (KVB_SANITIZED && preload[p]) {
+		printf("  %s: skipped (an LD_PRELOADed malloc cannot run under a sanitizer)\n",
+		       peer_name[p]);
+		kvb_note(BENCH, "%s skipped: sanitizer build", peer_name[p]);
+		return;
+	}
+	if (preload[p] && access(preload[p], R_OK) != 0) {
+		printf("  %s: skipped (%s not installed)\n", peer_name[p], preload[p]);
+		kvb_note(BENCH, "%s skipped: %s not installed", peer_name[p], preload[p]);
+		return;
+	}
+	threads_arg(thr, sizeof(thr));
+	snprintf(cmd, sizeof(cmd),
+	         "%s%s%s '%s' --seconds %g --warmup %g --reps %d --threads %s --bytes %d",
+	         preload[p] ? "LD_PRELOAD='" : "", preload[p] ? preload[p] : "",
+	         preload[p] ? "'" : "", exe, kvb_opt.seconds, kvb_opt.warmup, kvb_opt.reps, thr,
+	         BLOCK_BYTES);
+	f = popen(cmd, "r");
+	if (!f) {
+		printf("  %s: could not start %s\n", peer_name[p], exe);
+		return;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		int t;
+		double med, reps[KVB_MAX_REPS];
+		char *s = line;
+		int n = 0, used;
+
+		if (sscanf(line, "allocator %511s", lib) == 1)
+			continue;
+		if (sscanf(s, "threads %d %lf%n", &t, &med, &used) != 2)
+			continue;
+		s += used;
+		while (n < KVB_MAX_REPS && sscanf(s, "%lf%n", &reps[n], &used) == 1)
+			s += used, n++;
+		for (int i = 0; i < kvb_opt.n_threads; i++) {
+			char x[32];
+			if (kvb_opt.threads[i] != t || med <= 0)
+				continue;
+			v[p][i] = med;
+			snprintf(x, sizeof(x), "threads=%d", t);
+			kvb_fig(BENCH, peer_name[p], x, "ops_per_s", med, reps, n);
+		}
+	}
+	pclose(f);
+	if (!KVB_SANITIZED && !strstr(lib, expect_lib[p])) {
+		printf("  %s: discarded, malloc resolved to '%s'\n", peer_name[p], lib);
+		kvb_note(BENCH, "%s discarded: malloc resolved to %s", peer_name[p], lib);
+		for (int i = 0; i < kvb_opt.n_threads; i++)
+			v[p][i] = KVB_NA;
+	} else {
+		kvb_note(BENCH, "%s: malloc resolved to %s", peer_name[p], lib);
+	}
+}
+
+static void measure(int p, const kvb_case *c, int ti, int *bad)
+{
+	double reps[KVB_MAX_REPS];
+	char x[32];
+	double med = kvb_measure(c, kvb_opt.threads[ti], reps);
+
+	if (kvb_take_failures()) {
+		*bad = 1;
+		return;
+	}
+	v[p][ti] = med;
+	snprintf(x, sizeof(x), "threads=%d", kvb_opt.threads[ti]);
+	kvb_fig(BENCH, peer_name[p], x, "ops_per_s", med, reps, kvb_opt.reps);
+}
+
+static void ratio_row(const char *label, int a, int b, const char *metric)
+{
+	double r[8];
+
+	for (int i = 0; i < kvb_opt.n_threads; i++) {
+		char x[32];
+		r[i] = v[a][i] / v[b][i];
+		snprintf(x, sizeof(x), "threads=%d", kvb_opt.threads[i]);
+		if (r[i] == r[i])
+			kvb_fig(BENCH, peer_name[a], x, metric, r[i], NULL, 0);
+	}
+	kvb_row(label, r, kvb_opt.n_threads, 'x');
+}
+
+static int thread_index(int t)
+{
+	for (int i = 0; i < kvb_opt.n_threads; i++)
+		if (kvb_opt.threads[i] == t)
+			return i;
+	return -1;
+}
+
+static void verdict(const char *what, double value, double goal)
+{
+	kvb_target(BENCH, what, value, value >= goal);
+}
+
+int kvb_bench_getput(void)
+{
+	kvp_pool_config cfg;
+	kvp_pool *kv = NULL;
+	mpool *mp = NULL;
+	void *dp = NULL;
+	const char *why = NULL;
+	char exe[1024], cols[8][16];
+	const char *colp[8];
+	kvb_case c;
+	int bad = 0;
+	size_t kv_free0;
+
+	kvb_heading("1. block get/put: one block allocated + freed per op (ops/s, median)");
+	for (int p = 0; p < NPEER; p++)
+		for (int i = 0; i < 8; i++)
+			v[p][i] = KVB_NA;
+	kvp_pool_config_init(&cfg);
+	cfg.block_size = KVB_BLOCK_SIZE;
+	cfg.n_blocks = POOL_BLOCKS;
+	if (kvp_pool_create(&cfg, &kv) != KVP_OK ||
+	    mpool_create(KVB_BLOCK_SIZE, POOL_BLOCKS / 2, &mp)) {
+		printf("cannot create the pools\n");
+		return 1;
+	}
+	kv_free0 = kvp_n_free(kv, KVP_K);
+	if (kvb_dpdk_init(&why) == 0)
+		dp = kvb_dpdk_pool(DPDK_OBJS, CACHE);
+	if (!dp) {
+		printf("  dpdk_mempool: skipped (%s)\n", why ? why : "rte_mempool_create failed");
+		kvb_note(BENCH, "dpdk_mempool skipped: %s",
+		         why ? why : "rte_mempool_create failed");
+	}
+
+	for (int ti = 0; ti < kvb_opt.n_threads; ti++) {
+		kvb_case_kv_full(&c, kv, KVP_K, 1);
+		measure(KV_FULL, &c, ti, &bad);
+		kvb_case_free(&c);
+		kvb_case_kv_raw(&c, kv, KVP_K);
+		measure(KV_RAW, &c, ti, &bad);
+		kvb_case_free(&c);
+		kvb_case_mutex(&c, mp, 1, false);
+		measure(MUTEX, &c, ti, &bad);
+		kvb_case_free(&c);
+		if (dp) {
+			kvb_dpdk_case_getput(&c, dp);
+			measure(DPDK, &c, ti, &bad);
+			kvb_case_free(&c);
+		}
+		kvb_case_limit(&c);
+		measure(LIMIT, &c, ti, &bad);
+		kvb_case_free(&c);
+	}
+	/* Every block must be back (threads return their caches when they exit). */
+	if (kvp_n_free(kv, KVP_K) != kv_free0 || mpool_n_free(mp) != POOL_BLOCKS / 2 ||
+	    (dp && kvb_dpdk_avail(dp) != DPDK_OBJS)) {
+		printf("  LEAK: kvpool free %zu of %zu, mutex %zu, dpdk %u\n",
+		       kvp_n_free(kv, KVP_K), kv_free0, mpool_n_free(mp),
+		       dp ? kvb_dpdk_avail(dp) : 0);
+		bad = 1;
+	}
+
+	if (kvb_find_sibling("malloc_peer", exe, sizeof(exe)) == 0) {
+		for (int p = GLIBC; p <= TCMALLOC; p++)
+			run_malloc_peer(p, exe);
+	} else {
+		printf("  malloc peers: skipped (bench/malloc_peer not built)\n");
+		kvb_note(BENCH, "malloc peers skipped: malloc_peer binary not found");
+	}
+
+	for (int i = 0; i < kvb_opt.n_threads; i++) {
+		snprintf(cols[i], sizeof(cols[i]), "%d thr", kvb_opt.threads[i]);
+		colp[i] = cols[i];
+	}
+	printf("\nops/s (one get + one put), median of %d x %.2gs, block %u tokens; malloc: %d B\n",
+	       kvb_opt.reps, kvb_opt.seconds, KVB_BLOCK_SIZE, BLOCK_BYTES);
+	kvb_row_head("peer", colp, kvb_opt.n_threads);
+	for (int p = 0; p < NPEER; p++)
+		kvb_row(peer_name[p], v[p], kvb_opt.n_threads, 's');
+	printf("\nratios (aggregate throughput, same run)\n");
+	kvb_row_head("", colp, kvb_opt.n_threads);
+	ratio_row("kvpool_full / mutex_pool", KV_FULL, MUTEX, "ratio_vs_mutex_pool");
+	ratio_row("kvpool_full / dpdk_mempool", KV_FULL, DPDK, "ratio_vs_dpdk_mempool");
+	ratio_row("kvpool_raw / dpdk_mempool", KV_RAW, DPDK, "ratio_vs_dpdk_mempool");
+	ratio_row("kvpool_raw / mutex_pool", KV_RAW, MUTEX, "ratio_vs_mutex_pool");
+	ratio_row("kvpool_full / glibc", KV_FULL, GLIBC, "ratio_vs_glibc");
+	ratio_row("kvpool_full / jemalloc", KV_FULL, JEMALLOC, "ratio_vs_jemalloc");
+	ratio_row("kvpool_full / mimalloc", KV_FULL, MIMALLOC, "ratio_vs_mimalloc");
+	ratio_row("kvpool_full / tcmalloc", KV_FULL, TCMALLOC, "ratio_vs_tcmalloc");
+	ratio_row("kvpool_full / limit", KV_FULL, LIMIT, "ratio_vs_limit");
+	ratio_row("kvpool_raw / limit", KV_RAW, LIMIT, "ratio_vs_limit");
+
+	int t1 = thread_index(1), t8 = thread_index(8), t16 = thread_index(16);
+	printf("\nsingle thread, ns per get+put:");
+	for (int p = 0; p < NPEER && t1 >= 0; p++)
+		if (v[p][t1] == v[p][t1]) {
+			printf(" %s %.1f;", peer_name[p], 1e9 / v[p][t1]);
+			kvb_fig(BENCH, peer_name[p], "threads=1", "ns_per_op", 1e9 / v[p][t1], NULL,
+			        0);
+		}
+	printf("\n");
+	if (t1 >= 0) {
+		verdict("1 thread: full API time <= 2x DPDK get+put (2 x full/DPDK ops)",
+		        2 * v[KV_FULL][t1] / v[DPDK][t1], 1.0);
+		verdict("1 thread: raw path at or under DPDK time (raw/DPDK ops)",
+		        v[KV_RAW][t1] / v[DPDK][t1], 1.0);
+	}
+	for (int k = 0; k < 2; k++) {
+		int ti = k ? t16 : t8;
+		char what[96];
+		if (ti < 0)
+			continue;
+		snprintf(what, sizeof(what), "%d threads: full API >= 10x mutex pool (full/mutex)",
+		         kvb_opt.threads[ti]);
+		verdict(what, v[KV_FULL][ti] / v[MUTEX][ti], 10.0);
+		snprintf(what, sizeof(what), "%d threads: full API >= DPDK (full/DPDK)",
+		         kvb_opt.threads[ti]);
+		verdict(what, v[KV_FULL][ti] / v[DPDK][ti], 1.0);
+	}
+
+	if (dp)
+		kvb_dpdk_pool_free(dp);
+	mpool_destroy(mp);
+	kvp_pool_destroy(kv);
+	return bad;
+}

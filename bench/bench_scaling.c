@@ -1,0 +1,557 @@
+/*
+ * bench/bench_scaling.c - benchmark 4: does anything get slower or fatter
+ * as the pool grows from 1e3 to 1e7 blocks?  Plus growth under load and
+ * shrink latency.
+ *
+ * Per pool size n (one stream, separate_kv off), single thread:
+ *   metadata  heap bytes (mallinfo2) the pool took at create, and resident
+ *             bytes (VmRSS) after every block was handed out and freed once
+ *             (so lazily touched tables are counted), per block;
+ *   hot       one block allocated + freed per op (the per-thread cache path);
+ *   churn     n/2 blocks held; each op frees a random held block and
+ *             allocates one in its place: random metadata, the cache-miss
+ *             case (the mutex pool runs the same loop as a yardstick);
+ *   fill      n allocations then n frees, one pass (reported, not judged).
+ * Growth: a pool of 1024 blocks with grow_on_exhaustion, two threads
+ * allocating until it holds GROW_TO blocks; latency of every call and the
+ * time at which each doubling happened, against the same allocations from
+ * a pool created at full size.
+ * Shrink: kvp_shrink latency retiring 1e3 and then 1e5 free blocks of a
+ * 1e6-block pool, idle and with a thread allocating and freeing meanwhile.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/cases.h"
+#include "bench/suite.h"
+
+#define BENCH     "scaling"
+#define MAX_SIZES 5
+
+/* --- churn case ----------------------------------------------------------- */
+
+typedef struct churn {
+	kvp_pool *kv;
+	mpool *mp;
+	bool full; /* kvpool through kvp_free + kvp_allocate with an owner */
+	kvp_owner owner;
+	uint64_t *held;
+	size_t n_held;
+	uint64_t rng;
+} churn;
+
+static uint64_t churn_run(void *ctx, void *tls, int tid, const atomic_int *stop)
+{
+	churn *c = ctx;
+	uint64_t ops = 0, x = c->rng;
+	size_t n;
+	int rc;
+
+	(void)tls, (void)tid;
+	KVB_LOOP(stop, ops, {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		uint64_t *h = &c->held[x % c->n_held];
+		if (c->mp) {
+			rc = mpool_free(c->mp, h, 1);
+			if (!rc)
+				rc = mpool_allocate(c->mp, KVB_BLOCK_SIZE, c->owner, h, 1, &n);
+		} else if (c->full) {
+			rc = kvp_free(c->kv, h, 1);
+			if (!rc)
+				rc = kvp_allocate(c->kv, KVP_KV, KVB_BLOCK_SIZE, c->owner, KVP_FP16,
+				                  h, 1, &n);
+		} else {
+			rc = kvp_free_block(c->kv, *h);
+			if (!rc)
+				rc = kvp_alloc_block(c->kv, KVP_KV, KVP_FP16, h);
+		}
+		if (rc) {
+			kvb_fail("churn", rc);
+			return ops;
+		}
+	});
+	c->rng = x;
+	return ops;
+}
+
+/* Hold n/2 blocks in @c (full: owned by c->owner). */
+static int churn_fill(churn *c, size_t n_hold)
+{
+	size_t n;
+
+	c->n_held = n_hold;
+	c->rng = 0x9e3779b97f4a7c15ull;
+	for (size_t i = 0; i < n_hold; i++) {
+		int rc = c->mp ? mpool_allocate(c->mp, KVB_BLOCK_SIZE, c->owner, &c->held[i], 1, &n)
+		         : c->full ? kvp_allocate(c->kv, KVP_KV, KVB_BLOCK_SIZE, c->owner, KVP_FP16,
+		                                  &c->held[i], 1, &n)
+		                   : kvp_alloc_block(c->kv, KVP_KV, KVP_FP16, &c->held[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int churn_drain(churn *c)
+{
+	int rc =
+	    c->mp ? mpool_free(c->mp, c->held, c->n_held) : kvp_free(c->kv, c->held, c->n_held);
+	c->n_held = 0;
+	return rc;
+}
+
+/* --- per-size measurements ------------------------------------------------ */
+
+enum {
+	R_KV_HOT_FULL,
+	R_KV_HOT_RAW,
+	R_MP_HOT,
+	R_KV_CHURN_FULL,
+	R_KV_CHURN_RAW,
+	R_MP_CHURN,
+	R_KV_FILL,
+	R_KV_META_HEAP,
+	R_KV_META_RSS,
+	R_MP_META_HEAP,
+	R_MP_META_RSS,
+	NROW
+};
+static const char *row_name[NROW] = {
+    "hot get+put kvpool_full (ops/s)", "hot get+put kvpool_raw (ops/s)",
+    "hot get+put mutex_pool (ops/s)",  "churn kvpool_full (ops/s)",
+    "churn kvpool_raw (ops/s)",        "churn mutex_pool (ops/s)",
+    "fill+drain kvpool_raw (ops/s)",   "kvpool heap bytes/block",
+    "kvpool RSS bytes/block",          "mutex_pool heap bytes/block",
+    "mutex_pool RSS bytes/block"};
+static const char *row_series[NROW] = {"kvpool_full_hot",
+                                       "kvpool_raw_hot",
+                                       "mutex_pool_hot",
+                                       "kvpool_full_churn",
+                                       "kvpool_raw_churn",
+                                       "mutex_pool_churn",
+                                       "kvpool_raw_fill_drain",
+                                       "kvpool",
+                                       "kvpool",
+                                       "mutex_pool",
+                                       "mutex_pool"};
+
+static double tab[NROW][MAX_SIZES];
+
+static void put(int row, int si, const char *x, double med, const double *reps, int n)
+{
+	const char *metric = row >= R_KV_META_HEAP ? (row == R_KV_META_HEAP || row == R_MP_META_HEAP
+	                                                  ? "heap_bytes_per_block"
+	                                                  : "rss_bytes_per_block")
+	                                           : "ops_per_s";
+	tab[row][si] = med;
+	kvb_fig(BENCH, row_series[row], x, metric, med, reps, n);
+}
+
+static int measure_case(int row, int si, const char *x, kvb_case *c)
+{
+	double reps[KVB_MAX_REPS];
+	double med = kvb_measure(c, 1, reps);
+
+	if (kvb_take_failures())
+		return 1;
+	put(row, si, x, med, reps, kvb_opt.reps);
+	return 0;
+}
+
+static int one_size(uint32_t n, int si, uint64_t *held)
+{
+	kvp_pool_config cfg;
+	kvp_pool *kv = NULL;
+	mpool *mp = NULL;
+	size_t heap0, rss0, heap1;
+	char x[32];
+	kvb_case c;
+	int bad = 0;
+	double t0;
+
+	snprintf(x, sizeof(x), "blocks=%u", n);
+	kvp_pool_config_init(&cfg);
+	cfg.block_size = KVB_BLOCK_SIZE;
+	cfg.separate_kv = false;
+	cfg.n_blocks = n;
+
+	/* kvpool metadata, then a fill/drain pass that touches every block. */
+	heap0 = kvb_heap_bytes(), rss0 = kvb_rss_bytes();
+	if (kvp_pool_create(&cfg, &kv) != KVP_OK)
+		return 1;
+	heap1 = kvb_heap_bytes();
+	t0 = kvb_now();
+	for (uint32_t i = 0; i < n && !bad; i++)
+		bad = kvp_alloc_block(kv, KVP_KV, KVP_FP16, &held[i]) != KVP_OK;
+	bad = bad || kvp_free(kv, held, n) != KVP_OK;
+	put(R_KV_FILL, si, x, 2.0 * n / (kvb_now() - t0), NULL, 0);
+	put(R_KV_META_HEAP, si, x, (double)(heap1 - heap0) / n, NULL, 0);
+	put(R_KV_META_RSS, si, x, ((double)kvb_rss_bytes() - (double)rss0) / n, NULL, 0);
+
+	kvb_case_kv_full(&c, kv, KVP_KV, 1);
+	bad |= measure_case(R_KV_HOT_FULL, si, x, &c);
+	kvb_case_free(&c);
+	kvb_case_kv_raw(&c, kv, KVP_KV);
+	bad |= measure_case(R_KV_HOT_RAW, si, x, &c);
+	kvb_case_free(&c);
+	for (int full = 0; full < 2 && !bad; full++) {
+		churn ch = {.kv = kv, .full = full, .owner = kvb_new_owner(), .held = held};
+		c = (kvb_case){.run = churn_run, .ctx = &ch};
+		if (churn_fill(&ch, n / 2) != 0) {
+			bad = 1;
+			break;
+		}
+		bad |= measure_case(full ? R_KV_CHURN_FULL : R_KV_CHURN_RAW, si, x, &c);
+		bad |= churn_drain(&ch) != KVP_OK;
+	}
+	if (kvp_n_free(kv, KVP_KV) != n) {
+		printf("  LEAK: kvpool %zu of %u free\n", kvp_n_free(kv, KVP_KV), n);
+		bad = 1;
+	}
+	kvp_pool_destroy(kv);
+
+	/* The mutex pool: same metadata accounting and loops. */
+	heap0 = kvb_heap_bytes(), rss0 = kvb_rss_bytes();
+	if (mpool_create(KVB_BLOCK_SIZE, n, &mp) != 0)
+		return 1;
+	heap1 = kvb_heap_bytes();
+	{
+		churn ch = {.mp = mp, .owner = kvb_new_owner(), .held = held};
+		bad |= churn_fill(&ch, n) != 0;
+		bad |= churn_drain(&ch) != 0;
+	}
+	put(R_MP_META_HEAP, si, x, (double)(heap1 - heap0) / n, NULL, 0);
+	put(R_MP_META_RSS, si, x, ((double)kvb_rss_bytes() - (double)rss0) / n, NULL, 0);
+	kvb_case_mutex(&c, mp, 1, false);
+	bad |= measure_case(R_MP_HOT, si, x, &c);
+	kvb_case_free(&c);
+	{
+		churn ch = {.mp = mp, .owner = kvb_new_owner(), .held = held};
+		c = (kvb_case){.run = churn_run, .ctx = &ch};
+		bad |= churn_fill(&ch, n / 2) != 0;
+		bad |= measure_case(R_MP_CHURN, si, x, &c);
+		bad |= churn_drain(&ch) != 0;
+	}
+	bad |= mpool_n_free(mp) != n;
+	mpool_destroy(mp);
+	return bad;
+}
+
+/* --- growth ----------------------------------------------------------------- */
+
+typedef struct grow_thread {
+	pthread_t th;
+	kvp_pool *kv;
+	uint32_t n_calls;
+	float *lat_ns;
+	double *doubling_at; /* thread 0 only: time each power of two was reached */
+	double t0;
+	int failed;
+} grow_thread;
+
+static void *grow_main(void *arg)
+{
+	grow_thread *g = arg;
+	uint32_t next_pow = 2048;
+	kvp_ref ref;
+
+	for (uint32_t i = 0; i < g->n_calls; i++) {
+		double a = kvb_now();
+		int rc = kvp_alloc_block(g->kv, KVP_KV, KVP_FP16, &ref);
+		double b = kvb_now();
+		if (rc != KVP_OK) {
+			g->failed = rc;
+			return NULL;
+		}
+		g->lat_ns[i] = (float)((b - a) * 1e9);
+		if (g->doubling_at && kvp_pool_n_ids(g->kv) >= next_pow) {
+			for (int k = 0; k < 32; k++)
+				if ((2048u << k) == next_pow)
+					g->doubling_at[k] = b - g->t0;
+			next_pow *= 2;
+		}
+	}
+	return NULL;
+}
+
+/* One growth run (or pre-sized when @presized); returns seconds, fills @lat. */
+static double grow_run(uint32_t grow_to, bool presized, float *lat, double *doubling_at,
+                       uint64_t *n_grown)
+{
+	kvp_pool_config cfg;
+	kvp_pool *kv;
+	grow_thread g[2];
+	double t0, t1;
+	kvp_stats st;
+
+	kvp_pool_config_init(&cfg);
+	cfg.block_size = KVB_BLOCK_SIZE;
+	cfg.separate_kv = false;
+	cfg.n_blocks = presized ? grow_to : 1024;
+	cfg.grow_on_exhaustion = true;
+	if (kvp_pool_create(&cfg, &kv) != KVP_OK)
+		return -1;
+	t0 = kvb_now();
+	for (int i = 0; i < 2; i++) {
+		g[i] = (grow_thread){.kv = kv,
+		                     .n_calls = grow_to / 2,
+		                     .lat_ns = lat + i * (grow_to / 2),
+		                     .doubling_at = i == 0 ? doubling_at : NULL,
+		                     .t0 = t0};
+		pthread_create(&g[i].th, NULL, grow_main, &g[i]);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(g[i].th, NULL);
+	t1 = kvb_now();
+	kvp_pool_stats(kv, &st);
+	*n_grown = st.n_grown;
+	kvp_pool_destroy(kv);
+	if (g[0].failed || g[1].failed) {
+		kvb_fail("growth alloc", g[0].failed ? g[0].failed : g[1].failed);
+		return -1;
+	}
+	return t1 - t0;
+}
+
+static int growth(void)
+{
+	uint32_t grow_to = kvb_opt.smoke ? 1u << 14 : 1u << 20;
+	float *lat = malloc((size_t)grow_to * sizeof(float));
+	double *all = malloc((size_t)grow_to * sizeof(double));
+	double secs[2][KVB_MAX_REPS], doubling[32], pct[2][4];
+	static const double ps[4] = {50, 99, 99.9, 100};
+	const char *kind[2] = {"growing_from_1024", "presized"};
+	uint64_t n_grown = 0;
+	int bad = 0;
+
+	if (!lat || !all) {
+		free(lat), free(all);
+		return 1;
+	}
+	for (int k = 0; k < 32; k++)
+		doubling[k] = KVB_NA;
+	for (int p = 0; p < 2; p++) {
+		for (int r = 0; r < kvb_opt.reps; r++) {
+			uint64_t grown = 0;
+			secs[p][r] =
+			    grow_run(grow_to, p == 1, lat, p == 0 ? doubling : NULL, &grown);
+			if (p == 0)
+				n_grown = grown;
+			if (secs[p][r] < 0) {
+				bad = 1;
+				goto out;
+			}
+		}
+		/* Latency percentiles of the last repetition's calls. */
+		for (uint32_t i = 0; i < grow_to; i++)
+			all[i] = lat[i];
+		for (int q = 0; q < 4; q++)
+			pct[p][q] = kvb_percentile(all, grow_to, ps[q]);
+		for (int r = 0; r < kvb_opt.reps; r++)
+			secs[p][r] = grow_to / secs[p][r];
+		kvb_fig(BENCH, kind[p], "", "allocs_per_s", kvb_median(secs[p], kvb_opt.reps),
+		        secs[p], kvb_opt.reps);
+		kvb_fig(BENCH, kind[p], "", "latency_p50_ns", pct[p][0], NULL, 0);
+		kvb_fig(BENCH, kind[p], "", "latency_p99_ns", pct[p][1], NULL, 0);
+		kvb_fig(BENCH, kind[p], "", "latency_p99.9_ns", pct[p][2], NULL, 0);
+		kvb_fig(BENCH, kind[p], "", "latency_max_ns", pct[p][3], NULL, 0);
+	}
+	{
+		double g = kvb_median(secs[0], kvb_opt.reps), s = kvb_median(secs[1], kvb_opt.reps);
+		printf("\ngrowth: 2 threads allocate %u blocks one at a time, no frees (median of "
+		       "%d)\n",
+		       grow_to, kvb_opt.reps);
+		printf("%-34s %11s %11s %11s %11s %11s\n", "", "allocs/s", "p50 ns", "p99 ns",
+		       "p99.9 ns", "max ns");
+		for (int p = 0; p < 2; p++)
+			printf("%-34s %11s %11.0f %11.0f %11.0f %11.0f\n", kind[p],
+			       kvb_si(p ? s : g, (char[16]){0}, 16), pct[p][0], pct[p][1],
+			       pct[p][2], pct[p][3]);
+		printf("%-34s %10.2fx   (blocks added by growth: %llu)\n", "growing / presized",
+		       g / s, (unsigned long long)n_grown);
+		kvb_fig(BENCH, "growing_from_1024", "", "ratio_vs_presized", g / s, NULL, 0);
+		kvb_fig(BENCH, "growing_from_1024", "", "blocks_grown", (double)n_grown, NULL, 0);
+		printf("doublings (ms since start, last rep):");
+		for (int k = 0; k < 32; k++) {
+			char x[32];
+			if (doubling[k] != doubling[k])
+				continue;
+			printf(" %u:%.2f", 2048u << k, doubling[k] * 1e3);
+			snprintf(x, sizeof(x), "blocks=%u", 2048u << k);
+			kvb_fig(BENCH, "growing_from_1024", x, "reached_at_ms", doubling[k] * 1e3,
+			        NULL, 0);
+		}
+		printf("\n");
+	}
+out:
+	free(lat);
+	free(all);
+	return bad;
+}
+
+/* --- shrink ----------------------------------------------------------------- */
+
+typedef struct loader {
+	pthread_t th;
+	kvp_pool *kv;
+	atomic_int stop;
+	uint64_t ops;
+	int failed;
+} loader;
+
+static void *load_main(void *arg)
+{
+	loader *l = arg;
+	kvp_ref ref;
+
+	while (!atomic_load_explicit(&l->stop, memory_order_relaxed)) {
+		int rc = kvp_alloc_block(l->kv, KVP_KV, KVP_FP16, &ref);
+		if (rc == KVP_OK)
+			rc = kvp_free_block(l->kv, ref);
+		if (rc != KVP_OK) {
+			l->failed = rc;
+			break;
+		}
+		l->ops++;
+	}
+	return NULL;
+}
+
+static int shrink(void)
+{
+	uint32_t n = kvb_opt.smoke ? 10000 : 1000000;
+	uint32_t xs[2] = {1000, kvb_opt.smoke ? 5000 : 100000};
+	double lat[2][2][KVB_MAX_REPS];
+	const char *mode[2] = {"idle", "under_load"};
+	int bad = 0;
+
+	for (int m = 0; m < 2; m++) {
+		for (int r = 0; r < kvb_opt.reps; r++) {
+			kvp_pool_config cfg;
+			kvp_pool *kv;
+			loader l = {0};
+
+			kvp_pool_config_init(&cfg);
+			cfg.block_size = KVB_BLOCK_SIZE;
+			cfg.separate_kv = false;
+			cfg.n_blocks = n;
+			if (kvp_pool_create(&cfg, &kv) != KVP_OK)
+				return 1;
+			l.kv = kv;
+			if (m == 1)
+				pthread_create(&l.th, NULL, load_main, &l);
+			for (int k = 0; k < 2; k++) {
+				uint32_t retired = 0;
+				size_t nf = kvp_n_free(kv, KVP_KV);
+				uint32_t target = nf > xs[k] ? (uint32_t)(nf - xs[k]) : 0;
+				double t0 = kvb_now();
+				int rc = kvp_shrink(kv, KVP_KV, target, &retired);
+				lat[m][k][r] = kvb_now() - t0;
+				if (rc != KVP_OK || retired == 0) {
+					kvb_fail("kvp_shrink", rc);
+					bad = 1;
+				}
+			}
+			if (m == 1) {
+				atomic_store_explicit(&l.stop, 1, memory_order_relaxed);
+				pthread_join(l.th, NULL);
+				bad |= l.failed != 0;
+			}
+			kvp_pool_destroy(kv);
+		}
+	}
+	printf("\nshrink: kvp_shrink retiring X free blocks of a %u-block pool (median of %d)\n", n,
+	       kvb_opt.reps);
+	printf("%-34s %11s %11s %11s %11s\n", "", "X", "ms", "ns/block", "");
+	for (int m = 0; m < 2; m++)
+		for (int k = 0; k < 2; k++) {
+			char x[32];
+			double med = kvb_median(lat[m][k], kvb_opt.reps);
+			printf("%-34s %11u %11.3f %11.1f\n", mode[m], xs[k], med * 1e3,
+			       med * 1e9 / xs[k]);
+			snprintf(x, sizeof(x), "retire=%u", xs[k]);
+			kvb_fig(BENCH, mode[m], x, "shrink_latency_ms", med * 1e3, NULL, 0);
+			for (int r = 0; r < kvb_opt.reps; r++)
+				lat[m][k][r] *= 1e3;
+			kvb_fig(BENCH, mode[m], x, "shrink_latency_ms_reps", med * 1e3, lat[m][k],
+			        kvb_opt.reps);
+		}
+	return bad;
+}
+
+int kvb_bench_scaling(void)
+{
+	uint32_t sizes[MAX_SIZES];
+	int n_sizes = 0, bad = 0;
+	uint64_t *held;
+	char cols[MAX_SIZES][16];
+	const char *colp[MAX_SIZES];
+	uint32_t max_n = 1;
+
+	kvb_heading("4. scaling with pool size; growth; shrink");
+	if (kvb_opt.smoke) {
+		sizes[n_sizes++] = 1000;
+		sizes[n_sizes++] = 10000;
+	} else {
+		static const uint32_t all[4] = {1000, 100000, 1000000, 10000000};
+		static const int pow10[4] = {3, 5, 6, 7};
+		for (int i = 0; i < 4 && pow10[i] <= kvb_opt.max_pow10; i++)
+			sizes[n_sizes++] = all[i];
+	}
+	for (int i = 0; i < n_sizes; i++)
+		if (sizes[i] > max_n)
+			max_n = sizes[i];
+	held = malloc((size_t)max_n * sizeof(uint64_t));
+	if (!held)
+		return 1;
+	memset(held, 0, (size_t)max_n * sizeof(uint64_t)); /* touched before any RSS reading */
+	for (int r = 0; r < NROW; r++)
+		for (int i = 0; i < MAX_SIZES; i++)
+			tab[r][i] = KVB_NA;
+	for (int i = 0; i < n_sizes; i++) {
+		bad |= one_size(sizes[i], i, held);
+		snprintf(cols[i], sizeof(cols[i]), "%.0e", (double)sizes[i]);
+		colp[i] = cols[i];
+	}
+	free(held);
+
+	printf(
+	    "\nsingle thread, median of %d x %.2gs; metadata per block (heap at create, RSS after "
+	    "touching all)\n",
+	    kvb_opt.reps, kvb_opt.seconds);
+	kvb_row_head("blocks in pool", colp, n_sizes);
+	for (int r = 0; r < NROW; r++)
+		kvb_row(row_name[r], tab[r], n_sizes, r >= R_KV_META_HEAP ? 'f' : 's');
+	printf("\nratio largest / smallest pool (1.0 = flat)\n");
+	for (int r = 0; r <= R_KV_FILL && n_sizes > 1; r++) {
+		double q = tab[r][n_sizes - 1] / tab[r][0];
+		printf("%-34s %10.2fx\n", row_name[r], q);
+		kvb_fig(BENCH, row_series[r], "", "ratio_largest_vs_smallest", q, NULL, 0);
+	}
+	if (n_sizes > 1) {
+		for (int r = R_KV_HOT_FULL; r <= R_KV_CHURN_RAW; r++) {
+			double slow;
+			if (r == R_MP_HOT)
+				continue;
+			slow = tab[r][0] / tab[r][n_sizes - 1];
+			char what[96];
+			snprintf(what, sizeof(what), "flat with size: %s, 1e3/largest <= 1.5",
+			         row_series[r]);
+			kvb_target(BENCH, what, slow, slow <= 1.5);
+		}
+		{
+			double meta = tab[R_KV_META_HEAP][n_sizes - 1];
+			if (tab[R_KV_META_RSS][n_sizes - 1] > meta)
+				meta = tab[R_KV_META_RSS][n_sizes - 1];
+			kvb_target(BENCH,
+			           "<= 32 B metadata per block, largest pool (max of heap, RSS)",
+			           meta, meta <= 32);
+		}
+	}
+	bad |= growth();
+	bad |= shrink();
+	return bad;
+}

@@ -1,0 +1,112 @@
+/*
+ * bench/bench_stats.c - benchmark 6: what a metrics scraper costs the hot
+ * path.  Full-API get/put throughput at several thread counts, without and
+ * with a second thread calling kvp_pool_stats every millisecond (the
+ * reader runs through the warm-up and every repetition of its case).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "bench/cases.h"
+#include "bench/suite.h"
+
+#define BENCH "stats"
+
+typedef struct reader {
+	pthread_t th;
+	kvp_pool *kv;
+	atomic_int stop;
+	uint64_t reads;
+	double sum_s, max_s;
+	int failed;
+} reader;
+
+static void *reader_main(void *arg)
+{
+	reader *r = arg;
+	struct timespec ms = {0, 1000000};
+
+	while (!atomic_load_explicit(&r->stop, memory_order_relaxed)) {
+		kvp_stats st;
+		double t0 = kvb_now(), dt;
+		int rc = kvp_pool_stats(r->kv, &st);
+		dt = kvb_now() - t0;
+		if (rc != KVP_OK) {
+			r->failed = rc;
+			break;
+		}
+		r->reads++;
+		r->sum_s += dt;
+		if (dt > r->max_s)
+			r->max_s = dt;
+		nanosleep(&ms, NULL);
+	}
+	return NULL;
+}
+
+int kvb_bench_stats(void)
+{
+	kvp_pool_config cfg;
+	kvp_pool *kv;
+	int thr[3], n_thr = 0, bad = 0;
+	double v[2][3];
+	const char *mode[2] = {"no_stats_reader", "stats_every_1ms"};
+
+	kvb_heading("6. stats cost: kvp_pool_stats every 1 ms from another thread vs none");
+	thr[n_thr++] = 1;
+	thr[n_thr++] = 2;
+	if (!kvb_opt.smoke)
+		thr[n_thr++] = 8;
+	kvp_pool_config_init(&cfg);
+	cfg.block_size = KVB_BLOCK_SIZE;
+	cfg.n_blocks = 1u << 17;
+	if (kvp_pool_create(&cfg, &kv) != KVP_OK)
+		return 1;
+	printf("%-34s %11s %11s %11s %11s %11s\n", "threads", "no reader", "reader", "ratio",
+	       "reads", "mean us");
+	for (int t = 0; t < n_thr; t++) {
+		reader rd = {.kv = kv};
+		for (int m = 0; m < 2; m++) {
+			kvb_case c;
+			double reps[KVB_MAX_REPS];
+			char x[32];
+
+			if (m == 1)
+				pthread_create(&rd.th, NULL, reader_main, &rd);
+			kvb_case_kv_full(&c, kv, KVP_K, 1);
+			v[m][t] = kvb_measure(&c, thr[t], reps);
+			kvb_case_free(&c);
+			if (m == 1) {
+				atomic_store_explicit(&rd.stop, 1, memory_order_relaxed);
+				pthread_join(rd.th, NULL);
+				bad |= rd.failed != 0;
+			}
+			bad |= kvb_take_failures() != 0;
+			snprintf(x, sizeof(x), "threads=%d", thr[t]);
+			kvb_fig(BENCH, mode[m], x, "ops_per_s", v[m][t], reps, kvb_opt.reps);
+		}
+		{
+			char x[32];
+			double mean_us = rd.reads ? rd.sum_s / (double)rd.reads * 1e6 : 0;
+			snprintf(x, sizeof(x), "threads=%d", thr[t]);
+			kvb_fig(BENCH, "stats_every_1ms", x, "ratio_vs_no_reader",
+			        v[1][t] / v[0][t], NULL, 0);
+			kvb_fig(BENCH, "stats_every_1ms", x, "stats_reads", (double)rd.reads, NULL,
+			        0);
+			kvb_fig(BENCH, "stats_every_1ms", x, "stats_call_mean_us", mean_us, NULL,
+			        0);
+			kvb_fig(BENCH, "stats_every_1ms", x, "stats_call_max_us", rd.max_s * 1e6,
+			        NULL, 0);
+			printf("%-34d %11s %11s %10.3fx %11llu %11.2f\n", thr[t],
+			       kvb_si(v[0][t], (char[16]){0}, 16),
+			       kvb_si(v[1][t], (char[16]){0}, 16), v[1][t] / v[0][t],
+			       (unsigned long long)rd.reads, mean_us);
+		}
+	}
+	kvp_pool_destroy(kv);
+	(void)errno;
+	return bad;
+}

@@ -1,0 +1,593 @@
+/*
+ * bench/harness.c - options, timing, threaded runs, figures and JSON.
+ *
+ * Throughput is measured over a fixed wall-clock window, not a fixed op
+ * count: with 16 threads on 2 cores a fixed count would be finished by
+ * whichever threads the scheduler favoured.  The window starts when every
+ * thread has done its setup and is released from a barrier, and ends when
+ * the last thread has seen the stop flag, so time a preempted thread spends
+ * off-CPU (holding a lock or not) is inside the window.
+ */
+#define _GNU_SOURCE
+#include "bench/harness.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+kvb_opts kvb_opt;
+
+static void usage(const char *argv0)
+{
+	fprintf(stderr,
+	        "usage: %s [--quick | --smoke] [--seconds S] [--warmup S] [--reps N]\n"
+	        "          [--threads 1,2,4,8,16] [--max-pow10 N] [--only NAME,...] [--json FILE]\n"
+	        "  --quick    every benchmark, short windows (whole suite ~1.5 min on 2 cores)\n"
+	        "  --smoke    about a second per binary (the tests run this)\n"
+	        "  --only     getput,batch,synthetic,scaling,bufcache,stats\n",
+	        argv0);
+}
+
+static int parse_threads(const char *s)
+{
+	int n = 0;
+	char *end;
+
+	while (*s && n < 8) {
+		long v = strtol(s, &end, 10);
+		if (end == s || v < 1 || v > KVB_MAX_THREADS)
+			return -1;
+		kvb_opt.threads[n++] = (int)v;
+		s = *end == ',' ? end + 1 : end;
+		if (*end && *end != ',')
+			return -1;
+	}
+	kvb_opt.n_threads = n;
+	return n > 0 ? 0 : -1;
+}
+
+int kvb_parse_args(int argc, char **argv)
+{
+	double seconds = -1, warmup = -1;
+	int reps = -1, pow10 = -1;
+	const char *threads = NULL;
+
+	memset(&kvb_opt, 0, sizeof(kvb_opt));
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--quick")) {
+			kvb_opt.quick = true;
+		} else if (!strcmp(a, "--smoke")) {
+			kvb_opt.smoke = true;
+		} else if (!strcmp(a, "--seconds") && v) {
+			seconds = atof(v), i++;
+		} else if (!strcmp(a, "--warmup") && v) {
+			warmup = atof(v), i++;
+		} else if (!strcmp(a, "--reps") && v) {
+			reps = atoi(v), i++;
+		} else if (!strcmp(a, "--max-pow10") && v) {
+			pow10 = atoi(v), i++;
+		} else if (!strcmp(a, "--threads") && v) {
+			threads = v, i++;
+		} else if (!strcmp(a, "--only") && v) {
+			kvb_opt.only = v, i++;
+		} else if (!strcmp(a, "--json") && v) {
+			kvb_opt.json = v, i++;
+		} else {
+			usage(argv[0]);
+			return -1;
+		}
+	}
+	if (kvb_opt.smoke) {
+		kvb_opt.seconds = 0.01, kvb_opt.warmup = 0.005, kvb_opt.reps = 3;
+		kvb_opt.max_pow10 = 4;
+		parse_threads("1,4");
+	} else if (kvb_opt.quick) {
+		kvb_opt.seconds = 0.2, kvb_opt.warmup = 0.1, kvb_opt.reps = 3;
+		kvb_opt.max_pow10 = 7;
+		parse_threads("1,2,4,8,16");
+	} else {
+		kvb_opt.seconds = 1.0, kvb_opt.warmup = 0.3, kvb_opt.reps = 5;
+		kvb_opt.max_pow10 = 7;
+		parse_threads("1,2,4,8,16");
+	}
+	if (seconds > 0)
+		kvb_opt.seconds = seconds;
+	if (warmup >= 0)
+		kvb_opt.warmup = warmup;
+	if (reps > 0)
+		kvb_opt.reps = reps > KVB_MAX_REPS ? KVB_MAX_REPS : reps;
+	if (pow10 >= 3 && pow10 <= 7)
+		kvb_opt.max_pow10 = pow10;
+	if (threads && parse_threads(threads) != 0) {
+		usage(argv[0]);
+		return -1;
+	}
+	return 0;
+}
+
+bool kvb_selected(const char *name)
+{
+	const char *p = kvb_opt.only;
+	size_t len = strlen(name);
+
+	if (!p)
+		return true;
+	while (*p) {
+		const char *e = strchr(p, ',');
+		size_t l = e ? (size_t)(e - p) : strlen(p);
+		if (l == len && !strncmp(p, name, len))
+			return true;
+		if (!e)
+			break;
+		p = e + 1;
+	}
+	return false;
+}
+
+double kvb_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+double kvb_median(const double *v, int n)
+{
+	double tmp[KVB_MAX_REPS];
+
+	if (n <= 0)
+		return 0;
+	if (n > KVB_MAX_REPS)
+		n = KVB_MAX_REPS;
+	memcpy(tmp, v, (size_t)n * sizeof(double));
+	qsort(tmp, (size_t)n, sizeof(double), cmp_double);
+	return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
+}
+
+double kvb_percentile(double *v, size_t n, double p)
+{
+	size_t k;
+
+	if (n == 0)
+		return 0;
+	qsort(v, n, sizeof(double), cmp_double);
+	k = (size_t)(p / 100.0 * (double)n + 0.5);
+	if (k > 0)
+		k--;
+	if (k >= n)
+		k = n - 1;
+	return v[k];
+}
+
+size_t kvb_rss_bytes(void)
+{
+	char line[256];
+	size_t kb = 0;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %zu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb * 1024;
+}
+
+size_t kvb_heap_bytes(void)
+{
+	struct mallinfo2 mi = mallinfo2();
+	return mi.uordblks + mi.hblkhd;
+}
+
+/* --- threaded runs ---------------------------------------------------------- */
+
+typedef struct worker {
+	pthread_t th;
+	const kvb_case *c;
+	int tid;
+	pthread_barrier_t *ready;
+	const atomic_int *stop;
+	uint64_t ops;
+	double t_end;
+} worker;
+
+static atomic_int failures;
+
+void kvb_fail(const char *what, int code)
+{
+	if (atomic_fetch_add_explicit(&failures, 1, memory_order_relaxed) < 5)
+		fprintf(stderr, "bench: %s failed (%d)\n", what, code);
+}
+
+int kvb_take_failures(void)
+{
+	return atomic_exchange_explicit(&failures, 0, memory_order_relaxed);
+}
+
+static void *worker_main(void *arg)
+{
+	worker *w = arg;
+	void *tls = w->c->setup ? w->c->setup(w->c->ctx, w->tid) : NULL;
+
+	pthread_barrier_wait(w->ready);
+	w->ops = w->c->run(w->c->ctx, tls, w->tid, w->stop);
+	w->t_end = kvb_now();
+	if (w->c->teardown)
+		w->c->teardown(w->c->ctx, tls, w->tid);
+	return NULL;
+}
+
+void kvb_case_free(kvb_case *c)
+{
+	free(c->ctx);
+	c->ctx = NULL;
+}
+
+void *kvb_ctx_alloc(size_t size)
+{
+	void *p = calloc(1, size);
+
+	if (!p) {
+		fprintf(stderr, "bench: out of memory\n");
+		exit(2);
+	}
+	return p;
+}
+
+double kvb_run_threads(const kvb_case *c, int n, double seconds)
+{
+	worker w[KVB_MAX_THREADS];
+	pthread_barrier_t ready;
+	atomic_int stop = 0;
+	struct timespec ts;
+	double t0, t_end = 0;
+	uint64_t ops = 0;
+	int started = 0;
+
+	if (n < 1 || n > KVB_MAX_THREADS)
+		return -1;
+	pthread_barrier_init(&ready, NULL, (unsigned)n + 1);
+	for (int i = 0; i < n; i++) {
+		w[i] = (worker){.c = c, .tid = i, .ready = &ready, .stop = &stop};
+		if (pthread_create(&w[i].th, NULL, worker_main, &w[i]) != 0)
+			break;
+		started++;
+	}
+	if (started < n) {
+		/* Cannot happen on a sane machine; leave the started threads parked. */
+		fprintf(stderr, "bench: pthread_create failed\n");
+		exit(2);
+	}
+	pthread_barrier_wait(&ready);
+	t0 = kvb_now();
+	ts.tv_sec = (time_t)seconds;
+	ts.tv_nsec = (long)((seconds - (double)ts.tv_sec) * 1e9);
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+	atomic_store_explicit(&stop, 1, memory_order_relaxed);
+	for (int i = 0; i < n; i++) {
+		pthread_join(w[i].th, NULL);
+		ops += w[i].ops;
+		if (w[i].t_end > t_end)
+			t_end = w[i].t_end;
+	}
+	pthread_barrier_destroy(&ready);
+	return t_end > t0 ? (double)ops / (t_end - t0) : 0;
+}
+
+double kvb_measure(const kvb_case *c, int n, double *reps_out)
+{
+	double r[KVB_MAX_REPS];
+
+	if (kvb_opt.warmup > 0)
+		kvb_run_threads(c, n, kvb_opt.warmup);
+	for (int i = 0; i < kvb_opt.reps; i++)
+		r[i] = kvb_run_threads(c, n, kvb_opt.seconds);
+	if (reps_out)
+		memcpy(reps_out, r, (size_t)kvb_opt.reps * sizeof(double));
+	return kvb_median(r, kvb_opt.reps);
+}
+
+/* --- figures and JSON ----------------------------------------------------- */
+
+typedef struct fig {
+	char bench[24], series[48], x[40], metric[40];
+	double value;
+	double reps[KVB_MAX_REPS];
+	int n_reps;
+} fig;
+
+static fig *figs;
+static size_t n_figs, cap_figs;
+static char **notes;
+static size_t n_notes, cap_notes;
+
+static void copy(char *dst, size_t cap, const char *src)
+{
+	snprintf(dst, cap, "%s", src ? src : "");
+}
+
+void kvb_fig(const char *bench, const char *series, const char *x, const char *metric, double value,
+             const double *reps, int n_reps)
+{
+	fig *f;
+
+	if (n_figs == cap_figs) {
+		size_t nc = cap_figs ? cap_figs * 2 : 256;
+		fig *nf = realloc(figs, nc * sizeof(*nf));
+		if (!nf)
+			return;
+		figs = nf, cap_figs = nc;
+	}
+	f = &figs[n_figs++];
+	copy(f->bench, sizeof(f->bench), bench);
+	copy(f->series, sizeof(f->series), series);
+	copy(f->x, sizeof(f->x), x);
+	copy(f->metric, sizeof(f->metric), metric);
+	f->value = value;
+	f->n_reps = reps ? (n_reps > KVB_MAX_REPS ? KVB_MAX_REPS : n_reps) : 0;
+	if (f->n_reps)
+		memcpy(f->reps, reps, (size_t)f->n_reps * sizeof(double));
+}
+
+void kvb_note(const char *bench, const char *fmt, ...)
+{
+	char buf[512];
+	int len;
+	va_list ap;
+
+	len = snprintf(buf, sizeof(buf), "%s: ", bench);
+	va_start(ap, fmt);
+	vsnprintf(buf + len, sizeof(buf) - (size_t)len, fmt, ap);
+	va_end(ap);
+	if (n_notes == cap_notes) {
+		size_t nc = cap_notes ? cap_notes * 2 : 32;
+		char **nn = realloc(notes, nc * sizeof(*nn));
+		if (!nn)
+			return;
+		notes = nn, cap_notes = nc;
+	}
+	notes[n_notes] = strdup(buf);
+	if (notes[n_notes])
+		n_notes++;
+}
+
+void kvb_target(const char *bench, const char *what, double value, bool met)
+{
+	if (kvb_opt.smoke || KVB_SANITIZED) {
+		printf("  target %-62s not judged (%s run)\n", what,
+		       KVB_SANITIZED ? "sanitizer" : "smoke");
+	} else if (value != value) {
+		printf("  target %-62s not measured\n", what);
+		kvb_note(bench, "target %s: not measured", what);
+	} else {
+		printf("  target %-62s %s (%.3g)\n", what, met ? "MET" : "NOT MET", value);
+		kvb_note(bench, "target %s: %s (%.4g)", what, met ? "met" : "not met", value);
+	}
+	fflush(stdout);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\')
+			fprintf(f, "\\%c", ch);
+		else if (ch < 0x20)
+			fprintf(f, "\\u%04x", ch);
+		else
+			fputc(ch, f);
+	}
+	fputc('"', f);
+}
+
+static void json_num(FILE *f, double v)
+{
+	if (v != v || v > 1e300 || v < -1e300)
+		fputs("null", f);
+	else
+		fprintf(f, "%.6g", v);
+}
+
+/* Resolve @path against the directory `bazel run` was called from. */
+static void resolve_out(const char *path, char *out, size_t cap)
+{
+	const char *wd = getenv("BUILD_WORKING_DIRECTORY");
+
+	if (path[0] != '/' && wd && *wd)
+		snprintf(out, cap, "%s/%s", wd, path);
+	else
+		snprintf(out, cap, "%s", path);
+}
+
+/* One line of shell output (trailing newline dropped), or "" */
+static void shell_line(const char *cmd, char *out, size_t cap)
+{
+	FILE *p = popen(cmd, "r");
+
+	out[0] = 0;
+	if (!p)
+		return;
+	if (fgets(out, (int)cap, p))
+		out[strcspn(out, "\n")] = 0;
+	pclose(p);
+}
+
+int kvb_write_json(void)
+{
+	char path[PATH_MAX], cpu[256], commit[128], dirty[64], cmd[PATH_MAX + 200];
+	const char *ws = getenv("BUILD_WORKSPACE_DIRECTORY");
+	FILE *f;
+
+	if (!kvb_opt.json)
+		return 0;
+	resolve_out(kvb_opt.json, path, sizeof(path));
+	f = fopen(path, "w");
+	if (!f) {
+		fprintf(stderr, "bench: cannot write %s\n", path);
+		return -1;
+	}
+	shell_line("sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1", cpu,
+	           sizeof(cpu));
+	commit[0] = dirty[0] = 0;
+	if (ws && *ws) {
+		snprintf(cmd, sizeof(cmd), "git -C '%s' rev-parse --short HEAD 2>/dev/null", ws);
+		shell_line(cmd, commit, sizeof(commit));
+		snprintf(cmd, sizeof(cmd),
+		         "git -C '%s' status --porcelain -- lib include bench 2>/dev/null | wc -l",
+		         ws);
+		shell_line(cmd, dirty, sizeof(dirty));
+	}
+	fputs("{\n  \"meta\": {", f);
+	fprintf(f, "\"nproc\": %ld, \"cpu\": ", sysconf(_SC_NPROCESSORS_ONLN));
+	json_str(f, cpu);
+	fputs(", \"commit\": ", f);
+	json_str(f, commit);
+	fputs(", \"uncommitted_files_in_lib_include_bench\": ", f);
+	json_str(f, dirty);
+	fprintf(f,
+	        ", \"quick\": %s, \"smoke\": %s, \"seconds\": %g, \"warmup\": %g, \"reps\": %d, "
+	        "\"sanitized\": %s},\n",
+	        kvb_opt.quick ? "true" : "false", kvb_opt.smoke ? "true" : "false", kvb_opt.seconds,
+	        kvb_opt.warmup, kvb_opt.reps, KVB_SANITIZED ? "true" : "false");
+	fputs("  \"figures\": [\n", f);
+	for (size_t i = 0; i < n_figs; i++) {
+		const fig *g = &figs[i];
+		fputs("    {\"bench\": ", f);
+		json_str(f, g->bench);
+		fputs(", \"series\": ", f);
+		json_str(f, g->series);
+		fputs(", \"x\": ", f);
+		json_str(f, g->x);
+		fputs(", \"metric\": ", f);
+		json_str(f, g->metric);
+		fputs(", \"value\": ", f);
+		json_num(f, g->value);
+		if (g->n_reps) {
+			fputs(", \"reps\": [", f);
+			for (int r = 0; r < g->n_reps; r++) {
+				if (r)
+					fputs(", ", f);
+				json_num(f, g->reps[r]);
+			}
+			fputc(']', f);
+		}
+		fputs(i + 1 < n_figs ? "},\n" : "}\n", f);
+	}
+	fputs("  ],\n  \"notes\": [\n", f);
+	for (size_t i = 0; i < n_notes; i++) {
+		fputs("    ", f);
+		json_str(f, notes[i]);
+		fputs(i + 1 < n_notes ? ",\n" : "\n", f);
+	}
+	fputs("  ]\n}\n", f);
+	if (fclose(f) != 0)
+		return -1;
+	fprintf(stderr, "bench: wrote %zu figures to %s\n", n_figs, path);
+	return 0;
+}
+
+const char *kvb_si(double v, char *buf, size_t cap)
+{
+	static const char *unit[] = {"", "k", "M", "G", "T"};
+	int u = 0;
+	double a = v < 0 ? -v : v;
+
+	while (a >= 1000 && u < 4)
+		a /= 1000, v /= 1000, u++;
+	snprintf(buf, cap, a >= 100 ? "%.0f%s" : a >= 10 ? "%.1f%s" : "%.2f%s", v, unit[u]);
+	return buf;
+}
+
+void kvb_heading(const char *title)
+{
+	printf("\n== %s ==\n", title);
+	fflush(stdout);
+}
+
+void kvb_row_head(const char *corner, const char *const *cols, int n)
+{
+	printf("%-34s", corner);
+	for (int i = 0; i < n; i++)
+		printf(" %11s", cols[i]);
+	printf("\n");
+}
+
+void kvb_row(const char *name, const double *v, int n, char kind)
+{
+	char buf[32];
+
+	printf("%-34s", name);
+	for (int i = 0; i < n; i++) {
+		if (v[i] != v[i])
+			snprintf(buf, sizeof(buf), "-");
+		else if (kind == 's')
+			kvb_si(v[i], buf, sizeof(buf));
+		else if (kind == 'x')
+			snprintf(buf, sizeof(buf),
+			         v[i] >= 100  ? "%.0fx"
+			         : v[i] >= 10 ? "%.1fx"
+			                      : "%.2fx",
+			         v[i]);
+		else if (kind == 'p')
+			snprintf(buf, sizeof(buf), "%.2f%%", v[i] * 100);
+		else
+			snprintf(buf, sizeof(buf), "%.4g", v[i]);
+		printf(" %11s", buf);
+	}
+	printf("\n");
+	fflush(stdout);
+}
+
+const char *kvb_exe_dir(void)
+{
+	static char dir[PATH_MAX];
+	ssize_t n;
+
+	if (dir[0])
+		return dir;
+	n = readlink("/proc/self/exe", dir, sizeof(dir) - 1);
+	if (n <= 0) {
+		dir[0] = 0;
+		return dir;
+	}
+	dir[n] = 0;
+	char *slash = strrchr(dir, '/');
+	if (slash)
+		*slash = 0;
+	return dir;
+}
+
+int kvb_find_sibling(const char *name, char *out, size_t cap)
+{
+	/* Next to this executable (bazel-bin/bench), then in the runfiles tree. */
+	const char *cands[2] = {kvb_exe_dir(), "bench"};
+	struct stat st;
+
+	for (int i = 0; i < 2; i++) {
+		snprintf(out, cap, "%s/%s", cands[i], name);
+		if (stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0)
+			return 0;
+	}
+	out[0] = 0;
+	return -1;
+}
