@@ -1,8 +1,51 @@
 /*
  * kvpool/kvcache.h - a request's paged KV cache over pool blocks.
  *
- * (Header comment and synchronization table: owned by the kvcache
- * implementation; the prototypes below are the API.md contract.)
+ * One kvcache holds the K and V rows of one request for every layer of a
+ * model.  All its blocks belong to one pool owner (cfg->owner, the seed's
+ * build_pooled_caches): K blocks come from stream KVP_K and V blocks from
+ * KVP_V, or both from the one KVP_KV list when the pool has no separate_kv.
+ * Their rows live in two storages (k_store, v_store; they may be the same
+ * storage), a token's row being its n_kv_heads * head_dim elements
+ * (storage row_dim must equal that).
+ *
+ * Per layer a block table lists the layer's blocks in token order: token t
+ * of the layer is row t % block_size of block t / block_size.  append checks
+ * out blocks only when the last one is full (one kvp_allocate per stream for
+ * all the blocks an append needs), never per token; the table itself grows
+ * geometrically (kvp_kvcache_reserve makes room up front).  attend and
+ * gather read rows in place from the storages' buffers, through pointers
+ * the table caches when a block is first written.
+ *
+ * Owner: create registers cfg->owner with the pool (kvp_register_owner), so
+ * two kvcaches can never share an owner (the second create is KVP_EOWNER);
+ * the owner stays registered until destroy.  The kvcache assumes nobody
+ * else frees or writes its blocks: kvp_free_all(owner) or kvp_free of its
+ * refs by another party, or kvp_allocate for the same owner, breaks it.
+ * release and destroy call kvp_free_all(owner): every block of every layer
+ * goes back in one pool call.
+ *
+ * Synchronization:
+ *
+ *   function                           may run concurrently with
+ *   ---------------------------------  -----------------------------------------
+ *   kvp_kvcache_create                 everything
+ *   kvp_kvcache_append / trim /        nothing else on the same kvcache;
+ *   reserve / release / destroy        anything on other kvcaches, the pool and
+ *                                      the storages (including kvp_shrink)
+ *   kvp_kvcache_attend / gather /      each other on the same kvcache (read-only);
+ *   len / blocks_held                  not append, trim, release, destroy
+ *
+ * A kvcache is one request's: drive it from one thread at a time (hand it
+ * between threads with the usual synchronization).  Many requests on many
+ * threads, each with its own kvcache, share one pool and one storage per
+ * stream with no lock shared between them except the pool's owner shard
+ * mutex when blocks are checked out or returned.  No call allocates per
+ * token; attend and gather allocate nothing and take no lock.
+ *
+ * Formats: cfg->format is any format with a codec (fp32, fp16, bf16, int8,
+ * int4; see storage.h); attend and gather decode rows on the fly.  int8 and
+ * int4 refuse inf/NaN (append returns KVP_EINVAL and appends nothing).
  */
 #ifndef KVPOOL_KVCACHE_H
 #define KVPOOL_KVCACHE_H
@@ -25,18 +68,116 @@ typedef struct kvp_kvcache_config {
 	kvp_owner owner;   /* one owner for every layer of the request */
 } kvp_kvcache_config;
 
+/* Blocks per layer the block tables hold from create on (they grow past it). */
+#define KVP_KVCACHE_INITIAL_BLOCKS 64u
+
+/**
+ * kvp_kvcache_create - make an empty kvcache
+ * @pool:    the pool blocks come from
+ * @k_store: storage for K rows, made on @pool with row_dim n_kv_heads * head_dim
+ * @v_store: likewise for V rows (may be @k_store)
+ * @cfg:     layers, heads, head size, format and owner
+ * @out:     the new kvcache
+ *
+ * Returns KVP_OK; KVP_EINVAL (NULL args, a zero count, a format without
+ * codec, a storage of another pool or with another row_dim, or
+ * n_kv_heads * head_dim above 2^30); KVP_EOWNER (cfg->owner is active in the
+ * pool); KVP_ENOMEM.  Thread-safe.
+ */
 int kvp_kvcache_create(kvp_pool *pool, kvp_storage *k_store, kvp_storage *v_store,
-		       const kvp_kvcache_config *cfg, kvp_kvcache **out);
+                       const kvp_kvcache_config *cfg, kvp_kvcache **out);
+
+/**
+ * kvp_kvcache_destroy - release every block, unregister the owner, free @c
+ *
+ * NULL is a no-op.  See the table: nothing else may run on @c.
+ */
 void kvp_kvcache_destroy(kvp_kvcache *c);
+
+/**
+ * kvp_kvcache_append - add tokens to one layer
+ * @c:        the kvcache
+ * @layer:    0 .. n_layers - 1
+ * @k:        (n_tokens, n_kv_heads, head_dim) K rows, row-major
+ * @v:        likewise V rows
+ * @n_tokens: tokens to add, at least 1
+ *
+ * Fills the layer's last block first, then checks out just the blocks the
+ * rest needs, ceil(rest / block_size) per stream, in one kvp_allocate per
+ * stream.  All or nothing: on failure the layer is as it was and every
+ * block checked out by the call has gone back to the pool.
+ *
+ * Returns KVP_OK; KVP_EINVAL (bad args; inf/NaN in an int8/int4 cache);
+ * KVP_ERANGE (the layer would pass 2^32 - 1 tokens); KVP_EEXHAUSTED and
+ * KVP_ENOMEM as kvp_allocate and kvp_storage_write return them.
+ */
 int kvp_kvcache_append(kvp_kvcache *c, uint32_t layer, const float *k, const float *v,
-		       uint32_t n_tokens);
+                       uint32_t n_tokens);
+
+/** kvp_kvcache_len - tokens in @layer (0 for NULL or a layer out of range) */
 uint32_t kvp_kvcache_len(const kvp_kvcache *c, uint32_t layer);
+
+/**
+ * kvp_kvcache_gather - copy one layer out in attention-kernel layout
+ * @c:     the kvcache
+ * @layer: the layer
+ * @k_out: receives (n_kv_heads, len, head_dim) floats of K; NULL to skip
+ * @v_out: likewise V; NULL to skip
+ *
+ * fp32 rows come out bit for bit; other formats decoded.
+ * Returns KVP_OK or KVP_EINVAL (NULL @c, bad layer, both outputs NULL).
+ */
 int kvp_kvcache_gather(const kvp_kvcache *c, uint32_t layer, float *k_out, float *v_out);
+
+/**
+ * kvp_kvcache_trim - drop the last min(@n_tokens, len) tokens of every layer
+ *
+ * Blocks left empty go back to the pool (kvp_free); the new last block's
+ * n_used is lowered to what it still holds (kvp_block_set_used).  Trimming
+ * 0 tokens does nothing.  Returns KVP_OK, KVP_EINVAL (NULL @c), or the first
+ * error the pool reported (only when someone else freed this kvcache's
+ * blocks behind its back).
+ */
 int kvp_kvcache_trim(kvp_kvcache *c, uint32_t n_tokens);
+
+/**
+ * kvp_kvcache_attend - one decode step of scaled dot-product attention
+ * @c:       the kvcache
+ * @layer:   the layer, holding at least one token
+ * @q:       (n_heads, head_dim) query of the new token
+ * @n_heads: a multiple of n_kv_heads; query head h uses KV head
+ *           h / (n_heads / n_kv_heads) (contiguous groups, as in Llama)
+ * @scale:   score multiplier (usually 1 / sqrt(head_dim))
+ * @out:     receives (n_heads, head_dim); must not overlap @q
+ *
+ * out_h = sum_t softmax_t(scale * q_h . k_t) v_t over the layer's tokens,
+ * in fp32 with an online softmax, reading the blocks in place (no gather,
+ * no allocation).  Returns KVP_OK or KVP_EINVAL (NULL args, bad layer,
+ * empty layer, n_heads 0 or not a multiple of n_kv_heads).
+ */
 int kvp_kvcache_attend(const kvp_kvcache *c, uint32_t layer, const float *q, uint32_t n_heads,
-		       float scale, float *out);
+                       float scale, float *out);
+
+/** kvp_kvcache_blocks_held - K blocks + V blocks held over all layers (0 for NULL) */
 size_t kvp_kvcache_blocks_held(const kvp_kvcache *c);
+
+/**
+ * kvp_kvcache_release - give every block of every layer back to the pool
+ *
+ * One kvp_free_all(owner) call; the owner stays registered and the kvcache
+ * is empty and usable again.  NULL is a no-op.
+ */
 void kvp_kvcache_release(kvp_kvcache *c);
+
+/* --- additions to API.md ------------------------------------------------ */
+
+/**
+ * kvp_kvcache_reserve - make every layer's block table hold @n_tokens tokens
+ *
+ * Afterwards appends up to @n_tokens per layer never grow a table.
+ * Returns KVP_OK, KVP_EINVAL (NULL @c) or KVP_ENOMEM (nothing changed).
+ */
+int kvp_kvcache_reserve(kvp_kvcache *c, uint32_t n_tokens);
 
 #ifdef __cplusplus
 }
