@@ -28,6 +28,7 @@ valgrind                # leak checks of kvp_pool_destroy
 python3                 # Python binding and its tests
 python3-pytest
 python3-numpy
+libpython3.11-dev       # Python.h + libpython3.11: //python:pyembed, the sanitizer runs of the Python tests
 python3-matplotlib      # benchmark figures
 libjemalloc-dev         # benchmark baselines
 libmimalloc-dev

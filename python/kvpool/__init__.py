@@ -1,0 +1,51 @@
+"""kvpool: the seed's block-pool API in Python, backed by the C library libkvpool.so.
+
+    from kvpool import BlockPoolAllocator, PoolConfig
+
+    pool = BlockPoolAllocator(PoolConfig(block_size=16, n_blocks=64))
+    pool.allocate(stream="k", n_tokens=40, owner=1)
+    print(pool.stats)
+
+Every call goes through ctypes.CDLL, which releases the GIL while the C
+function runs, so Python threads sharing a pool run concurrently.  See
+python/README.md for the API, the examples and how libkvpool.so is found.
+"""
+
+from . import _lib
+from .errors import (
+    BlockPoolExhaustedError,
+    InvalidArgumentError,
+    KVPoolError,
+    KVPoolMemoryError,
+    NotFoundError,
+    OutOfRangeError,
+    OwnerAlreadyActiveError,
+    strerror,
+)
+from .kvcache import PooledKVCache, PooledKVCacheLayer, build_pooled_caches
+from .pool import FORMATS, Block, BlockPoolAllocator, PoolConfig
+from .stats import AllocationStats
+from .storage import BlockStorage
+
+library_path = _lib.path
+
+__all__ = [
+    "AllocationStats",
+    "Block",
+    "BlockPoolAllocator",
+    "BlockPoolExhaustedError",
+    "BlockStorage",
+    "FORMATS",
+    "InvalidArgumentError",
+    "KVPoolError",
+    "KVPoolMemoryError",
+    "NotFoundError",
+    "OutOfRangeError",
+    "OwnerAlreadyActiveError",
+    "PoolConfig",
+    "PooledKVCache",
+    "PooledKVCacheLayer",
+    "build_pooled_caches",
+    "library_path",
+    "strerror",
+]

@@ -1,0 +1,293 @@
+"""Finding, loading and declaring libkvpool.so (ctypes).
+
+Where the library comes from, first match wins:
+
+1. ``$KVPOOL_LIB``: the path of the shared object, or of a directory holding
+   ``libkvpool.so``.  Bazel tests and unusual installs set it.
+2. Next to the package: ``kvpool/libkvpool.so`` (a copy shipped inside the
+   package).
+3. The prefix the package was installed into: a package at
+   ``DIR/lib/python3/dist-packages/kvpool`` (or ``.../site-packages/kvpool``)
+   loads ``DIR/lib/libkvpool.so``, the file ``tools/install.sh --prefix DIR``
+   puts there.  A package inside a source tree (``python/kvpool``) tries the
+   tree's ``bazel-bin/tools/libkvpool.so``.
+4. Bazel runfiles: ``$RUNFILES_DIR`` / ``$TEST_SRCDIR`` +
+   ``kvpool/tools/libkvpool.so``.
+5. ``ctypes.util.find_library("kvpool")``: the dynamic linker's search
+   (``ldconfig`` cache, ``LD_LIBRARY_PATH``).
+
+The package-relative candidates come before the system search on purpose: a
+package installed under a prefix should use the library of that same prefix,
+not another version that happens to be in the linker's cache.
+
+The library is opened with :class:`ctypes.CDLL`, never ``ctypes.PyDLL``:
+every call through a CDLL function releases the GIL for the duration of the
+foreign call and takes it back afterwards, so Python threads calling kvpool
+run in C at the same time.  ``tests/test_threads.py`` checks that every
+declared function has that calling convention.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from ctypes import (
+    POINTER,
+    Structure,
+    c_bool,
+    c_char_p,
+    c_double,
+    c_float,
+    c_int,
+    c_size_t,
+    c_uint32,
+    c_uint64,
+    c_void_p,
+)
+from pathlib import Path
+
+LIBNAME = "libkvpool.so"
+
+# --- constants mirrored from include/kvpool/*.h --------------------------------
+
+KVP_OK = 0
+KVP_EINVAL = -1
+KVP_EEXHAUSTED = -2
+KVP_EOWNER = -3
+KVP_ENOMEM = -4
+KVP_ERANGE = -5
+KVP_ENOENT = -6
+
+KVP_K, KVP_V, KVP_KV = 0, 1, 2
+KVP_N_FORMATS = 7
+KVP_MAX_BLOCK_SIZE = 65535
+KVP_MAX_BLOCKS = 0x7FFFFFFF
+KVP_MAX_THREAD_CACHE = 4096
+
+UINT32_MAX = 0xFFFFFFFF
+
+
+class PoolConfigC(Structure):
+    """struct kvp_pool_config"""
+
+    _fields_ = [
+        ("block_size", c_uint32),
+        ("n_blocks", c_uint32),
+        ("separate_kv", c_bool),
+        ("grow_on_exhaustion", c_bool),
+        ("max_blocks", c_uint32),
+        ("thread_cache", c_uint32),
+        ("history_len", c_uint32),
+    ]
+
+
+class BlockInfoC(Structure):
+    """struct kvp_block_info"""
+
+    _fields_ = [
+        ("id", c_uint32),
+        ("stream", c_int),
+        ("format", c_int),
+        ("n_used", c_uint32),
+        ("owner", c_uint64),
+        ("in_use", c_bool),
+        ("ever_allocated", c_bool),
+    ]
+
+
+STATS_FIELDS = (
+    "n_blocks",
+    "n_allocations",
+    "n_frees",
+    "n_reused",
+    "n_exhausted",
+    "n_grown",
+    "n_retired",
+    "peak_blocks_in_use",
+    "n_not_full",
+    "n_stale_frees",
+)
+
+
+class StatsC(Structure):
+    """struct kvp_stats"""
+
+    _fields_ = [(name, c_uint64) for name in STATS_FIELDS]
+
+
+class KVCacheConfigC(Structure):
+    """struct kvp_kvcache_config"""
+
+    _fields_ = [
+        ("n_layers", c_uint32),
+        ("n_kv_heads", c_uint32),
+        ("head_dim", c_uint32),
+        ("format", c_int),
+        ("owner", c_uint64),
+    ]
+
+
+P = POINTER
+c_uint64_p = P(c_uint64)
+c_float_p = P(c_float)
+
+# name: (restype, argtypes).  Every function the package calls is here.
+PROTOTYPES = {
+    # status.h
+    "kvp_strerror": (c_char_p, [c_int]),
+    # pool.h
+    "kvp_format_name": (c_char_p, [c_int]),
+    "kvp_format_parse": (c_int, [c_char_p, P(c_int)]),
+    "kvp_pool_config_init": (None, [P(PoolConfigC)]),
+    "kvp_pool_create": (c_int, [P(PoolConfigC), P(c_void_p)]),
+    "kvp_pool_destroy": (None, [c_void_p]),
+    "kvp_allocate": (
+        c_int,
+        [c_void_p, c_int, c_uint32, c_uint64, c_int, c_uint64_p, c_size_t, P(c_size_t)],
+    ),
+    "kvp_free": (c_int, [c_void_p, c_uint64_p, c_size_t]),
+    "kvp_free_all": (c_int, [c_void_p, c_uint64]),
+    "kvp_blocks_for": (c_int, [c_void_p, c_uint64, c_uint64_p, c_size_t, P(c_size_t)]),
+    "kvp_n_free": (c_size_t, [c_void_p, c_int]),
+    "kvp_register_owner": (c_int, [c_void_p, c_uint64]),
+    "kvp_release_owner": (c_int, [c_void_p, c_uint64]),
+    "kvp_shrink": (c_int, [c_void_p, c_int, c_uint32, P(c_uint32)]),
+    "kvp_block_get": (c_int, [c_void_p, c_uint64, P(BlockInfoC)]),
+    "kvp_block_set_used": (c_int, [c_void_p, c_uint64, c_uint32]),
+    "kvp_pool_block_size": (c_uint32, [c_void_p]),
+    "kvp_pool_separate_kv": (c_bool, [c_void_p]),
+    "kvp_pool_n_ids": (c_uint32, [c_void_p]),
+    # stats.h
+    "kvp_pool_stats": (c_int, [c_void_p, P(StatsC)]),
+    "kvp_pool_history": (c_size_t, [c_void_p, P(StatsC), c_size_t]),
+    "kvp_stats_blocks_in_use": (c_uint64, [P(StatsC)]),
+    "kvp_stats_fragmentation": (c_double, [P(StatsC)]),
+    "kvp_stats_format": (c_int, [P(StatsC), c_char_p, c_size_t]),
+    "kvp_stats_to_prometheus": (
+        c_int,
+        [P(StatsC), c_char_p, c_char_p, c_size_t, P(c_size_t)],
+    ),
+    # storage.h
+    "kvp_storage_create": (c_int, [c_void_p, c_uint32, c_void_p, P(c_void_p)]),
+    "kvp_storage_destroy": (None, [c_void_p]),
+    "kvp_storage_write": (c_int, [c_void_p, c_uint64, c_uint32, c_float_p, c_uint32]),
+    "kvp_storage_read_f32": (
+        c_int,
+        [c_void_p, c_uint64, c_float_p, c_uint32, P(c_uint32)],
+    ),
+    "kvp_storage_resident_bytes": (c_size_t, [c_void_p]),
+    "kvp_storage_release": (c_int, [c_void_p, c_uint64]),
+    # kvcache.h
+    "kvp_kvcache_create": (
+        c_int,
+        [c_void_p, c_void_p, c_void_p, P(KVCacheConfigC), P(c_void_p)],
+    ),
+    "kvp_kvcache_destroy": (None, [c_void_p]),
+    "kvp_kvcache_append": (c_int, [c_void_p, c_uint32, c_float_p, c_float_p, c_uint32]),
+    "kvp_kvcache_len": (c_uint32, [c_void_p, c_uint32]),
+    "kvp_kvcache_gather": (c_int, [c_void_p, c_uint32, c_float_p, c_float_p]),
+    "kvp_kvcache_trim": (c_int, [c_void_p, c_uint32]),
+    "kvp_kvcache_attend": (
+        c_int,
+        [c_void_p, c_uint32, c_float_p, c_uint32, c_float, c_float_p],
+    ),
+    "kvp_kvcache_blocks_held": (c_size_t, [c_void_p]),
+    "kvp_kvcache_release": (None, [c_void_p]),
+}
+
+
+def _package_candidates() -> list[Path]:
+    here = Path(os.path.abspath(__file__)).parent  # .../kvpool (symlinks kept)
+    out = [here / LIBNAME]
+    # DIR/lib/python3/{dist,site}-packages/kvpool -> DIR/lib/libkvpool.so
+    if len(here.parents) >= 3:
+        out.append(here.parents[2] / LIBNAME)
+    # a source tree: <repo>/python/kvpool -> <repo>/bazel-bin/tools/libkvpool.so
+    out.append(here.parents[1] / "bazel-bin" / "tools" / LIBNAME)
+    return out
+
+
+def _runfiles_candidates() -> list[Path]:
+    out = []
+    for var in ("RUNFILES_DIR", "TEST_SRCDIR"):
+        root = os.environ.get(var)
+        if root:
+            out.append(Path(root) / "kvpool" / "tools" / LIBNAME)
+    return out
+
+
+def candidates() -> list[str]:
+    """Every place the loader looks, in order (see the module docstring)."""
+    out: list[str] = []
+    env = os.environ.get("KVPOOL_LIB")
+    if env:
+        p = Path(env)
+        out.append(str(p / LIBNAME) if p.is_dir() else str(p))
+    out += [str(p) for p in _package_candidates() + _runfiles_candidates()]
+    found = ctypes.util.find_library("kvpool")
+    if found:
+        out.append(found)
+    return out
+
+
+def _load() -> tuple[ctypes.CDLL, str]:
+    tried = []
+    env_set = bool(os.environ.get("KVPOOL_LIB"))
+    for i, cand in enumerate(candidates()):
+        is_path = os.sep in cand
+        if is_path and not os.path.exists(cand):
+            tried.append(f"{cand} (absent)")
+            if i == 0 and env_set:
+                break  # an explicit KVPOOL_LIB that is wrong is an error, not a hint
+            continue
+        try:
+            return ctypes.CDLL(cand), cand
+        except OSError as e:
+            tried.append(f"{cand} ({e})")
+            if i == 0 and env_set:
+                break
+    raise ImportError(
+        "kvpool: cannot load libkvpool.so; set KVPOOL_LIB to its path. Tried: "
+        + "; ".join(tried)
+    )
+
+
+lib, path = _load()
+
+
+class _Functions:
+    """The declared kvp_* functions, resolved on first use.
+
+    Resolution is lazy so that a library built before a part existed (say,
+    storage) still serves the parts it has; a missing symbol is reported by
+    name when it is first needed.
+    """
+
+    def __getattr__(self, name: str):
+        try:
+            restype, argtypes = PROTOTYPES[name]
+        except KeyError:
+            raise AttributeError(name) from None
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise NotImplementedError(f"{path} does not define {name}") from None
+        fn.restype = restype
+        fn.argtypes = argtypes
+        setattr(self, name, fn)
+        return fn
+
+
+fn = _Functions()
+
+
+def declared_functions() -> dict:
+    """Every declared function the library defines, resolved (for tests)."""
+    out = {}
+    for name in PROTOTYPES:
+        try:
+            out[name] = getattr(fn, name)
+        except NotImplementedError:
+            pass
+    return out

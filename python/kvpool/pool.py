@@ -1,0 +1,523 @@
+"""PoolConfig, Block and BlockPoolAllocator over kvp_pool (include/kvpool/pool.h)."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import operator
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+from . import _lib
+from ._handle import Handle
+from .errors import InvalidArgumentError, check
+from .stats import AllocationStats
+
+fn = _lib.fn
+
+STREAMS = {"k": _lib.KVP_K, "v": _lib.KVP_V, "kv": _lib.KVP_KV}
+STREAM_NAMES = {v: k for k, v in STREAMS.items()}
+FORMATS = {fn.kvp_format_name(i).decode(): i for i in range(_lib.KVP_N_FORMATS)}
+FORMAT_NAMES = {v: k for k, v in FORMATS.items()}
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+U64 = 1 << 64
+
+
+# --- argument conversion (shared by every module of the package) ---------------
+
+
+def to_int(value, name: str, lo: int, hi: int) -> int:
+    """``value`` as an int in [lo, hi]: TypeError for a non-integer (bools
+    included), InvalidArgumentError (a ValueError) when out of range."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, not bool")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}") from None
+    if not lo <= v <= hi:
+        raise InvalidArgumentError(f"{name} must be in [{lo}, {hi}], got {v}")
+    return v
+
+
+def owner_to_c(owner) -> int:
+    """An owner id: any int in the signed 64-bit range, stored as its
+    two's-complement uint64 (so the seed's default owner -1 round-trips)."""
+    return to_int(owner, "owner", INT64_MIN, INT64_MAX) % U64
+
+
+def owner_from_c(u: int) -> int:
+    return u - U64 if u > INT64_MAX else u
+
+
+def format_to_c(format) -> int:
+    if not isinstance(format, str):
+        raise TypeError(f"format must be a str, not {type(format).__name__}")
+    out = ctypes.c_int()
+    check(fn.kvp_format_parse(format.encode(), ctypes.byref(out)), f"format {format!r}")
+    return out.value
+
+
+def _check_bool(value, name: str) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+
+
+# --- PoolConfig -------------------------------------------------------------------
+
+
+@dataclass
+class PoolConfig:
+    """Sizing and behaviour of a pool (struct kvp_pool_config).
+
+    block_size: token slots per block, 1..65535.
+    n_blocks: blocks the pool manages initially, all streams together; with
+        separate_kv they are split between K and V (K takes the odd one), so
+        at least 2.
+    separate_kv: K and V draw from independent free lists (streams "k", "v");
+        else one list (stream "kv") backs both and the stream argument of
+        allocate / n_free / shrink is ignored.
+    grow_on_exhaustion: an allocate that finds too few free blocks grows the
+        stream by the shortfall instead of failing, within max_blocks.
+    max_blocks: cap on the blocks managed once grown; None is unbounded.
+    thread_cache: per-thread cached free blocks per stream; None is the
+        library's default, 0 none.  (Added; not in the seed.)
+    history_len: snapshots kept in ``pool.history``.  (Added; not in the seed.)
+
+    Bad values raise ValueError (InvalidArgumentError), values of the wrong
+    type TypeError, when the config is made and again when a pool is made
+    from it.
+    """
+
+    block_size: int = 16
+    n_blocks: int = 1024
+    separate_kv: bool = True
+    grow_on_exhaustion: bool = False
+    max_blocks: Optional[int] = None
+    thread_cache: Optional[int] = None
+    history_len: int = 256
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError/TypeError unless every field is acceptable."""
+        to_int(self.block_size, "PoolConfig.block_size", 1, _lib.KVP_MAX_BLOCK_SIZE)
+        to_int(self.n_blocks, "PoolConfig.n_blocks", 1, _lib.KVP_MAX_BLOCKS)
+        _check_bool(self.separate_kv, "PoolConfig.separate_kv")
+        _check_bool(self.grow_on_exhaustion, "PoolConfig.grow_on_exhaustion")
+        if self.separate_kv and self.n_blocks < 2:
+            raise InvalidArgumentError(
+                "PoolConfig: separate_kv needs n_blocks >= 2 (one for each of K and V), "
+                f"got {self.n_blocks}"
+            )
+        if self.max_blocks is not None:
+            to_int(self.max_blocks, "PoolConfig.max_blocks", self.n_blocks, _lib.KVP_MAX_BLOCKS)
+        if self.thread_cache is not None:
+            to_int(self.thread_cache, "PoolConfig.thread_cache", 0, _lib.KVP_MAX_THREAD_CACHE)
+        to_int(self.history_len, "PoolConfig.history_len", 0, _lib.UINT32_MAX)
+
+    def _to_c(self) -> _lib.PoolConfigC:
+        c = _lib.PoolConfigC()
+        fn.kvp_pool_config_init(ctypes.byref(c))
+        c.block_size = self.block_size
+        c.n_blocks = self.n_blocks
+        c.separate_kv = self.separate_kv
+        c.grow_on_exhaustion = self.grow_on_exhaustion
+        c.max_blocks = self.max_blocks or 0
+        if self.thread_cache is not None:
+            c.thread_cache = self.thread_cache
+        c.history_len = self.history_len
+        return c
+
+
+# --- Block --------------------------------------------------------------------------
+
+
+class Block:
+    """One fixed-size block handed out by a pool.
+
+    A Block returned by ``allocate`` or ``blocks_for`` is a *live view* of
+    one checkout of the block: a handle (``ref``: the block id plus its
+    generation) whose fields are read from the pool (kvp_block_get) each time
+    they are read.  So ``owner`` becomes None and ``n_used`` 0 as soon as the
+    block is freed - by ``free``, ``free_all`` or another thread - as the
+    seed's shared Block objects did.
+
+    Once the block has been handed out again the handle is *stale*
+    (``is_stale``): it describes a checkout that has ended, so ``owner`` is
+    None, ``n_used`` 0, ``in_use`` False, and ``format`` the last value read;
+    it can no longer change the block (freeing it again is skipped, setting
+    ``n_used`` raises NotFoundError), which is what makes a stale handle safe.
+
+    ``block_id`` and ``stream`` never change: ids are stable for the pool's
+    life and unique across streams, so they index block tables and storage.
+
+    ``Block(block_id, ...)`` made by hand is a detached plain record with the
+    seed's defaults; pools reject it.
+    """
+
+    __slots__ = ("_pool", "_ref", "_block_id", "_stream", "_format", "_n_used", "_owner", "_ever")
+
+    def __init__(
+        self,
+        block_id: int,
+        stream: str = "kv",
+        format: str = "fp16",
+        n_used: int = 0,
+        owner: Optional[int] = None,
+        ever_allocated: bool = False,
+    ):
+        self._pool = None
+        self._ref = None
+        self._block_id = block_id
+        self._stream = stream
+        self._format = format
+        self._n_used = n_used
+        self._owner = owner
+        self._ever = ever_allocated
+
+    @classmethod
+    def _live(
+        cls, pool: "BlockPoolAllocator", ref: int, stream: Optional[str], format: Optional[str]
+    ) -> "Block":
+        b = cls.__new__(cls)
+        b._pool = pool
+        b._ref = ref
+        b._block_id = ref & 0xFFFFFFFF
+        b._stream = stream
+        b._format = format
+        b._n_used = b._owner = b._ever = None
+        return b
+
+    def _info(self) -> Optional[_lib.BlockInfoC]:
+        """The block's description, or None when this handle is stale."""
+        info = _lib.BlockInfoC()
+        with self._pool._handle.use() as p:
+            rc = fn.kvp_block_get(p, self._ref, ctypes.byref(info))
+        if rc == _lib.KVP_ENOENT:
+            return None
+        check(rc, "Block")
+        self._stream = STREAM_NAMES.get(info.stream, self._stream)
+        self._format = FORMAT_NAMES.get(info.format, self._format)
+        return info
+
+    @property
+    def block_id(self) -> int:
+        return self._block_id
+
+    @property
+    def ref(self) -> Optional[int]:
+        """The C handle (kvp_ref: id in the low 32 bits, generation above); None if detached."""
+        return self._ref
+
+    @property
+    def pool(self) -> Optional["BlockPoolAllocator"]:
+        return self._pool
+
+    @property
+    def stream(self) -> Optional[str]:
+        """"k", "v", or "kv" for a pool without separate_kv."""
+        if self._pool is not None and self._stream is None:
+            self._info()
+        return self._stream
+
+    @property
+    def format(self) -> Optional[str]:
+        if self._pool is not None:
+            self._info()
+        return self._format
+
+    @property
+    def in_use(self) -> bool:
+        if self._pool is None:
+            return self._owner is not None
+        info = self._info()
+        return bool(info is not None and info.in_use)
+
+    @property
+    def is_stale(self) -> bool:
+        """True once the block was handed out again (or retired) after this checkout."""
+        return self._pool is not None and self._info() is None
+
+    @property
+    def owner(self) -> Optional[int]:
+        """The owner the block is checked out to; None when free."""
+        if self._pool is None:
+            return self._owner
+        info = self._info()
+        return owner_from_c(info.owner) if info is not None and info.in_use else None
+
+    @property
+    def n_used(self) -> int:
+        """Token slots occupied (<= block_size); 0 when free."""
+        if self._pool is None:
+            return self._n_used
+        info = self._info()
+        return info.n_used if info is not None and info.in_use else 0
+
+    @n_used.setter
+    def n_used(self, value: int) -> None:
+        if self._pool is None:
+            self._n_used = value
+            return
+        n = to_int(value, "n_used", 0, _lib.UINT32_MAX)
+        with self._pool._handle.use() as p:
+            check(fn.kvp_block_set_used(p, self._ref, n), f"Block {self._block_id}: set n_used")
+
+    @property
+    def ever_allocated(self) -> bool:
+        if self._pool is None:
+            return self._ever
+        info = self._info()
+        return True if info is None else bool(info.ever_allocated)
+
+    def __eq__(self, other):
+        if not isinstance(other, Block):
+            return NotImplemented
+        if self._pool is not None or other._pool is not None:
+            return self._pool is other._pool and self._ref == other._ref
+        return self._fields() == other._fields()
+
+    def __hash__(self):
+        return hash((self._block_id, self._ref))
+
+    def _fields(self):
+        if self._pool is None:
+            return (self._block_id, self._stream, self._format, self._n_used, self._owner,
+                    self._ever)
+        info = self._info()
+        if info is None:
+            return (self._block_id, self._stream, self._format, 0, None, True)
+        owner = owner_from_c(info.owner) if info.in_use else None
+        return (self._block_id, self._stream, self._format,
+                info.n_used if info.in_use else 0, owner, bool(info.ever_allocated))
+
+    def __repr__(self) -> str:
+        bid, stream, fmt, n_used, owner, ever = self._fields()
+        return (
+            f"Block(block_id={bid}, stream={stream!r}, format={fmt!r}, n_used={n_used}, "
+            f"owner={owner!r}, ever_allocated={ever})"
+        )
+
+
+def _close_pool(handle: Handle, storages: dict) -> None:
+    for st in list(storages.values()):
+        st.close()
+    handle.close()
+
+
+# --- BlockPoolAllocator ----------------------------------------------------------------
+
+
+class BlockPoolAllocator:
+    """A pool of fixed-size KV-cache token blocks (kvp_pool).
+
+    Every method is thread-safe and releases the GIL while it runs in C, so
+    Python threads sharing one pool allocate and free concurrently.  The C
+    pool is destroyed by ``close()``, at the end of a ``with`` block, or when
+    the allocator is garbage-collected - and never while a call, a Block
+    read, a BlockStorage or a PooledKVCache still uses it.
+    """
+
+    def __init__(self, config: Optional[PoolConfig] = None):
+        cfg = dataclasses.replace(config) if config is not None else PoolConfig()
+        c = cfg._to_c()
+        ptr = ctypes.c_void_p()
+        check(fn.kvp_pool_create(ctypes.byref(c), ctypes.byref(ptr)), "BlockPoolAllocator")
+        self._handle = Handle(ptr.value, fn.kvp_pool_destroy, "BlockPoolAllocator")
+        # Storages shared by this pool's PooledKVCaches.  They hold the pool's
+        # Handle, not this object, so the pool can be collected; the
+        # finalizer closes them, then the pool.
+        self._storages: dict = {}
+        self._storages_lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _close_pool, self._handle, self._storages)
+        self.config = cfg
+
+    # -- lifetime
+    def close(self) -> None:
+        """Destroy the pool once nothing uses it any more (idempotent)."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._handle.closed
+
+    def __enter__(self) -> "BlockPoolAllocator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- arguments
+    def _stream(self, stream) -> int:
+        if not isinstance(stream, str):
+            raise TypeError(f"stream must be a str, not {type(stream).__name__}")
+        s = STREAMS.get(stream)
+        if s is None:
+            raise InvalidArgumentError(f"stream must be 'k', 'v' or 'kv', got {stream!r}")
+        if not self.config.separate_kv:
+            return _lib.KVP_KV
+        if s == _lib.KVP_KV:
+            raise InvalidArgumentError("stream must be 'k' or 'v' when separate_kv=True, got 'kv'")
+        return s
+
+    def _refs(self, blocks: Iterable[Block]):
+        refs = []
+        for b in blocks:
+            if not isinstance(b, Block):
+                raise TypeError(f"expected Block, got {type(b).__name__}")
+            if b._pool is not self:
+                raise InvalidArgumentError(f"block {b.block_id} was not handed out by this pool")
+            refs.append(b._ref)
+        return (ctypes.c_uint64 * len(refs))(*refs), len(refs)
+
+    # -- the seed's API
+    def allocate(self, stream: str, n_tokens: int, owner: int, format: str = "fp16") -> list:
+        """Hand ``ceil(n_tokens / block_size)`` blocks of ``stream`` to ``owner``.
+
+        All or nothing.  Each block's n_used is the slots it holds (all full
+        but the last).  Repeated calls for an active owner extend it.
+
+        Raises BlockPoolExhaustedError when too few blocks are free and growth
+        cannot cover the gap (nothing is handed out); ValueError for
+        n_tokens < 1, a stream not valid for the pool, an unknown format.
+        """
+        s = self._stream(stream)
+        n = to_int(n_tokens, "n_tokens", 1, _lib.UINT32_MAX)
+        o = owner_to_c(owner)
+        f = format_to_c(format)
+        cap = -(-n // self.config.block_size)
+        while True:
+            refs = (ctypes.c_uint64 * cap)()
+            got = ctypes.c_size_t()
+            with self._handle.use() as p:
+                rc = fn.kvp_allocate(p, s, n, o, f, refs, cap, ctypes.byref(got))
+            if rc == _lib.KVP_ERANGE and got.value > cap:
+                cap = got.value
+                continue
+            check(rc, "allocate")
+            name = STREAM_NAMES[s]
+            return [Block._live(self, refs[i], name, format) for i in range(got.value)]
+
+    def free(self, blocks: Iterable[Block]) -> None:
+        """Return blocks to their stream's free list.
+
+        Idempotent: a block already free, or a stale handle, is skipped (and
+        counted in ``stats.n_stale_frees``).  Raises ValueError for a block
+        of another pool, NotFoundError for an id the pool never created
+        (then nothing is freed).
+        """
+        if isinstance(blocks, Block):
+            blocks = [blocks]
+        refs, n = self._refs(blocks)
+        if n == 0:
+            return
+        with self._handle.use() as p:
+            check(fn.kvp_free(p, refs, n), "free")
+
+    def free_all(self, owner: int) -> None:
+        """Free every block checked out to ``owner`` and release the owner.
+        An owner that is not active is left alone (no error, as in the seed)."""
+        o = owner_to_c(owner)
+        with self._handle.use() as p:
+            rc = fn.kvp_free_all(p, o)
+        if rc != _lib.KVP_ENOENT:
+            check(rc, "free_all")
+
+    def blocks_for(self, owner: int) -> list:
+        """The blocks checked out to ``owner``, in allocation order ([] if none)."""
+        o = owner_to_c(owner)
+        cap = 16
+        while True:
+            refs = (ctypes.c_uint64 * cap)()
+            n = ctypes.c_size_t()
+            with self._handle.use() as p:
+                rc = fn.kvp_blocks_for(p, o, refs, cap, ctypes.byref(n))
+            if rc == _lib.KVP_ENOENT:
+                return []
+            if rc == _lib.KVP_ERANGE:
+                cap = max(n.value, 2 * cap)  # it may grow again meanwhile: retry
+                continue
+            check(rc, "blocks_for")
+            return [Block._live(self, refs[i], None, None) for i in range(n.value)]
+
+    def n_free(self, stream: str = "k") -> int:
+        """Free blocks of ``stream``, those parked in per-thread caches included."""
+        s = self._stream(stream)
+        with self._handle.use() as p:
+            return fn.kvp_n_free(p, s)
+
+    def register_owner(self, owner: int) -> None:
+        """Reserve ``owner``; OwnerAlreadyActiveError if it is already active
+        (registered, or holding blocks).  Of several threads registering one
+        id at once exactly one succeeds."""
+        o = owner_to_c(owner)
+        with self._handle.use() as p:
+            check(fn.kvp_register_owner(p, o), f"register_owner({owner})")
+
+    def release_owner(self, owner: int) -> None:
+        """Undo register_owner; frees nothing.  An owner that is not active is
+        left alone (no error)."""
+        o = owner_to_c(owner)
+        with self._handle.use() as p:
+            rc = fn.kvp_release_owner(p, o)
+        if rc != _lib.KVP_ENOENT:
+            check(rc, "release_owner")
+
+    def shrink(self, stream: str, target_free: int) -> int:
+        """Retire free blocks of ``stream`` until ``target_free`` are left;
+        returns how many were retired.  Blocks in use are never touched."""
+        s = self._stream(stream)
+        t = to_int(target_free, "target_free", 0, _lib.UINT32_MAX)
+        retired = ctypes.c_uint32()
+        with self._handle.use() as p:
+            check(fn.kvp_shrink(p, s, t, ctypes.byref(retired)), "shrink")
+        return retired.value
+
+    @property
+    def stats(self) -> AllocationStats:
+        """A fresh snapshot of the pool's counters, taken on each access."""
+        s = _lib.StatsC()
+        with self._handle.use() as p:
+            check(fn.kvp_pool_stats(p, ctypes.byref(s)), "stats")
+        return AllocationStats._from_c(s)
+
+    @property
+    def history(self) -> tuple:
+        """Recorded snapshots, oldest first (newest last), at most
+        ``config.history_len``.  The pool records one at its first mutating
+        call, at every growth, shrink and exhausted allocate, and once every
+        65536 mutating calls of each thread (KVP_HISTORY_EVERY)."""
+        cap = self.config.history_len
+        if cap == 0:
+            return ()
+        arr = (_lib.StatsC * cap)()
+        with self._handle.use() as p:
+            n = fn.kvp_pool_history(p, arr, cap)
+        return tuple(AllocationStats._from_c(arr[i]) for i in range(n))
+
+    @property
+    def n_ids(self) -> int:
+        """Blocks ever created: every block id is below this."""
+        with self._handle.use() as p:
+            return fn.kvp_pool_n_ids(p)
+
+    def _shared_storage(self, row_dim: int):
+        """The BlockStorage that this pool's PooledKVCaches of one row width
+        share, for K and V alike (a pool carries at most 8 storages)."""
+        from .storage import BlockStorage
+
+        with self._storages_lock:
+            st = self._storages.get(row_dim)
+            if st is None:
+                st = self._storages[row_dim] = BlockStorage(self, row_dim)
+            return st
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "BlockPoolAllocator(closed)"
+        return f"BlockPoolAllocator({self.stats!r})"

@@ -1,0 +1,125 @@
+"""BlockStorage over kvp_storage (include/kvpool/storage.h): the seed's MLXBlockStorage."""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from typing import Optional
+
+import numpy as np
+
+from . import _lib
+from ._handle import Handle
+from .errors import InvalidArgumentError, check
+from .pool import Block, BlockPoolAllocator, to_int
+
+fn = _lib.fn
+_f32p = _lib.c_float_p
+
+
+def as_f32(values, shape_tail: tuple, name: str) -> np.ndarray:
+    """``values`` as a C-contiguous float32 array shaped ``shape_tail`` or ``(n,) + shape_tail``."""
+    a = np.ascontiguousarray(values, dtype=np.float32)
+    if a.ndim > len(shape_tail) + 1 or a.shape[a.ndim - len(shape_tail):] != shape_tail:
+        raise InvalidArgumentError(
+            f"{name} must have shape (..., {', '.join(map(str, shape_tail))}), got {a.shape}"
+        )
+    return a
+
+
+def f32_ptr(a: np.ndarray):
+    return a.ctypes.data_as(_f32p)
+
+
+class BlockStorage:
+    """K or V rows for a pool's blocks: one buffer per block id.
+
+    Each buffer holds ``block_size`` rows of ``head_dim`` values encoded in
+    the block's format (fp32, fp16, bf16, int8, int4: the C library encodes
+    on write and decodes on read).  A buffer is made on a block's first
+    write, reused in place when the pool hands the block out again, and
+    replaced only when the block's format changes.
+
+    ``write(block, offset, values)``: values of shape (n, head_dim), or
+    (head_dim,) for one row, any numeric dtype (converted to float32 first),
+    written at token slots offset .. offset+n-1.  A write past the block's
+    end raises ValueError (OutOfRangeError), a stale block NotFoundError.
+    The write raises the block's ``n_used`` to cover it.
+
+    ``read(block)``: a new float32 numpy array of shape (block.n_used,
+    head_dim), the live rows decoded.  (The seed returned the stored dtype;
+    numpy has no bf16 or packed int4, so the binding always decodes.)
+
+    Thread-safe as the C storage is: threads may write and read different
+    blocks at once.  Keeps the C pool alive while it lives.
+    """
+
+    def __init__(self, pool: BlockPoolAllocator, head_dim: int):
+        if not isinstance(pool, BlockPoolAllocator):
+            raise TypeError(f"pool must be a BlockPoolAllocator, not {type(pool).__name__}")
+        self.head_dim = to_int(head_dim, "head_dim", 1, _lib.UINT32_MAX)
+        self.block_size = pool.config.block_size
+        self._pool_ref = weakref.ref(pool)
+        self._pool_handle = pool._handle
+        ptr = ctypes.c_void_p()
+        with pool._handle.use() as p:
+            check(fn.kvp_storage_create(p, self.head_dim, None, ctypes.byref(ptr)), "BlockStorage")
+        self._handle = Handle(
+            ptr.value, fn.kvp_storage_destroy, "BlockStorage", parents=(pool._handle,)
+        )
+        self._finalizer = weakref.finalize(self, self._handle.close)
+
+    @property
+    def pool(self) -> Optional[BlockPoolAllocator]:
+        return self._pool_ref()
+
+    def close(self) -> None:
+        """Destroy the storage (its buffers) once nothing uses it (idempotent)."""
+        self._finalizer()
+
+    def __enter__(self) -> "BlockStorage":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _ref(self, block: Block) -> int:
+        if not isinstance(block, Block):
+            raise TypeError(f"expected Block, got {type(block).__name__}")
+        if block._pool is None or block._pool._handle is not self._pool_handle:
+            raise InvalidArgumentError(
+                f"block {block.block_id} does not belong to this storage's pool"
+            )
+        return block._ref
+
+    def write(self, block: Block, offset: int, values) -> None:
+        ref = self._ref(block)
+        off = to_int(offset, "offset", 0, _lib.UINT32_MAX)
+        a = as_f32(values, (self.head_dim,), "values").reshape(-1, self.head_dim)
+        with self._handle.use() as s:
+            rc = fn.kvp_storage_write(s, ref, off, f32_ptr(a), a.shape[0])
+        check(rc, f"BlockStorage.write(block {block.block_id}, offset {off}, {a.shape[0]} rows)")
+
+    def read(self, block: Block) -> np.ndarray:
+        ref = self._ref(block)
+        out = np.empty((self.block_size, self.head_dim), dtype=np.float32)
+        n = ctypes.c_uint32()
+        with self._handle.use() as s:
+            rc = fn.kvp_storage_read_f32(s, ref, f32_ptr(out), self.block_size, ctypes.byref(n))
+        check(rc, f"BlockStorage.read(block {block.block_id})")
+        return out[: n.value].copy() if n.value < self.block_size else out
+
+    def resident_bytes(self) -> int:
+        """Bytes of the buffers that exist (blocks written at least once and
+        not released), not the pool's capacity."""
+        with self._handle.use() as s:
+            return fn.kvp_storage_resident_bytes(s)
+
+    def release(self, block: Block) -> None:
+        """Drop a free block's buffer now instead of keeping it for reuse."""
+        ref = self._ref(block)
+        with self._handle.use() as s:
+            check(fn.kvp_storage_release(s, ref), f"BlockStorage.release(block {block.block_id})")
+
+    def __repr__(self) -> str:
+        return f"BlockStorage(head_dim={self.head_dim}, block_size={self.block_size})"

@@ -1,0 +1,74 @@
+"""How `import kvpool` finds libkvpool.so (kvpool/_lib.py), each case in a fresh interpreter."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import kvpool
+
+PKG_DIR = os.path.dirname(kvpool.__file__)
+
+
+def run_import(env_update, pythonpath, cwd):
+    env = {k: v for k, v in os.environ.items() if k not in ("KVPOOL_LIB", "PYTHONPATH")}
+    env.update(env_update)
+    env["PYTHONPATH"] = pythonpath
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return subprocess.run(
+        [sys.executable, "-c", "import kvpool; print(kvpool.library_path)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+    )
+
+
+def test_a_wrong_kvpool_lib_is_an_import_error_naming_it(tmp_path):
+    r = run_import({"KVPOOL_LIB": "/nonexistent/libkvpool.so"}, os.path.dirname(PKG_DIR), tmp_path)
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr and "/nonexistent/libkvpool.so" in r.stderr
+    assert "KVPOOL_LIB" in r.stderr
+
+
+def test_kvpool_lib_may_name_the_directory(tmp_path):
+    (tmp_path / "d").mkdir()
+    shutil.copy(kvpool.library_path, tmp_path / "d" / "libkvpool.so")
+    r = run_import({"KVPOOL_LIB": str(tmp_path / "d")}, os.path.dirname(PKG_DIR), tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(tmp_path / "d" / "libkvpool.so")
+
+
+@pytest.mark.parametrize("site", ["dist-packages", "site-packages"])
+def test_an_installed_package_loads_the_library_of_its_prefix(tmp_path, site):
+    # tools/install.sh --prefix DIR puts the library in DIR/lib; the package
+    # copied to DIR/lib/python3/<site>/kvpool finds it with no KVPOOL_LIB.
+    prefix = tmp_path / "prefix"
+    pkgs = prefix / "lib" / "python3" / site
+    shutil.copytree(PKG_DIR, pkgs / "kvpool", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(kvpool.library_path, prefix / "lib" / "libkvpool.so")
+    r = run_import({}, str(pkgs), tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(prefix / "lib" / "libkvpool.so")
+
+
+def test_a_library_next_to_the_package_comes_first(tmp_path):
+    pkgs = tmp_path / "pkgs"
+    shutil.copytree(PKG_DIR, pkgs / "kvpool", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(kvpool.library_path, pkgs / "kvpool" / "libkvpool.so")
+    r = run_import({}, str(pkgs), tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(pkgs / "kvpool" / "libkvpool.so")
+
+
+def test_the_search_order():
+    from kvpool import _lib
+
+    env = os.environ.get("KVPOOL_LIB")
+    c = _lib.candidates()
+    if env:
+        assert c[0] in (env, os.path.join(env, "libkvpool.so"))
+        c = c[1:]
+    assert c[0] == os.path.join(os.path.abspath(PKG_DIR), "libkvpool.so")
