@@ -53,6 +53,7 @@ struct kvp_bufcache {
 	_Alignas(64) _Atomic size_t cached; /* budget reservation, see above */
 	_Alignas(64) _Atomic size_t peak;   /* high-water mark of cached */
 	_Atomic size_t live;                /* buffers from the system not yet given back */
+	_Atomic size_t live_bytes;          /* their capacity (bytes_in_use = this - cached) */
 };
 
 int kvp_bufcache_create(size_t max_cached_bytes, kvp_bufcache **out)
@@ -70,6 +71,7 @@ int kvp_bufcache_create(size_t max_cached_bytes, kvp_bufcache **out)
 	atomic_init(&c->cached, 0);
 	atomic_init(&c->peak, 0);
 	atomic_init(&c->live, 0);
+	atomic_init(&c->live_bytes, 0);
 	bc_stats_init(&c->stats);
 	if (bc_nodes_init(&c->nodes))
 		goto fail_nodes;
@@ -97,12 +99,13 @@ static int take_fit(kvp_bufcache *c, size_t need_units, void **p, size_t *cap)
 	return bc_large_take(&c->large, &c->nodes, need_units, p, cap);
 }
 
-/* Give a buffer that has left the cache back to the system. */
-static void release_to_system(kvp_bufcache *c, void *p)
+/* Give a buffer of @cap bytes that is not (or no longer) in the cache back to the system. */
+static void release_to_system(kvp_bufcache *c, void *p, size_t cap)
 {
 	kvp_sys_free(p);
-	/* Relaxed: `live` only sizes the node slab. */
+	/* Relaxed: `live` sizes the node slab, live_bytes feeds stats; neither orders memory. */
 	atomic_fetch_sub_explicit(&c->live, 1, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&c->live_bytes, cap, memory_order_relaxed);
 	bc_count(&c->stats, BC_SYS_FREES, 1);
 }
 
@@ -121,7 +124,7 @@ static int evict_one(kvp_bufcache *c)
 	if (!take_fit(c, 1, &p, &cap))
 		return 0;
 	unreserve(c, cap);
-	release_to_system(c, p);
+	release_to_system(c, p, cap);
 	bc_count(&c->stats, BC_EVICTIONS, 1);
 	return 1;
 }
@@ -157,7 +160,6 @@ void *kvp_bufcache_alloc(kvp_bufcache *c, size_t requested, size_t *actual)
 	if (take_fit(c, bc_units_for_request(requested), &p, actual)) {
 		unreserve(c, *actual);
 		bc_count(&c->stats, BC_HITS, 1);
-		bc_count(&c->stats, BC_BYTES_OUT, *actual);
 		return p;
 	}
 	bc_count(&c->stats, BC_MISSES, 1);
@@ -167,8 +169,8 @@ void *kvp_bufcache_alloc(kvp_bufcache *c, size_t requested, size_t *actual)
 		bc_count(&c->stats, BC_OOM_RETRIES, 1);
 	}
 	atomic_fetch_add_explicit(&c->live, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&c->live_bytes, cap, memory_order_relaxed);
 	bc_count(&c->stats, BC_SYS_ALLOCS, 1);
-	bc_count(&c->stats, BC_BYTES_OUT, cap);
 	prepare_metadata(c, cap);
 	*actual = cap;
 	return p;
@@ -208,7 +210,6 @@ void kvp_bufcache_free(kvp_bufcache *c, void *ptr, size_t actual)
 
 	if (!c || !ptr)
 		return;
-	bc_count(&c->stats, BC_BYTES_BACK, actual);
 	if (!actual || actual % KVP_BUF_ALIGN || (uintptr_t)ptr % KVP_BUF_ALIGN ||
 	    actual > c->budget ||
 	    (units <= BC_EXACT_UNITS && !bc_exact_ready(&c->exact, units - 1)))
@@ -228,10 +229,9 @@ void kvp_bufcache_free(kvp_bufcache *c, void *ptr, size_t actual)
 		bc_exact_put(&c->exact, &c->nodes, units - 1, idx);
 	else
 		bc_large_put(&c->large, &c->nodes, idx);
-	bc_count(&c->stats, BC_CACHED_IN, 1);
 	return;
 to_system:
-	release_to_system(c, ptr);
+	release_to_system(c, ptr, actual);
 }
 
 void kvp_bufcache_clear(kvp_bufcache *c)
@@ -243,8 +243,7 @@ void kvp_bufcache_clear(kvp_bufcache *c)
 		return;
 	while (take_fit(c, 1, &p, &cap)) {
 		unreserve(c, cap);
-		release_to_system(c, p);
-		bc_count(&c->stats, BC_CLEARED, 1);
+		release_to_system(c, p, cap);
 	}
 }
 
@@ -285,7 +284,8 @@ int kvp_bufcache_get_stats(kvp_bufcache *c, kvp_bufcache_stats *out)
 	out->system_frees = v[BC_SYS_FREES];
 	out->cached_bytes = atomic_load_explicit(&c->cached, memory_order_relaxed);
 	out->peak_cached_bytes = atomic_load_explicit(&c->peak, memory_order_relaxed);
-	out->cached_buffers = sub0(v[BC_CACHED_IN], v[BC_HITS] + v[BC_EVICTIONS] + v[BC_CLEARED]);
-	out->bytes_in_use = sub0(v[BC_BYTES_OUT], v[BC_BYTES_BACK]);
+	out->cached_buffers = bc_exact_count(&c->exact) + bc_large_count(&c->large);
+	out->bytes_in_use =
+	    sub0(atomic_load_explicit(&c->live_bytes, memory_order_relaxed), out->cached_bytes);
 	return KVP_OK;
 }

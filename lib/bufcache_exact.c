@@ -83,6 +83,18 @@ out:
 	return rc;
 }
 
+uint64_t bc_exact_count(struct bc_exact *ex)
+{
+	int64_t sum = 0;
+
+	for (size_t g = 0; g < BC_N_GROUPS; g++) {
+		struct bc_group *grp = atomic_load_explicit(&ex->dir[g], memory_order_acquire);
+		for (unsigned i = 0; grp && i < BC_GROUP_SIZE; i++)
+			sum += atomic_load_explicit(&grp->q[i].count, memory_order_relaxed);
+	}
+	return sum > 0 ? (uint64_t)sum : 0;
+}
+
 static inline struct bc_queue *queue_of(struct bc_exact *ex, size_t cls)
 {
 	struct bc_group *grp =

@@ -66,6 +66,9 @@ static inline uint64_t bc_exact_groups(struct bc_exact *ex)
 /* bc_exact_put - cache node @idx (ptr and cap set, cap == (cls + 1) * 256) in class @cls */
 void bc_exact_put(struct bc_exact *ex, struct bc_nodes *n, size_t cls, uint32_t idx);
 
+/* bc_exact_count - buffers in the tier (sum of the class counts; exact at quiescence) */
+uint64_t bc_exact_count(struct bc_exact *ex);
+
 /* bc_exact_take - take the best fit from classes >= @from; 1 on success, 0 when none */
 int bc_exact_take(struct bc_exact *ex, struct bc_nodes *n, size_t from, void **ptr, size_t *cap);
 

@@ -12,6 +12,7 @@
 int bc_large_init(struct bc_large *lg)
 {
 	atomic_init(&lg->nonempty, 0);
+	atomic_init(&lg->count, 0);
 	for (int i = 0; i < BC_LARGE_CLASSES; i++) {
 		if (pthread_mutex_init(&lg->cls[i].lock, NULL)) {
 			while (i--)
@@ -63,6 +64,7 @@ void bc_large_put(struct bc_large *lg, struct bc_nodes *n, uint32_t idx)
 		bc_node(n, after)->lnext = idx;
 	/* Relaxed: the bit is a hint; the list itself is ordered by the mutex. */
 	atomic_fetch_or_explicit(&lg->nonempty, (uint64_t)1 << k, memory_order_relaxed);
+	atomic_fetch_add_explicit(&lg->count, 1, memory_order_relaxed);
 	pthread_mutex_unlock(&lc->lock);
 }
 
@@ -80,6 +82,7 @@ static void unlink_node(struct bc_large *lg, struct bc_nodes *n, unsigned k, uin
 	else
 		bc_node(n, x->lnext)->lprev = x->lprev;
 	x->lprev = x->lnext = BC_NIL;
+	atomic_fetch_sub_explicit(&lg->count, 1, memory_order_relaxed);
 	if (lc->head == BC_NIL)
 		atomic_fetch_and_explicit(&lg->nonempty, ~((uint64_t)1 << k), memory_order_relaxed);
 }

@@ -41,6 +41,7 @@ struct bc_large_class {
 
 struct bc_large {
 	_Atomic uint64_t nonempty;
+	_Atomic uint64_t count; /* buffers in the tier (changed under class locks) */
 	struct bc_large_class cls[BC_LARGE_CLASSES];
 };
 
@@ -49,6 +50,12 @@ void bc_large_destroy(struct bc_large *lg);
 
 /* bc_large_put - cache node @idx (ptr and cap set, cap > 64 MiB) */
 void bc_large_put(struct bc_large *lg, struct bc_nodes *n, uint32_t idx);
+
+/* bc_large_count - buffers in the tier */
+static inline uint64_t bc_large_count(struct bc_large *lg)
+{
+	return atomic_load_explicit(&lg->count, memory_order_relaxed);
+}
 
 /*
  * bc_large_take - take the smallest buffer whose capacity >= @need_units * 256

@@ -37,16 +37,16 @@ void bc_nodes_destroy(struct bc_nodes *n)
 	pthread_mutex_destroy(&n->grow_lock);
 }
 
-unsigned bc_thread_shard(void)
+_Thread_local unsigned bc_shard_plus1;
+
+unsigned bc_thread_shard_assign(void)
 {
 	/* Round-robin assignment at a thread's first call; relaxed: any value works. */
 	static _Atomic unsigned next_shard;
-	static _Thread_local unsigned shard_plus1;
 
-	if (!shard_plus1)
-		shard_plus1 =
-		    1 + atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % BC_SHARDS;
-	return shard_plus1 - 1;
+	bc_shard_plus1 =
+	    1 + atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % BC_SHARDS;
+	return bc_shard_plus1 - 1;
 }
 
 /* Push the chain @first..@last (already linked through free_next) onto shard @s. */

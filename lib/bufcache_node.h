@@ -89,8 +89,15 @@ static inline struct bc_node *bc_node(struct bc_nodes *n, uint32_t idx)
 	return &s[(size_t)idx - base];
 }
 
+extern _Thread_local unsigned bc_shard_plus1;
+unsigned bc_thread_shard_assign(void);
+
 /* bc_thread_shard - this thread's shard (0 .. BC_SHARDS-1), fixed for its life */
-unsigned bc_thread_shard(void);
+static inline unsigned bc_thread_shard(void)
+{
+	unsigned s = bc_shard_plus1;
+	return s ? s - 1 : bc_thread_shard_assign();
+}
 
 /* bc_nodes_pop - a free node's index, or BC_NIL when every shard looked empty */
 uint32_t bc_nodes_pop(struct bc_nodes *n);

@@ -1,6 +1,10 @@
 /*
  * lib/bufcache_stats.h - the buffer cache's event counters, striped per thread shard.
  *
+ * Only events are counted here, and only one of them (hits) on the hit and
+ * free paths; levels (cached buffers, bytes in use) are derived when read
+ * from state the cache keeps anyway (bufcache.c), so they cost nothing.
+ *
  * Every counter is kept in BC_SHARDS cache-line-aligned stripes; a thread adds
  * to its own shard's stripe (bc_thread_shard) with a relaxed fetch-add, and a
  * reader sums the stripes.  With at most BC_SHARDS threads no two threads
@@ -28,10 +32,6 @@ enum bc_ctr {
 	BC_OOM_RETRIES,
 	BC_SYS_ALLOCS,
 	BC_SYS_FREES,
-	BC_CACHED_IN,  /* buffers put in the cache */
-	BC_CLEARED,    /* buffers released by kvp_bufcache_clear */
-	BC_BYTES_OUT,  /* capacity handed out by alloc */
-	BC_BYTES_BACK, /* capacity given back by free */
 	BC_N_CTRS
 };
 

@@ -208,10 +208,14 @@ typedef struct kvp_bufcache_stats {
  *
  * At quiescence: system_allocs - system_frees = buffers handed out + cached
  * buffers, and bytes_in_use = capacity handed out.  While threads run each
- * counter is exact at some instant of the call (see above).
+ * event counter is exact at some instant of the call (see above); the
+ * levels (cached_buffers, bytes_in_use) are derived from the per-class
+ * counts and the cache's byte counters and may be off by the operations in
+ * flight.
  *
  * Returns KVP_OK, or KVP_EINVAL when @c or @out is NULL.  Thread-safe,
- * wait-free (sums per-shard stripes).
+ * wait-free: sums per-shard stripes and the counts of the size classes in
+ * use (64 per 4 KiB group that a miss ever created).
  */
 int kvp_bufcache_get_stats(kvp_bufcache *c, kvp_bufcache_stats *out);
 

@@ -1,0 +1,392 @@
+/*
+ * bench/bufcache_bench.c - alloc+free pairs on the hit path: kvpool vs the seed vs mallocs.
+ *
+ * Workload, the same for every allocator: 32 request sizes, geometric from
+ * 256 B to 64 KiB; 256 buffers (8 of each size) allocated and freed first,
+ * so a cache holds 256 mixed-size buffers; then T threads (1, 2, 4, 8) each
+ * run alloc(n) + free pairs with n drawn from a fixed random sequence of
+ * those sizes.  With 8 buffers of each size cached and each thread holding
+ * at most one, every kvpool and seed allocation is a hit (the hit rate is
+ * printed to prove it).
+ *
+ * Allocators: kvpool's cache; the seed's algorithm (bench/seed_bufcache.c,
+ * 256-slot linear best-fit scan, one mutex around each call); and
+ * aligned_alloc(256, n) + free from glibc, jemalloc, mimalloc and tcmalloc.
+ * Those four all replace malloc process-wide, so each allocator runs in its
+ * own child process: the bench re-executes itself with LD_PRELOAD set to the
+ * allocator's library, and the child checks that the aligned_alloc it calls
+ * really is that library's (dlopen RTLD_NOLOAD + dlsym) before measuring.
+ *
+ * Figures: cpu = the threads' CPU time (CLOCK_THREAD_CPUTIME_ID) summed, per
+ * pair: the cost of a pair including contention, independent of how the
+ * threads share the cores; wall = elapsed time / pairs done by all threads:
+ * throughput.  Ratios are other / kvpool (above 1: kvpool is faster).
+ *
+ * Under a sanitizer build the malloc peers cannot be preloaded (the
+ * sanitizer owns malloc) and are reported as skipped.
+ *
+ *   bufcache_bench            ~0.25 s per measurement (about 8 s in all)
+ *   bufcache_bench --quick    ~1 s in all (also --smoke)
+ *   bufcache_bench --secs S   S seconds per measurement
+ *   --allow-missing           a peer that cannot be loaded is skipped, not an error
+ */
+#define _GNU_SOURCE
+#include <kvpool/bufcache.h>
+
+#include "bench/seed_bufcache.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+
+#define N_SIZES     32
+#define COPIES      8
+#define SEQ         4096
+#define MAX_THREADS 8
+#define LIBDIR      "/usr/lib/x86_64-linux-gnu/"
+
+static const int thread_counts[] = {1, 2, 4, 8};
+#define N_TC ((int)(sizeof(thread_counts) / sizeof(thread_counts[0])))
+
+struct peer {
+	const char *name;
+	const char *lib; /* NULL: no preload */
+	int kind;        /* 0 kvpool, 1 seed, 2 aligned_alloc */
+};
+
+static const struct peer peers[] = {
+    {"kvpool", NULL, 0},
+    {"seed-scan", NULL, 1},
+    {"glibc", NULL, 2},
+    {"jemalloc", LIBDIR "libjemalloc.so.2", 2},
+    {"mimalloc", LIBDIR "libmimalloc.so.2", 2},
+    {"tcmalloc", LIBDIR "libtcmalloc_minimal.so.4", 2},
+};
+#define N_PEERS ((int)(sizeof(peers) / sizeof(peers[0])))
+
+static size_t sizes[N_SIZES];
+static unsigned short seq[SEQ];
+
+/* ---- the allocators behind one interface -------------------------------------------- */
+
+static int kind;
+static kvp_bufcache *kv;
+static seed_bufcache *seed;
+static void *volatile sink;
+
+static inline void *do_alloc(size_t n, size_t *actual)
+{
+	switch (kind) {
+	case 0:
+		return kvp_bufcache_alloc(kv, n, actual);
+	case 1:
+		return seed_alloc(seed, n, actual);
+	default:
+		*actual = (n + 255) & ~(size_t)255;
+		return aligned_alloc(256, *actual);
+	}
+}
+
+static inline void do_free(void *p, size_t actual)
+{
+	switch (kind) {
+	case 0:
+		kvp_bufcache_free(kv, p, actual);
+		break;
+	case 1:
+		seed_free(seed, p, actual);
+		break;
+	default:
+		free(p);
+	}
+}
+
+/* ---- child: measure one allocator -------------------------------------------------- */
+
+struct thr {
+	pthread_t th;
+	int id;
+	uint64_t pairs, cpu_ns;
+	int failed;
+};
+
+static pthread_barrier_t start_barrier;
+static _Atomic int stop;
+
+static uint64_t now_ns(clockid_t clk)
+{
+	struct timespec ts;
+	clock_gettime(clk, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int pair(unsigned i)
+{
+	size_t a;
+	void *p = do_alloc(sizes[seq[i & (SEQ - 1)]], &a);
+
+	if (!p)
+		return -1;
+	sink = p; /* the pointer escapes: no compiler may elide the pair */
+	do_free(p, a);
+	return 0;
+}
+
+static void *worker(void *arg)
+{
+	struct thr *t = arg;
+	unsigned i = (unsigned)t->id * 977u;
+	uint64_t c0;
+
+	for (int k = 0; k < 2000; k++) /* warm up this thread's path */
+		t->failed |= pair(i++);
+	pthread_barrier_wait(&start_barrier);
+	c0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
+	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+		for (int k = 0; k < 256; k++)
+			t->failed |= pair(i++);
+		t->pairs += 256;
+	}
+	t->cpu_ns = now_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
+	return NULL;
+}
+
+static void setup_workload(void)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+
+	for (int i = 0; i < N_SIZES; i++) /* 256 * 256^(i/31): 256 B .. 64 KiB */
+		sizes[i] = (size_t)(256.0 * __builtin_pow(256.0, i / (double)(N_SIZES - 1)));
+	for (int i = 0; i < SEQ; i++) {
+		x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+		seq[i] = (unsigned short)((x * 0x2545f4914f6cdd1dull) >> 59);
+	}
+}
+
+/* Check that aligned_alloc resolves to @lib's; prints why not. */
+static int preload_in_effect(const char *lib)
+{
+	void *h = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
+
+	if (!h) {
+		fprintf(stderr, "%s is not loaded (LD_PRELOAD failed?)\n", lib);
+		return 0;
+	}
+	if (dlsym(h, "aligned_alloc") != dlsym(RTLD_DEFAULT, "aligned_alloc")) {
+		fprintf(stderr, "%s is loaded but its aligned_alloc is not the one called\n", lib);
+		return 0;
+	}
+	return 1;
+}
+
+static int child(const struct peer *pr, double secs)
+{
+	void *keep[N_SIZES * COPIES];
+	size_t keep_a[N_SIZES * COPIES];
+	struct timespec d = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+
+	kind = pr->kind;
+	if (pr->lib && !preload_in_effect(pr->lib))
+		return 2;
+	if (kind == 0 && kvp_bufcache_create(64u << 20, &kv) != KVP_OK)
+		return 1;
+	if (kind == 1 && !(seed = seed_create(64u << 20, 1)))
+		return 1;
+	/* 256 mixed-size buffers cached (or, for a malloc, freed once). */
+	for (int i = 0; i < N_SIZES * COPIES; i++)
+		if (!(keep[i] = do_alloc(sizes[i % N_SIZES], &keep_a[i])))
+			return 1;
+	for (int i = 0; i < N_SIZES * COPIES; i++)
+		do_free(keep[i], keep_a[i]);
+	for (int ti = 0; ti < N_TC; ti++) {
+		int nt = thread_counts[ti], failed = 0;
+		struct thr t[MAX_THREADS];
+		uint64_t pairs = 0, cpu = 0, w0, w1, h0 = 0, m0 = 0, h1 = 0, m1 = 0;
+		kvp_bufcache_stats s;
+		struct seed_stats ss;
+
+		if (kind == 0 && kvp_bufcache_get_stats(kv, &s) == KVP_OK)
+			h0 = s.hits, m0 = s.misses;
+		if (kind == 1)
+			seed_get_stats(seed, &ss), h0 = ss.hits, m0 = ss.misses;
+		atomic_store(&stop, 0);
+		pthread_barrier_init(&start_barrier, NULL, (unsigned)nt + 1);
+		for (int i = 0; i < nt; i++) {
+			t[i] = (struct thr){.id = i};
+			if (pthread_create(&t[i].th, NULL, worker, &t[i]))
+				return 1;
+		}
+		pthread_barrier_wait(&start_barrier);
+		w0 = now_ns(CLOCK_MONOTONIC);
+		while (nanosleep(&d, &d) && errno == EINTR)
+			;
+		atomic_store(&stop, 1);
+		for (int i = 0; i < nt; i++) {
+			pthread_join(t[i].th, NULL);
+			pairs += t[i].pairs;
+			cpu += t[i].cpu_ns;
+			failed |= t[i].failed;
+		}
+		w1 = now_ns(CLOCK_MONOTONIC);
+		pthread_barrier_destroy(&start_barrier);
+		d = (struct timespec){(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+		if (failed || !pairs)
+			return 1;
+		if (kind == 0 && kvp_bufcache_get_stats(kv, &s) == KVP_OK)
+			h1 = s.hits, m1 = s.misses;
+		if (kind == 1)
+			seed_get_stats(seed, &ss), h1 = ss.hits, m1 = ss.misses;
+		printf("R %s %d %llu %.2f %.2f %.2f\n", pr->name, nt, (unsigned long long)pairs,
+		       (double)cpu / (double)pairs, (double)(w1 - w0) / (double)pairs,
+		       kind < 2 ? 100.0 * (double)(h1 - h0) / (double)(h1 - h0 + m1 - m0) : -1.0);
+	}
+	if (kind == 0)
+		kvp_bufcache_destroy(kv);
+	if (kind == 1)
+		seed_destroy(seed);
+	return 0;
+}
+
+/* ---- parent: run every allocator in its own process, print the table --------------- */
+
+struct result {
+	int ok;
+	double cpu[N_TC], wall[N_TC], hit[N_TC];
+};
+
+static int run_child(const struct peer *pr, double secs, struct result *r)
+{
+	int fd[2], status;
+	char secs_s[32], line[256];
+	pid_t pid;
+	FILE *f;
+
+	memset(r, 0, sizeof(*r));
+	if (pipe(fd))
+		return -1;
+	snprintf(secs_s, sizeof(secs_s), "%.3f", secs);
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		dup2(fd[1], 1);
+		close(fd[0]);
+		close(fd[1]);
+		if (pr->lib)
+			setenv("LD_PRELOAD", pr->lib, 1);
+		else
+			unsetenv("LD_PRELOAD");
+		execl("/proc/self/exe", "bufcache_bench", "--child", pr->name, "--secs", secs_s,
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(fd[1]);
+	f = fdopen(fd[0], "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		char name[32];
+		int nt;
+		unsigned long long pairs;
+		double cpu, wall, hit;
+		if (sscanf(line, "R %31s %d %llu %lf %lf %lf", name, &nt, &pairs, &cpu, &wall,
+		           &hit) != 6)
+			continue;
+		for (int i = 0; i < N_TC; i++)
+			if (thread_counts[i] == nt)
+				r->cpu[i] = cpu, r->wall[i] = wall, r->hit[i] = hit;
+		r->ok++;
+	}
+	if (f)
+		fclose(f);
+	if (waitpid(pid, &status, 0) != pid)
+		return -1;
+	if (!WIFEXITED(status))
+		return -1;
+	if (WEXITSTATUS(status) == 0 && r->ok == N_TC)
+		return 0;
+	return WEXITSTATUS(status) == 2 ? 2 : -1;
+}
+
+int main(int argc, char **argv)
+{
+	double secs = 0.25;
+	int allow_missing = 0, bad = 0;
+	const char *child_name = NULL;
+	struct result res[N_PEERS];
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--quick") || !strcmp(argv[i], "--smoke"))
+			secs = 0.025;
+		else if (!strcmp(argv[i], "--secs") && i + 1 < argc)
+			secs = atof(argv[++i]);
+		else if (!strcmp(argv[i], "--child") && i + 1 < argc)
+			child_name = argv[++i];
+		else if (!strcmp(argv[i], "--allow-missing"))
+			allow_missing = 1;
+		else {
+			fprintf(stderr,
+			        "usage: %s [--quick|--smoke] [--secs S] [--allow-missing]\n",
+			        argv[0]);
+			return 2;
+		}
+	}
+	setup_workload();
+	if (child_name) {
+		for (int i = 0; i < N_PEERS; i++)
+			if (!strcmp(peers[i].name, child_name))
+				return child(&peers[i], secs);
+		return 2;
+	}
+	printf("bufcache_bench: ns per alloc+free pair on the hit path, 256 buffers of %d sizes "
+	       "(%zu B .. %zu KiB) cached; %.3f s per measurement; %ld cores online\n",
+	       N_SIZES, sizes[0], sizes[N_SIZES - 1] >> 10, secs, sysconf(_SC_NPROCESSORS_ONLN));
+	printf("cpu = summed thread CPU time / pairs; wall = elapsed / pairs (all threads); "
+	       "ratio = allocator / kvpool\n\n");
+	printf("%-10s %7s %9s %9s %9s %9s %6s\n", "allocator", "threads", "cpu_ns", "wall_ns",
+	       "x_cpu", "x_wall", "hit%");
+	for (int p = 0; p < N_PEERS; p++) {
+		int rc;
+		if (SANITIZED && peers[p].lib) {
+			printf("%-10s skipped: a sanitizer build owns malloc, no preload\n",
+			       peers[p].name);
+			continue;
+		}
+		rc = run_child(&peers[p], secs, &res[p]);
+		if (rc) {
+			printf("%-10s %s\n", peers[p].name,
+			       rc == 2 ? "not loadable (LD_PRELOAD had no effect)" : "FAILED");
+			if (!(rc == 2 && allow_missing))
+				bad = 1;
+			res[p].ok = 0;
+			continue;
+		}
+		for (int i = 0; i < N_TC; i++) {
+			char hit[16] = "-";
+			if (res[p].hit[i] >= 0)
+				snprintf(hit, sizeof(hit), "%.1f", res[p].hit[i]);
+			printf("%-10s %7d %9.1f %9.1f %9.2f %9.2f %6s\n", peers[p].name,
+			       thread_counts[i], res[p].cpu[i], res[p].wall[i],
+			       res[0].ok ? res[p].cpu[i] / res[0].cpu[i] : 0.0,
+			       res[0].ok ? res[p].wall[i] / res[0].wall[i] : 0.0, hit);
+		}
+	}
+	return bad;
+}
