@@ -39,9 +39,16 @@ int main(int argc, char **argv)
 			printf("DPDK unavailable: %s\n", why);
 	}
 	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++) {
+		double ts;
+		int rc;
+
 		if (!kvb_selected(benches[i].name))
 			continue;
-		if (benches[i].fn() != 0) {
+		ts = kvb_now();
+		rc = benches[i].fn();
+		printf("[%s: %.1f s]\n", benches[i].name, kvb_now() - ts);
+		kvb_fig(benches[i].name, "suite", "", "section_seconds", kvb_now() - ts, NULL, 0);
+		if (rc != 0) {
 			printf("!! %s: a measured call failed or blocks leaked\n", benches[i].name);
 			bad = 1;
 		}
