@@ -1,0 +1,432 @@
+/*
+ * stress/stress_main.c - kvpool_stress: N threads run random mixes of every
+ * pool operation in phases of fresh threads; after each phase the pool is
+ * checked against the harness's model (stress/stress.c).  Some phases make
+ * the system allocator fail on demand (kvp_fault_inject).
+ *
+ *   kvpool_stress --threads N --seconds S --seed X [--ops N] ...
+ *
+ * Exit status: 0 no violation, 1 a violation (the first is printed, with
+ * the seed to replay the run), 2 bad usage.  See docs/STRESS.md.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <kvpool/kvpool.h>
+
+#include "lib/sysmem.h"
+#include "stress/metrics_http.h"
+#include "stress/progress.h"
+#include "stress/stress.h"
+#include "stress/util.h"
+
+typedef struct opts {
+	uint64_t threads, ops, seed, blocks, max_blocks, block_size, thread_cache, phase_ms;
+	double seconds;
+	bool seed_given, faults, progress;
+	int metrics_port;
+	const char *json_path;
+} opts;
+
+typedef struct live {
+	_Alignas(64) _Atomic uint64_t ops;
+} live;
+
+typedef struct run {
+	opts o;
+	kvp_pool *pool;
+	st_world w;
+	live *lv;                    /* per slot: operations done, for progress and /metrics */
+	_Atomic uint64_t ops_before; /* operations of finished phases */
+	_Atomic uint64_t ops_budget; /* left of --ops (UINT64_MAX: none) */
+	_Atomic uint64_t phase, threads_done;
+	uint64_t deadline;
+} run;
+
+typedef struct worker {
+	run *r;
+	st_slot *s;
+	live *lv;
+} worker;
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: kvpool_stress [options]\n"
+	        "  --threads N        worker threads per phase (default 4)\n"
+	        "  --seconds S        run this long (default 10; 0 = until --ops)\n"
+	        "  --ops N            stop after N operations in all (default: no limit)\n"
+	        "  --seed X           PRNG seed (default: from the clock; always printed)\n"
+	        "  --phase-ms M       length of a phase of fresh threads (default 200)\n"
+	        "  --blocks N         initial pool blocks (default 1024)\n"
+	        "  --max-blocks N     growth cap (default 2 x --blocks)\n"
+	        "  --block-size S     tokens per block (default 16)\n"
+	        "  --thread-cache N   per-thread cached blocks per stream (default: the pool's)\n"
+	        "  --no-faults        no allocator fault injection (default: every 3rd phase)\n"
+	        "  --json FILE        write the results as JSON\n"
+	        "  --metrics-port P   serve /metrics on 127.0.0.1:P while running (0: any)\n"
+	        "  --no-progress      no live progress line (shown only on a terminal)\n");
+}
+
+static int parse_args(int argc, char **argv, opts *o)
+{
+	*o = (opts){.threads = 4,
+	            .seconds = 10,
+	            .phase_ms = 200,
+	            .blocks = 1024,
+	            .block_size = 16,
+	            .thread_cache = KVP_DEFAULT_THREAD_CACHE,
+	            .faults = true,
+	            .progress = true,
+	            .metrics_port = -1};
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		uint64_t u;
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			usage(stdout);
+			exit(0);
+		} else if (strcmp(a, "--no-faults") == 0) {
+			o->faults = false;
+			continue;
+		} else if (strcmp(a, "--no-progress") == 0) {
+			o->progress = false;
+			continue;
+		}
+		if (v == NULL) {
+			fprintf(stderr, "kvpool_stress: unknown option or missing value: %s\n", a);
+			return -1;
+		}
+		i++;
+		bool ok = true;
+		if (strcmp(a, "--seconds") == 0)
+			ok = su_parse_double(v, &o->seconds);
+		else if (strcmp(a, "--json") == 0)
+			o->json_path = v;
+		else if (strcmp(a, "--metrics-port") == 0) {
+			ok = su_parse_u64(v, &u) && u <= 65535;
+			o->metrics_port = (int)u;
+		} else {
+			struct {
+				const char *flag;
+				uint64_t *dst, min, max;
+			} nums[] = {
+			    {"--threads", &o->threads, 1, 256},
+			    {"--ops", &o->ops, 1, UINT64_MAX},
+			    {"--seed", &o->seed, 0, UINT64_MAX},
+			    {"--phase-ms", &o->phase_ms, 1, 3600000},
+			    {"--blocks", &o->blocks, 2, 1u << 24},
+			    {"--max-blocks", &o->max_blocks, 2, 1u << 26},
+			    {"--block-size", &o->block_size, 1, 4096},
+			    {"--thread-cache", &o->thread_cache, 0, KVP_MAX_THREAD_CACHE},
+			};
+			size_t k = 0;
+			while (k < sizeof nums / sizeof nums[0] && strcmp(a, nums[k].flag) != 0)
+				k++;
+			if (k == sizeof nums / sizeof nums[0]) {
+				fprintf(stderr, "kvpool_stress: unknown option: %s\n", a);
+				return -1;
+			}
+			ok = su_parse_u64(v, &u) && u >= nums[k].min && u <= nums[k].max;
+			if (ok)
+				*nums[k].dst = u;
+			if (ok && nums[k].dst == &o->seed)
+				o->seed_given = true;
+		}
+		if (!ok) {
+			fprintf(stderr, "kvpool_stress: bad value for %s: '%s'\n", a, v);
+			return -1;
+		}
+	}
+	if (o->max_blocks == 0)
+		o->max_blocks = 2 * o->blocks;
+	if (o->max_blocks < o->blocks) {
+		fprintf(stderr, "kvpool_stress: --max-blocks is below --blocks\n");
+		return -1;
+	}
+	if (o->seconds <= 0 && o->ops == 0) {
+		fprintf(stderr, "kvpool_stress: give --seconds > 0 or --ops\n");
+		return -1;
+	}
+	return 0;
+}
+
+static uint64_t ld(_Atomic uint64_t *a)
+{
+	return atomic_load_explicit(a, memory_order_relaxed);
+}
+
+static uint64_t ops_now(run *r)
+{
+	uint64_t n = ld(&r->ops_before);
+	for (uint64_t i = 0; i < r->o.threads; i++)
+		n += ld(&r->lv[i].ops);
+	return n;
+}
+
+/* Take up to @want operations from the --ops budget; returns how many were granted. */
+static uint64_t take_budget(run *r, uint64_t want)
+{
+	uint64_t left = ld(&r->ops_budget);
+	while (left != UINT64_MAX) {
+		uint64_t got = left < want ? left : want;
+		if (got == 0)
+			return 0;
+		/* Relaxed: the budget orders nothing but itself. */
+		if (atomic_compare_exchange_weak_explicit(&r->ops_budget, &left, left - got,
+		                                          memory_order_relaxed,
+		                                          memory_order_relaxed))
+			return got;
+	}
+	return want;
+}
+
+static void *worker_main(void *arg)
+{
+	worker *k = arg;
+	run *r = k->r;
+	for (;;) {
+		if (r->deadline && su_now_ns() >= r->deadline)
+			break;
+		uint64_t n = take_budget(r, 64);
+		if (n == 0)
+			break;
+		for (uint64_t i = 0; i < n; i++)
+			st_step(&r->w, k->s);
+		/* Only this thread writes its counter; relaxed, read by the monitor. */
+		atomic_store_explicit(&k->lv->ops, ld(&k->lv->ops) + n, memory_order_relaxed);
+	}
+	atomic_fetch_add_explicit(&r->threads_done, 1, memory_order_relaxed);
+	return NULL;
+}
+
+static void fill_metrics(void *arg, mtext *t)
+{
+	run *r = arg;
+	kvp_stats s;
+	if (kvp_pool_stats(r->pool, &s) == KVP_OK)
+		mtext_pool(t, &s);
+	mtext_metric(t, "kvpool_stress_operations_total", "counter",
+	             "Pool operations the stress harness has run.", (double)ops_now(r));
+	mtext_metric(t, "kvpool_stress_phase", "gauge", "Current phase of fresh threads.",
+	             (double)ld(&r->phase));
+}
+
+static void print_counts(const st_counts *c, double secs, const st_world *w)
+{
+	uint64_t total = 0;
+	for (int k = 0; k < OP_N; k++)
+		total += c->ops[k];
+	printf("\noperations: %" PRIu64 " in %.2f s = %.0f ops/s\n", total, secs,
+	       secs > 0 ? (double)total / secs : 0.0);
+	for (int k = 0; k < OP_N; k++)
+		printf("  %-28s %12" PRIu64 "\n", st_op_names[k], c->ops[k]);
+	printf("  blocks allocated %" PRIu64 ", freed %" PRIu64 ", stale frees %" PRIu64
+	       ", exhausted %" PRIu64 ", retired %" PRIu64 ", ENOMEM under injection %" PRIu64 "\n",
+	       c->allocated, c->freed, c->stale_frees, c->exhausted, c->retired, c->enomem);
+	printf("\ninvariant checks: %" PRIu64 " run, %" PRIu64 " failed\n", w->checks_run,
+	       w->checks_failed);
+	for (int k = 0; k < ST_CHECK_KINDS; k++)
+		printf("  %-48s %6" PRIu64 "\n", st_check_names[k], w->check_kinds[k]);
+}
+
+static int write_json(const char *path, const run *r, const st_counts *c, double secs,
+                      uint64_t phases, uint64_t fault_phases, uint64_t violations)
+{
+	FILE *f = fopen(path, "w");
+	if (f == NULL)
+		return -1;
+	uint64_t total = 0;
+	for (int k = 0; k < OP_N; k++)
+		total += c->ops[k];
+	fprintf(f,
+	        "{\n  \"seed\": %" PRIu64 ", \"threads\": %" PRIu64 ", \"seconds\": %.3f"
+	        ", \"phases\": %" PRIu64 ", \"fault_phases\": %" PRIu64
+	        ", \"faults_injected\": %lu,\n  \"operations\": %" PRIu64
+	        ", \"ops_per_s\": %.1f, \"ops\": {",
+	        r->o.seed, r->o.threads, secs, phases, fault_phases, kvp_fault_injected(), total,
+	        secs > 0 ? (double)total / secs : 0.0);
+	for (int k = 0; k < OP_N; k++)
+		fprintf(f, "%s\"%s\": %" PRIu64, k ? ", " : "", st_op_names[k], c->ops[k]);
+	fprintf(f,
+	        "},\n  \"blocks_allocated\": %" PRIu64 ", \"blocks_freed\": %" PRIu64
+	        ", \"stale_frees\": %" PRIu64 ", \"exhausted\": %" PRIu64 ", \"retired\": %" PRIu64
+	        ", \"enomem\": %" PRIu64 ",\n  \"checks_run\": %" PRIu64
+	        ", \"checks_failed\": %" PRIu64 ", \"violations\": %" PRIu64 "\n}\n",
+	        c->allocated, c->freed, c->stale_frees, c->exhausted, c->retired, c->enomem,
+	        r->w.checks_run, r->w.checks_failed, violations);
+	return fclose(f);
+}
+
+int main(int argc, char **argv)
+{
+	static run R;
+	run *r = &R;
+	if (parse_args(argc, argv, &r->o) != 0) {
+		usage(stderr);
+		return 2;
+	}
+	opts *o = &r->o;
+	if (!o->seed_given) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		uint64_t h =
+		    (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
+		o->seed = su_rand(&h) % 1000000000ull;
+	}
+	printf("kvpool_stress: seed %" PRIu64 " (replay with --seed %" PRIu64 ")\n", o->seed,
+	       o->seed);
+	printf("  %" PRIu64 " threads, phases of %" PRIu64 " ms, %s%s; pool %" PRIu64
+	       " blocks growing to %" PRIu64 ", %" PRIu64 " tokens each, thread cache %" PRIu64
+	       "; fault injection %s\n",
+	       o->threads, o->phase_ms, o->seconds > 0 ? "" : "no time limit",
+	       o->seconds > 0 ? "time-bounded" : "", o->blocks, o->max_blocks, o->block_size,
+	       o->thread_cache, o->faults ? "every 3rd phase" : "off");
+	fflush(stdout);
+
+	kvp_pool_config pc;
+	kvp_pool_config_init(&pc);
+	pc.n_blocks = (uint32_t)o->blocks;
+	pc.block_size = (uint32_t)o->block_size;
+	pc.grow_on_exhaustion = true;
+	pc.max_blocks = (uint32_t)o->max_blocks;
+	pc.thread_cache = (uint32_t)o->thread_cache;
+	int rc = kvp_pool_create(&pc, &r->pool);
+	if (rc != KVP_OK) {
+		fprintf(stderr, "kvpool_stress: kvp_pool_create: %s\n", kvp_strerror(rc));
+		return 2;
+	}
+	r->lv = calloc(o->threads, sizeof *r->lv);
+	pthread_t *tid = calloc(o->threads, sizeof *tid);
+	worker *wk = calloc(o->threads, sizeof *wk);
+	if (r->lv == NULL || tid == NULL || wk == NULL ||
+	    st_world_init(&r->w, r->pool, (unsigned)o->threads, o->seed, stderr) != 0) {
+		fprintf(stderr, "kvpool_stress: out of memory\n");
+		return 2;
+	}
+	/* Ids retired by shrink are never reused; bound the block table a soak run can reach. */
+	uint64_t max_ids = 256 * o->max_blocks;
+	r->w.max_ids = (uint32_t)(max_ids > (1u << 22) ? (1u << 22) : max_ids);
+	r->w.max_blocks = (uint32_t)o->max_blocks;
+	atomic_init(&r->ops_budget, o->ops ? o->ops : UINT64_MAX);
+
+	mhttp *srv = NULL;
+	if (o->metrics_port >= 0) {
+		char err[256];
+		if (mhttp_start((uint16_t)o->metrics_port, fill_metrics, r, &srv, err,
+		                sizeof err) != 0) {
+			fprintf(stderr, "kvpool_stress: %s\n", err);
+			return 2;
+		}
+		fprintf(stderr, "metrics: http://127.0.0.1:%u/metrics\n", mhttp_port(srv));
+	}
+
+	prog pg;
+	prog_init(&pg, o->progress);
+	uint64_t t0 = su_now_ns();
+	uint64_t end = o->seconds > 0 ? t0 + (uint64_t)(o->seconds * 1e9) : 0;
+	uint64_t phases = 0, fault_phases = 0, rng = o->seed ^ 0xfa17;
+	bool stop = false;
+	while (!stop) {
+		uint64_t now = su_now_ns();
+		if ((end && now >= end) || ld(&r->ops_budget) == 0)
+			break;
+		uint64_t phase_end = now + o->phase_ms * 1000000ull;
+		r->deadline = end && end < phase_end ? end : phase_end;
+		bool faults = o->faults && phases % 3 == 2;
+		r->w.faults_on = faults;
+		if (faults) {
+			long skip = (long)su_rand_below(&rng, 4);
+			long fail =
+			    su_rand_below(&rng, 3) == 0 ? -1 : 1 + (long)su_rand_below(&rng, 8);
+			kvp_fault_inject(skip, fail);
+			fault_phases++;
+		}
+		atomic_store_explicit(&r->phase, phases, memory_order_relaxed);
+		atomic_store_explicit(&r->threads_done, 0, memory_order_relaxed);
+		uint64_t started = 0;
+		for (; started < o->threads; started++) {
+			st_seed_slot(&r->w.slots[started], o->seed, phases + 1);
+			wk[started] = (worker){r, &r->w.slots[started], &r->lv[started]};
+			if (pthread_create(&tid[started], NULL, worker_main, &wk[started]) != 0)
+				break;
+		}
+		while (ld(&r->threads_done) < started) {
+			if (prog_due(&pg)) {
+				char line[200];
+				double secs = (double)(su_now_ns() - t0) / 1e9;
+				kvp_stats s;
+				kvp_pool_stats(r->pool, &s);
+				uint64_t ops = ops_now(r);
+				snprintf(line, sizeof line,
+				         "stress: %" PRIu64 " ops  %.1f s  phase %" PRIu64
+				         "%s  blocks in use %" PRIu64 "/%" PRIu64 "  %.0f ops/s",
+				         ops, secs, phases, faults ? " (faults)" : "",
+				         kvp_stats_blocks_in_use(&s), s.n_blocks,
+				         secs > 0 ? (double)ops / secs : 0.0);
+				prog_update(&pg, line);
+			}
+			su_sleep_ns(10000000);
+		}
+		for (uint64_t i = 0; i < started; i++)
+			pthread_join(tid[i], NULL);
+		if (faults)
+			kvp_fault_inject(0, 0);
+		r->w.faults_on = false;
+		if (started < o->threads) {
+			fprintf(stderr, "kvpool_stress: cannot start thread %" PRIu64 "\n",
+			        started);
+			stop = true;
+		}
+		phases++;
+		if (st_check(&r->w) != 0 || (phases % 4 == 0 && st_drain_check(&r->w) != 0) ||
+		    (faults && st_fault_probe(&r->w) != 0) || st_violations(&r->w) != 0)
+			stop = true; /* report the first failing phase */
+	}
+	double secs = (double)(su_now_ns() - t0) / 1e9;
+	st_drain_check(&r->w);
+	st_release_all(&r->w);
+	prog_done(&pg);
+
+	st_counts c;
+	st_total(&r->w, &c);
+	print_counts(&c, secs, &r->w);
+	printf("  phases: %" PRIu64 " (%" PRIu64 " with allocator fault injection: %lu failures "
+	       "injected, %" PRIu64 " ENOMEM answers in operations, %" PRIu64
+	       " in growth probes)\n",
+	       phases, fault_phases, kvp_fault_injected(), c.enomem, r->w.probe_enomem);
+	kvp_stats s;
+	char line[256];
+	kvp_pool_stats(r->pool, &s);
+	if (kvp_stats_format(&s, line, sizeof line) > 0)
+		printf("\npool: %s\n", line);
+	uint64_t v = st_violations(&r->w);
+	if (v == 0)
+		printf("\nPASS: no violation (seed %" PRIu64 ")\n", o->seed);
+	else
+		printf("\nFAIL: %" PRIu64 " violations; first: %s\n  replay with --seed %" PRIu64
+		       " --threads %" PRIu64 "\n",
+		       v, st_first_violation(&r->w), o->seed, o->threads);
+	fflush(stdout);
+	int status = v ? 1 : 0;
+	if (o->json_path != NULL) {
+		char *path = su_resolve_path(o->json_path);
+		if (path == NULL || write_json(path, r, &c, secs, phases, fault_phases, v) != 0) {
+			fprintf(stderr, "kvpool_stress: cannot write %s\n", o->json_path);
+			status = status ? status : 2;
+		}
+		free(path);
+	}
+	mhttp_stop(srv);
+	st_world_free(&r->w);
+	kvp_pool_destroy(r->pool);
+	free(r->lv);
+	free(tid);
+	free(wk);
+	return status;
+}
