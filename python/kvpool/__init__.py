@@ -22,7 +22,7 @@ from .errors import (
     OwnerAlreadyActiveError,
     strerror,
 )
-from .kvcache import PooledKVCache, PooledKVCacheLayer, build_pooled_caches
+from .kvcache import AccountedKVCache, PooledKVCache, PooledKVCacheLayer, build_pooled_caches
 from .pool import FORMATS, Block, BlockPoolAllocator, PoolConfig
 from .stats import AllocationStats
 from .storage import BlockStorage
@@ -30,6 +30,7 @@ from .storage import BlockStorage
 library_path = _lib.path
 
 __all__ = [
+    "AccountedKVCache",
     "AllocationStats",
     "Block",
     "BlockPoolAllocator",

@@ -58,7 +58,17 @@ class PooledKVCache:
     A cache is used by one thread at a time (many caches may share a pool
     across threads).  ``close()`` (or garbage collection) releases its
     blocks and frees it.
+
+    The seed's form, ``PooledKVCache(inner, pool, owner=..., format=...)``
+    with another cache as first argument, makes an :class:`AccountedKVCache`
+    instead: the seed's wrapper, which keeps the rows in ``inner`` and only
+    checks blocks out of the pool in step with its appends.
     """
+
+    def __new__(cls, *args, **kwargs):
+        if cls is PooledKVCache and _seed_form(args, kwargs):
+            return AccountedKVCache(*args, **kwargs)  # not a PooledKVCache: no __init__
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -285,6 +295,103 @@ class PooledKVCacheLayer:
 
     def __repr__(self) -> str:
         return f"PooledKVCacheLayer(owner={self.owner}, layer={self.index}, len={len(self)})"
+
+
+def _seed_form(args, kwargs) -> bool:
+    """PooledKVCache(inner, pool, ...): a pool second, and not first."""
+    first = args[0] if args else kwargs.get("inner")
+    second = args[1] if len(args) > 1 else kwargs.get("pool")
+    return not isinstance(first, BlockPoolAllocator) and isinstance(second, BlockPoolAllocator)
+
+
+class AccountedKVCache:
+    """The seed's PooledKVCache wrapper: another cache keeps the rows, the
+    pool keeps the accounting.
+
+    ``AccountedKVCache(inner, pool, owner=-1, format="fp16")`` (also made by
+    ``PooledKVCache(inner, pool, ...)``).  ``inner`` is any cache with
+    ``append_key(k)``, ``append_value(v)``, ``attend(q)`` and, for the
+    methods that delegate to them, ``memory_bytes()`` and ``reset()``.  One
+    K block (stream "k") and one V block (stream "v") are checked out
+    whenever the previous one is full, never per token; each block's n_used
+    follows the appends; ``release()`` returns every block in one
+    ``pool.free_all(owner)``.  ``format`` is a tag recorded on the blocks
+    (any kvpool format name, int2 and int1 included).
+    """
+
+    def __init__(self, inner, pool: BlockPoolAllocator, owner: int = -1, format: str = "fp16"):
+        if not isinstance(pool, BlockPoolAllocator):
+            raise TypeError(f"pool must be a BlockPoolAllocator, not {type(pool).__name__}")
+        owner_to_c(owner)
+        format_to_c(format)
+        self._inner = inner
+        self._pool = pool
+        self._owner = owner
+        self._format = format
+        self._blocks = {"k": [], "v": []}
+        self._used = {"k": 0, "v": 0}
+        self._n_tokens = 0
+
+    @property
+    def owner(self) -> int:
+        return self._owner
+
+    def _take_slot(self, stream: str) -> None:
+        blocks = self._blocks[stream]
+        if not blocks or self._used[stream] == self._pool.config.block_size:
+            blocks += self._pool.allocate(
+                stream=stream, n_tokens=1, owner=self._owner, format=self._format
+            )
+            self._used[stream] = 0
+
+    def _filled_slot(self, stream: str) -> None:
+        self._used[stream] += 1
+        self._blocks[stream][-1].n_used = self._used[stream]
+
+    def append_key(self, k) -> None:
+        self._take_slot("k")
+        self._inner.append_key(k)
+        self._filled_slot("k")
+
+    def append_value(self, v) -> None:
+        self._take_slot("v")
+        self._inner.append_value(v)
+        self._filled_slot("v")
+        self._n_tokens += 1
+
+    def append(self, k, v) -> None:
+        self.append_key(k)
+        self.append_value(v)
+
+    def attend(self, q):
+        return self._inner.attend(q)
+
+    def memory_bytes(self) -> int:
+        return self._inner.memory_bytes()
+
+    def release(self) -> None:
+        """Return every block this cache holds to the pool."""
+        self._pool.free_all(owner=self._owner)
+        self._blocks = {"k": [], "v": []}
+        self._used = {"k": 0, "v": 0}
+
+    def n_blocks_held(self) -> int:
+        """K + V blocks checked out to this cache."""
+        return len(self._blocks["k"]) + len(self._blocks["v"])
+
+    def reset(self) -> None:
+        """Release every block and clear the inner cache."""
+        self.release()
+        self._inner.reset()
+
+    def __len__(self) -> int:
+        return self._n_tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"PooledKVCache(inner={self._inner!r}, owner={self._owner}, "
+            f"blocks={self.n_blocks_held()})"
+        )
 
 
 def build_pooled_caches(

@@ -243,3 +243,66 @@ def test_threads_each_run_their_own_request_on_one_pool():
     assert errors == []
     assert pool.n_free("k") + pool.n_free("v") == 512
     pool.close()
+
+
+# --- the seed's wrapper form -------------------------------------------------------------
+
+
+class RecordingCache:
+    def __init__(self):
+        self.keys, self.values, self.resets = [], [], 0
+
+    def append_key(self, k):
+        self.keys.append(k)
+
+    def append_value(self, v):
+        self.values.append(v)
+
+    def attend(self, q):
+        return ("attended", len(self.keys), q)
+
+    def memory_bytes(self):
+        return 8 * len(self.keys)
+
+    def reset(self):
+        self.keys, self.values = [], []
+        self.resets += 1
+
+
+def test_seed_form_makes_an_accounting_wrapper(pool):
+    inner = RecordingCache()
+    c = PooledKVCache(inner, pool, owner=12, format="int2")
+    assert isinstance(c, kvpool.AccountedKVCache)
+    assert isinstance(PooledKVCache(inner=inner, pool=pool), kvpool.AccountedKVCache)
+    for t in range(9):  # block_size 4: 3 K and 3 V blocks
+        c.append_key(t)
+        assert c.n_blocks_held() == (t // 4 + 1) + (t + 3) // 4  # K blocks + V blocks
+        c.append_value(-t)
+    assert inner.keys == list(range(9)) and inner.values == [-t for t in range(9)]
+    assert len(c) == 9 and c.n_blocks_held() == 6 and c.memory_bytes() == 72
+    assert c.attend("q") == ("attended", 9, "q")
+    blocks = pool.blocks_for(12)
+    assert [(b.stream, b.n_used, b.format) for b in blocks] == [
+        ("k", 4, "int2"), ("v", 4, "int2"), ("k", 4, "int2"),
+        ("v", 4, "int2"), ("k", 1, "int2"), ("v", 1, "int2"),
+    ]
+    assert pool.stats.n_not_full == 2
+    c.reset()
+    assert inner.resets == 1 and c.n_blocks_held() == 0 and pool.blocks_for(12) == []
+
+
+def test_seed_form_default_owner_and_exhaustion():
+    with BlockPoolAllocator(PoolConfig(block_size=2, n_blocks=2)) as pool:
+        inner = RecordingCache()
+        c = PooledKVCache(inner, pool)  # the seed's default owner, -1
+        assert c.owner == -1
+        c.append(1, 1)
+        c.append(2, 2)
+        assert [b.owner for b in pool.blocks_for(-1)] == [-1, -1]
+        with pytest.raises(kvpool.BlockPoolExhaustedError):
+            c.append_key(3)
+        assert inner.keys == [1, 2]  # nothing appended without a block
+        c.release()
+        assert pool.n_free("k") == pool.n_free("v") == 1
+        with pytest.raises(TypeError):
+            kvpool.AccountedKVCache(inner, "pool")
