@@ -91,7 +91,6 @@ static unsigned short seq[SEQ];
 static int kind;
 static kvp_bufcache *kv;
 static seed_bufcache *seed;
-static void *volatile sink;
 
 static inline void *do_alloc(size_t n, size_t *actual)
 {
@@ -123,6 +122,7 @@ static inline void do_free(void *p, size_t actual)
 /* ---- child: measure one allocator -------------------------------------------------- */
 
 struct thr {
+	_Alignas(64) void *volatile sink; /* this thread's, so no two threads write it */
 	pthread_t th;
 	int id;
 	uint64_t pairs, cpu_ns;
@@ -139,14 +139,14 @@ static uint64_t now_ns(clockid_t clk)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static int pair(unsigned i)
+static int pair(struct thr *t, unsigned i)
 {
 	size_t a;
 	void *p = do_alloc(sizes[seq[i & (SEQ - 1)]], &a);
 
 	if (!p)
 		return -1;
-	sink = p; /* the pointer escapes: no compiler may elide the pair */
+	t->sink = p; /* the pointer escapes: no compiler may elide the pair */
 	do_free(p, a);
 	return 0;
 }
@@ -158,12 +158,12 @@ static void *worker(void *arg)
 	uint64_t c0;
 
 	for (int k = 0; k < 2000; k++) /* warm up this thread's path */
-		t->failed |= pair(i++);
+		t->failed |= pair(t, i++);
 	pthread_barrier_wait(&start_barrier);
 	c0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
 	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
 		for (int k = 0; k < 256; k++)
-			t->failed |= pair(i++);
+			t->failed |= pair(t, i++);
 		t->pairs += 256;
 	}
 	t->cpu_ns = now_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
