@@ -43,6 +43,6 @@ target=//stress:kvpool_stress
 if bazel query --noshow_progress //stress:kvpool_replay >/dev/null 2>&1; then
 	target=//stress:kvpool_replay
 fi
-quiet=(--noshow_progress --ui_event_filters=-info)
+quiet=(--noshow_progress --ui_event_filters=-info --show_result=0)
 bazel build "${quiet[@]}" "$target"
 exec bazel run "${quiet[@]}" "$target" -- ${args[@]+"${args[@]}"}
