@@ -512,6 +512,7 @@ static int load_requests(const opts *o, trace *t, char *source, size_t cap)
 		if (path == NULL || trace_load(path, &to, t, err, sizeof err) != 0) {
 			fprintf(stderr, "kvpool_replay: %s\n", path ? err : "out of memory");
 			free(path);
+			trace_free(t);
 			return -1;
 		}
 		snprintf(source, cap, "%s trace %s (%zu requests%s)", trace_format_name(t->format),
@@ -561,7 +562,7 @@ int main(int argc, char **argv)
 		rc = kvp_storage_create(A.pool, row_dim, A.cache, &store[i]);
 	if (rc != KVP_OK) {
 		fprintf(stderr, "kvpool_replay: cannot set up the pool: %s\n", kvp_strerror(rc));
-		return 2;
+		goto setup_failed;
 	}
 	uint64_t capacity = kvp_n_free(A.pool, KVP_V); /* V has the smaller half */
 	uint64_t expect_rejected = 0, expect_tokens = 0;
@@ -578,7 +579,7 @@ int main(int argc, char **argv)
 		if (mhttp_start((uint16_t)o->metrics_port, fill_metrics, &A, &srv, err,
 		                sizeof err) != 0) {
 			fprintf(stderr, "kvpool_replay: %s\n", err);
-			return 2;
+			goto setup_failed;
 		}
 		fprintf(stderr, "metrics: http://127.0.0.1:%u/metrics\n", mhttp_port(srv));
 	}
@@ -650,4 +651,12 @@ int main(int argc, char **argv)
 	kvp_bufcache_destroy(A.cache);
 	trace_free(&t);
 	return status;
+
+setup_failed:
+	for (int i = 0; i < 2; i++)
+		kvp_storage_destroy(store[i]);
+	kvp_pool_destroy(A.pool);
+	kvp_bufcache_destroy(A.cache);
+	trace_free(&t);
+	return 2;
 }

@@ -321,6 +321,11 @@ int main(int argc, char **argv)
 		if (mhttp_start((uint16_t)o->metrics_port, fill_metrics, r, &srv, err,
 		                sizeof err) != 0) {
 			fprintf(stderr, "kvpool_stress: %s\n", err);
+			st_world_free(&r->w);
+			kvp_pool_destroy(r->pool);
+			free(r->lv);
+			free(tid);
+			free(wk);
 			return 2;
 		}
 		fprintf(stderr, "metrics: http://127.0.0.1:%u/metrics\n", mhttp_port(srv));
