@@ -18,7 +18,9 @@
  *
  * A second phase does the same with buffers straddling the 64 MiB tier
  * boundary (lock-free exact classes and locked large classes together),
- * touching only their first and last pages.
+ * touching only their first and last pages; a third puts every thread on
+ * the same two size classes under an eight-buffer budget, so the queues,
+ * the bitmap protocol and eviction run at maximal contention.
  */
 #include <kvpool/bufcache.h>
 
@@ -47,7 +49,7 @@ struct phase {
 	kvp_bufcache *c;
 	size_t budget;
 	int iters;
-	int large; /* phase 2: sizes across the tier boundary, sparse touching */
+	int large; /* 1: sizes across the tier boundary, sparse touching; 2: two classes only */
 	_Atomic uintptr_t slot[N_SLOTS];
 	_Atomic uint64_t allocs;
 	_Atomic int done;
@@ -66,8 +68,10 @@ static size_t pick_size(struct phase *ph, uint64_t *rng)
 {
 	uint64_t r = tu_rand(rng);
 
-	if (ph->large) /* 1 MiB .. 124 MiB: both tiers, mostly large */
+	if (ph->large == 1) /* 1 MiB .. 124 MiB: both tiers, mostly large */
 		return MIB + (size_t)(r % (123 * MIB));
+	if (ph->large == 2) /* capacities 512 and 768: every thread on the same two queues */
+		return (r & 1) ? 300 : 600;
 	if ((r & 15) == 0)
 		return sizeof(struct hdr) + (size_t)((r >> 8) % (96 * 1024));
 	return sizeof(struct hdr) + (size_t)((r >> 8) % (16 * 1024));
@@ -77,7 +81,7 @@ static size_t pick_size(struct phase *ph, uint64_t *rng)
 static size_t body_len(struct phase *ph, size_t requested)
 {
 	size_t n = requested - sizeof(struct hdr);
-	if (ph->large && n > 4096)
+	if (ph->large == 1 && n > 4096)
 		n = 4096;
 	return n;
 }
@@ -89,7 +93,7 @@ static void stamp(struct worker *w, unsigned char *p, size_t requested, size_t a
 
 	memcpy(p, &h, sizeof(h));
 	memset(p + sizeof(h), canary, body_len(w->ph, requested));
-	if (w->ph->large)
+	if (w->ph->large == 1)
 		p[requested - 1] = canary;
 }
 
@@ -108,7 +112,7 @@ static size_t verify(struct worker *w, unsigned char *p)
 	CHECK(n <= REF_MAX);
 	memset(w->ref, (int)h.canary, n);
 	CHECK(memcmp(p + sizeof(h), w->ref, n) == 0);
-	if (w->ph->large)
+	if (w->ph->large == 1)
 		CHECK_EQ(p[h.requested - 1], (unsigned char)h.canary);
 	memset(p, 0, sizeof(h)); /* a stale second owner would now fail its check */
 	return (size_t)h.actual;
@@ -271,9 +275,16 @@ static void race_across_tiers(void)
 	run_phase(512 * MIB, 150, 1);
 }
 
+/* Maximal contention: two size classes, a budget of eight buffers, constant eviction. */
+static void race_two_classes(void)
+{
+	run_phase(8 * 768, 4000, 2);
+}
+
 int main(void)
 {
 	RUN(race_small_buffers);
 	RUN(race_across_tiers);
+	RUN(race_two_classes);
 	return 0;
 }
