@@ -71,14 +71,19 @@
  *   kvp_bufcache_round              everything                      pure
  *   kvp_bufcache_create             everything (new object)         -
  *   kvp_bufcache_destroy            nothing on the same cache       -
- *   kvp_bufcache_alloc              alloc, free, clear, stats       hit <= 64 MiB:
- *                                                                   lock-free; miss:
- *                                                                   system allocator
- *   kvp_bufcache_free               alloc, free, clear, stats       lock-free <= 64 MiB
- *   kvp_bufcache_clear              alloc, free, clear, stats       lock-free <= 64 MiB
+ *   kvp_bufcache_alloc              alloc, free, clear, stats       lock-free (1)
+ *   kvp_bufcache_free               alloc, free, clear, stats       lock-free (1)
+ *   kvp_bufcache_clear              alloc, free, clear, stats       lock-free (1)
  *   kvp_bufcache_cached_bytes       everything but destroy          wait-free
  *   kvp_bufcache_get_stats          everything but destroy          wait-free
  *   kvp_bufcache_stats_to_prometheus everything (reads a copy)      pure
+ *
+ * (1) Lock-free as long as only buffers up to 64 MiB are involved: a hit,
+ *     free or eviction that must look at or move a buffer above 64 MiB
+ *     takes that power-of-two list's mutex (only when such buffers are
+ *     cached), and a miss goes to the system allocator and may take the
+ *     metadata-growth mutexes (node slab, size-class groups), which no hit
+ *     or free ever takes.
  *
  * No function aborts or prints.  Callers need no registration: any thread
  * may allocate, and any thread may free a buffer any other thread allocated.
