@@ -29,11 +29,12 @@
  * in place, when the block's format changes.
  *
  * Reclamation: an unpublished buffer (release, retire, format change) is
- * freed only after a ck_epoch grace period (lib/storage_epoch.c): readers
- * run their validate-load-copy inside a read-side section.  The grace
- * period is waited for synchronously by the call that unpublished (none of
- * them is on a decode hot path: release is explicit, retire runs inside
- * kvp_shrink, format changes happen once per re-handed-out block at most).
+ * freed only when no reader protects it with its hazard pointer
+ * (lib/storage_hazard.h: why not an epoch, and the proof).  Readers protect
+ * the buffer before validating the ref and copying; the call that
+ * unpublished it (with a seq_cst store) waits for those readers of that
+ * one buffer, then frees it before returning.  None of these calls is on
+ * a decode hot path.
  *
  * Counters (resident bytes, buffers) are relaxed atomics: they order
  * nothing, and they change only when a buffer is made or dropped, never
@@ -47,7 +48,7 @@
 #include <string.h>
 
 #include "lib/codec.h"
-#include "lib/storage_epoch.h"
+#include "lib/storage_hazard.h"
 #include "lib/sysmem.h"
 
 #define SEG0_SHIFT 10u
@@ -129,11 +130,11 @@ static void slot_unlock(_Atomic uintptr_t *slot, uintptr_t buf)
 	atomic_store_explicit(slot, buf, memory_order_release);
 }
 
-/* A reader's view of the slot.  acquire: pairs with slot_unlock. */
-static struct sbuf *slot_peek(_Atomic uintptr_t *slot)
+/* Unlock, taking the slot's old buffer out of it.  seq_cst: the
+ * reclaimer's store of the hazard-pointer Dekker pair (storage_hazard.h). */
+static void slot_unpublish(_Atomic uintptr_t *slot, uintptr_t buf)
 {
-	return slot ? (struct sbuf *)(atomic_load_explicit(slot, memory_order_acquire) & ~SLOT_LOCK)
-	            : NULL;
+	atomic_store_explicit(slot, buf, memory_order_seq_cst);
 }
 
 static inline uint8_t *buf_rows(struct sbuf *b)
@@ -164,7 +165,7 @@ static struct sbuf *buf_new(kvp_storage *s, kvp_format f)
 	return b;
 }
 
-/* Give a buffer back at once: never published, or past its grace period. */
+/* Give a buffer back at once: never published, or no reader holds it any more. */
 static void buf_free(kvp_storage *s, struct sbuf *b)
 {
 	size_t cap = b->capacity;
@@ -178,10 +179,11 @@ static void buf_free(kvp_storage *s, struct sbuf *b)
 		kvp_sys_free(b);
 }
 
-/* Free a buffer that readers may still see: after a grace period. */
+/* Free a buffer that readers may still see, once it is unpublished: after
+ * every reader that protects it has let go. */
 static void buf_retire(kvp_storage *s, struct sbuf *b)
 {
-	kvp_storage_epoch_synchronize();
+	kvp_hazard_wait(b);
 	buf_free(s, b);
 }
 
@@ -197,7 +199,7 @@ static void storage_retire_hook(void *arg, uint32_t id)
 		return;
 	/* a retired block never comes back: unpublish, wait out readers, free */
 	cur = slot_lock(slot);
-	slot_unlock(slot, 0);
+	slot_unpublish(slot, 0);
 	if (cur)
 		buf_retire(s, (struct sbuf *)cur);
 }
@@ -293,7 +295,10 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
 	dst = fresh ? fresh : cur;
 	kvp_codec_encode(info.format, buf_rows(dst) + (size_t)offset * dst->row_bytes, rows, n_rows,
 	                 s->row_dim);
-	slot_unlock(slot, (uintptr_t)dst);
+	if (fresh && cur)
+		slot_unpublish(slot, (uintptr_t)dst);
+	else
+		slot_unlock(slot, (uintptr_t)dst);
 	if (fresh && cur) {
 		atomic_fetch_add_explicit(&s->format_changes, 1, memory_order_relaxed);
 		buf_retire(s, cur);
@@ -303,46 +308,57 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
 
 /* --- reads ------------------------------------------------------------------- */
 
-/* Inside a read-side section: validate @ref and find its buffer (NULL when
- * none of the block's format exists). */
-static int read_lookup(kvp_storage *s, kvp_ref ref, kvp_block_info *info, struct sbuf **buf)
+/* Validate @ref and protect its buffer: *@buf is NULL when the block has
+ * no buffer of its format.  On KVP_OK the caller must kvp_hazard_clear. */
+static int read_lookup(kvp_storage *s, kvp_ref ref, struct kvp_hazard_rec *rec,
+                       kvp_block_info *info, struct sbuf **buf)
 {
-	struct sbuf *b;
-	int rc = kvp_block_get(s->pool, ref, info);
+	_Atomic uintptr_t *slot;
+	struct sbuf *b = NULL;
+	int rc;
 
-	if (rc != KVP_OK)
-		return rc;
-	if (!info->in_use)
+	if (KVP_REF_ID(ref) >= kvp_pool_n_ids(s->pool))
 		return KVP_ENOENT;
-	b = slot_peek(slot_of(s, KVP_REF_ID(ref), false));
+	slot = slot_of(s, KVP_REF_ID(ref), false);
+	/* protect first, validate after: a buffer unpublished after the
+	 * validation (block freed, then released or retired) stays readable */
+	if (slot)
+		b = kvp_hazard_protect(rec, slot, SLOT_LOCK);
+	rc = kvp_block_get(s->pool, ref, info);
+	if (rc == KVP_OK && !info->in_use)
+		rc = KVP_ENOENT;
+	if (rc != KVP_OK) {
+		kvp_hazard_clear(rec);
+		return rc;
+	}
 	*buf = b && b->format == info->format ? b : NULL;
 	return KVP_OK;
 }
 
 int kvp_storage_read(kvp_storage *s, kvp_ref ref, const void **data, uint32_t *n_rows)
 {
-	ck_epoch_record_t *rec;
+	struct kvp_hazard_rec *rec;
 	kvp_block_info info;
 	struct sbuf *b;
 	int rc;
 
 	if (!s || !data || !n_rows)
 		return KVP_EINVAL;
-	if (kvp_storage_epoch_enter(&rec) != 0)
+	if (!(rec = kvp_hazard_record()))
 		return KVP_ENOMEM;
-	rc = read_lookup(s, ref, &info, &b);
-	if (rc == KVP_OK) {
-		*data = b ? buf_rows(b) : NULL;
-		*n_rows = b ? info.n_used : 0;
-	}
-	kvp_storage_epoch_exit(rec);
-	return rc;
+	rc = read_lookup(s, ref, rec, &info, &b);
+	if (rc != KVP_OK)
+		return rc;
+	*data = b ? buf_rows(b) : NULL;
+	*n_rows = b ? info.n_used : 0;
+	kvp_hazard_clear(rec);
+	return KVP_OK;
 }
 
 int kvp_storage_read_f32(kvp_storage *s, kvp_ref ref, float *rows, uint32_t cap_rows,
                          uint32_t *n_rows)
 {
-	ck_epoch_record_t *rec;
+	struct kvp_hazard_rec *rec;
 	kvp_block_info info, again;
 	struct sbuf *b;
 	uint32_t n;
@@ -350,23 +366,24 @@ int kvp_storage_read_f32(kvp_storage *s, kvp_ref ref, float *rows, uint32_t cap_
 
 	if (!s || !rows || !n_rows)
 		return KVP_EINVAL;
-	if (kvp_storage_epoch_enter(&rec) != 0)
+	if (!(rec = kvp_hazard_record()))
 		return KVP_ENOMEM;
-	rc = read_lookup(s, ref, &info, &b);
+	rc = read_lookup(s, ref, rec, &info, &b);
+	if (rc != KVP_OK)
+		return rc;
 	n = b ? info.n_used : 0;
-	if (rc == KVP_OK && n > cap_rows) {
+	if (n > cap_rows) {
 		*n_rows = n;
 		rc = KVP_ERANGE;
-	}
-	if (rc == KVP_OK && n) {
+	} else if (n) {
 		kvp_codec_decode(info.format, rows, buf_rows(b), n, s->row_dim);
 		/* the block may have been freed (and handed out) while we copied */
 		if (kvp_block_get(s->pool, ref, &again) != KVP_OK || !again.in_use)
 			rc = KVP_ENOENT;
 	}
+	kvp_hazard_clear(rec);
 	if (rc == KVP_OK)
 		*n_rows = n;
-	kvp_storage_epoch_exit(rec);
 	return rc;
 }
 
@@ -398,7 +415,7 @@ int kvp_storage_release(kvp_storage *s, kvp_ref ref)
 		slot_unlock(slot, cur);
 		return rc;
 	}
-	slot_unlock(slot, 0);
+	slot_unpublish(slot, 0);
 	if (cur)
 		buf_retire(s, (struct sbuf *)cur);
 	return KVP_OK;

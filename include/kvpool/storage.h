@@ -39,19 +39,19 @@
  * Synchronization:
  *
  *   function                       may run concurrently with     waits for
- *   -----------------------------  ----------------------------  ------------------------
+ *   -----------------------------  ----------------------------  --------------------------
  *   kvp_storage_create             everything else               -
  *   kvp_storage_destroy            nothing on this storage       in-flight retire hooks
  *   kvp_storage_write              everything; see below         the block's slot lock;
- *                                                                a grace period when the
- *                                                                format changed
+ *                                                                when the format changed,
+ *                                                                readers of the old buffer
  *   kvp_storage_read / read_f32    everything; see below         never (lock-free)
  *   kvp_storage_release            everything                    the block's slot lock;
- *                                                                one grace period
+ *                                                                readers of its buffer
  *   kvp_storage_resident_bytes,    everything                    never (wait-free)
  *   kvp_storage_get_stats, _row_*
- *   retire hook (in kvp_shrink)    everything                    the slot lock; one grace
- *                                                                period per retired block
+ *   retire hook (in kvp_shrink)    everything                    the block's slot lock;
+ *                                                                readers of its buffer
  *
  * Calls on different blocks never wait for each other, and no call takes a
  * lock shared by all blocks.  Calls on the same block: writes are the
@@ -61,12 +61,17 @@
  * A write's rows are visible to whoever next receives the block from the
  * pool (kvp_free happens-before the kvp_allocate that hands it out again).
  *
- * Stale refs: every call validates @ref with kvp_block_get first; a stale
+ * Stale refs: every call validates @ref with kvp_block_get; a stale
  * generation, a retired block or an id never created is KVP_ENOENT and
  * changes nothing.  A reader whose ref goes stale while it copies (another
- * thread frees the block) never touches freed memory: buffers are freed
- * only after a ck_epoch grace period covering every reader; read_f32
- * re-validates after its copy and then returns KVP_ENOENT.
+ * thread frees the block, then releases or retires it) never touches freed
+ * memory: a reader protects the buffer with a hazard pointer before it
+ * validates, and a buffer taken out of the table is freed only once no
+ * reader protects it (lib/storage_hazard.h has the argument).  read_f32
+ * re-validates after its copy and then returns KVP_ENOENT.  The one
+ * remaining overlap is benign by construction but still a C11 data race:
+ * a stale reader copying a block that was handed out again while its new
+ * owner writes it (the copy is then discarded with KVP_ENOENT).
  *
  * Memory: one storage uses at most one buffer per block id ever written
  * plus a table of 8 bytes per id (in segments made on demand; ids never
@@ -123,7 +128,7 @@ void kvp_storage_destroy(kvp_storage *s);
  * @n_rows: rows to write, at least 1
  *
  * Makes the block's buffer when it has none (or has one of another format,
- * which is then freed after a grace period), encodes the rows in the
+ * which is then freed once no reader holds it), encodes the rows in the
  * block's format and raises the block's n_used to @offset + @n_rows when it
  * was lower.
  *
@@ -149,7 +154,7 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
  * is freed (then released or retired) or written in another format.
  *
  * Returns KVP_OK; KVP_EINVAL (NULL args); KVP_ENOENT (stale ref, block not
- * in use); KVP_ENOMEM (the thread's first read could not get an epoch
+ * in use); KVP_ENOMEM (the thread's first read could not get a hazard
  * record).  Thread-safe, lock-free.
  */
 int kvp_storage_read(kvp_storage *s, kvp_ref ref, const void **data, uint32_t *n_rows);
@@ -174,9 +179,10 @@ int kvp_storage_read_f32(kvp_storage *s, kvp_ref ref, float *rows, uint32_t cap_
  * kvp_storage_resident_bytes - bytes of the buffers that exist now
  *
  * Counts each buffer's full allocation (its true capacity from the
- * bufcache, header included).  Drops as soon as a buffer is unpublished;
- * the memory itself is returned after the grace period, before the call
- * that dropped it returns.  0 for NULL.  Thread-safe, wait-free.
+ * bufcache, header included).  Drops when a buffer is given back, which
+ * the call that dropped it (release, a shrink's retire hook, a write that
+ * changed the format) does before it returns.  0 for NULL.  Thread-safe,
+ * wait-free.
  */
 size_t kvp_storage_resident_bytes(kvp_storage *s);
 
@@ -185,14 +191,15 @@ size_t kvp_storage_resident_bytes(kvp_storage *s);
  * @s:   the storage
  * @ref: the block's current ref (freed since it was handed out with it)
  *
- * The buffer goes back to the bufcache (or the system) after a grace
- * period, before this returns; the next write to the block makes a new one.
+ * The buffer goes back to the bufcache (or the system) before this returns,
+ * once no stale reader still copies it; the next write to the block makes
+ * a new one.
  * A free block without buffer is fine (KVP_OK, nothing to do).
  *
  * Returns KVP_OK; KVP_EINVAL (NULL @s, or the block is in use: release is
  * for free blocks only, a block's holder keeps its buffer); KVP_ENOENT
  * (stale ref: the block was handed out again, retired, or never created).
- * Thread-safe; waits for one grace period when it dropped a buffer.
+ * Thread-safe; waits for the slot lock and for readers of that buffer.
  */
 int kvp_storage_release(kvp_storage *s, kvp_ref ref);
 
