@@ -276,10 +276,12 @@ static void print_table(const summary *S, const opts *o)
 	printf("\n");
 	row("", "kvpool", n ? "naive malloc/token" : "(naive: --no-naive)",
 	    n ? "kvpool advantage" : "");
-	row("requests completed", human((double)p->requests_done, a, sizeof a),
-	    n ? human((double)n->requests_done, b, sizeof b) : NULL, NULL);
-	row("requests rejected (too large)", human((double)p->rejected, a, sizeof a),
-	    n ? human((double)n->rejected, b, sizeof b) : NULL, NULL);
+	snprintf(a, sizeof a, "%" PRIu64, p->requests_done);
+	snprintf(b, sizeof b, "%" PRIu64, n ? n->requests_done : 0);
+	row("requests completed", a, n ? b : NULL, NULL);
+	snprintf(a, sizeof a, "%" PRIu64, p->rejected);
+	snprintf(b, sizeof b, "%" PRIu64, n ? n->rejected : 0);
+	row("requests rejected (too large)", a, n ? b : NULL, NULL);
 	row("tokens stored (prompt + output)", human((double)ptok, a, sizeof a),
 	    n ? human((double)ntok, b, sizeof b) : NULL, NULL);
 	snprintf(a, sizeof a, "%.3f", secs(p->wall_ns));
@@ -403,8 +405,9 @@ static void run_checks(checks *k, const app *A, const summary *S, uint64_t expec
 	      p->unexpected_exhausted + st.n_exhausted);
 	check(k,
 	      st.peak_blocks_in_use <= st.n_blocks && st.peak_blocks_in_use <= 2 * p->peak_reserved,
-	      "kvpool: peak blocks in use %" PRIu64 " <= 2 x peak reserved per stream %" PRIu64,
-	      st.peak_blocks_in_use, p->peak_reserved);
+	      "kvpool: peak blocks in use %" PRIu64 " <= %" PRIu64 " (2 x the %" PRIu64
+	      " blocks per stream reserved at peak)",
+	      st.peak_blocks_in_use, 2 * p->peak_reserved, p->peak_reserved);
 	check(k, p->errors == 0, "kvpool: no call failed%s%s", p->errors ? ": " : "",
 	      p->first_error);
 	if (n != NULL) {

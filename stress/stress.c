@@ -63,7 +63,7 @@ static const unsigned weights[OP_N] = {
     [OP_ALLOC] = 200,     [OP_ALLOC_SHORT_CAP] = 10, [OP_FREE_SOME] = 100, [OP_FREE_BOGUS] = 10,
     [OP_FREE_ALL] = 70,   [OP_REGISTER] = 40,        [OP_RELEASE] = 40,    [OP_RAW_ALLOC] = 50,
     [OP_RAW_FREE] = 50,   [OP_STALE] = 80,           [OP_GET] = 80,        [OP_SET_USED] = 60,
-    [OP_BLOCKS_FOR] = 50, [OP_STATS] = 25,           [OP_SHRINK] = 4,      [OP_CONTEST] = 40,
+    [OP_BLOCKS_FOR] = 50, [OP_STATS] = 25,           [OP_SHRINK] = 1,      [OP_CONTEST] = 40,
     [OP_EPHEMERAL] = 1,   [OP_OWNER_BURST] = 4,
 };
 
@@ -446,11 +446,15 @@ static void do_stats(st_world *w, st_slot *s)
 static void do_shrink(st_world *w, st_slot *s)
 {
 	uint32_t retired = 0;
-	/* Retired ids are never reused: cap how far grow/shrink cycles push them. */
-	if (kvp_pool_n_ids(w->pool) >= w->max_ids)
+	/*
+	 * Retired ids are never reused, so every shrink + regrow cycle creates
+	 * ids for good: one shrink per thread per phase, and none past max_ids.
+	 */
+	if (s->shrunk || kvp_pool_n_ids(w->pool) >= w->max_ids)
 		return;
+	s->shrunk = true;
 	int stream = (int)rnd(s, 2);
-	uint32_t target = (uint32_t)rnd(s, 128);
+	uint32_t target = 64 + (uint32_t)rnd(s, 448);
 	if (expect(w, s, "kvp_shrink", kvp_shrink(w->pool, (kvp_stream)stream, target, &retired),
 	           KVP_OK))
 		s->c.retired += retired;
@@ -650,6 +654,7 @@ void st_seed_slot(st_slot *s, uint64_t seed, uint64_t phase)
 	uint64_t h = seed ^ (0x9e3779b97f4a7c15ull * (phase + 1));
 	h ^= (uint64_t)(s->index + 1) * 0xbf58476d1ce4e5b9ull;
 	s->rng = su_rand(&h);
+	s->shrunk = false;
 }
 
 void st_total(const st_world *w, st_counts *out)
@@ -776,18 +781,22 @@ uint64_t st_check(st_world *w)
 	st_total(w, &c);
 	if (st.n_allocations != c.allocated || st.n_frees != c.freed ||
 	    st.n_stale_frees != c.stale_frees || st.n_exhausted != c.exhausted ||
-	    st.n_retired != c.retired || st.n_grown != ids - w->initial_blocks ||
-	    st.peak_blocks_in_use < in_use || st.peak_blocks_in_use > ids ||
-	    (w->max_blocks && st.peak_blocks_in_use > w->max_blocks))
-		violation(
-		    &checker, w->log,
-		    "stats disagree: allocations %" PRIu64 "/%" PRIu64 " frees %" PRIu64 "/%" PRIu64
-		    " stale %" PRIu64 "/%" PRIu64 " exhausted %" PRIu64 "/%" PRIu64
-		    " retired %" PRIu64 "/%" PRIu64 " grown %" PRIu64 "/%u (pool/harness);"
-		    " peak %" PRIu64 " (in use %" PRIu64 ", growth cap %u)",
-		    st.n_allocations, c.allocated, st.n_frees, c.freed, st.n_stale_frees,
-		    c.stale_frees, st.n_exhausted, c.exhausted, st.n_retired, c.retired, st.n_grown,
-		    ids - w->initial_blocks, st.peak_blocks_in_use, in_use, w->max_blocks);
+	    st.n_retired != c.retired || st.n_grown != ids - w->initial_blocks)
+		violation(&checker, w->log,
+		          "stats disagree (pool/harness): allocations %" PRIu64 "/%" PRIu64
+		          " frees %" PRIu64 "/%" PRIu64 " stale %" PRIu64 "/%" PRIu64
+		          " exhausted %" PRIu64 "/%" PRIu64 " retired %" PRIu64 "/%" PRIu64
+		          " grown %" PRIu64 "/%u",
+		          st.n_allocations, c.allocated, st.n_frees, c.freed, st.n_stale_frees,
+		          c.stale_frees, st.n_exhausted, c.exhausted, st.n_retired, c.retired,
+		          st.n_grown, ids - w->initial_blocks);
+	/* No more blocks than the growth cap can ever be in use at once. */
+	uint64_t cap = w->max_blocks ? w->max_blocks : ids;
+	if (st.peak_blocks_in_use < in_use || st.peak_blocks_in_use > cap)
+		violation(&checker, w->log,
+		          "peak_blocks_in_use %" PRIu64 " is impossible: in use now %" PRIu64
+		          ", at most %" PRIu64 " blocks can ever be in use (growth cap)",
+		          st.peak_blocks_in_use, in_use, cap);
 	checked(w, 4, before);
 
 	/* 5: contested owners were all released by their winners. */

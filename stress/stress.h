@@ -86,6 +86,7 @@ typedef struct st_slot {
 	kvp_ref stale[ST_STALE];
 	size_t n_stale, stale_next;
 	uint64_t rng;
+	bool shrunk; /* this phase's one shrink is done */
 	st_counts c;
 	uint64_t violations;
 	char first_violation[512];
@@ -116,7 +117,8 @@ int st_world_init(st_world *w, kvp_pool *pool, unsigned n, uint64_t seed, FILE *
 /** st_world_free - free the models (not the pool) */
 void st_world_free(st_world *w);
 
-/** st_seed_slot - derive slot @i's PRNG state for @phase from the run's @seed */
+/** st_seed_slot - start slot @s's @phase: its PRNG state from the run's @seed, one shrink allowed
+ */
 void st_seed_slot(st_slot *s, uint64_t seed, uint64_t phase);
 
 /** st_step - one random operation of slot @s, with its checks */
