@@ -24,6 +24,7 @@ libck-dev               # ConcurrencyKit 0.7.1: ck_epoch reclamation
 libcmocka-dev           # C unit tests
 libmicrohttpd-dev       # metrics endpoint for Prometheus
 prometheus              # promtool check metrics; server for the scrape test
+curl                    # the Prometheus scrape test queries the HTTP APIs
 valgrind                # leak checks of kvp_pool_destroy
 python3                 # Python binding and its tests
 python3-pytest
