@@ -606,7 +606,7 @@ static void schedule(rp_engine *e, rp_result *res)
 		atomic_store_explicit(&e->ready_hint, e->rcount, memory_order_relaxed);
 		atomic_store_explicit(&e->admitted_pub, e->admitted, memory_order_relaxed);
 		atomic_store_explicit(&e->in_system_pub, e->in_system, memory_order_relaxed);
-		pthread_cond_signal(&e->work_cv);
+		pthread_cond_broadcast(&e->work_cv); /* any idle worker may take it */
 		next++;
 	}
 	e->arrivals_done = true;
