@@ -187,6 +187,15 @@ struct free_acc {
 	uint64_t freed, stale, not_full;
 };
 
+/* Give a batch back.  The in-use count drops first, so no thread that takes
+ * these blocks next can count them in a peak while we still do. */
+static void acc_flush(struct kvp_pool *p, struct kvp_tslot *s, struct free_acc *a, int si)
+{
+	kvp_account_in_use(p, s, -(int64_t)a->n[si]);
+	kvp_put_blocks(p, s, si, a->ids[si], a->n[si]);
+	a->n[si] = 0;
+}
+
 static void acc_add(struct kvp_pool *p, struct kvp_tslot *s, struct free_acc *a, uint64_t st,
 		    uint32_t id)
 {
@@ -194,10 +203,8 @@ static void acc_add(struct kvp_pool *p, struct kvp_tslot *s, struct free_acc *a,
 	a->freed++;
 	a->not_full += kvp_st_used(st) < p->block_size;
 	a->ids[si][a->n[si]++] = id;
-	if (a->n[si] == KVP_FREE_BATCH) {
-		kvp_put_blocks(p, s, si, a->ids[si], a->n[si]);
-		a->n[si] = 0;
-	}
+	if (a->n[si] == KVP_FREE_BATCH)
+		acc_flush(p, s, a, si);
 }
 
 /* Free one owned block; the caller holds its owner's shard lock. */
@@ -268,11 +275,10 @@ int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
 	if (held)
 		pthread_mutex_unlock(&held->lock);
 	for (int si = 0; si < 2; si++)
-		kvp_put_blocks(p, s, si, a.ids[si], a.n[si]);
+		acc_flush(p, s, &a, si);
 	kvp_ctr_add(s, KVP_C_FREES, a.freed);
 	kvp_ctr_add(s, KVP_C_STALE, a.stale);
 	kvp_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - a.not_full);
-	kvp_account_in_use(p, s, -(int64_t)a.freed);
 	kvp_rcu_read_unlock();
 	end_call(p, s, a.freed != 0);
 	return KVP_OK;
@@ -323,12 +329,13 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	}
 	kvp_oshard_remove(sh, r);
 	pthread_mutex_unlock(&sh->lock);
+	uint64_t freed = (uint64_t)cnt[0] + cnt[1];
+	/* In-use drops before the blocks can be taken again (see acc_flush). */
+	kvp_account_in_use(p, s, -(int64_t)freed);
 	for (int si = 0; si < 2; si++)
 		kvp_put_chain(p, s, si, first[si], last[si], cnt[si]);
-	uint64_t freed = (uint64_t)cnt[0] + cnt[1];
 	kvp_ctr_add(s, KVP_C_FREES, freed);
 	kvp_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - not_full);
-	kvp_account_in_use(p, s, -(int64_t)freed);
 	kvp_rcu_read_unlock();
 	end_call(p, s, true);
 	return KVP_OK;
