@@ -544,9 +544,11 @@ void kvb_row(const char *name, const double *v, int n, char kind)
 			kvb_si(v[i], buf, sizeof(buf));
 		else if (kind == 'x')
 			snprintf(buf, sizeof(buf),
-			         v[i] >= 100  ? "%.0fx"
-			         : v[i] >= 10 ? "%.1fx"
-			                      : "%.2fx",
+			         v[i] >= 100    ? "%.0fx"
+			         : v[i] >= 10   ? "%.1fx"
+			         : v[i] >= 0.1  ? "%.2fx"
+			         : v[i] >= 0.01 ? "%.3fx"
+			                        : "%.4fx",
 			         v[i]);
 		else if (kind == 'p')
 			snprintf(buf, sizeof(buf), "%.2f%%", v[i] * 100);
