@@ -359,6 +359,19 @@ static void test_row_bytes(void)
 	CHECK_EQ(kvp_codec_row_bytes(KVP_INT4, 5), 8);  /* 4 + 3, padded to 4 */
 	CHECK_EQ(kvp_codec_row_bytes(KVP_INT4, 8), 8);
 	CHECK_EQ(kvp_codec_row_bytes(KVP_FP32, 0), 0);
+	{
+		/* padding is written as zeros: stored rows are deterministic bytes */
+		float x[5] = {1, -2, 3, -4, 5};
+		uint8_t enc[16];
+		memset(enc, 0xff, sizeof enc);
+		kvp_codec_encode(KVP_INT4, enc, x, 2, 5); /* 2 rows of 4 + 3 + 1 pad */
+		CHECK_EQ(enc[7], 0);
+		CHECK_EQ(enc[15], 0);
+		CHECK_EQ(enc[6] >> 4, 0); /* the odd element's empty high nibble */
+		memset(enc, 0xff, sizeof enc);
+		kvp_codec_encode(KVP_INT8, enc, x, 1, 5); /* 4 + 5 + 3 pad */
+		CHECK(enc[9] == 0 && enc[10] == 0 && enc[11] == 0);
+	}
 	CHECK_EQ(kvp_codec_row_bytes((kvp_format)99, 4), 0);
 }
 
