@@ -114,6 +114,7 @@ int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out)
 	pthread_mutex_init(&p->fallback_lock, NULL);
 	kvp_fs_init(&p->fs[0]);
 	kvp_fs_init(&p->fs[1]);
+	p->retired_head = KVP_NO_ID;
 
 	/* On failure each part is left empty but destroyable (pool_free). */
 	bool ok = kvp_bt_init(&p->bt) == 0;
@@ -167,6 +168,12 @@ uint32_t kvp_pool_n_ids(const kvp_pool *p)
 {
 	/* acquire: ids below the value are fully initialised. */
 	return p ? atomic_load_explicit(&((kvp_pool *)p)->n_ids, memory_order_acquire) : 0;
+}
+
+uint32_t kvp_pool_n_retired_ids(const kvp_pool *p)
+{
+	/* relaxed: a count; exact when no grow or shrink is in flight. */
+	return p ? atomic_load_explicit(&((kvp_pool *)p)->n_retired_ids, memory_order_relaxed) : 0;
 }
 
 int kvp_pool_add_retire_hook(kvp_pool *p, kvp_retire_fn fn, void *arg)

@@ -63,6 +63,9 @@ struct kvp_pool {
 
 	pthread_mutex_t grow_lock; /* growth, shrink, retire hooks */
 	struct kvp_retire_hook hooks[KVP_MAX_RETIRE_HOOKS];
+	/* Retired ids, linked by free_next, for growth to reuse; grow_lock. */
+	uint32_t retired_head;
+	_Atomic uint32_t n_retired_ids; /* written under grow_lock, read anywhere */
 
 	pthread_mutex_t hist_lock;
 	kvp_stats *hist;

@@ -13,33 +13,68 @@
  * Retired blocks are marked in their state word (kvp_block_get and kvp_free
  * then treat their refs as gone), chained through free_next, and handed to
  * the retire hooks only after an RCU grace period: any pool call that could
- * still have looked at them as live has returned by then.
+ * still have looked at them as live has returned by then.  After the hooks
+ * the ids wait on a list for growth, which reuses them (with a new
+ * generation) before it makes new ids, so a pool that grows and shrinks
+ * forever keeps its metadata bounded by its largest size.
  */
 #include <string.h>
 
 #include "lib/pool_internal.h"
 #include "lib/rcu.h"
 
+/* Take a retired id back into stream @si as a free block with a new generation. */
+static uint32_t revive_retired(struct kvp_pool *p, int si)
+{
+	uint32_t id = p->retired_head;
+	struct kvp_block *b = kvp_bt_block(&p->bt, id);
+	/* relaxed: the retired list is private to the grow_lock holder. */
+	p->retired_head = atomic_load_explicit(&b->free_next, memory_order_relaxed);
+	uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
+	uint32_t gen = kvp_st_gen(st) + 1;
+	if (gen == 0)
+		gen = 1;
+	/* A new generation: refs from before the retirement stay stale.
+	 * release: a racing kvp_block_get (acquire) sees a whole word. */
+	atomic_store_explicit(&b->state,
+			      kvp_st_make(gen, 0, st & KVP_ST_EVER, kvp_stream_tag(p, si), 0),
+			      memory_order_release);
+	atomic_store_explicit(&b->free_next, KVP_NO_ID, memory_order_relaxed);
+	return id;
+}
+
 int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, uint32_t *ids)
 {
-	/* relaxed: n_ids has one writer, the grow_lock holder (us). */
+	/* relaxed: n_ids and n_retired_ids have one writer, the grow_lock holder (us). */
 	uint32_t first = atomic_load_explicit(&p->n_ids, memory_order_relaxed);
+	uint32_t reuse = atomic_load_explicit(&p->n_retired_ids, memory_order_relaxed);
+	if (reuse > n)
+		reuse = n;
+	uint32_t fresh = n - reuse;
 
-	if ((uint64_t)first + n > KVP_MAX_BLOCKS)
+	/* Everything that can fail comes first, so a failure leaves no trace. */
+	if ((uint64_t)first + fresh > KVP_MAX_BLOCKS)
 		return KVP_EEXHAUSTED;
-	if (kvp_bt_extend(&p->bt, first + n) != 0)
+	if (fresh && kvp_bt_extend(&p->bt, first + fresh) != 0)
 		return KVP_ENOMEM;
+	/* Retired ids first: growth after a shrink makes no new metadata. */
+	for (uint32_t i = 0; i < reuse; i++)
+		ids[i] = revive_retired(p, si);
+	atomic_store_explicit(&p->n_retired_ids,
+			      atomic_load_explicit(&p->n_retired_ids, memory_order_relaxed) - reuse,
+			      memory_order_relaxed);
 	uint32_t tag = kvp_stream_tag(p, si);
-	for (uint32_t i = 0; i < n; i++) {
+	for (uint32_t i = 0; i < fresh; i++) {
 		struct kvp_block *b = kvp_bt_block(&p->bt, first + i);
 		/* relaxed: published by the release store of n_ids below and
 		 * by the caller's later release operations. */
 		atomic_store_explicit(&b->state, kvp_st_make(0, 0, 0, tag, 0), memory_order_relaxed);
 		atomic_store_explicit(&b->free_next, KVP_NO_ID, memory_order_relaxed);
-		ids[i] = first + i;
+		ids[reuse + i] = first + i;
 	}
 	/* release: readers that see the new n_ids (acquire) see the metadata. */
-	atomic_store_explicit(&p->n_ids, first + n, memory_order_release);
+	if (fresh)
+		atomic_store_explicit(&p->n_ids, first + fresh, memory_order_release);
 	/* relaxed: statistics-grade counters, single writer under grow_lock. */
 	atomic_fetch_add_explicit(&p->managed_stream[si], n, memory_order_relaxed);
 	atomic_fetch_add_explicit(&p->managed, n, memory_order_relaxed);
@@ -106,14 +141,23 @@ int kvp_shrink(kvp_pool *p, kvp_stream stream, uint32_t target_free, uint32_t *n
 		kvp_rcu_synchronize();
 		/* No read-side section needed to walk the chain: only the
 		 * grow_lock holder (us) ever replaces the directory. */
+		uint32_t last = first;
 		for (uint32_t id = first; id != KVP_NO_ID;) {
 			uint32_t next = atomic_load_explicit(&kvp_bt_block(&p->bt, id)->free_next,
 							     memory_order_relaxed);
 			for (int h = 0; h < KVP_MAX_RETIRE_HOOKS; h++)
 				if (p->hooks[h].fn)
 					p->hooks[h].fn(p->hooks[h].arg, id);
+			last = id;
 			id = next;
 		}
+		/* The ids wait for a later growth to reuse them (hooks have run). */
+		atomic_store_explicit(&kvp_bt_block(&p->bt, last)->free_next, p->retired_head,
+				      memory_order_relaxed);
+		p->retired_head = first;
+		atomic_store_explicit(&p->n_retired_ids,
+				      atomic_load_explicit(&p->n_retired_ids, memory_order_relaxed) + k,
+				      memory_order_relaxed);
 	}
 	kvp_history_record(p);
 	pthread_mutex_unlock(&p->grow_lock);

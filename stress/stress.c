@@ -434,7 +434,7 @@ static void do_stats(st_world *w, st_slot *s)
 		violation(s, w->log, "kvp_stats_format failed");
 	uint32_t ids = kvp_pool_n_ids(w->pool);
 	size_t fk = kvp_n_free(w->pool, KVP_K), fv = kvp_n_free(w->pool, KVP_V);
-	if (fk > ids || fv > ids || st.n_blocks > ids)
+	if (fk > ids || fv > ids || st.n_blocks > ids || kvp_pool_n_retired_ids(w->pool) > ids)
 		violation(s, w->log,
 		          "free counts K %zu V %zu or managed %" PRIu64 " above blocks created %u",
 		          fk, fv, st.n_blocks, ids);
@@ -447,8 +447,10 @@ static void do_shrink(st_world *w, st_slot *s)
 {
 	uint32_t retired = 0;
 	/*
-	 * Retired ids are never reused, so every shrink + regrow cycle creates
-	 * ids for good: one shrink per thread per phase, and none past max_ids.
+	 * Growth reuses retired ids, so shrink + regrow cycles keep the id count
+	 * bounded; max_ids is a safety net that a correct pool never reaches
+	 * (the final summary prints the ids created).  One shrink per thread
+	 * per phase keeps shrink a minority operation.
 	 */
 	if (s->shrunk || kvp_pool_n_ids(w->pool) >= w->max_ids)
 		return;
@@ -757,7 +759,7 @@ uint64_t st_check(st_world *w)
 	}
 	checked(w, 2, before);
 
-	/* 3: conservation: in use + free + retired = created. */
+	/* 3: conservation: in use + free + retired (not yet reused) = created. */
 	before = checker.violations;
 	kvp_stats st;
 	if (kvp_pool_stats(w->pool, &st) != KVP_OK) {
@@ -766,13 +768,14 @@ uint64_t st_check(st_world *w)
 	}
 	size_t fk = kvp_n_free(w->pool, KVP_K), fv = kvp_n_free(w->pool, KVP_V);
 	uint64_t in_use = kvp_stats_blocks_in_use(&st);
-	if (in_use != held || in_use + fk + fv + st.n_retired != ids ||
-	    st.n_blocks + st.n_retired != ids)
+	uint32_t retired_now = kvp_pool_n_retired_ids(w->pool);
+	if (in_use != held || in_use + fk + fv + retired_now != ids ||
+	    st.n_blocks + retired_now != ids || retired_now > st.n_retired)
 		violation(&checker, w->log,
 		          "in use %" PRIu64 " (models hold %" PRIu64
-		          ") + free K %zu + V %zu + retired "
-		          "%" PRIu64 " != created %u (managed %" PRIu64 ")",
-		          in_use, held, fk, fv, st.n_retired, ids, st.n_blocks);
+		          ") + free K %zu + V %zu + retired ids %u (retired ever %" PRIu64
+		          ") != created %u (managed %" PRIu64 ")",
+		          in_use, held, fk, fv, retired_now, st.n_retired, ids, st.n_blocks);
 	checked(w, 3, before);
 
 	/* 4: every counter agrees with the harness's own count. */
@@ -781,7 +784,8 @@ uint64_t st_check(st_world *w)
 	st_total(w, &c);
 	if (st.n_allocations != c.allocated || st.n_frees != c.freed ||
 	    st.n_stale_frees != c.stale_frees || st.n_exhausted != c.exhausted ||
-	    st.n_retired != c.retired || st.n_grown != ids - w->initial_blocks)
+	    st.n_retired != c.retired ||
+	    st.n_grown != st.n_blocks + st.n_retired - w->initial_blocks)
 		violation(&checker, w->log,
 		          "stats disagree (pool/harness): allocations %" PRIu64 "/%" PRIu64
 		          " frees %" PRIu64 "/%" PRIu64 " stale %" PRIu64 "/%" PRIu64
@@ -789,7 +793,7 @@ uint64_t st_check(st_world *w)
 		          " grown %" PRIu64 "/%u",
 		          st.n_allocations, c.allocated, st.n_frees, c.freed, st.n_stale_frees,
 		          c.stale_frees, st.n_exhausted, c.exhausted, st.n_retired, c.retired,
-		          st.n_grown, ids - w->initial_blocks);
+		          st.n_grown, (uint32_t)(st.n_blocks + st.n_retired - w->initial_blocks));
 	/* No more blocks than the growth cap can ever be in use at once. */
 	uint64_t cap = w->max_blocks ? w->max_blocks : ids;
 	if (st.peak_blocks_in_use < in_use || st.peak_blocks_in_use > cap)
@@ -869,9 +873,12 @@ uint64_t st_fault_probe(st_world *w)
 	kvp_pool_stats(w->pool, &a);
 	uint32_t ids = kvp_pool_n_ids(w->pool);
 	size_t nf = kvp_n_free(w->pool, KVP_K);
-	/* One segment of ids more than is free: growth must make new block metadata. */
-	size_t need = nf + 1025;
-	if (a.n_blocks + 1025 > w->max_blocks || need > UINT32_MAX / w->block_size)
+	/* Growth reuses retired ids first (no memory needed for those): ask for
+	 * one segment of ids more than free + retired, so it must make new
+	 * block metadata. */
+	size_t reuse = kvp_pool_n_retired_ids(w->pool);
+	size_t need = nf + reuse + 1025;
+	if (a.n_blocks + reuse + 1025 > w->max_blocks || need > UINT32_MAX / w->block_size)
 		return 0;
 	kvp_ref *refs = malloc(need * sizeof *refs);
 	if (refs == NULL)

@@ -524,6 +524,40 @@ static void test_shrink(void)
 	kvp_pool_destroy(p);
 }
 
+/* Growth after a shrink reuses the retired ids, with a new generation. */
+static void test_shrink_then_grow_reuses_ids(void)
+{
+	kvp_pool *p = mkpool(16, 8, true, true, 0, 0); /* 4 K ids 0..3, 4 V ids 4..7 */
+	kvp_ref r[8], old = KVP_MAKE_REF(1, 0);
+	size_t n;
+	uint32_t retired;
+	kvp_block_info bi;
+	CHECK_EQ(kvp_shrink(p, KVP_K, 0, &retired), KVP_OK);
+	CHECK_EQ(retired, 4);
+	CHECK_EQ(kvp_pool_n_retired_ids(p), 4);
+	CHECK_EQ(kvp_block_get(p, old, &bi), KVP_ENOENT);
+	/* V grows by 4: the four retired K ids come back as V blocks. */
+	CHECK_EQ(kvp_allocate(p, KVP_V, 16 * 8, 1, KVP_FP16, r, 8, &n), KVP_OK);
+	CHECK_EQ(kvp_pool_n_retired_ids(p), 0);
+	CHECK_EQ(kvp_pool_n_ids(p), 8); /* no new ids: 4 V + 4 revived */
+	int revived = 0;
+	for (size_t i = 0; i < n; i++) {
+		CHECK_EQ(kvp_block_get(p, r[i], &bi), KVP_OK);
+		CHECK_EQ(bi.stream, KVP_V);
+		revived += KVP_REF_ID(r[i]) < 4;
+	}
+	CHECK_EQ(revived, 4);
+	CHECK_EQ(kvp_block_get(p, old, &bi), KVP_ENOENT); /* stale across the revival */
+	kvp_stats s;
+	CHECK_EQ(kvp_pool_stats(p, &s), KVP_OK);
+	CHECK_EQ(s.n_blocks, 8);
+	CHECK_EQ(s.n_grown, 4);
+	CHECK_EQ(s.n_retired, 4);
+	CHECK_EQ(kvp_allocate(p, KVP_V, 16 * 2, 2, KVP_FP16, r, 8, &n), KVP_OK); /* 2 new ids */
+	CHECK_EQ(kvp_pool_n_ids(p), 10);
+	kvp_pool_destroy(p);
+}
+
 static void test_history(void)
 {
 	kvp_pool_config c;
@@ -685,6 +719,7 @@ int main(void)
 	RUN(test_free_all);
 	RUN(test_block_get_set_used);
 	RUN(test_shrink);
+	RUN(test_shrink_then_grow_reuses_ids);
 	RUN(test_history);
 	RUN(test_prometheus);
 	RUN(test_thread_cache_zero);

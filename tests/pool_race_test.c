@@ -174,7 +174,8 @@ static void check_invariants(kvp_pool *p, struct worker *w, int nt, uint64_t ret
 	CHECK_EQ(kvp_stats_blocks_in_use(&s), nids);
 	size_t free_blocks = kvp_n_free(p, KVP_K) + kvp_n_free(p, KVP_V);
 	CHECK_EQ(nids + free_blocks, s.n_blocks);
-	CHECK_EQ(s.n_blocks + s.n_retired, kvp_pool_n_ids(p));
+	CHECK_EQ(s.n_blocks + kvp_pool_n_retired_ids(p), kvp_pool_n_ids(p));
+	CHECK(kvp_pool_n_retired_ids(p) <= s.n_retired);
 	CHECK(s.peak_blocks_in_use >= nids);
 	CHECK(s.peak_blocks_in_use <= s.n_blocks + s.n_retired);
 }

@@ -255,8 +255,10 @@ int kvp_release_owner(kvp_pool *pool, kvp_owner owner);
  * @target_free: free blocks of @stream to keep
  * @n_retired:   set to the blocks retired (may be NULL)
  *
- * Retired blocks leave the pool's books for good (their ids are never
- * reused); blocks in use are never touched.  Retire hooks (see
+ * Retired blocks leave the pool's books; blocks in use are never touched.
+ * A retired id is reused by a later growth, with a new generation (refs
+ * from before stay stale), so metadata stays bounded by the pool's largest
+ * size however often it grows and shrinks.  Retire hooks (see
  * kvp_pool_add_retire_hook) run for each retired block after a grace
  * period, so no thread still inside a pool call can be reading memory the
  * hook frees.  Concurrent allocations may leave more than @target_free
@@ -338,10 +340,18 @@ uint32_t kvp_pool_block_size(const kvp_pool *pool);
 bool kvp_pool_separate_kv(const kvp_pool *pool);
 
 /**
- * kvp_pool_n_ids - blocks ever created: every id is below this.  Grows,
+ * kvp_pool_n_ids - block ids ever created: every id is below this.  Grows,
  * never shrinks.  Thread-safe (an acquire load).
  */
 uint32_t kvp_pool_n_ids(const kvp_pool *pool);
+
+/**
+ * kvp_pool_n_retired_ids - ids retired by shrink and not yet reused by growth
+ *
+ * When no call is in flight: blocks in use + free blocks + this =
+ * kvp_pool_n_ids, and n_blocks = kvp_pool_n_ids - this.  Thread-safe.
+ */
+uint32_t kvp_pool_n_retired_ids(const kvp_pool *pool);
 
 /**
  * kvp_retire_fn - called once for each retired block, after a grace period
