@@ -361,7 +361,7 @@ static void test_row_bytes(void)
 	CHECK_EQ(kvp_codec_row_bytes(KVP_FP32, 0), 0);
 	{
 		/* padding is written as zeros: stored rows are deterministic bytes */
-		float x[5] = {1, -2, 3, -4, 5};
+		float x[10] = {1, -2, 3, -4, 5, 6, 7, 8, 9, 10};
 		uint8_t enc[16];
 		memset(enc, 0xff, sizeof enc);
 		kvp_codec_encode(KVP_INT4, enc, x, 2, 5); /* 2 rows of 4 + 3 + 1 pad */

@@ -345,6 +345,36 @@ static void test_retire_by_shrink(void)
 	kvp_pool_destroy(p);
 }
 
+/* ids in several segments of the slot table (1024, 2048, 4096 slots ...) */
+static void test_table_segments(void)
+{
+	enum { N = 5000 };
+	static const uint32_t ids[] = {0, 1, 1023, 1024, 3071, 3072, 4999};
+	kvp_pool *p = mkpool(N, false);
+	kvp_storage *s;
+	kvp_ref *refs = malloc(N * sizeof(kvp_ref));
+	float rows[DIM], out[BS * DIM];
+	size_t n, i, j;
+	uint32_t got;
+
+	CHECK(refs);
+	CHECK_EQ(kvp_storage_create(p, DIM, NULL, &s), KVP_OK);
+	CHECK_EQ(kvp_allocate(p, KVP_KV, N * BS, 1, KVP_FP32, refs, N, &n), KVP_OK);
+	for (i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+		for (j = 0; j < N && KVP_REF_ID(refs[j]) != ids[i]; j++)
+			;
+		CHECK(j < N);
+		rows[0] = (float)ids[i];
+		CHECK_EQ(kvp_storage_write(s, refs[j], 0, rows, 1), KVP_OK);
+		CHECK_EQ(kvp_storage_read_f32(s, refs[j], out, BS, &got), KVP_OK);
+		CHECK(out[0] == (float)ids[i]);
+	}
+	CHECK_EQ(sstats(s).n_buffers, sizeof ids / sizeof ids[0]);
+	kvp_storage_destroy(s);
+	kvp_pool_destroy(p);
+	free(refs);
+}
+
 /* buffers come from the bufcache and go back to it; reuse makes none */
 static void test_bufcache_path(void)
 {
@@ -387,6 +417,7 @@ int main(void)
 	RUN(test_format_change_replaces_buffer);
 	RUN(test_release);
 	RUN(test_retire_by_shrink);
+	RUN(test_table_segments);
 	RUN(test_bufcache_path);
 	return 0;
 }
