@@ -9,7 +9,8 @@
  * at create, else from the system), reused in place every time the block is
  * handed out again, and replaced only when a write finds that the block's
  * format changed.  A buffer goes away when kvp_storage_release drops it,
- * when kvp_shrink retires its block, or with the storage.
+ * when kvp_shrink retires its block (an id that growth later reuses starts
+ * without a buffer), or with the storage.
  *
  * Formats and the layout kvp_storage_read returns (row stride:
  * kvp_storage_row_bytes):
