@@ -3,15 +3,15 @@
  *
  * Growth never moves a block: new ids land in new segments.  Only the small
  * directory of segment pointers is ever replaced, by a copy twice as large,
- * published with a release store; the old copy is freed after an RCU grace
- * period, when no reader can still hold it.  Directory replacements are
- * logarithmic in the pool's size, so their grace periods are rare.
+ * published with a release store; the old copy is handed to call_rcu and
+ * freed after an RCU grace period, when no reader can still hold it.  The
+ * grower never waits, so growth can run inside any read-side section (the
+ * pool's or an application's own liburcu-bp one).
  */
 #include "lib/blocktable.h"
 
 #include <string.h>
 
-#include "lib/rcu.h"
 #include "lib/sysmem.h"
 
 #define KVP_DIR_MIN 16u
@@ -70,8 +70,7 @@ int kvp_bt_extend(struct kvp_blocktable *bt, uint32_t n_ids)
 		/* release: a reader that loads the new directory (acquire)
 		 * sees the copied and the new segment pointers. */
 		atomic_store_explicit(&bt->dir, d, memory_order_release);
-		kvp_rcu_synchronize();
-		kvp_sys_free(old);
+		kvp_rcu_free_deferred(old);
 	} else {
 		/* The directory is the same object; new segment pointers are
 		 * published to readers by the caller's later release of the

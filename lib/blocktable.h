@@ -14,9 +14,10 @@
  *   -------------------  ---------------------------  -----------------------
  *   kvp_bt_block         any thread, in an RCU        acquire load of the
  *                        read-side section             directory pointer
- *   kvp_bt_extend        grow mutex held, outside     release store of the
- *                        any read-side section         directory pointer,
- *                                                      grace period, free
+ *   kvp_bt_extend        grow mutex held              release store of the
+ *                                                      directory pointer; the
+ *                                                      old one freed after a
+ *                                                      grace period (call_rcu)
  *   kvp_bt_destroy       single-threaded              -
  *
  * One block's metadata is 32 bytes:
@@ -34,6 +35,8 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "lib/rcu.h"
 
 #define KVP_SEG_SHIFT 10
 #define KVP_SEG_BLOCKS (1u << KVP_SEG_SHIFT)
@@ -94,7 +97,8 @@ static inline uint64_t kvp_st_make(uint32_t gen, uint32_t used, uint64_t flags, 
 }
 
 struct kvp_dir {
-	uint32_t cap; /* segment slots */
+	char rcu_head[KVP_RCU_HEAD_BYTES]; /* for deferred freeing (lib/rcu.h) */
+	uint32_t cap;                      /* segment slots */
 	struct kvp_block *seg[];
 };
 
@@ -123,10 +127,11 @@ int kvp_bt_init(struct kvp_blocktable *bt);
 /**
  * kvp_bt_extend - make room for ids below @n_ids (zeroed metadata)
  *
- * Grow mutex held (or single-threaded), outside any RCU read-side section:
- * a directory replacement waits for a grace period before freeing the old
- * one.  Returns 0, or -1 when memory ran out (the table is unchanged for
- * the ids it could not cover; earlier segments stay).
+ * Grow mutex held (or single-threaded).  A replaced directory is freed
+ * after an RCU grace period by liburcu's call_rcu thread, so this never
+ * waits and may run inside a read-side section.  Returns 0, or -1 when
+ * memory ran out (the table is unchanged for the ids it could not cover;
+ * earlier segments stay).
  */
 int kvp_bt_extend(struct kvp_blocktable *bt, uint32_t n_ids);
 

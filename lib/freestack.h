@@ -120,7 +120,7 @@ static inline void kvp_fs_unreserve(struct kvp_freestack *fs, uint32_t n)
  * since the head was loaded, in which case the walk was consistent.
  */
 static inline void kvp_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_blocktable *bt,
-				       uint32_t *ids, uint32_t n)
+				       _Atomic uint32_t *n_ids, uint32_t *ids, uint32_t n)
 {
 	uint32_t got = 0;
 	unsigned spins = 0;
@@ -131,6 +131,11 @@ static inline void kvp_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_bloc
 		uint32_t want = n - got < 8 ? n - got : 8, k = 0;
 		uint32_t id = (uint32_t)h, next = (uint32_t)h;
 		while (k < want && next != KVP_NO_ID) {
+			/* Past the top, a link may have been written after our
+			 * head load (the CAS will then fail): only follow ids
+			 * whose segment we are sure to see (n_ids, acquire). */
+			if (k > 0 && next >= atomic_load_explicit(n_ids, memory_order_acquire))
+				break;
 			ids[got + k++] = next;
 			/* relaxed: validated by the tagged CAS below. */
 			next = atomic_load_explicit(&kvp_bt_block(bt, next)->free_next,

@@ -42,8 +42,6 @@ static bool config_valid(const kvp_pool_config *c)
 		return false;
 	if (c->n_blocks < 1 || c->n_blocks > KVP_MAX_BLOCKS)
 		return false;
-	if (c->separate_kv && c->n_blocks < 2)
-		return false;
 	if (c->max_blocks && (c->max_blocks < c->n_blocks || c->max_blocks > KVP_MAX_BLOCKS))
 		return false;
 	if (c->thread_cache > KVP_MAX_THREAD_CACHE)

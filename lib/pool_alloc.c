@@ -20,6 +20,10 @@
 
 #define KVP_FREE_BATCH 64u
 
+/* The ids are written into the caller's kvp_ref array before it gets its
+ * refs: a may_alias type keeps that within C's aliasing rules. */
+typedef uint32_t __attribute__((may_alias)) kvp_u32_alias;
+
 static int stream_of_state(const struct kvp_pool *p, uint64_t st)
 {
 	return p->separate_kv ? (int)kvp_st_stream(st) : 0;
@@ -41,8 +45,10 @@ static uint32_t stamp_block(struct kvp_block *b, uint32_t used, uint64_t flags, 
 	if (gen == 0)
 		gen = 1; /* generation 0 means "never handed out" */
 	*reused = (old & KVP_ST_EVER) != 0;
-	/* relaxed: ordered before the state store (release) below. */
-	atomic_store_explicit(&b->owner, owner, memory_order_relaxed);
+	/* release: a kvp_block_get that reads this owner (then fences) cannot
+	 * read a state word from before the free that preceded this hand-out;
+	 * free on x86. */
+	atomic_store_explicit(&b->owner, owner, memory_order_release);
 	/* release: kvp_block_get's acquire load of the state then sees the
 	 * owner written above. */
 	atomic_store_explicit(&b->state,
@@ -94,11 +100,29 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 	}
 
 	struct kvp_tslot *s = kvp_tslot_get(p);
-	kvp_rcu_read_lock();
+	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
 	/* The caller's refs array doubles as scratch for the ids: no allocation. */
-	uint32_t *ids = (uint32_t *)refs;
-	int rc = kvp_get_blocks(p, s, si, ids, nb);
+	kvp_u32_alias *ids = (kvp_u32_alias *)refs;
+	kvp_rcu_read_lock();
+	/*
+	 * The owner's shard lock is held for the whole call: the owner record
+	 * is found or made first (so running out of memory for it leaves no
+	 * trace), and no free of the new blocks can slip in before their refs
+	 * are written.  Growth and starvation may run under it: nothing that
+	 * holds grow_lock or a claimed magazine ever waits for a shard lock.
+	 */
+	pthread_mutex_lock(&sh->lock);
+	struct kvp_orec *r = kvp_oshard_find(sh, owner);
+	bool made = false;
+	if (!r) {
+		r = kvp_oshard_insert(sh, owner);
+		made = true;
+	}
+	int rc = r ? kvp_get_blocks(p, s, si, (uint32_t *)ids, nb) : KVP_ENOMEM;
 	if (rc != KVP_OK) {
+		if (r && made)
+			kvp_oshard_remove(sh, r);
+		pthread_mutex_unlock(&sh->lock);
 		kvp_rcu_read_unlock();
 		if (rc == KVP_EEXHAUSTED) {
 			kvp_ctr_add(s, KVP_C_EXHAUSTED, 1);
@@ -106,19 +130,6 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 		}
 		end_call(p, s, false);
 		return rc;
-	}
-
-	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
-	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvp_oshard_find(sh, owner);
-	if (!r)
-		r = kvp_oshard_insert(sh, owner);
-	if (!r) {
-		pthread_mutex_unlock(&sh->lock);
-		kvp_put_blocks(p, s, si, ids, nb);
-		kvp_rcu_read_unlock();
-		end_call(p, s, false);
-		return KVP_ENOMEM;
 	}
 	uint64_t reused = 0;
 	uint32_t last_used = n_tokens - (nb - 1) * bs;
@@ -129,15 +140,16 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 		reused += re;
 		kvp_orec_append(r, &p->bt, ids[i]);
 	}
-	pthread_mutex_unlock(&sh->lock);
 	/* Widen ids to refs from the end: refs[i] overlaps ids[2i], ids[2i+1],
-	 * which are at or after i and already converted. */
+	 * which are at or after i and already converted.  Under the shard lock
+	 * no free can change a generation before we read it. */
 	for (uint32_t i = nb; i-- > 0;) {
 		uint32_t id = ids[i];
 		uint64_t st = atomic_load_explicit(&kvp_bt_block(&p->bt, id)->state,
 						   memory_order_relaxed);
 		refs[i] = KVP_MAKE_REF(id, kvp_st_gen(st));
 	}
+	pthread_mutex_unlock(&sh->lock);
 	kvp_ctr_add(s, KVP_C_ALLOCS, nb);
 	kvp_ctr_add(s, KVP_C_REUSED, reused);
 	kvp_ctr_add(s, KVP_C_NOT_FULL, last_used < bs);
@@ -191,6 +203,9 @@ struct free_acc {
  * these blocks next can count them in a peak while we still do. */
 static void acc_flush(struct kvp_pool *p, struct kvp_tslot *s, struct free_acc *a, int si)
 {
+	/* Counted before the push too: a summed snapshot then never sees a
+	 * block allocated again before its free is counted. */
+	kvp_ctr_add(s, KVP_C_FREES, a->n[si]);
 	kvp_account_in_use(p, s, -(int64_t)a->n[si]);
 	kvp_put_blocks(p, s, si, a->ids[si], a->n[si]);
 	a->n[si] = 0;
@@ -276,7 +291,6 @@ int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
 		pthread_mutex_unlock(&held->lock);
 	for (int si = 0; si < 2; si++)
 		acc_flush(p, s, &a, si);
-	kvp_ctr_add(s, KVP_C_FREES, a.freed);
 	kvp_ctr_add(s, KVP_C_STALE, a.stale);
 	kvp_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - a.not_full);
 	kvp_rcu_read_unlock();
@@ -330,11 +344,11 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	kvp_oshard_remove(sh, r);
 	pthread_mutex_unlock(&sh->lock);
 	uint64_t freed = (uint64_t)cnt[0] + cnt[1];
-	/* In-use drops before the blocks can be taken again (see acc_flush). */
+	/* Counted before the blocks can be taken again (see acc_flush). */
+	kvp_ctr_add(s, KVP_C_FREES, freed);
 	kvp_account_in_use(p, s, -(int64_t)freed);
 	for (int si = 0; si < 2; si++)
 		kvp_put_chain(p, s, si, first[si], last[si], cnt[si]);
-	kvp_ctr_add(s, KVP_C_FREES, freed);
 	kvp_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - not_full);
 	kvp_rcu_read_unlock();
 	end_call(p, s, true);

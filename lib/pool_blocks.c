@@ -81,8 +81,9 @@ static void mag_flush_all(struct kvp_pool *p, int si, struct kvp_mag *m)
 
 void kvp_drain_magazines(struct kvp_pool *p, int si)
 {
-	/* acquire: see the slots published by their push. */
-	for (struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_acquire); s;
+	/* seq_cst: after our seq_cst starving store, so a slot pushed by a
+	 * thread whose first call missed the flag is on the list we walk. */
+	for (struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_seq_cst); s;
 	     s = s->next) {
 		struct kvp_mag *m = &s->mag[si];
 		unsigned spins = 0;
@@ -138,7 +139,7 @@ static int grow_take(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *
 	}
 	if (r) {
 		kvp_rcu_read_lock();
-		kvp_fs_pop_reserved(fs, &p->bt, ids, r);
+		kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);
 		kvp_rcu_read_unlock();
 	}
 	return KVP_OK;
@@ -155,7 +156,7 @@ static int get_blocks_starving(struct kvp_pool *p, struct kvp_tslot *s, int si, 
 	atomic_fetch_add_explicit(&p->starving[si], 1, memory_order_seq_cst);
 	kvp_drain_magazines(p, si);
 	if (kvp_fs_reserve(fs, k, k)) {
-		kvp_fs_pop_reserved(fs, &p->bt, ids, k);
+		kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, k);
 		rc = KVP_OK;
 	} else if (p->grow) {
 		/* Growth may wait for a grace period: leave the section, and
@@ -194,9 +195,9 @@ int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id
 			if (got) {
 				for (uint32_t i = 0; i < cnt; i++)
 					ids[i] = m->ids[cnt - 1 - i];
-				kvp_fs_pop_reserved(fs, &p->bt, ids + cnt, need);
+				kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids + cnt, need);
 				uint32_t extra = got - need;
-				kvp_fs_pop_reserved(fs, &p->bt, m->ids, extra);
+				kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, m->ids, extra);
 				/* Popped newest first; the magazine keeps its newest on top. */
 				for (uint32_t i = 0; i < extra / 2; i++) {
 					uint32_t t = m->ids[i];
@@ -211,7 +212,7 @@ int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id
 		mag_leave(m);
 	}
 	if (kvp_fs_reserve(fs, k, k)) {
-		kvp_fs_pop_reserved(fs, &p->bt, ids, k);
+		kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, k);
 		return KVP_OK;
 	}
 	return get_blocks_starving(p, s, si, ids, k);

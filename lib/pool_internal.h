@@ -1,12 +1,16 @@
 /*
  * lib/pool_internal.h - the pool object and the functions its .c files share.
  *
- * Lock order (outer to inner), for the few locks the pool has:
- *   grow_lock -> RCU read-side section -> owner shard lock -> (nothing)
+ * Locks, and the order they nest in (outer first):
+ *   fallback_lock (only a thread without a slot) -> RCU read-side section
+ *     -> owner shard lock -> [leave the section] grow_lock -> section again
+ *     -> hist_lock
  *   registry lock -> RCU read-side section
- *   history lock: taken alone, never inside an RCU read-side section
- * kvp_rcu_synchronize is called only with grow_lock held at most, outside
- * any read-side section; no reader ever waits for grow_lock inside one.
+ * kvp_rcu_synchronize is called only by kvp_shrink, holding no lock and
+ * outside any read-side section, so no reader can be waiting for it.
+ * Waits without a lock: on a magazine held by a drainer (whose holder takes
+ * no lock while it holds it), and a drainer on BUSY magazines (whose owners
+ * take no lock while BUSY).  Neither closes a cycle with the locks above.
  */
 #ifndef KVPOOL_LIB_POOL_INTERNAL_H
 #define KVPOOL_LIB_POOL_INTERNAL_H

@@ -106,6 +106,10 @@ int kvp_shrink(kvp_pool *p, kvp_stream stream, uint32_t target_free, uint32_t *n
 	int si = kvp_stream_index(p, stream);
 	if (si < 0)
 		return KVP_EINVAL;
+	/* We wait for a grace period below: inside a caller's own liburcu-bp
+	 * read-side section that would wait for ourselves. */
+	if (kvp_rcu_read_ongoing())
+		return KVP_EINVAL;
 	struct kvp_tslot *s = kvp_tslot_get(p);
 	struct kvp_freestack *fs = &p->fs[si];
 	uint32_t k, first = KVP_NO_ID;
@@ -118,12 +122,12 @@ int kvp_shrink(kvp_pool *p, kvp_stream stream, uint32_t target_free, uint32_t *n
 	k = reserve_surplus(fs, target_free);
 	for (uint32_t i = 0; i < k; i++) {
 		uint32_t id;
-		kvp_fs_pop_reserved(fs, &p->bt, &id, 1);
+		kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, &id, 1);
 		struct kvp_block *b = kvp_bt_block(&p->bt, id);
-		/* We hold the block exclusively (popped); the CAS is for racing
-		 * stale-ref readers' sake only: they never change a free block. */
+		/* relaxed load: we hold the block exclusively (popped), and
+		 * nobody changes a free block's state word.
+		 * release store: kvp_block_get (acquire) then sees it retired. */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
-		/* release: kvp_block_get (acquire) then sees the block retired. */
 		atomic_store_explicit(&b->state, st | KVP_ST_RETIRED, memory_order_release);
 		atomic_store_explicit(&b->free_next, first, memory_order_relaxed);
 		first = id;
@@ -131,16 +135,23 @@ int kvp_shrink(kvp_pool *p, kvp_stream stream, uint32_t target_free, uint32_t *n
 	/* release: lifts the bypass; publishes nothing. */
 	atomic_fetch_sub_explicit(&p->starving[si], 1, memory_order_release);
 	kvp_rcu_read_unlock();
-
 	if (k) {
 		atomic_fetch_sub_explicit(&p->managed_stream[si], k, memory_order_relaxed);
 		atomic_fetch_sub_explicit(&p->managed, k, memory_order_relaxed);
 		kvp_ctr_add(s, KVP_C_RETIRED, k);
+	}
+	pthread_mutex_unlock(&p->grow_lock);
+	kvp_tslot_put(p, s);
+
+	if (k) {
 		/* Every call that might still treat these blocks as live ends
-		 * before the hooks free anything tied to them. */
+		 * before the hooks free anything tied to them.  We hold no lock
+		 * here, so no reader can be waiting for us. */
 		kvp_rcu_synchronize();
-		/* No read-side section needed to walk the chain: only the
-		 * grow_lock holder (us) ever replaces the directory. */
+		pthread_mutex_lock(&p->grow_lock);
+		/* Hooks run under grow_lock (kvp_pool_remove_retire_hook waits
+		 * for them).  No read-side section is needed to walk the chain:
+		 * only the grow_lock holder ever replaces the directory. */
 		uint32_t last = first;
 		for (uint32_t id = first; id != KVP_NO_ID;) {
 			uint32_t next = atomic_load_explicit(&kvp_bt_block(&p->bt, id)->free_next,
@@ -158,10 +169,9 @@ int kvp_shrink(kvp_pool *p, kvp_stream stream, uint32_t target_free, uint32_t *n
 		atomic_store_explicit(&p->n_retired_ids,
 				      atomic_load_explicit(&p->n_retired_ids, memory_order_relaxed) + k,
 				      memory_order_relaxed);
+		pthread_mutex_unlock(&p->grow_lock);
 	}
 	kvp_history_record(p);
-	pthread_mutex_unlock(&p->grow_lock);
-	kvp_tslot_put(p, s);
 	if (n_retired)
 		*n_retired = k;
 	return KVP_OK;

@@ -38,7 +38,13 @@ void kvp_stats_sum(struct kvp_pool *p, kvp_stats *out)
 	out->n_stale_frees = acc[KVP_C_STALE];
 	/* Summed mid-flight the signed counter can dip below zero for a moment. */
 	out->n_not_full = (int64_t)acc[KVP_C_NOT_FULL] < 0 ? 0 : acc[KVP_C_NOT_FULL];
+	/* Slots are read one after another, not at one instant: a block that
+	 * moves between threads during the read can be counted twice, so the
+	 * in-use figure is clamped to what the pool manages before it may
+	 * raise the peak.  Quiescent, every figure is exact. */
 	uint64_t in_use = out->n_allocations >= out->n_frees ? out->n_allocations - out->n_frees : 0;
+	if (in_use > out->n_blocks)
+		in_use = out->n_blocks;
 	uint64_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);
 	out->peak_blocks_in_use = peak > in_use ? peak : in_use;
 }
@@ -53,12 +59,11 @@ int kvp_pool_stats(kvp_pool *p, kvp_stats *out)
 
 void kvp_history_record(struct kvp_pool *p)
 {
-	kvp_stats snap;
 	if (!p->history_len)
 		return;
-	kvp_stats_sum(p, &snap);
+	/* The snapshot is taken under the lock, so the ring is in order. */
 	pthread_mutex_lock(&p->hist_lock);
-	p->hist[(p->hist_head + p->hist_n) % p->history_len] = snap;
+	kvp_stats_sum(p, &p->hist[(p->hist_head + p->hist_n) % p->history_len]);
 	if (p->hist_n < p->history_len)
 		p->hist_n++;
 	else

@@ -9,9 +9,13 @@
  */
 #include "lib/rcu.h"
 
+#include <stddef.h>
 #include <urcu/urcu-bp.h>
 
+#include "lib/sysmem.h"
 #include "lib/tsan.h"
+
+_Static_assert(sizeof(struct rcu_head) <= KVP_RCU_HEAD_BYTES, "rcu_head must fit its room");
 
 static char grace_sync;
 
@@ -30,4 +34,22 @@ void kvp_rcu_synchronize(void)
 {
 	urcu_bp_synchronize_rcu();
 	KVP_TSAN_ACQUIRE(&grace_sync);
+}
+
+bool kvp_rcu_read_ongoing(void)
+{
+	return urcu_bp_read_ongoing() != 0;
+}
+
+/* Runs on liburcu's call_rcu thread once every reader that could see the
+ * memory has left its section. */
+static void free_cb(struct rcu_head *head)
+{
+	KVP_TSAN_ACQUIRE(&grace_sync);
+	kvp_sys_free(head);
+}
+
+void kvp_rcu_free_deferred(void *p)
+{
+	urcu_bp_call_rcu((struct rcu_head *)p, free_cb);
 }

@@ -12,12 +12,29 @@
  *   kvp_rcu_read_lock     any thread                   a few ns, no fence
  *   kvp_rcu_read_unlock   the thread that locked       a few ns
  *   kvp_rcu_synchronize   any thread outside sections  waits for readers
+ *                         and holding no lock a
+ *                         reader may wait for
+ *   kvp_rcu_free_deferred any thread, anywhere         never waits (call_rcu)
  */
 #ifndef KVPOOL_LIB_RCU_H
 #define KVPOOL_LIB_RCU_H
 
+#include <stdbool.h>
+
 void kvp_rcu_read_lock(void);
 void kvp_rcu_read_unlock(void);
 void kvp_rcu_synchronize(void);
+
+/** kvp_rcu_read_ongoing - whether the calling thread is inside a read-side section */
+bool kvp_rcu_read_ongoing(void);
+
+/**
+ * kvp_rcu_free_deferred - free @p (from kvp_sys_alloc) after a grace period
+ *
+ * Never blocks, so it may be called anywhere, a read-side section included.
+ * @p must start with KVP_RCU_HEAD_BYTES bytes the callback may use.
+ */
+#define KVP_RCU_HEAD_BYTES 16
+void kvp_rcu_free_deferred(void *p);
 
 #endif /* KVPOOL_LIB_RCU_H */

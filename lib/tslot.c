@@ -169,8 +169,10 @@ static struct kvp_tslot *slot_take(struct kvp_pool *p)
 	struct kvp_tslot *head = atomic_load_explicit(&p->slots, memory_order_relaxed);
 	do {
 		s->next = head;
-		/* release: a walker that loads the new head sees the slot. */
-	} while (!atomic_compare_exchange_weak_explicit(&p->slots, &head, s, memory_order_release,
+		/* seq_cst: a starving thread that raised its flag (seq_cst) and
+		 * then loads the list (seq_cst) must see this slot if our first
+		 * call missed the flag; release alone would not promise that. */
+	} while (!atomic_compare_exchange_weak_explicit(&p->slots, &head, s, memory_order_seq_cst,
 							memory_order_relaxed));
 	return s;
 }

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <urcu/urcu-bp.h>
+
 #include "lib/sysmem.h"
 #include "tests/testutil.h"
 
@@ -80,7 +82,7 @@ static void test_config_defaults_and_errors(void)
 		bool sep;
 	} bad[] = {
 	    {0, 64, 0, 8, true},         {16, 0, 0, 8, true},
-	    {16, 64, 32, 8, true},       {16, 1, 0, 8, true},
+	    {16, 64, 32, 8, true},
 	    {16, 64, 0, KVP_MAX_THREAD_CACHE + 1, true},
 	    {KVP_MAX_BLOCK_SIZE + 1, 64, 0, 8, true},
 	};
@@ -95,6 +97,18 @@ static void test_config_defaults_and_errors(void)
 		CHECK_EQ(kvp_pool_create(&c, &p), KVP_EINVAL);
 		CHECK(p == NULL);
 	}
+	/* One block with separate_kv: K takes it, V starts empty (and may grow). */
+	kvp_pool_config_init(&c);
+	c.n_blocks = 1;
+	c.grow_on_exhaustion = true;
+	CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
+	CHECK_EQ(kvp_n_free(p, KVP_K), 1);
+	CHECK_EQ(kvp_n_free(p, KVP_V), 0);
+	kvp_ref one;
+	size_t got;
+	CHECK_EQ(kvp_allocate(p, KVP_V, 1, 1, KVP_FP16, &one, 1, &got), KVP_OK);
+	CHECK_EQ(KVP_REF_ID(one), 1); /* grown */
+	kvp_pool_destroy(p);
 	/* max_blocks equal to n_blocks and a 1-block shared pool are fine. */
 	kvp_pool_config_init(&c);
 	c.n_blocks = 1;
@@ -703,6 +717,28 @@ static void test_out_of_memory(void)
 	kvp_pool_destroy(p);
 }
 
+/* An application inside its own liburcu-bp read-side section: growth that
+ * replaces the block-table directory must not wait for it, and kvp_shrink
+ * (which would) refuses instead of hanging. */
+static void test_inside_callers_rcu_section(void)
+{
+	kvp_pool *p = mkpool(16, 2, false, true, 0, 0);
+	kvp_ref r[4096];
+	size_t n;
+	uint32_t k = 7;
+	urcu_bp_read_lock();
+	for (int i = 0; i < 6; i++) /* > 16 segments: the directory is replaced */
+		CHECK_EQ(kvp_allocate(p, KVP_KV, 16 * 4096, 10 + i, KVP_FP16, r, 4096, &n), KVP_OK);
+	CHECK_EQ(kvp_shrink(p, KVP_KV, 0, &k), KVP_EINVAL);
+	urcu_bp_read_unlock();
+	CHECK_EQ(k, 7); /* untouched */
+	for (int i = 0; i < 6; i++)
+		CHECK_EQ(kvp_free_all(p, 10 + i), KVP_OK);
+	CHECK_EQ(kvp_shrink(p, KVP_KV, 0, &k), KVP_OK);
+	CHECK(k > 16 * 1024);
+	kvp_pool_destroy(p);
+}
+
 int main(void)
 {
 	RUN(test_strerror_and_formats);
@@ -724,5 +760,6 @@ int main(void)
 	RUN(test_prometheus);
 	RUN(test_thread_cache_zero);
 	RUN(test_out_of_memory);
+	RUN(test_inside_callers_rcu_section);
 	return 0;
 }

@@ -642,6 +642,61 @@ static void test_destroy_before_thread_exit(void)
 	pthread_barrier_destroy(&sh.bar);
 }
 
+/* ---- stats and history read while blocks move between threads ---- */
+
+static _Atomic int stats_stop;
+
+static void *stats_churn(void *arg)
+{
+	kvp_pool *p = arg;
+	static _Thread_local kvp_ref r[128];
+	size_t n;
+	kvp_owner me = (kvp_owner)(uintptr_t)&n; /* unique per thread */
+	while (!atomic_load(&stats_stop)) {
+		/* Big frees flush in batches mid-call; another thread takes them. */
+		if (kvp_allocate(p, KVP_KV, 100 * 16, me, KVP_FP16, r, 128, &n) == KVP_OK)
+			CHECK_EQ(kvp_free(p, r, n), KVP_OK);
+		if (kvp_allocate(p, KVP_KV, 64 * 16, me, KVP_FP16, r, 128, &n) == KVP_OK)
+			CHECK_EQ(kvp_free_all(p, me), KVP_OK);
+	}
+	return NULL;
+}
+
+static void test_stats_read_under_churn(void)
+{
+	kvp_pool_config c;
+	kvp_pool *p;
+	kvp_pool_config_init(&c);
+	c.n_blocks = 128;
+	c.separate_kv = false;
+	c.thread_cache = 0;
+	c.history_len = 64;
+	CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
+	pthread_t th[3];
+	atomic_store(&stats_stop, 0);
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(pthread_create(&th[i], NULL, stats_churn, p), 0);
+	for (int i = 0; i < 200000; i++) {
+		kvp_stats s;
+		CHECK_EQ(kvp_pool_stats(p, &s), KVP_OK);
+		/* Never more in use, or a higher peak, than the pool has. */
+		CHECK(kvp_stats_blocks_in_use(&s) <= s.n_blocks);
+		CHECK(s.peak_blocks_in_use <= s.n_blocks);
+	}
+	atomic_store(&stats_stop, 1);
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(pthread_join(th[i], NULL), 0);
+	/* History, recorded by racing exhausted calls, stays oldest first. */
+	kvp_stats h[64];
+	size_t nh = kvp_pool_history(p, h, 64);
+	CHECK(nh > 1);
+	for (size_t i = 1; i < nh; i++) {
+		CHECK(h[i].n_exhausted >= h[i - 1].n_exhausted);
+		CHECK(h[i].n_allocations >= h[i - 1].n_allocations);
+	}
+	kvp_pool_destroy(p);
+}
+
 int main(void)
 {
 	const char *env = getenv("KVP_RACE_SEED");
@@ -656,6 +711,7 @@ int main(void)
 	RUN(test_no_false_exhaustion);
 	RUN(test_register_race);
 	RUN(test_double_free_race);
+	RUN(test_stats_read_under_churn);
 	RUN(test_short_lived_threads);
 	RUN(test_destroy_before_thread_exit);
 	return 0;

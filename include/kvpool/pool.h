@@ -29,21 +29,36 @@
  *   ---------------------  -----------------------  ------------------------------
  *   kvp_pool_create        -                        allocates
  *   kvp_pool_destroy       nothing on this pool     -
- *   kvp_allocate           everything               lock-free block path; the
- *                                                   owner's shard mutex to link
- *                                                   the blocks; the pool's grow
- *                                                   mutex only to grow
- *   kvp_free               everything               the shard mutex of each
- *                                                   owner whose blocks it frees
+ *   kvp_allocate           everything               the owner's shard mutex for the
+ *                                                   call; inside it the block path
+ *                                                   is lock-free with a warm cache,
+ *                                                   and otherwise may wait as below
+ *   kvp_alloc_block        everything               the block path alone
+ *   kvp_free               everything               the shard mutex of each owner
+ *                                                   whose blocks it frees (none for
+ *                                                   raw blocks)
  *   kvp_free_all           everything               the owner's shard mutex
  *   kvp_blocks_for         everything               the owner's shard mutex
  *   kvp_register_owner /
  *   kvp_release_owner      everything               the owner's shard mutex
  *   kvp_n_free             everything               wait-free (sums counters)
- *   kvp_shrink             everything               the pool's grow mutex
+ *   kvp_shrink             everything               the pool's grow mutex; one RCU
+ *                                                   grace period (no lock held)
  *   kvp_block_get          everything               lock-free (seqlock retry)
  *   kvp_block_set_used     everything               lock-free (CAS on the block)
  *
+ * The block path (taking and giving back free blocks) is lock-free with
+ * two bounded exceptions: a thread entering a call waits while a starving
+ * thread drains its cache (a few dozen instructions per cached block), and a
+ * starving thread waits for each cache whose owner is inside a call.  Only
+ * growth takes a mutex (the pool's grow mutex), and it never waits for a
+ * grace period: replaced block-table directories are freed by call_rcu.
+ *
+ * kvpool uses liburcu's bulletproof flavor (liburcu-bp).  An application
+ * that uses liburcu-bp itself may call every function inside its own
+ * read-side section except kvp_shrink (KVP_EINVAL there: its grace period
+ * would wait for the caller).
+
  * Ordering: a successful kvp_free or kvp_free_all happens-before the
  * kvp_allocate that hands the same block out again (release push, acquire
  * pop on the free stack), so whatever a thread wrote into a block's storage
@@ -96,7 +111,8 @@ const char *kvp_format_name(kvp_format f);
  */
 int kvp_format_parse(const char *name, kvp_format *out);
 
-/* Largest block_size accepted: a block's fill count lives in 16 bits of its state word. */
+/* Largest block_size accepted: a block's fill count lives in 16 bits of its state word.
+ * Generations are 32 bits: a ref made 2^32 hand-outs of its block ago matches again. */
 #define KVP_MAX_BLOCK_SIZE 65535u
 /* Largest number of blocks a pool may ever create (ids are 32-bit, one value reserved). */
 #define KVP_MAX_BLOCKS 0x7fffffffu
@@ -137,8 +153,9 @@ void kvp_pool_config_init(kvp_pool_config *cfg);
  *
  * Returns KVP_OK, KVP_EINVAL (NULL @out, block_size 0 or above
  * KVP_MAX_BLOCK_SIZE, n_blocks 0 or above KVP_MAX_BLOCKS, max_blocks set and
- * below n_blocks, thread_cache above KVP_MAX_THREAD_CACHE, or separate_kv
- * with n_blocks < 2), or KVP_ENOMEM.  Thread-safe.
+ * below n_blocks, thread_cache above KVP_MAX_THREAD_CACHE), or KVP_ENOMEM.
+ * With separate_kv and n_blocks 1, K has the block and V starts empty.
+ * Thread-safe.
  */
 int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out);
 
@@ -170,10 +187,14 @@ void kvp_pool_destroy(kvp_pool *pool);
  * means that at some instant during the call fewer blocks of @stream were
  * free than the request needs.  Streams never borrow from each other.
  *
+ * On any failure nothing changes: no block is handed out, the pool has not
+ * grown, an owner the call would have made does not exist; *@n_refs is 0
+ * (or the count needed, for KVP_ERANGE) and @refs holds no valid ref.
+ *
  * Returns KVP_OK; KVP_EINVAL (NULL pool/refs/n_refs, n_tokens 0, bad stream
  * or format); KVP_ERANGE (@refs_cap too small; *@n_refs = blocks needed);
  * KVP_EEXHAUSTED; KVP_ENOMEM (growth or a new owner record failed).
- * Thread-safe.  Lock-free for the blocks; takes @owner's shard mutex once.
+ * Thread-safe.  Takes @owner's shard mutex for the call (see the table).
  */
 int kvp_allocate(kvp_pool *pool, kvp_stream stream, uint32_t n_tokens, kvp_owner owner,
 		 kvp_format format, kvp_ref *refs, size_t refs_cap, size_t *n_refs);
@@ -185,7 +206,8 @@ int kvp_allocate(kvp_pool *pool, kvp_stream stream, uint32_t n_tokens, kvp_owner
  * @n:    how many
  *
  * Idempotent: a ref whose block is already free, retired, or handed out
- * again (stale generation) is skipped and counted in n_stale_frees.  A block
+ * again (stale generation) is skipped and counted in n_stale_frees (a
+ * retired block's ref is stale here; only an id never created is an error).  A block
  * freed this way leaves its owner's list; an owner that was not registered
  * with kvp_register_owner is released when its last block goes.
  *
@@ -265,8 +287,9 @@ int kvp_release_owner(kvp_pool *pool, kvp_owner owner);
  * blocks free, never fewer because of the shrink.
  *
  * Returns KVP_OK (also when nothing needed retiring), KVP_EINVAL (NULL pool,
- * bad stream).  Thread-safe; takes the pool's grow mutex and waits for one
- * RCU grace period when it retired anything.
+ * bad stream, or called inside a liburcu-bp read-side section).
+ * Thread-safe; takes the pool's grow mutex, and when it retired anything
+ * waits for one RCU grace period holding no lock.
  */
 int kvp_shrink(kvp_pool *pool, kvp_stream stream, uint32_t target_free, uint32_t *n_retired);
 
@@ -364,8 +387,10 @@ typedef void (*kvp_retire_fn)(void *arg, uint32_t id);
  * kvp_pool_add_retire_hook - have @fn called for every block kvp_shrink retires
  *
  * Used by layers that keep memory per block id (kvp_storage) to drop it.
- * The hook runs on the shrinking thread, after an RCU grace period that
- * follows the retirement, so no pool reader still sees the block as live.
+ * The hook runs on the shrinking thread, under the pool's grow mutex, after
+ * an RCU grace period that follows the retirement, so no pool reader still
+ * sees the block as live; a growth that reuses the id comes after it.
+ * A hook must not call kvp_shrink or kvp_pool_*_retire_hook.
  * Up to KVP_MAX_RETIRE_HOOKS hooks; remove with kvp_pool_remove_retire_hook
  * before the hook's argument dies.
  *
