@@ -20,7 +20,6 @@ llvm                    # llvm-symbolizer: symbolised sanitizer reports
 lld                     # the linker of --config=asan (.bazelrc)
 clang-format            # .clang-format style
 liburcu-dev             # RCU: segment directory, owner table (liburcu 0.13)
-libck-dev               # ConcurrencyKit 0.7.1: ck_epoch reclamation
 libcmocka-dev           # C unit tests
 libmicrohttpd-dev       # metrics endpoint for Prometheus
 prometheus              # promtool check metrics; server for the scrape test
