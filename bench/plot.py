@@ -53,7 +53,7 @@ def plot_getput(data, out):
     s = figures(data, "getput", "ops_per_s")
     if not s:
         return None
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(9.5, 5))
     styles = {"kvpool_full": "o-", "kvpool_raw": "s-", "limit_tls_array": "k:"}
     for name in sorted(s):
         pts = sorted((xnum(x, "threads"), v) for x, v in s[name].items())
@@ -67,7 +67,7 @@ def plot_getput(data, out):
     ax.set_ylabel("get+put pairs per second (aggregate)")
     ax.set_title("Block get/put, one block per op\n" + subtitle(data), fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     path = os.path.join(out, "getput_threads.png")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
