@@ -203,6 +203,8 @@ struct free_acc {
  * these blocks next can count them in a peak while we still do. */
 static void acc_flush(struct kvp_pool *p, struct kvp_tslot *s, struct free_acc *a, int si)
 {
+	if (a->n[si] == 0)
+		return;
 	/* Counted before the push too: a summed snapshot then never sees a
 	 * block allocated again before its free is counted. */
 	kvp_ctr_add(s, KVP_C_FREES, a->n[si]);

@@ -184,8 +184,11 @@ int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id
 		if (!stream_starving(p, si)) {
 			uint32_t cnt = mag_count(m);
 			if (cnt >= k) {
-				for (uint32_t i = 0; i < k; i++)
-					ids[i] = m->ids[cnt - 1 - i];
+				if (k == 1) /* the common case: skip the vectorised copy */
+					ids[0] = m->ids[cnt - 1];
+				else
+					for (uint32_t i = 0; i < k; i++)
+						ids[i] = m->ids[cnt - 1 - i];
 				mag_set_count(m, cnt - k);
 				mag_leave(m);
 				return KVP_OK;
@@ -239,7 +242,10 @@ void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint3
 					memmove(m->ids, m->ids + f, (size_t)keep * sizeof(uint32_t));
 					cnt = keep;
 				}
-				memcpy(m->ids + cnt, ids, (size_t)k * sizeof(uint32_t));
+				if (k == 1)
+					m->ids[cnt] = ids[0];
+				else
+					memcpy(m->ids + cnt, ids, (size_t)k * sizeof(uint32_t));
 				mag_set_count(m, cnt + k);
 				mag_leave(m);
 				return;
@@ -294,7 +300,7 @@ void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t fir
 	kvp_fs_push_chain(&p->fs[si], &p->bt, first, last, k);
 }
 
-void kvp_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
+void kvp_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
 {
 	/*
 	 * A thread keeps up to KVP_PEAK_BATCH newly allocated blocks to itself

@@ -93,6 +93,36 @@ static inline uint32_t kvp_stream_tag(const struct kvp_pool *p, int si)
 	return p->separate_kv ? (uint32_t)si : (uint32_t)KVP_KV;
 }
 
+/**
+ * kvp_tslot_get - the calling thread's slot for @p
+ *
+ * The first thread-local entry is the common case (one pool per thread);
+ * otherwise the slow path searches, takes a free slot from the pool's list,
+ * or allocates one.  If memory runs out it returns the pool's shared
+ * fallback slot with its mutex held (kvp_tslot_put releases it).  Never
+ * NULL.
+ */
+static inline struct kvp_tslot *kvp_tslot_get(struct kvp_pool *p)
+{
+	struct kvp_tls_ent *e = kvp_tls_head;
+	if (e && e->pool == p && e->uid == p->uid)
+		return e->slot;
+	return kvp_tslot_get_slow(p);
+}
+
+/** kvp_tslot_is_fallback - whether @s is the pool's shared fallback slot */
+static inline bool kvp_tslot_is_fallback(const struct kvp_pool *p, const struct kvp_tslot *s)
+{
+	return s == p->fallback;
+}
+
+/** kvp_tslot_put - end of a call: releases the fallback slot's mutex if it was taken */
+static inline void kvp_tslot_put(struct kvp_pool *p, struct kvp_tslot *s)
+{
+	if (s == p->fallback)
+		kvp_tslot_put_fallback(p);
+}
+
 /* lib/pool_blocks.c: the block path. */
 int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t k);
 void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
@@ -100,7 +130,28 @@ void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint3
 void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
 		   uint32_t k);
 void kvp_drain_magazines(struct kvp_pool *p, int si);
-void kvp_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, int64_t d);
+void kvp_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d);
+
+/*
+ * kvp_account_in_use - note @d blocks more (or fewer) in use by this thread
+ *
+ * The common case stays thread-local: a small positive delta that does not
+ * raise the thread's estimate above the pool's peak.  See the slow path for
+ * the rules that keep the peak honest.
+ */
+static inline void kvp_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
+{
+	int64_t nd = s->delta_in_use + d;
+	if (nd >= 0 && nd < (int64_t)KVP_PEAK_BATCH && !kvp_tslot_is_fallback(p, s)) {
+		/* relaxed: statistics; the slow path explains the estimate. */
+		int64_t est = atomic_load_explicit(&p->in_use, memory_order_relaxed) + nd;
+		if (d <= 0 || est <= (int64_t)atomic_load_explicit(&p->peak, memory_order_relaxed)) {
+			s->delta_in_use = nd;
+			return;
+		}
+	}
+	kvp_account_in_use_slow(p, s, d);
+}
 
 /* lib/pool_resize.c: growth (grow_lock held, outside read-side sections). */
 int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, uint32_t *ids);
@@ -108,6 +159,19 @@ int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, uint32_t *ids);
 /* lib/pool_stats.c */
 void kvp_stats_sum(struct kvp_pool *p, kvp_stats *out);
 void kvp_history_record(struct kvp_pool *p);
-void kvp_history_tick(struct kvp_pool *p, struct kvp_tslot *s);
+void kvp_history_tick_slow(struct kvp_pool *p, uint32_t calls);
+
+/*
+ * kvp_history_tick - count a mutating call; on a slot's first call and every
+ * KVP_HISTORY_EVERY-th one, see whether a snapshot is due (the pool's first
+ * mutating call, or this thread's cadence).
+ */
+static inline void kvp_history_tick(struct kvp_pool *p, struct kvp_tslot *s)
+{
+	_Static_assert((KVP_HISTORY_EVERY & (KVP_HISTORY_EVERY - 1)) == 0, "power of two");
+	uint32_t calls = s->calls++;
+	if ((calls & (KVP_HISTORY_EVERY - 1)) == 0)
+		kvp_history_tick_slow(p, calls);
+}
 
 #endif /* KVPOOL_LIB_POOL_INTERNAL_H */

@@ -71,16 +71,16 @@ void kvp_history_record(struct kvp_pool *p)
 	pthread_mutex_unlock(&p->hist_lock);
 }
 
-void kvp_history_tick(struct kvp_pool *p, struct kvp_tslot *s)
+void kvp_history_tick_slow(struct kvp_pool *p, uint32_t calls)
 {
 	/* relaxed: a once-flag; the record itself is under hist_lock. */
 	if (!atomic_load_explicit(&p->hist_started, memory_order_relaxed) &&
 	    !atomic_exchange_explicit(&p->hist_started, 1, memory_order_relaxed)) {
-		kvp_history_record(p);
+		kvp_history_record(p); /* the pool's first mutating call */
 		return;
 	}
-	if (++s->calls % KVP_HISTORY_EVERY == 0)
-		kvp_history_record(p);
+	if (calls != 0)
+		kvp_history_record(p); /* this thread's KVP_HISTORY_EVERY-th call */
 }
 
 size_t kvp_pool_history(kvp_pool *p, kvp_stats *out, size_t cap)

@@ -24,14 +24,12 @@
 #include "lib/rcu.h"
 #include "lib/sysmem.h"
 
-struct tls_ent {
-	struct tls_ent *next;
-	struct kvp_pool *pool;
-	uint64_t uid;
-	struct kvp_tslot *slot;
-};
-
-static __thread struct tls_ent *tls_head;
+/* initial-exec: one instruction to reach it, in a program or a library
+ * loaded at start-up or by dlopen (glibc keeps static TLS room for a few
+ * such pointers). */
+__thread struct kvp_tls_ent *kvp_tls_head __attribute__((tls_model("initial-exec")));
+#define tls_head kvp_tls_head
+#define tls_ent kvp_tls_ent
 static pthread_key_t tls_key;
 static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
 static int tls_key_ok;
@@ -207,7 +205,7 @@ static struct kvp_tslot *tslot_get_slow(struct kvp_pool *p)
 	return s;
 }
 
-struct kvp_tslot *kvp_tslot_get(struct kvp_pool *p)
+struct kvp_tslot *kvp_tslot_get_slow(struct kvp_pool *p)
 {
 	for (struct tls_ent *e = tls_head; e; e = e->next)
 		if (e->pool == p && e->uid == p->uid)
@@ -215,13 +213,7 @@ struct kvp_tslot *kvp_tslot_get(struct kvp_pool *p)
 	return tslot_get_slow(p);
 }
 
-bool kvp_tslot_is_fallback(const struct kvp_pool *p, const struct kvp_tslot *s)
+void kvp_tslot_put_fallback(struct kvp_pool *p)
 {
-	return s == p->fallback;
-}
-
-void kvp_tslot_put(struct kvp_pool *p, struct kvp_tslot *s)
-{
-	if (s == p->fallback)
-		pthread_mutex_unlock(&p->fallback_lock);
+	pthread_mutex_unlock(&p->fallback_lock);
 }

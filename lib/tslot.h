@@ -76,21 +76,18 @@ static inline void kvp_ctr_add(struct kvp_tslot *s, enum kvp_ctr c, uint64_t d)
 	atomic_store_explicit(&s->ctr[c], v + d, memory_order_relaxed);
 }
 
-/**
- * kvp_tslot_get - the calling thread's slot for @pool
- *
- * Finds it in thread-local storage, or takes a free slot from the pool's
- * list, or allocates one.  If memory runs out, returns the pool's shared
- * fallback slot with its mutex held (the caller must kvp_tslot_put it).
- * Never returns NULL.
- */
-struct kvp_tslot *kvp_tslot_get(struct kvp_pool *pool);
+/* A thread's {pool, slot} entries, most recently made first. */
+struct kvp_tls_ent {
+	struct kvp_tls_ent *next;
+	struct kvp_pool *pool;
+	uint64_t uid;
+	struct kvp_tslot *slot;
+};
 
-/** kvp_tslot_put - end of a call: releases the fallback slot's mutex if it was taken */
-void kvp_tslot_put(struct kvp_pool *pool, struct kvp_tslot *s);
+extern __thread struct kvp_tls_ent *kvp_tls_head __attribute__((tls_model("initial-exec")));
 
-/** kvp_tslot_is_fallback - whether @s is the pool's shared fallback slot */
-bool kvp_tslot_is_fallback(const struct kvp_pool *pool, const struct kvp_tslot *s);
+struct kvp_tslot *kvp_tslot_get_slow(struct kvp_pool *pool);
+void kvp_tslot_put_fallback(struct kvp_pool *pool);
 
 /**
  * kvp_tslot_alloc - a zeroed slot with magazines of @cap ids per stream
