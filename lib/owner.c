@@ -13,7 +13,7 @@
 
 #include "lib/sysmem.h"
 
-#define KVP_OWNER_BUCKETS0 16u
+#define KVP_OWNER_BUCKETS0 8u
 #define KVP_OWNER_SPARE_MAX 256u
 
 /* splitmix64's finalizer: every bit of the id reaches shard and bucket. */
@@ -73,7 +73,7 @@ void kvp_owners_destroy(struct kvp_owners *o)
 
 struct kvp_oshard *kvp_owners_shard(struct kvp_owners *o, kvp_owner key)
 {
-	return &o->shard[owner_hash(key) >> 58];
+	return &o->shard[owner_hash(key) >> (64 - KVP_OWNER_SHARD_BITS)];
 }
 
 static struct kvp_orec **bucket_of(struct kvp_oshard *sh, kvp_owner key)

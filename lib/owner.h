@@ -39,7 +39,8 @@
 
 #include "lib/blocktable.h"
 
-#define KVP_OWNER_SHARDS 64u
+#define KVP_OWNER_SHARD_BITS 8u
+#define KVP_OWNER_SHARDS (1u << KVP_OWNER_SHARD_BITS)
 
 struct kvp_orec {
 	struct kvp_orec *next; /* bucket chain or shard free list */

@@ -19,7 +19,7 @@
  *     of an idle, blocked or exited thread are never lost to exhaustion;
  *   - a segmented block table whose directory is published with RCU
  *     (liburcu-bp): growth never moves a block;
- *   - owners in a hash table split into KVP_OWNER_SHARDS shards, each with
+ *   - owners in a hash table split into 256 shards, each with
  *     its own mutex; an owner's blocks form a list in allocation order;
  *   - statistics in per-thread slots summed when read.
  *
