@@ -14,7 +14,7 @@
 
 #include "lib/sysmem.h"
 
-#define KVP_DIR_MIN 16u
+#define KVP_DIR_MIN   16u
 #define KVP_CACHELINE 64
 
 static struct kvp_dir *dir_alloc(uint32_t cap)
@@ -94,8 +94,8 @@ void kvp_bt_destroy(struct kvp_blocktable *bt)
 
 uint64_t kvp_bt_bytes(const struct kvp_blocktable *bt)
 {
-	struct kvp_dir *d = atomic_load_explicit(&((struct kvp_blocktable *)bt)->dir,
-						 memory_order_relaxed);
+	struct kvp_dir *d =
+	    atomic_load_explicit(&((struct kvp_blocktable *)bt)->dir, memory_order_relaxed);
 	return (uint64_t)bt->n_segs * KVP_SEG_BLOCKS * sizeof(struct kvp_block) + sizeof(*d) +
 	       (uint64_t)d->cap * sizeof(d->seg[0]);
 }

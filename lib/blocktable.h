@@ -38,10 +38,10 @@
 
 #include "lib/rcu.h"
 
-#define KVP_SEG_SHIFT 10
+#define KVP_SEG_SHIFT  10
 #define KVP_SEG_BLOCKS (1u << KVP_SEG_SHIFT)
-#define KVP_SEG_MASK (KVP_SEG_BLOCKS - 1)
-#define KVP_NO_ID UINT32_MAX
+#define KVP_SEG_MASK   (KVP_SEG_BLOCKS - 1)
+#define KVP_NO_ID      UINT32_MAX
 
 struct kvp_block {
 	_Atomic uint64_t state;
@@ -55,12 +55,12 @@ struct kvp_block {
 _Static_assert(sizeof(struct kvp_block) == 32, "block metadata must stay 32 bytes");
 
 /* State word layout. */
-#define KVP_ST_USED_SHIFT 32
-#define KVP_ST_USED_MASK (0xffffull << KVP_ST_USED_SHIFT)
-#define KVP_ST_IN_USE (1ull << 48)
-#define KVP_ST_EVER (1ull << 49)
-#define KVP_ST_RETIRED (1ull << 50)
-#define KVP_ST_RAW (1ull << 51)
+#define KVP_ST_USED_SHIFT   32
+#define KVP_ST_USED_MASK    (0xffffull << KVP_ST_USED_SHIFT)
+#define KVP_ST_IN_USE       (1ull << 48)
+#define KVP_ST_EVER         (1ull << 49)
+#define KVP_ST_RETIRED      (1ull << 50)
+#define KVP_ST_RAW          (1ull << 51)
 #define KVP_ST_STREAM_SHIFT 52
 #define KVP_ST_FORMAT_SHIFT 56
 
@@ -90,10 +90,11 @@ static inline uint64_t kvp_st_with_used(uint64_t st, uint32_t used)
 }
 
 static inline uint64_t kvp_st_make(uint32_t gen, uint32_t used, uint64_t flags, uint32_t stream,
-				   uint32_t format)
+                                   uint32_t format)
 {
 	return (uint64_t)gen | ((uint64_t)used << KVP_ST_USED_SHIFT) | flags |
-	       ((uint64_t)stream << KVP_ST_STREAM_SHIFT) | ((uint64_t)format << KVP_ST_FORMAT_SHIFT);
+	       ((uint64_t)stream << KVP_ST_STREAM_SHIFT) |
+	       ((uint64_t)format << KVP_ST_FORMAT_SHIFT);
 }
 
 struct kvp_dir {

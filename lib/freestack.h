@@ -49,7 +49,7 @@ static inline void kvp_fs_init(struct kvp_freestack *fs)
  * free_next, then make its @n blocks reservable.  @first ends on top.
  */
 static inline void kvp_fs_push_chain(struct kvp_freestack *fs, struct kvp_blocktable *bt,
-				     uint32_t first, uint32_t last, uint32_t n)
+                                     uint32_t first, uint32_t last, uint32_t n)
 {
 	struct kvp_block *lb = kvp_bt_block(bt, last);
 	/* relaxed: the CAS below (release) publishes the link. */
@@ -59,9 +59,9 @@ static inline void kvp_fs_push_chain(struct kvp_freestack *fs, struct kvp_blockt
 		/* release on success: a popper that acquires this head sees
 		 * the link and everything the freeing thread wrote to the
 		 * blocks (and their storage) before freeing them. */
-	} while (!atomic_compare_exchange_weak_explicit(&fs->head, &h,
-							kvp_fs_pack((uint32_t)(h >> 32) + 1, first),
-							memory_order_release, memory_order_relaxed));
+	} while (!atomic_compare_exchange_weak_explicit(
+	    &fs->head, &h, kvp_fs_pack((uint32_t)(h >> 32) + 1, first), memory_order_release,
+	    memory_order_relaxed));
 	/* release: a reserver that sees the count (acquire) also sees the push. */
 	atomic_fetch_add_explicit(&fs->avail, n, memory_order_release);
 }
@@ -71,14 +71,14 @@ static inline void kvp_fs_push_chain(struct kvp_freestack *fs, struct kvp_blockt
  * one given is the first reused), then push them.
  */
 static inline void kvp_fs_push_ids(struct kvp_freestack *fs, struct kvp_blocktable *bt,
-				   const uint32_t *ids, uint32_t n)
+                                   const uint32_t *ids, uint32_t n)
 {
 	if (n == 0)
 		return;
 	for (uint32_t i = n - 1; i > 0; i--)
 		/* relaxed: published by the push CAS (release). */
 		atomic_store_explicit(&kvp_bt_block(bt, ids[i])->free_next, ids[i - 1],
-				      memory_order_relaxed);
+		                      memory_order_relaxed);
 	kvp_fs_push_chain(fs, bt, ids[n - 1], ids[0], n);
 }
 
@@ -97,9 +97,8 @@ static inline uint32_t kvp_fs_reserve(struct kvp_freestack *fs, uint32_t min, ui
 		if (a < (int64_t)min)
 			return 0;
 		uint32_t take = a < (int64_t)max ? (uint32_t)a : max;
-		if (atomic_compare_exchange_weak_explicit(&fs->avail, &a, a - take,
-							  memory_order_acquire,
-							  memory_order_acquire))
+		if (atomic_compare_exchange_weak_explicit(
+		        &fs->avail, &a, a - take, memory_order_acquire, memory_order_acquire))
 			return take;
 	}
 }
@@ -120,7 +119,7 @@ static inline void kvp_fs_unreserve(struct kvp_freestack *fs, uint32_t n)
  * since the head was loaded, in which case the walk was consistent.
  */
 static inline void kvp_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_blocktable *bt,
-				       _Atomic uint32_t *n_ids, uint32_t *ids, uint32_t n)
+                                       _Atomic uint32_t *n_ids, uint32_t *ids, uint32_t n)
 {
 	uint32_t got = 0;
 	unsigned spins = 0;
@@ -139,7 +138,7 @@ static inline void kvp_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_bloc
 			ids[got + k++] = next;
 			/* relaxed: validated by the tagged CAS below. */
 			next = atomic_load_explicit(&kvp_bt_block(bt, next)->free_next,
-						    memory_order_relaxed);
+			                            memory_order_relaxed);
 		}
 		if (id == KVP_NO_ID || k == 0) {
 			/* Our reserved blocks are being pushed right now. */
@@ -149,9 +148,9 @@ static inline void kvp_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_bloc
 		}
 		/* acquire on success: pairs with the release push of every
 		 * block we take (release sequence of RMWs on head). */
-		if (atomic_compare_exchange_weak_explicit(&fs->head, &h,
-							  kvp_fs_pack((uint32_t)(h >> 32) + 1, next),
-							  memory_order_acquire, memory_order_relaxed))
+		if (atomic_compare_exchange_weak_explicit(
+		        &fs->head, &h, kvp_fs_pack((uint32_t)(h >> 32) + 1, next),
+		        memory_order_acquire, memory_order_relaxed))
 			got += k;
 	}
 }

@@ -13,7 +13,7 @@
 
 #include "lib/sysmem.h"
 
-#define KVP_OWNER_BUCKETS0 8u
+#define KVP_OWNER_BUCKETS0  8u
 #define KVP_OWNER_SPARE_MAX 256u
 
 /* splitmix64's finalizer: every bit of the id reaches shard and bucket. */

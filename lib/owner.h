@@ -40,14 +40,14 @@
 #include "lib/blocktable.h"
 
 #define KVP_OWNER_SHARD_BITS 8u
-#define KVP_OWNER_SHARDS (1u << KVP_OWNER_SHARD_BITS)
+#define KVP_OWNER_SHARDS     (1u << KVP_OWNER_SHARD_BITS)
 
 struct kvp_orec {
 	struct kvp_orec *next; /* bucket chain or shard free list */
 	kvp_owner key;
-	uint32_t head, tail;   /* block ids, KVP_NO_ID when empty */
-	uint64_t count;        /* blocks held */
-	bool registered;       /* by kvp_register_owner, not yet released */
+	uint32_t head, tail; /* block ids, KVP_NO_ID when empty */
+	uint64_t count;      /* blocks held */
+	bool registered;     /* by kvp_register_owner, not yet released */
 };
 
 struct kvp_oshard {

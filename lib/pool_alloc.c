@@ -37,7 +37,7 @@ static uint64_t freed_state(uint64_t st)
 /* Stamp a popped block as handed out; returns its new generation.  Sets
  * *reused when the block had been handed out before. */
 static uint32_t stamp_block(struct kvp_block *b, uint32_t used, uint64_t flags, kvp_owner owner,
-			    kvp_format format, bool *reused)
+                            kvp_format format, bool *reused)
 {
 	/* relaxed: we hold the block exclusively since the acquire pop. */
 	uint64_t old = atomic_load_explicit(&b->state, memory_order_relaxed);
@@ -52,9 +52,9 @@ static uint32_t stamp_block(struct kvp_block *b, uint32_t used, uint64_t flags, 
 	/* release: kvp_block_get's acquire load of the state then sees the
 	 * owner written above. */
 	atomic_store_explicit(&b->state,
-			      kvp_st_make(gen, used, KVP_ST_IN_USE | KVP_ST_EVER | flags,
-					  kvp_st_stream(old), (uint32_t)format),
-			      memory_order_release);
+	                      kvp_st_make(gen, used, KVP_ST_IN_USE | KVP_ST_EVER | flags,
+	                                  kvp_st_stream(old), (uint32_t)format),
+	                      memory_order_release);
 	return gen;
 }
 
@@ -68,8 +68,8 @@ static uint64_t clear_in_use(struct kvp_block *b, uint64_t st, uint32_t gen)
 		/* acq_rel: acquire orders the holder's last writes (set_used,
 		 * storage) before our push; release is carried by the push. */
 		if (atomic_compare_exchange_weak_explicit(&b->state, &st, freed_state(st),
-							  memory_order_acq_rel,
-							  memory_order_acquire))
+		                                          memory_order_acq_rel,
+		                                          memory_order_acquire))
 			return st;
 	}
 }
@@ -81,8 +81,19 @@ static void end_call(struct kvp_pool *p, struct kvp_tslot *s, bool mutated)
 	kvp_tslot_put(p, s);
 }
 
+/* End an allocate call that got no blocks: count an exhaustion, and record it. */
+static int fail_call(struct kvp_pool *p, struct kvp_tslot *s, int rc)
+{
+	if (rc == KVP_EEXHAUSTED) {
+		kvp_ctr_add(s, KVP_C_EXHAUSTED, 1);
+		kvp_history_record(p);
+	}
+	end_call(p, s, false);
+	return rc;
+}
+
 int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner owner,
-		 kvp_format format, kvp_ref *refs, size_t refs_cap, size_t *n_refs)
+                 kvp_format format, kvp_ref *refs, size_t refs_cap, size_t *n_refs)
 {
 	if (!n_refs)
 		return KVP_EINVAL;
@@ -124,19 +135,14 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 			kvp_oshard_remove(sh, r);
 		pthread_mutex_unlock(&sh->lock);
 		kvp_rcu_read_unlock();
-		if (rc == KVP_EEXHAUSTED) {
-			kvp_ctr_add(s, KVP_C_EXHAUSTED, 1);
-			kvp_history_record(p);
-		}
-		end_call(p, s, false);
-		return rc;
+		return fail_call(p, s, rc);
 	}
 	uint64_t reused = 0;
 	uint32_t last_used = n_tokens - (nb - 1) * bs;
 	for (uint32_t i = 0; i < nb; i++) {
 		bool re;
 		stamp_block(kvp_bt_block(&p->bt, ids[i]), i + 1 < nb ? bs : last_used, 0, owner,
-			    format, &re);
+		            format, &re);
 		reused += re;
 		kvp_orec_append(r, &p->bt, ids[i]);
 	}
@@ -145,8 +151,8 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 	 * no free can change a generation before we read it. */
 	for (uint32_t i = nb; i-- > 0;) {
 		uint32_t id = ids[i];
-		uint64_t st = atomic_load_explicit(&kvp_bt_block(&p->bt, id)->state,
-						   memory_order_relaxed);
+		uint64_t st =
+		    atomic_load_explicit(&kvp_bt_block(&p->bt, id)->state, memory_order_relaxed);
 		refs[i] = KVP_MAKE_REF(id, kvp_st_gen(st));
 	}
 	pthread_mutex_unlock(&sh->lock);
@@ -173,16 +179,11 @@ int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *
 	int rc = kvp_get_blocks(p, s, si, &id, 1);
 	if (rc != KVP_OK) {
 		kvp_rcu_read_unlock();
-		if (rc == KVP_EEXHAUSTED) {
-			kvp_ctr_add(s, KVP_C_EXHAUSTED, 1);
-			kvp_history_record(p);
-		}
-		end_call(p, s, false);
-		return rc;
+		return fail_call(p, s, rc);
 	}
 	bool re;
-	uint32_t gen = stamp_block(kvp_bt_block(&p->bt, id), p->block_size, KVP_ST_RAW, 0, format,
-				   &re);
+	uint32_t gen =
+	    stamp_block(kvp_bt_block(&p->bt, id), p->block_size, KVP_ST_RAW, 0, format, &re);
 	kvp_ctr_add(s, KVP_C_ALLOCS, 1);
 	kvp_ctr_add(s, KVP_C_REUSED, re);
 	kvp_account_in_use(p, s, 1);
@@ -214,7 +215,7 @@ static void acc_flush(struct kvp_pool *p, struct kvp_tslot *s, struct free_acc *
 }
 
 static void acc_add(struct kvp_pool *p, struct kvp_tslot *s, struct free_acc *a, uint64_t st,
-		    uint32_t id)
+                    uint32_t id)
 {
 	int si = stream_of_state(p, st);
 	a->freed++;
@@ -226,7 +227,7 @@ static void acc_add(struct kvp_pool *p, struct kvp_tslot *s, struct free_acc *a,
 
 /* Free one owned block; the caller holds its owner's shard lock. */
 static uint64_t free_owned(struct kvp_pool *p, struct kvp_oshard *sh, struct kvp_block *b,
-			   uint32_t id, uint32_t gen)
+                           uint32_t id, uint32_t gen)
 {
 	/* acquire: see the state as the allocator left it. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
@@ -311,7 +312,8 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 		return KVP_EINVAL;
 	struct kvp_tslot *s = kvp_tslot_get(p);
 	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
-	uint32_t first[2] = {KVP_NO_ID, KVP_NO_ID}, last[2] = {KVP_NO_ID, KVP_NO_ID}, cnt[2] = {0, 0};
+	uint32_t first[2] = {KVP_NO_ID, KVP_NO_ID}, last[2] = {KVP_NO_ID, KVP_NO_ID},
+	         cnt[2] = {0, 0};
 	uint64_t not_full = 0;
 
 	kvp_rcu_read_lock();
@@ -338,7 +340,7 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 			first[si] = id;
 		else
 			atomic_store_explicit(&kvp_bt_block(&p->bt, last[si])->free_next, id,
-					      memory_order_relaxed);
+			                      memory_order_relaxed);
 		last[si] = id;
 		cnt[si]++;
 		id = next;

@@ -35,7 +35,7 @@ static void mag_enter(struct kvp_mag *m)
 	 * claim CAS (Dekker-style; see lib/tslot.h).  Acquire part: see what
 	 * a drainer left in the magazine. */
 	while (!atomic_compare_exchange_weak_explicit(&m->state, &exp, KVP_MAG_BUSY,
-						      memory_order_seq_cst, memory_order_relaxed)) {
+	                                              memory_order_seq_cst, memory_order_relaxed)) {
 		exp = KVP_MAG_IDLE;
 		if (++spins > 64)
 			sched_yield();
@@ -79,6 +79,24 @@ static void mag_flush_all(struct kvp_pool *p, int si, struct kvp_mag *m)
 	mag_set_count(m, 0);
 }
 
+/*
+ * Make room for @k (<= thread_cache) more ids in the held magazine: when it
+ * would overflow, its oldest part goes to the global stack, keeping at most
+ * half of it.  Returns the count left.
+ */
+static uint32_t mag_make_room(struct kvp_pool *p, int si, struct kvp_mag *m, uint32_t k)
+{
+	uint32_t cap = p->thread_cache, cnt = mag_count(m);
+	if (cnt + k <= cap)
+		return cnt;
+	uint32_t keep = cap - k < cap / 2 ? cap - k : cap / 2;
+	uint32_t f = cnt - keep;
+	kvp_fs_push_ids(&p->fs[si], &p->bt, m->ids, f);
+	memmove(m->ids, m->ids + f, (size_t)keep * sizeof(uint32_t));
+	mag_set_count(m, keep);
+	return keep;
+}
+
 void kvp_drain_magazines(struct kvp_pool *p, int si)
 {
 	/* seq_cst: after our seq_cst starving store, so a slot pushed by a
@@ -95,8 +113,8 @@ void kvp_drain_magazines(struct kvp_pool *p, int si)
 					break;
 				uint32_t exp = KVP_MAG_IDLE;
 				if (atomic_compare_exchange_strong_explicit(
-					&m->state, &exp, KVP_MAG_CLAIMED, memory_order_seq_cst,
-					memory_order_relaxed)) {
+				        &m->state, &exp, KVP_MAG_CLAIMED, memory_order_seq_cst,
+				        memory_order_relaxed)) {
 					mag_flush_all(p, si, m);
 					mag_leave(m);
 					break;
@@ -124,8 +142,8 @@ static int grow_take(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *
 		if (managed + (k - r) > p->max_blocks)
 			return KVP_EEXHAUSTED;
 		if (r == 0 || atomic_compare_exchange_weak_explicit(&fs->avail, &a, a - r,
-								    memory_order_acquire,
-								    memory_order_acquire))
+		                                                    memory_order_acquire,
+		                                                    memory_order_acquire))
 			break;
 	}
 	if (r < k) {
@@ -147,7 +165,7 @@ static int grow_take(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *
 
 /* Step 4.  Called inside a read-side section; returns inside one. */
 static int get_blocks_starving(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
-			       uint32_t k)
+                               uint32_t k)
 {
 	struct kvp_freestack *fs = &p->fs[si];
 	int rc = KVP_EEXHAUSTED;
@@ -222,7 +240,7 @@ int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id
 }
 
 void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
-		    uint32_t k)
+                    uint32_t k)
 {
 	uint32_t cap = p->thread_cache;
 
@@ -232,16 +250,8 @@ void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint3
 		struct kvp_mag *m = &s->mag[si];
 		mag_enter(m);
 		if (!stream_starving(p, si)) {
-			uint32_t cnt = mag_count(m);
 			if (k <= cap) {
-				if (cnt + k > cap) {
-					/* Flush the oldest part: keep at most half, and room for k. */
-					uint32_t keep = cap - k < cap / 2 ? cap - k : cap / 2;
-					uint32_t f = cnt - keep;
-					kvp_fs_push_ids(&p->fs[si], &p->bt, m->ids, f);
-					memmove(m->ids, m->ids + f, (size_t)keep * sizeof(uint32_t));
-					cnt = keep;
-				}
+				uint32_t cnt = mag_make_room(p, si, m, k);
 				if (k == 1)
 					m->ids[cnt] = ids[0];
 				else
@@ -260,7 +270,7 @@ void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint3
 }
 
 void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
-		   uint32_t k)
+                   uint32_t k)
 {
 	uint32_t cap = p->thread_cache;
 
@@ -270,20 +280,13 @@ void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t fir
 		struct kvp_mag *m = &s->mag[si];
 		mag_enter(m);
 		if (!stream_starving(p, si)) {
-			uint32_t cnt = mag_count(m);
-			if (cnt + k > cap) {
-				uint32_t keep = cap - k < cap / 2 ? cap - k : cap / 2;
-				uint32_t f = cnt - keep;
-				kvp_fs_push_ids(&p->fs[si], &p->bt, m->ids, f);
-				memmove(m->ids, m->ids + f, (size_t)keep * sizeof(uint32_t));
-				cnt = keep;
-			}
+			uint32_t cnt = mag_make_room(p, si, m, k);
 			/* The chain's first block is the newest: it goes on top. */
 			uint32_t id = first;
 			for (uint32_t i = 0; i < k; i++) {
 				m->ids[cnt + k - 1 - i] = id;
 				id = atomic_load_explicit(&kvp_bt_block(&p->bt, id)->free_next,
-							  memory_order_relaxed);
+				                          memory_order_relaxed);
 			}
 			mag_set_count(m, cnt + k);
 			mag_leave(m);
@@ -324,6 +327,6 @@ void kvp_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
 	uint64_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);
 	while (est > 0 && (uint64_t)est > peak &&
 	       !atomic_compare_exchange_weak_explicit(&p->peak, &peak, (uint64_t)est,
-						      memory_order_relaxed, memory_order_relaxed))
+	                                              memory_order_relaxed, memory_order_relaxed))
 		;
 }

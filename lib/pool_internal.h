@@ -126,9 +126,9 @@ static inline void kvp_tslot_put(struct kvp_pool *p, struct kvp_tslot *s)
 /* lib/pool_blocks.c: the block path. */
 int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t k);
 void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
-		    uint32_t k);
+                    uint32_t k);
 void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
-		   uint32_t k);
+                   uint32_t k);
 void kvp_drain_magazines(struct kvp_pool *p, int si);
 void kvp_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d);
 
@@ -145,7 +145,8 @@ static inline void kvp_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, i
 	if (nd >= 0 && nd < (int64_t)KVP_PEAK_BATCH && !kvp_tslot_is_fallback(p, s)) {
 		/* relaxed: statistics; the slow path explains the estimate. */
 		int64_t est = atomic_load_explicit(&p->in_use, memory_order_relaxed) + nd;
-		if (d <= 0 || est <= (int64_t)atomic_load_explicit(&p->peak, memory_order_relaxed)) {
+		if (d <= 0 ||
+		    est <= (int64_t)atomic_load_explicit(&p->peak, memory_order_relaxed)) {
 			s->delta_in_use = nd;
 			return;
 		}

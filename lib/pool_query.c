@@ -158,11 +158,12 @@ int kvp_block_set_used(kvp_pool *p, kvp_ref ref, uint32_t n_used)
 			/* release: a later free (acq_rel CAS) orders after this;
 			 * acquire on failure re-reads a coherent word. */
 			if (atomic_compare_exchange_weak_explicit(
-				&b->state, &st, kvp_st_with_used(st, n_used), memory_order_release,
-				memory_order_acquire)) {
+			        &b->state, &st, kvp_st_with_used(st, n_used), memory_order_release,
+			        memory_order_acquire)) {
 				bool was = kvp_st_used(st) < p->block_size;
 				bool now = n_used < p->block_size;
-				kvp_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)((int64_t)now - (int64_t)was));
+				kvp_ctr_add(s, KVP_C_NOT_FULL,
+				            (uint64_t)((int64_t)now - (int64_t)was));
 				rc = KVP_OK;
 				break;
 			}

@@ -37,8 +37,8 @@ static uint32_t revive_retired(struct kvp_pool *p, int si)
 	/* A new generation: refs from before the retirement stay stale.
 	 * release: a racing kvp_block_get (acquire) sees a whole word. */
 	atomic_store_explicit(&b->state,
-			      kvp_st_make(gen, 0, st & KVP_ST_EVER, kvp_stream_tag(p, si), 0),
-			      memory_order_release);
+	                      kvp_st_make(gen, 0, st & KVP_ST_EVER, kvp_stream_tag(p, si), 0),
+	                      memory_order_release);
 	atomic_store_explicit(&b->free_next, KVP_NO_ID, memory_order_relaxed);
 	return id;
 }
@@ -61,14 +61,15 @@ int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, uint32_t *ids)
 	for (uint32_t i = 0; i < reuse; i++)
 		ids[i] = revive_retired(p, si);
 	atomic_store_explicit(&p->n_retired_ids,
-			      atomic_load_explicit(&p->n_retired_ids, memory_order_relaxed) - reuse,
-			      memory_order_relaxed);
+	                      atomic_load_explicit(&p->n_retired_ids, memory_order_relaxed) - reuse,
+	                      memory_order_relaxed);
 	uint32_t tag = kvp_stream_tag(p, si);
 	for (uint32_t i = 0; i < fresh; i++) {
 		struct kvp_block *b = kvp_bt_block(&p->bt, first + i);
 		/* relaxed: published by the release store of n_ids below and
 		 * by the caller's later release operations. */
-		atomic_store_explicit(&b->state, kvp_st_make(0, 0, 0, tag, 0), memory_order_relaxed);
+		atomic_store_explicit(&b->state, kvp_st_make(0, 0, 0, tag, 0),
+		                      memory_order_relaxed);
 		atomic_store_explicit(&b->free_next, KVP_NO_ID, memory_order_relaxed);
 		ids[reuse + i] = first + i;
 	}
@@ -92,9 +93,8 @@ static uint32_t reserve_surplus(struct kvp_freestack *fs, uint32_t target)
 		int64_t k = a - target;
 		if (k > UINT32_MAX)
 			k = UINT32_MAX;
-		if (atomic_compare_exchange_weak_explicit(&fs->avail, &a, a - k,
-							  memory_order_acquire,
-							  memory_order_acquire))
+		if (atomic_compare_exchange_weak_explicit(
+		        &fs->avail, &a, a - k, memory_order_acquire, memory_order_acquire))
 			return (uint32_t)k;
 	}
 }
@@ -155,7 +155,7 @@ int kvp_shrink(kvp_pool *p, kvp_stream stream, uint32_t target_free, uint32_t *n
 		uint32_t last = first;
 		for (uint32_t id = first; id != KVP_NO_ID;) {
 			uint32_t next = atomic_load_explicit(&kvp_bt_block(&p->bt, id)->free_next,
-							     memory_order_relaxed);
+			                                     memory_order_relaxed);
 			for (int h = 0; h < KVP_MAX_RETIRE_HOOKS; h++)
 				if (p->hooks[h].fn)
 					p->hooks[h].fn(p->hooks[h].arg, id);
@@ -164,11 +164,12 @@ int kvp_shrink(kvp_pool *p, kvp_stream stream, uint32_t target_free, uint32_t *n
 		}
 		/* The ids wait for a later growth to reuse them (hooks have run). */
 		atomic_store_explicit(&kvp_bt_block(&p->bt, last)->free_next, p->retired_head,
-				      memory_order_relaxed);
+		                      memory_order_relaxed);
 		p->retired_head = first;
-		atomic_store_explicit(&p->n_retired_ids,
-				      atomic_load_explicit(&p->n_retired_ids, memory_order_relaxed) + k,
-				      memory_order_relaxed);
+		atomic_store_explicit(
+		    &p->n_retired_ids,
+		    atomic_load_explicit(&p->n_retired_ids, memory_order_relaxed) + k,
+		    memory_order_relaxed);
 		pthread_mutex_unlock(&p->grow_lock);
 	}
 	kvp_history_record(p);

@@ -15,8 +15,8 @@ static void sum_slot(const struct kvp_tslot *s, uint64_t *acc)
 {
 	for (int c = 0; c < KVP_N_CTR; c++)
 		/* relaxed: each counter has one writer; see lib/tslot.h. */
-		acc[c] += atomic_load_explicit(&((struct kvp_tslot *)s)->ctr[c],
-					       memory_order_relaxed);
+		acc[c] +=
+		    atomic_load_explicit(&((struct kvp_tslot *)s)->ctr[c], memory_order_relaxed);
 }
 
 void kvp_stats_sum(struct kvp_pool *p, kvp_stats *out)
@@ -42,7 +42,8 @@ void kvp_stats_sum(struct kvp_pool *p, kvp_stats *out)
 	 * moves between threads during the read can be counted twice, so the
 	 * in-use figure is clamped to what the pool manages before it may
 	 * raise the peak.  Quiescent, every figure is exact. */
-	uint64_t in_use = out->n_allocations >= out->n_frees ? out->n_allocations - out->n_frees : 0;
+	uint64_t in_use =
+	    out->n_allocations >= out->n_frees ? out->n_allocations - out->n_frees : 0;
 	if (in_use > out->n_blocks)
 		in_use = out->n_blocks;
 	uint64_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);

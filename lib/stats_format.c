@@ -29,15 +29,15 @@ int kvp_stats_format(const kvp_stats *s, char *buf, size_t cap)
 	if (!s || !buf)
 		return KVP_EINVAL;
 	int n = snprintf(buf, cap,
-			 "AllocationStats(in_use=%llu/%llu, allocations=%llu, frees=%llu, "
-			 "reused=%llu, exhausted=%llu, grown=%llu, retired=%llu, peak=%llu, "
-			 "fragmentation=%.3f)",
-			 (unsigned long long)kvp_stats_blocks_in_use(s),
-			 (unsigned long long)s->n_blocks, (unsigned long long)s->n_allocations,
-			 (unsigned long long)s->n_frees, (unsigned long long)s->n_reused,
-			 (unsigned long long)s->n_exhausted, (unsigned long long)s->n_grown,
-			 (unsigned long long)s->n_retired, (unsigned long long)s->peak_blocks_in_use,
-			 kvp_stats_fragmentation(s));
+	                 "AllocationStats(in_use=%llu/%llu, allocations=%llu, frees=%llu, "
+	                 "reused=%llu, exhausted=%llu, grown=%llu, retired=%llu, peak=%llu, "
+	                 "fragmentation=%.3f)",
+	                 (unsigned long long)kvp_stats_blocks_in_use(s),
+	                 (unsigned long long)s->n_blocks, (unsigned long long)s->n_allocations,
+	                 (unsigned long long)s->n_frees, (unsigned long long)s->n_reused,
+	                 (unsigned long long)s->n_exhausted, (unsigned long long)s->n_grown,
+	                 (unsigned long long)s->n_retired,
+	                 (unsigned long long)s->peak_blocks_in_use, kvp_stats_fragmentation(s));
 	if (n < 0)
 		return KVP_EINVAL;
 	if ((size_t)n >= cap) {
@@ -54,8 +54,8 @@ static bool valid_prefix(const char *p)
 	if (!*p)
 		return false;
 	for (const char *c = p; *c; c++) {
-		bool alpha = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || *c == '_' ||
-			     *c == ':';
+		bool alpha =
+		    (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || *c == '_' || *c == ':';
 		bool digit = *c >= '0' && *c <= '9';
 		if (!alpha && !(digit && c != p))
 			return false;
@@ -81,14 +81,14 @@ static void tb_printf(struct textbuf *t, const char *fmt, ...)
 }
 
 static void metric_u64(struct textbuf *t, const char *prefix, const char *name, const char *type,
-		       const char *help, uint64_t v)
+                       const char *help, uint64_t v)
 {
 	tb_printf(t, "# HELP %s_%s %s\n# TYPE %s_%s %s\n%s_%s %llu\n", prefix, name, help, prefix,
-		  name, type, prefix, name, (unsigned long long)v);
+	          name, type, prefix, name, (unsigned long long)v);
 }
 
 int kvp_stats_to_prometheus(const kvp_stats *s, const char *prefix, char *buf, size_t cap,
-			    size_t *len)
+                            size_t *len)
 {
 	if (!s || !len || (!buf && cap))
 		return KVP_EINVAL;
@@ -98,26 +98,27 @@ int kvp_stats_to_prometheus(const kvp_stats *s, const char *prefix, char *buf, s
 		return KVP_EINVAL;
 	struct textbuf t = {buf, cap, 0};
 	metric_u64(&t, prefix, "blocks_in_use", "gauge", "Blocks handed out and not yet freed.",
-		   kvp_stats_blocks_in_use(s));
+	           kvp_stats_blocks_in_use(s));
 	metric_u64(&t, prefix, "blocks_managed", "gauge", "Blocks the pool manages now.",
-		   s->n_blocks);
-	tb_printf(&t, "# HELP %s_fragmentation Fraction of managed blocks in use and not full.\n"
-		      "# TYPE %s_fragmentation gauge\n%s_fragmentation %.6f\n",
-		  prefix, prefix, prefix, kvp_stats_fragmentation(s));
+	           s->n_blocks);
+	tb_printf(&t,
+	          "# HELP %s_fragmentation Fraction of managed blocks in use and not full.\n"
+	          "# TYPE %s_fragmentation gauge\n%s_fragmentation %.6f\n",
+	          prefix, prefix, prefix, kvp_stats_fragmentation(s));
 	metric_u64(&t, prefix, "peak_blocks_in_use", "gauge", "High-water mark of blocks in use.",
-		   s->peak_blocks_in_use);
+	           s->peak_blocks_in_use);
 	metric_u64(&t, prefix, "allocations_total", "counter", "Blocks handed out.",
-		   s->n_allocations);
+	           s->n_allocations);
 	metric_u64(&t, prefix, "frees_total", "counter", "Blocks returned.", s->n_frees);
 	metric_u64(&t, prefix, "reused_total", "counter",
-		   "Allocations served by a block freed before.", s->n_reused);
+	           "Allocations served by a block freed before.", s->n_reused);
 	metric_u64(&t, prefix, "exhausted_total", "counter",
-		   "Allocate calls that failed for want of blocks.", s->n_exhausted);
+	           "Allocate calls that failed for want of blocks.", s->n_exhausted);
 	metric_u64(&t, prefix, "grown_total", "counter", "Blocks added by growth.", s->n_grown);
 	metric_u64(&t, prefix, "retired_total", "counter", "Blocks removed by shrink.",
-		   s->n_retired);
+	           s->n_retired);
 	metric_u64(&t, prefix, "stale_frees_total", "counter",
-		   "Frees skipped: block already free or stale generation.", s->n_stale_frees);
+	           "Frees skipped: block already free or stale generation.", s->n_stale_frees);
 	*len = t.len;
 	if (t.len + 1 > cap)
 		return KVP_ERANGE;

@@ -29,7 +29,7 @@ const char *kvp_strerror(int status)
 }
 
 static const char *const format_names[KVP_N_FORMATS] = {
-	"fp32", "fp16", "bf16", "int8", "int4", "int2", "int1",
+    "fp32", "fp16", "bf16", "int8", "int4", "int2", "int1",
 };
 
 const char *kvp_format_name(kvp_format f)

@@ -40,7 +40,7 @@ static int take_credit(_Atomic long *ctr)
 	long v = atomic_load_explicit(ctr, memory_order_relaxed);
 	while (v > 0) {
 		if (atomic_compare_exchange_weak_explicit(ctr, &v, v - 1, memory_order_relaxed,
-							  memory_order_relaxed))
+		                                          memory_order_relaxed))
 			return 1;
 	}
 	return 0;
@@ -53,7 +53,8 @@ static int should_fail(void)
 		return 0;
 	if (take_credit(&fault_skip))
 		return 0;
-	if (atomic_load_explicit(&fault_fail, memory_order_relaxed) < 0 || take_credit(&fault_fail)) {
+	if (atomic_load_explicit(&fault_fail, memory_order_relaxed) < 0 ||
+	    take_credit(&fault_fail)) {
 		atomic_fetch_add_explicit(&fault_count, 1, memory_order_relaxed);
 		return 1;
 	}

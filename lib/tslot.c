@@ -29,7 +29,7 @@
  * such pointers). */
 __thread struct kvp_tls_ent *kvp_tls_head __attribute__((tls_model("initial-exec")));
 #define tls_head kvp_tls_head
-#define tls_ent kvp_tls_ent
+#define tls_ent  kvp_tls_ent
 static pthread_key_t tls_key;
 static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
 static int tls_key_ok;
@@ -88,9 +88,8 @@ static void tslot_release(struct kvp_pool *p, struct kvp_tslot *s)
 		struct kvp_mag *m = &s->mag[si];
 		uint32_t exp = KVP_MAG_IDLE;
 		/* A drainer may hold it (CLAIMED) for a moment: wait. */
-		while (!atomic_compare_exchange_weak_explicit(&m->state, &exp, KVP_MAG_BUSY,
-							      memory_order_seq_cst,
-							      memory_order_relaxed)) {
+		while (!atomic_compare_exchange_weak_explicit(
+		    &m->state, &exp, KVP_MAG_BUSY, memory_order_seq_cst, memory_order_relaxed)) {
 			exp = KVP_MAG_IDLE;
 			sched_yield();
 		}
@@ -155,9 +154,8 @@ static struct kvp_tslot *slot_take(struct kvp_pool *p)
 		int exp = 0;
 		/* acquire: pairs with the release in tslot_release. */
 		if (atomic_load_explicit(&s->taken, memory_order_relaxed) == 0 &&
-		    atomic_compare_exchange_strong_explicit(&s->taken, &exp, 1,
-							    memory_order_acquire,
-							    memory_order_relaxed))
+		    atomic_compare_exchange_strong_explicit(
+		        &s->taken, &exp, 1, memory_order_acquire, memory_order_relaxed))
 			return s;
 	}
 	struct kvp_tslot *s = kvp_tslot_alloc(p->thread_cache);
@@ -171,7 +169,7 @@ static struct kvp_tslot *slot_take(struct kvp_pool *p)
 		 * then loads the list (seq_cst) must see this slot if our first
 		 * call missed the flag; release alone would not promise that. */
 	} while (!atomic_compare_exchange_weak_explicit(&p->slots, &head, s, memory_order_seq_cst,
-							memory_order_relaxed));
+	                                                memory_order_relaxed));
 	return s;
 }
 

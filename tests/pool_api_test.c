@@ -37,8 +37,8 @@ static kvp_stats stats_of(kvp_pool *p)
 
 static void test_strerror_and_formats(void)
 {
-	int codes[] = {KVP_OK,	   KVP_EINVAL, KVP_EEXHAUSTED, KVP_EOWNER,
-		       KVP_ENOMEM, KVP_ERANGE, KVP_ENOENT};
+	int codes[] = {KVP_OK,     KVP_EINVAL, KVP_EEXHAUSTED, KVP_EOWNER,
+	               KVP_ENOMEM, KVP_ERANGE, KVP_ENOENT};
 	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
 		CHECK(kvp_strerror(codes[i]) != NULL);
 		CHECK(strcmp(kvp_strerror(codes[i]), "unknown status") != 0);
@@ -81,7 +81,8 @@ static void test_config_defaults_and_errors(void)
 		uint32_t bs, n, max, tc;
 		bool sep;
 	} bad[] = {
-	    {0, 64, 0, 8, true},         {16, 0, 0, 8, true},
+	    {0, 64, 0, 8, true},
+	    {16, 0, 0, 8, true},
 	    {16, 64, 32, 8, true},
 	    {16, 64, 0, KVP_MAX_THREAD_CACHE + 1, true},
 	    {KVP_MAX_BLOCK_SIZE + 1, 64, 0, 8, true},
@@ -134,7 +135,7 @@ static void test_seed_example_line(void)
 	kvp_stats s = stats_of(p);
 	int len = kvp_stats_format(&s, buf, sizeof(buf));
 	const char *want = "AllocationStats(in_use=3/64, allocations=3, frees=0, reused=0, "
-			   "exhausted=0, grown=0, retired=0, peak=3, fragmentation=0.016)";
+	                   "exhausted=0, grown=0, retired=0, peak=3, fragmentation=0.016)";
 	CHECK(strcmp(buf, want) == 0);
 	CHECK_EQ(len, (int)strlen(want));
 	CHECK_EQ(kvp_stats_format(&s, buf, strlen(want)), KVP_ERANGE);
@@ -301,7 +302,7 @@ static void test_growth(void)
 	for (int i = 0; i < 40; i++) {
 		kvp_ref big[2000];
 		CHECK_EQ(kvp_allocate(p, KVP_KV, 4 * 2000, 100 + i, KVP_FP16, big, 2000, &n),
-			 KVP_OK);
+		         KVP_OK);
 	}
 	kvp_block_info bi;
 	CHECK_EQ(kvp_block_get(p, first, &bi), KVP_OK);
@@ -528,7 +529,7 @@ static void test_shrink(void)
 	s = stats_of(p);
 	CHECK_EQ(s.n_blocks, 19);
 	CHECK_EQ(kvp_stats_blocks_in_use(&s) + kvp_n_free(p, KVP_K) + kvp_n_free(p, KVP_V),
-		 s.n_blocks);
+	         s.n_blocks);
 	CHECK_EQ(kvp_pool_remove_retire_hook(p, hook, &tag), KVP_OK);
 	CHECK_EQ(kvp_pool_remove_retire_hook(p, hook, &tag), KVP_ENOENT);
 	CHECK_EQ(kvp_pool_add_retire_hook(p, NULL, &tag), KVP_EINVAL);

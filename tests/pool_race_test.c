@@ -17,7 +17,7 @@
 #include "lib/pool_internal.h"
 #include "tests/testutil.h"
 
-#define MAXT 16
+#define MAXT   16
 #define MAXREF 512
 
 static uint64_t seed0;
@@ -86,7 +86,7 @@ static void *tracked_worker(void *arg)
 			uint32_t ret = 0;
 			kvp_stream s = (tu_rand(&w->rng) & 1) ? KVP_K : KVP_V;
 			CHECK_EQ(kvp_shrink(w->pool, s, (uint32_t)(tu_rand(&w->rng) % 24), &ret),
-				 KVP_OK);
+			         KVP_OK);
 			w->retired += ret;
 		} else if (r < 55) {
 			uint32_t tokens = 1 + (uint32_t)(tu_rand(&w->rng) % (16 * 6));
@@ -180,8 +180,7 @@ static void check_invariants(kvp_pool *p, struct worker *w, int nt, uint64_t ret
 	CHECK(s.peak_blocks_in_use <= s.n_blocks + s.n_retired);
 }
 
-static void tracked_phases(const char *name, kvp_pool *p, int nt, int phases, int ops,
-			   bool shrink)
+static void tracked_phases(const char *name, kvp_pool *p, int nt, int phases, int ops, bool shrink)
 {
 	struct worker w[MAXT];
 	uint64_t retired = 0;
@@ -240,8 +239,8 @@ static void *big_grow_worker(void *arg)
 	size_t n, have = 0;
 	for (int chunk = 0; chunk < 160; chunk++) {
 		CHECK_EQ(kvp_allocate(w->pool, (chunk & 1) ? KVP_V : KVP_K, 64 * 16, w->own[0].id,
-				      KVP_FP16, refs + have, 64, &n),
-			 KVP_OK);
+		                      KVP_FP16, refs + have, 64, &n),
+		         KVP_OK);
 		have += n;
 		/* Read blocks made under earlier directories while others grow. */
 		kvp_block_info bi;
@@ -303,7 +302,7 @@ static void *shared_owner_worker(void *arg)
 		kvp_owner o = tu_rand(&a->rng) % 6;
 		if (tu_rand(&a->rng) % 3) {
 			int rc = kvp_allocate(a->pool, (tu_rand(&a->rng) & 1) ? KVP_K : KVP_V,
-					      1 + tu_rand(&a->rng) % 100, o, KVP_INT8, tmp, 8, &n);
+			                      1 + tu_rand(&a->rng) % 100, o, KVP_INT8, tmp, 8, &n);
 			CHECK(rc == KVP_OK || rc == KVP_EEXHAUSTED);
 			if (rc == KVP_OK)
 				a->allocs += n;
@@ -431,7 +430,7 @@ static void *park_worker(void *arg)
 	size_t n;
 	for (int i = 0; i < 200; i++) {
 		if (kvp_allocate(a->pool, KVP_K, 1 + tu_rand(&a->rng) % 64, 1000 + tu_rand(&a->rng),
-				 KVP_FP16, refs, 8, &n) == KVP_OK)
+		                 KVP_FP16, refs, 8, &n) == KVP_OK)
 			CHECK_EQ(kvp_free(a->pool, refs, n), KVP_OK);
 	}
 	pthread_barrier_wait(a->bar); /* parked, caches full, alive */
@@ -546,9 +545,9 @@ static void test_double_free_race(void)
 		pthread_barrier_t bar;
 		pthread_barrier_init(&bar, NULL, 4);
 		struct dfree_arg a[4] = {{p, &bar, raw, 64},
-					 {p, &bar, raw, 64},
-					 {p, &bar, owned, 64},
-					 {p, &bar, owned, 64}};
+		                         {p, &bar, raw, 64},
+		                         {p, &bar, owned, 64},
+		                         {p, &bar, owned, 64}};
 		run_threads(4, dfree_worker, a, sizeof(a[0]));
 		pthread_barrier_destroy(&bar);
 	}
@@ -660,7 +659,7 @@ static void *stats_churn(void *arg)
 			CHECK_EQ(kvp_free_all(p, me), KVP_OK);
 		/* Never fits: every thread records history, racing the others. */
 		CHECK_EQ(kvp_allocate(p, KVP_KV, 200 * 16, me, KVP_FP16, r, 256, &n),
-			 KVP_EEXHAUSTED);
+		         KVP_EEXHAUSTED);
 	}
 	atomic_fetch_add(&churn_done, 1);
 	return NULL;

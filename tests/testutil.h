@@ -12,30 +12,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(cond)                                                                        \
-	do {                                                                               \
-		if (!(cond)) {                                                             \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__,   \
-				#cond);                                                    \
-			exit(1);                                                           \
-		}                                                                          \
+#define CHECK(cond)                                                                                \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
+			exit(1);                                                                   \
+		}                                                                                  \
 	} while (0)
 
-#define CHECK_EQ(a, b)                                                                     \
-	do {                                                                               \
-		long long check_a_ = (long long)(a), check_b_ = (long long)(b);            \
-		if (check_a_ != check_b_) {                                                \
-			fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %s (%lld vs %lld)\n", \
-				__FILE__, __LINE__, #a, #b, check_a_, check_b_);           \
-			exit(1);                                                           \
-		}                                                                          \
+#define CHECK_EQ(a, b)                                                                             \
+	do {                                                                                       \
+		long long check_a_ = (long long)(a), check_b_ = (long long)(b);                    \
+		if (check_a_ != check_b_) {                                                        \
+			fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %s (%lld vs %lld)\n",       \
+			        __FILE__, __LINE__, #a, #b, check_a_, check_b_);                   \
+			exit(1);                                                                   \
+		}                                                                                  \
 	} while (0)
 
-#define RUN(test)                                                                          \
-	do {                                                                               \
-		test();                                                                    \
-		printf("ok %s\n", #test);                                                  \
-		fflush(stdout);                                                            \
+#define RUN(test)                                                                                  \
+	do {                                                                                       \
+		test();                                                                            \
+		printf("ok %s\n", #test);                                                          \
+		fflush(stdout);                                                                    \
 	} while (0)
 
 /* xorshift64*: a small, seedable PRNG for randomised tests. */

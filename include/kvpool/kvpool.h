@@ -19,6 +19,6 @@
 #define KVPOOL_VERSION_MAJOR 0
 #define KVPOOL_VERSION_MINOR 1
 #define KVPOOL_VERSION_PATCH 0
-#define KVPOOL_VERSION "0.1.0"
+#define KVPOOL_VERSION       "0.1.0"
 
 #endif /* KVPOOL_KVPOOL_H */

@@ -90,8 +90,8 @@ extern "C" {
 typedef uint64_t kvp_owner; /* opaque request id; every value is valid, 0 included */
 typedef uint64_t kvp_ref;   /* block handle: low 32 bits id, high 32 bits generation */
 
-#define KVP_REF_ID(ref) ((uint32_t)(ref))
-#define KVP_REF_GEN(ref) ((uint32_t)((ref) >> 32))
+#define KVP_REF_ID(ref)       ((uint32_t)(ref))
+#define KVP_REF_GEN(ref)      ((uint32_t)((ref) >> 32))
 #define KVP_MAKE_REF(id, gen) (((uint64_t)(uint32_t)(gen) << 32) | (uint32_t)(id))
 
 typedef enum { KVP_K = 0, KVP_V = 1, KVP_KV = 2 } kvp_stream;
@@ -130,10 +130,10 @@ typedef struct kvp_pool_config {
 	uint32_t n_blocks;       /* blocks initially, all streams together; default 1024 */
 	bool separate_kv;        /* default true: K and V draw from independent free lists */
 	bool grow_on_exhaustion; /* default false */
-	uint32_t max_blocks;     /* cap on blocks managed once grown; 0 = unbounded (KVP_MAX_BLOCKS) */
-	uint32_t thread_cache;   /* per-thread cached free blocks per stream; 0 = none;
-				    default KVP_DEFAULT_THREAD_CACHE */
-	uint32_t history_len;    /* stats history ring length; default 256; 0 = no history */
+	uint32_t max_blocks; /* cap on blocks managed once grown; 0 = unbounded (KVP_MAX_BLOCKS) */
+	uint32_t thread_cache; /* per-thread cached free blocks per stream; 0 = none;
+	                          default KVP_DEFAULT_THREAD_CACHE */
+	uint32_t history_len;  /* stats history ring length; default 256; 0 = no history */
 } kvp_pool_config;
 
 typedef struct kvp_pool kvp_pool;
@@ -197,7 +197,7 @@ void kvp_pool_destroy(kvp_pool *pool);
  * Thread-safe.  Takes @owner's shard mutex for the call (see the table).
  */
 int kvp_allocate(kvp_pool *pool, kvp_stream stream, uint32_t n_tokens, kvp_owner owner,
-		 kvp_format format, kvp_ref *refs, size_t refs_cap, size_t *n_refs);
+                 kvp_format format, kvp_ref *refs, size_t refs_cap, size_t *n_refs);
 
 /**
  * kvp_free - return blocks to their stream's free list
@@ -297,8 +297,8 @@ typedef struct kvp_block_info {
 	uint32_t id;
 	kvp_stream stream; /* KVP_K or KVP_V, or KVP_KV without separate_kv */
 	kvp_format format;
-	uint32_t n_used;   /* slots occupied, <= block_size */
-	kvp_owner owner;   /* meaningful only when in_use */
+	uint32_t n_used; /* slots occupied, <= block_size */
+	kvp_owner owner; /* meaningful only when in_use */
 	bool in_use;
 	bool ever_allocated;
 } kvp_block_info;

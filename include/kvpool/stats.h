@@ -116,7 +116,7 @@ int kvp_stats_format(const kvp_stats *s, char *buf, size_t cap);
  * Pure; thread-safe.
  */
 int kvp_stats_to_prometheus(const kvp_stats *s, const char *prefix, char *buf, size_t cap,
-			    size_t *len);
+                            size_t *len);
 
 #ifdef __cplusplus
 }
