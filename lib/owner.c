@@ -3,9 +3,11 @@
  *
  * Each shard is a chained hash table under its own mutex.  The bucket array
  * doubles when the shard holds more records than buckets; if that
- * allocation fails the table just stays denser.  Removed records go to a
- * small per-shard spare list, so a steady stream of requests (an owner
- * made per request, released when it ends) allocates no memory once warm.
+ * allocation fails the table just stays denser.  Removed records go to the
+ * removing thread's small cache, and in batches to a list shared by the
+ * pool (lib/owner.h), so a steady stream of requests (an owner made per
+ * request, released when it ends) allocates no memory once the pool has
+ * seen its peak number of live owners.
  */
 #include "lib/owner.h"
 
@@ -13,8 +15,7 @@
 
 #include "lib/sysmem.h"
 
-#define KVP_OWNER_BUCKETS0  8u
-#define KVP_OWNER_SPARE_MAX 256u
+#define KVP_OWNER_BUCKETS0 8u
 
 /* splitmix64's finalizer: every bit of the id reaches shard and bucket. */
 static uint64_t owner_hash(kvp_owner key)
@@ -28,6 +29,8 @@ static uint64_t owner_hash(kvp_owner key)
 int kvp_owners_init(struct kvp_owners *o)
 {
 	memset(o, 0, sizeof(*o));
+	if (pthread_mutex_init(&o->spare_lock, NULL) != 0)
+		return -1;
 	for (uint32_t i = 0; i < KVP_OWNER_SHARDS; i++) {
 		struct kvp_oshard *sh = &o->shard[i];
 		sh->buckets = kvp_sys_calloc(KVP_OWNER_BUCKETS0, sizeof(*sh->buckets), 64);
@@ -39,7 +42,9 @@ int kvp_owners_init(struct kvp_owners *o)
 				kvp_sys_free(o->shard[j].buckets);
 			}
 			/* Leave every shard empty, so kvp_owners_destroy is safe. */
+			pthread_mutex_destroy(&o->spare_lock);
 			memset(o, 0, sizeof(*o));
+			pthread_mutex_init(&o->spare_lock, NULL);
 			return -1;
 		}
 		sh->nbuckets = KVP_OWNER_BUCKETS0;
@@ -62,13 +67,15 @@ void kvp_owners_destroy(struct kvp_owners *o)
 		struct kvp_oshard *sh = &o->shard[i];
 		for (uint32_t b = 0; b < sh->nbuckets; b++)
 			free_chain(sh->buckets[b]);
-		free_chain(sh->spare);
 		kvp_sys_free(sh->buckets);
 		if (sh->nbuckets)
 			pthread_mutex_destroy(&sh->lock);
 		sh->buckets = NULL;
 		sh->nbuckets = 0;
 	}
+	free_chain(o->spare);
+	o->spare = NULL;
+	pthread_mutex_destroy(&o->spare_lock);
 }
 
 struct kvp_oshard *kvp_owners_shard(struct kvp_owners *o, kvp_owner key)
@@ -111,17 +118,76 @@ static void rehash(struct kvp_oshard *sh)
 	sh->nbuckets = nb;
 }
 
-struct kvp_orec *kvp_oshard_insert(struct kvp_oshard *sh, kvp_owner key)
+/* An unused record: from the thread's cache, refilled from the pool's
+ * shared list a batch at a time, else new from the system. */
+static struct kvp_orec *record_get(struct kvp_owners *o, struct kvp_rec_cache *rc)
 {
-	struct kvp_orec *r = sh->spare;
-	if (r) {
-		sh->spare = r->next;
-		sh->n_spare--;
-	} else {
-		r = kvp_sys_alloc(sizeof(*r), 8);
-		if (!r)
-			return NULL;
+	if (!rc->head) {
+		pthread_mutex_lock(&o->spare_lock);
+		for (uint32_t i = 0; i < KVP_REC_BATCH && o->spare; i++) {
+			struct kvp_orec *r = o->spare;
+			o->spare = r->next;
+			r->next = rc->head;
+			rc->head = r;
+			rc->n++;
+		}
+		pthread_mutex_unlock(&o->spare_lock);
 	}
+	struct kvp_orec *r = rc->head;
+	if (r) {
+		rc->head = r->next;
+		rc->n--;
+		return r;
+	}
+	return kvp_sys_alloc(sizeof(*r), 8);
+}
+
+/* Keep @r in the thread's cache; past two batches, give one batch back. */
+static void record_put(struct kvp_owners *o, struct kvp_rec_cache *rc, struct kvp_orec *r)
+{
+	r->next = rc->head;
+	rc->head = r;
+	if (++rc->n <= 2 * KVP_REC_BATCH)
+		return;
+	struct kvp_orec *first = rc->head, *last = first;
+	for (uint32_t i = 1; i < KVP_REC_BATCH; i++)
+		last = last->next;
+	rc->head = last->next;
+	rc->n -= KVP_REC_BATCH;
+	pthread_mutex_lock(&o->spare_lock);
+	last->next = o->spare;
+	o->spare = first;
+	pthread_mutex_unlock(&o->spare_lock);
+}
+
+void kvp_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc)
+{
+	if (!rc->head)
+		return;
+	struct kvp_orec *last = rc->head;
+	while (last->next)
+		last = last->next;
+	pthread_mutex_lock(&o->spare_lock);
+	last->next = o->spare;
+	o->spare = rc->head;
+	pthread_mutex_unlock(&o->spare_lock);
+	rc->head = NULL;
+	rc->n = 0;
+}
+
+void kvp_rec_cache_free(struct kvp_rec_cache *rc)
+{
+	free_chain(rc->head);
+	rc->head = NULL;
+	rc->n = 0;
+}
+
+struct kvp_orec *kvp_oshard_insert(struct kvp_owners *o, struct kvp_oshard *sh,
+                                   struct kvp_rec_cache *rc, kvp_owner key)
+{
+	struct kvp_orec *r = record_get(o, rc);
+	if (!r)
+		return NULL;
 	r->key = key;
 	r->head = r->tail = KVP_NO_ID;
 	r->count = 0;
@@ -135,20 +201,15 @@ struct kvp_orec *kvp_oshard_insert(struct kvp_oshard *sh, kvp_owner key)
 	return r;
 }
 
-void kvp_oshard_remove(struct kvp_oshard *sh, struct kvp_orec *r)
+void kvp_oshard_remove(struct kvp_owners *o, struct kvp_oshard *sh, struct kvp_rec_cache *rc,
+                       struct kvp_orec *r)
 {
 	struct kvp_orec **pp = bucket_of(sh, r->key);
 	while (*pp != r)
 		pp = &(*pp)->next;
 	*pp = r->next;
 	sh->n--;
-	if (sh->n_spare < KVP_OWNER_SPARE_MAX) {
-		r->next = sh->spare;
-		sh->spare = r;
-		sh->n_spare++;
-	} else {
-		kvp_sys_free(r);
-	}
+	record_put(o, rc, r);
 }
 
 void kvp_orec_append(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)

@@ -22,9 +22,12 @@
  *   --------------------  --------------------------  ----------------------
  *   kvp_owners_shard      nothing                     wait-free (hash)
  *   kvp_oshard_find       the shard's lock            O(chain)
- *   kvp_oshard_insert     the shard's lock            may allocate (records,
- *                                                     bucket array growth)
- *   kvp_oshard_remove     the shard's lock            O(chain), recycles
+ *   kvp_oshard_insert     the shard's lock            the spare lock (leaf) once
+ *                                                     per KVP_REC_BATCH; may
+ *                                                     allocate (records, bucket
+ *                                                     array growth)
+ *   kvp_oshard_remove     the shard's lock            O(chain); the spare lock
+ *                                                     once per KVP_REC_BATCH
  *   kvp_orec_append/unlink  the shard's lock, and an  O(1)
  *                         RCU read-side section
  */
@@ -55,12 +58,27 @@ struct kvp_oshard {
 	struct kvp_orec **buckets;
 	uint32_t nbuckets; /* power of two */
 	uint32_t n;        /* records in the table */
-	struct kvp_orec *spare;
-	uint32_t n_spare;
 } __attribute__((aligned(64)));
+
+/*
+ * Unused owner records.  Each thread keeps a few (struct kvp_rec_cache in
+ * its slot) and trades them with the pool's shared list in batches, under
+ * a leaf mutex taken once per KVP_REC_BATCH owner creations or removals.
+ * Records are freed only by kvp_pool_destroy, so the pool never holds more
+ * than its peak of live owners plus the threads' caches, and a server that
+ * makes an owner per request allocates nothing once it has seen its peak.
+ */
+#define KVP_REC_BATCH 8u
+
+struct kvp_rec_cache {
+	struct kvp_orec *head;
+	uint32_t n;
+};
 
 struct kvp_owners {
 	struct kvp_oshard shard[KVP_OWNER_SHARDS];
+	pthread_mutex_t spare_lock;
+	struct kvp_orec *spare;
 };
 
 /** kvp_owners_init - empty table; 0 or -1 (no memory) */
@@ -75,11 +93,23 @@ struct kvp_oshard *kvp_owners_shard(struct kvp_owners *o, kvp_owner key);
 /** kvp_oshard_find - the record of @key, or NULL */
 struct kvp_orec *kvp_oshard_find(struct kvp_oshard *sh, kvp_owner key);
 
-/** kvp_oshard_insert - a new empty record for @key (not present); NULL on no memory */
-struct kvp_orec *kvp_oshard_insert(struct kvp_oshard *sh, kvp_owner key);
+/**
+ * kvp_oshard_insert - a new empty record for @key (not present)
+ * @rc: the calling thread's record cache, refilled from @o when empty
+ * Returns the record, or NULL when no memory could be had.
+ */
+struct kvp_orec *kvp_oshard_insert(struct kvp_owners *o, struct kvp_oshard *sh,
+                                   struct kvp_rec_cache *rc, kvp_owner key);
 
-/** kvp_oshard_remove - take @r out of the table and keep it for reuse */
-void kvp_oshard_remove(struct kvp_oshard *sh, struct kvp_orec *r);
+/** kvp_oshard_remove - take @r out of the table and keep it in @rc (or @o) */
+void kvp_oshard_remove(struct kvp_owners *o, struct kvp_oshard *sh, struct kvp_rec_cache *rc,
+                       struct kvp_orec *r);
+
+/** kvp_rec_cache_drain - give every record in @rc back to @o (thread exit) */
+void kvp_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc);
+
+/** kvp_rec_cache_free - free the records in @rc (pool destroy) */
+void kvp_rec_cache_free(struct kvp_rec_cache *rc);
 
 /** kvp_orec_append - link block @id at the tail of @r's list */
 void kvp_orec_append(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id);

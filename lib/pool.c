@@ -70,9 +70,12 @@ static void pool_free(struct kvp_pool *p)
 	struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_relaxed);
 	while (s) {
 		struct kvp_tslot *next = s->next;
+		kvp_rec_cache_free(&s->recs);
 		kvp_sys_free(s);
 		s = next;
 	}
+	if (p->fallback)
+		kvp_rec_cache_free(&p->fallback->recs);
 	kvp_sys_free(p->fallback);
 	kvp_sys_free(p->hist);
 	kvp_owners_destroy(&p->owners);

@@ -126,13 +126,13 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 	struct kvp_orec *r = kvp_oshard_find(sh, owner);
 	bool made = false;
 	if (!r) {
-		r = kvp_oshard_insert(sh, owner);
+		r = kvp_oshard_insert(&p->owners, sh, &s->recs, owner);
 		made = true;
 	}
 	int rc = r ? kvp_get_blocks(p, s, si, (uint32_t *)ids, nb) : KVP_ENOMEM;
 	if (rc != KVP_OK) {
 		if (r && made)
-			kvp_oshard_remove(sh, r);
+			kvp_oshard_remove(&p->owners, sh, &s->recs, r);
 		pthread_mutex_unlock(&sh->lock);
 		kvp_rcu_read_unlock();
 		return fail_call(p, s, rc);
@@ -226,8 +226,8 @@ static void acc_add(struct kvp_pool *p, struct kvp_tslot *s, struct free_acc *a,
 }
 
 /* Free one owned block; the caller holds its owner's shard lock. */
-static uint64_t free_owned(struct kvp_pool *p, struct kvp_oshard *sh, struct kvp_block *b,
-                           uint32_t id, uint32_t gen)
+static uint64_t free_owned(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_oshard *sh,
+                           struct kvp_block *b, uint32_t id, uint32_t gen)
 {
 	/* acquire: see the state as the allocator left it. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
@@ -241,7 +241,7 @@ static uint64_t free_owned(struct kvp_pool *p, struct kvp_oshard *sh, struct kvp
 		return st;
 	kvp_orec_unlink(r, &p->bt, id);
 	if (r->count == 0 && !r->registered)
-		kvp_oshard_remove(sh, r);
+		kvp_oshard_remove(&p->owners, sh, &s->recs, r);
 	return st;
 }
 
@@ -282,7 +282,7 @@ int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
 				pthread_mutex_lock(&sh->lock);
 				held = sh;
 			}
-			st = free_owned(p, sh, b, id, gen);
+			st = free_owned(p, s, sh, b, id, gen);
 		}
 		if (!st) {
 			a.stale++;
@@ -345,7 +345,7 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 		cnt[si]++;
 		id = next;
 	}
-	kvp_oshard_remove(sh, r);
+	kvp_oshard_remove(&p->owners, sh, &s->recs, r);
 	pthread_mutex_unlock(&sh->lock);
 	uint64_t freed = (uint64_t)cnt[0] + cnt[1];
 	/* Counted before the blocks can be taken again (see acc_flush). */

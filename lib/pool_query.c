@@ -13,17 +13,19 @@ int kvp_register_owner(kvp_pool *p, kvp_owner owner)
 {
 	if (!p)
 		return KVP_EINVAL;
+	struct kvp_tslot *s = kvp_tslot_get(p);
 	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
 	struct kvp_orec *r = kvp_oshard_find(sh, owner);
 	if (r)
 		rc = KVP_EOWNER;
-	else if (!(r = kvp_oshard_insert(sh, owner)))
+	else if (!(r = kvp_oshard_insert(&p->owners, sh, &s->recs, owner)))
 		rc = KVP_ENOMEM;
 	else
 		r->registered = true;
 	pthread_mutex_unlock(&sh->lock);
+	kvp_tslot_put(p, s);
 	return rc;
 }
 
@@ -31,6 +33,7 @@ int kvp_release_owner(kvp_pool *p, kvp_owner owner)
 {
 	if (!p)
 		return KVP_EINVAL;
+	struct kvp_tslot *s = kvp_tslot_get(p);
 	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
@@ -40,9 +43,10 @@ int kvp_release_owner(kvp_pool *p, kvp_owner owner)
 	} else {
 		r->registered = false;
 		if (r->count == 0)
-			kvp_oshard_remove(sh, r);
+			kvp_oshard_remove(&p->owners, sh, &s->recs, r);
 	}
 	pthread_mutex_unlock(&sh->lock);
+	kvp_tslot_put(p, s);
 	return rc;
 }
 

@@ -102,6 +102,7 @@ static void tslot_release(struct kvp_pool *p, struct kvp_tslot *s)
 	kvp_rcu_read_unlock();
 	atomic_fetch_add_explicit(&p->in_use, s->delta_in_use, memory_order_relaxed);
 	s->delta_in_use = 0;
+	kvp_rec_cache_drain(&p->owners, &s->recs);
 	/* release: the thread that takes the slot next (acquire CAS) sees our
 	 * final counter values and empty magazines. */
 	atomic_store_explicit(&s->taken, 0, memory_order_release);

@@ -35,6 +35,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "lib/owner.h"
+
 #define KVP_MAG_IDLE    0u
 #define KVP_MAG_BUSY    1u
 #define KVP_MAG_CLAIMED 2u
@@ -62,8 +64,9 @@ struct kvp_tslot {
 	_Atomic int taken;      /* 1 while a live thread owns the slot */
 	struct kvp_mag mag[2];
 	_Atomic uint64_t ctr[KVP_N_CTR];
-	int64_t delta_in_use; /* owner only: blocks not yet added to pool->in_use */
-	uint32_t calls;       /* owner only: mutating calls, for history cadence */
+	struct kvp_rec_cache recs; /* owner only: spare owner records (lib/owner.h) */
+	int64_t delta_in_use;      /* owner only: blocks not yet added to pool->in_use */
+	uint32_t calls;            /* owner only: mutating calls, for history cadence */
 	uint32_t ids[] __attribute__((aligned(64)));
 } __attribute__((aligned(64)));
 
