@@ -718,6 +718,42 @@ static void test_out_of_memory(void)
 	kvp_pool_destroy(p);
 }
 
+/* Once warm, a serving loop (an owner per request, blocks in and out) asks
+ * the system for nothing: with every system allocation failing, it runs on. */
+static void serve_requests(kvp_pool *p, uint64_t first_owner, int n)
+{
+	kvp_ref r[64];
+	size_t got;
+	for (int i = 0; i < n; i++) {
+		kvp_owner o = first_owner + (uint64_t)i;
+		CHECK_EQ(
+		    kvp_allocate(p, KVP_K, 1 + (uint32_t)(i * 37) % 500, o, KVP_FP16, r, 64, &got),
+		    KVP_OK);
+		CHECK_EQ(
+		    kvp_allocate(p, KVP_V, 1 + (uint32_t)(i * 53) % 500, o, KVP_FP16, r, 64, &got),
+		    KVP_OK);
+		if (i >= 16) /* 16 requests live at once */
+			CHECK_EQ(kvp_free_all(p, o - 16), KVP_OK);
+	}
+	for (int i = n - 16; i < n; i++)
+		CHECK_EQ(kvp_free_all(p, first_owner + (uint64_t)i), KVP_OK);
+}
+
+static void test_steady_state_makes_no_system_allocation(void)
+{
+	kvp_pool *p = mkpool(16, 2048, true, false, 0, KVP_DEFAULT_THREAD_CACHE);
+	serve_requests(p, 1000, 2000); /* warm: records, buckets, thread slot */
+	unsigned long before = kvp_fault_injected();
+	kvp_fault_inject(0, -1);
+	serve_requests(p, 100000, 2000); /* new owner ids, same peak */
+	kvp_fault_inject(0, 0);
+	CHECK_EQ(kvp_fault_injected(), before); /* nothing even asked */
+	kvp_stats s;
+	CHECK_EQ(kvp_pool_stats(p, &s), KVP_OK);
+	CHECK_EQ(kvp_stats_blocks_in_use(&s), 0);
+	kvp_pool_destroy(p);
+}
+
 /* An application inside its own liburcu-bp read-side section: growth that
  * replaces the block-table directory must not wait for it, and kvp_shrink
  * (which would) refuses instead of hanging. */
@@ -762,5 +798,6 @@ int main(void)
 	RUN(test_thread_cache_zero);
 	RUN(test_out_of_memory);
 	RUN(test_inside_callers_rcu_section);
+	RUN(test_steady_state_makes_no_system_allocation);
 	return 0;
 }
