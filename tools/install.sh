@@ -75,7 +75,7 @@ if [ -d "$root/lib" ] && ls "$root"/lib/*.c >/dev/null 2>&1; then
 	done
 fi
 
-version=$(sed -n 's/^#define KVPOOL_VERSION "\(.*\)"$/\1/p' "$headers/kvpool.h")
+version=$(sed -n 's/^#define KVPOOL_VERSION[[:space:]]*"\(.*\)"$/\1/p' "$headers/kvpool.h")
 [ -n "$version" ] || version=0.0.0
 
 install -d "$prefix/include/kvpool" "$prefix/lib/pkgconfig"
