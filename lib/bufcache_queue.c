@@ -84,10 +84,14 @@ int bc_queue_dequeue(struct bc_nodes *n, struct bc_queue *q, void **ptr, size_t 
 		x = bc_node(n, bc_idx(next));
 		p = atomic_load_explicit(&x->ptr, memory_order_relaxed);
 		c = atomic_load_explicit(&x->cap, memory_order_relaxed);
-		/* Acquire on success: the buffer's history happens before our caller. */
+		/* acq_rel on success.  Acquire: the buffer's history happens
+		 * before our caller.  Release: the next dequeuer that reads this
+		 * head synchronises with us, and through us with the enqueue
+		 * that linked the node now at the head, so it cannot read a
+		 * stale next field of a recycled node (free on x86). */
 		if (atomic_compare_exchange_weak_explicit(
 		        &q->head, &head, bc_tagged(bc_idx(next), bc_tag(head) + 1),
-		        memory_order_acquire, memory_order_relaxed)) {
+		        memory_order_acq_rel, memory_order_relaxed)) {
 			*ptr = (void *)p;
 			*cap = (size_t)c;
 			*spare = bc_idx(head);

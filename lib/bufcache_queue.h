@@ -23,7 +23,9 @@
  * Memory order: the link CAS in enqueue is release, dequeue's loads of links
  * are acquire: the enqueuer's writes to the node (ptr, cap) and, through the
  * free() that cached the buffer, the user's writes to the buffer itself,
- * happen before the dequeuer hands the buffer out.
+ * happen before the dequeuer hands the buffer out.  The head CAS is acq_rel,
+ * so each dequeuer synchronises with the one before it and never follows a
+ * stale link of a node that was recycled and enqueued again.
  */
 #ifndef KVPOOL_LIB_BUFCACHE_QUEUE_H
 #define KVPOOL_LIB_BUFCACHE_QUEUE_H

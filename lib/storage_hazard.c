@@ -43,8 +43,11 @@ static void key_init(void)
 
 static struct kvp_hazard_rec *record_claim(void)
 {
-	/* acquire: records reached through the list are initialised */
-	struct kvp_hazard_rec *r = atomic_load_explicit(&g_head, memory_order_acquire);
+	/* seq_cst: every access to g_head is, so that a record a reader reached
+	 * (or pushed) before its seq_cst hazard store is on the list a
+	 * reclaimer walks after its seq_cst unpublish; acquire part: records
+	 * reached through the list are initialised. */
+	struct kvp_hazard_rec *r = atomic_load_explicit(&g_head, memory_order_seq_cst);
 
 	for (; r; r = r->next) {
 		int free_ = 0;
@@ -57,8 +60,9 @@ static struct kvp_hazard_rec *record_claim(void)
 		return NULL;
 	atomic_init(&r->in_use, 1);
 	r->next = atomic_load_explicit(&g_head, memory_order_relaxed);
-	/* release: publishes the record's initialisation to scanners */
-	while (!atomic_compare_exchange_weak_explicit(&g_head, &r->next, r, memory_order_release,
+	/* seq_cst (see above); release part: publishes the record's
+	 * initialisation to scanners */
+	while (!atomic_compare_exchange_weak_explicit(&g_head, &r->next, r, memory_order_seq_cst,
 	                                              memory_order_relaxed))
 		;
 	return r;
@@ -104,7 +108,9 @@ void kvp_hazard_clear(struct kvp_hazard_rec *rec)
 
 void kvp_hazard_wait(const void *p)
 {
-	struct kvp_hazard_rec *r = atomic_load_explicit(&g_head, memory_order_acquire);
+	/* seq_cst: after our seq_cst unpublish, so the walk includes every
+	 * record whose owner could still have seen the old pointer. */
+	struct kvp_hazard_rec *r = atomic_load_explicit(&g_head, memory_order_seq_cst);
 
 	for (; r; r = r->next) {
 		unsigned spins = 0;

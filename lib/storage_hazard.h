@@ -25,7 +25,10 @@
  * and waits until the reader clears H (release store, read by the
  * reclaimer's load: everything the reader did happens-before the free) -
  * or the reader's slot reload comes after the reclaimer's slot store and
- * sees that p is gone, and the reader never touches p.  All C11 atomics:
+ * sees that p is gone, and the reader never touches p.  The record list's
+ * head is read and pushed with seq_cst too: a reader's record is reached
+ * (claimed) or pushed before its hazard store, so it precedes the
+ * reclaimer's walk in the same total order and the walk finds it.  All C11 atomics:
  * ThreadSanitizer sees every edge, no annotation needed.
  *
  * Records are never freed: a thread's record is marked free by a pthread
