@@ -97,34 +97,68 @@ static uint32_t mag_make_room(struct kvp_pool *p, int si, struct kvp_mag *m, uin
 	return keep;
 }
 
-void kvp_drain_magazines(struct kvp_pool *p, int si)
+/* A short pause while another thread finishes a few dozen instructions. */
+static inline void cpu_relax(void)
 {
-	/* seq_cst: after our seq_cst starving store, so a slot pushed by a
-	 * thread whose first call missed the flag is on the list we walk. */
-	for (struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_seq_cst); s;
-	     s = s->next) {
-		struct kvp_mag *m = &s->mag[si];
-		unsigned spins = 0;
-		for (;;) {
-			/* seq_cst: the drainer half of the Dekker pair. */
-			uint32_t st = atomic_load_explicit(&m->state, memory_order_seq_cst);
-			if (st == KVP_MAG_IDLE) {
-				if (mag_count(m) == 0)
-					break;
-				uint32_t exp = KVP_MAG_IDLE;
-				if (atomic_compare_exchange_strong_explicit(
-				        &m->state, &exp, KVP_MAG_CLAIMED, memory_order_seq_cst,
-				        memory_order_relaxed)) {
-					mag_flush_all(p, si, m);
-					mag_leave(m);
-					break;
-				}
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+/* Drain one magazine into the global stack.  With @wait, wait out an owner
+ * inside a call (or another drainer); without, skip such a magazine.
+ * Returns false when it skipped one that held blocks. */
+static bool drain_one(struct kvp_pool *p, int si, struct kvp_mag *m, bool wait)
+{
+	unsigned spins = 0;
+	for (;;) {
+		/* seq_cst: the drainer half of the Dekker pair. */
+		uint32_t st = atomic_load_explicit(&m->state, memory_order_seq_cst);
+		if (st == KVP_MAG_IDLE) {
+			if (mag_count(m) == 0)
+				return true;
+			uint32_t exp = KVP_MAG_IDLE;
+			if (atomic_compare_exchange_strong_explicit(
+			        &m->state, &exp, KVP_MAG_CLAIMED, memory_order_seq_cst,
+			        memory_order_relaxed)) {
+				mag_flush_all(p, si, m);
+				mag_leave(m);
+				return true;
 			}
-			/* BUSY: its owner is inside a call; CLAIMED: another
-			 * drainer is emptying it.  Either ends shortly. */
-			if (++spins > 16)
-				sched_yield();
+		} else if (!wait) {
+			return false;
 		}
+		/* BUSY: its owner is inside a call; CLAIMED: another drainer is
+		 * emptying it.  Either ends within a few dozen instructions
+		 * unless that thread was preempted: spin a little, then yield. */
+		if (++spins < 128)
+			cpu_relax();
+		else
+			sched_yield();
+	}
+}
+
+void kvp_drain_magazines(struct kvp_pool *p, int si, uint32_t want)
+{
+	/* Pass 0 takes the idle threads' magazines and stops as soon as @want
+	 * blocks are reservable; pass 1 (the exact one) waits for every
+	 * magazine whose owner is inside a call. */
+	for (int pass = 0; pass < 2; pass++) {
+		bool skipped = false;
+		/* seq_cst: after our seq_cst starving store, so a slot pushed by
+		 * a thread whose first call missed the flag is on the list. */
+		for (struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_seq_cst); s;
+		     s = s->next) {
+			skipped |= !drain_one(p, si, &s->mag[si], pass == 1);
+			/* relaxed: a hint; the caller's reservation decides. */
+			if (want &&
+			    atomic_load_explicit(&p->fs[si].avail, memory_order_relaxed) >= want)
+				return;
+		}
+		if (!skipped)
+			return;
 	}
 }
 
@@ -172,13 +206,20 @@ static int get_blocks_starving(struct kvp_pool *p, struct kvp_tslot *s, int si, 
 
 	/* seq_cst: the store half of the Dekker pair (see lib/tslot.h). */
 	atomic_fetch_add_explicit(&p->starving[si], 1, memory_order_seq_cst);
-	kvp_drain_magazines(p, si);
-	if (kvp_fs_reserve(fs, k, k)) {
+	/* Enough idle magazines first; if the reservation still fails, a full
+	 * drain (waiting out busy owners) before any growth or exhaustion. */
+	kvp_drain_magazines(p, si, k);
+	bool got = kvp_fs_reserve(fs, k, k) != 0;
+	if (!got) {
+		kvp_drain_magazines(p, si, 0);
+		got = kvp_fs_reserve(fs, k, k) != 0;
+	}
+	if (got) {
 		kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, k);
 		rc = KVP_OK;
 	} else if (p->grow) {
-		/* Growth may wait for a grace period: leave the section, and
-		 * take grow_lock outside any section (lib/pool_internal.h). */
+		/* Leave the section while we wait for grow_lock: sections stay
+		 * short, and none is ever held across that wait. */
 		kvp_rcu_read_unlock();
 		pthread_mutex_lock(&p->grow_lock);
 		rc = grow_take(p, s, si, ids, k);

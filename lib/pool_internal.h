@@ -129,7 +129,10 @@ void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint3
                     uint32_t k);
 void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
                    uint32_t k);
-void kvp_drain_magazines(struct kvp_pool *p, int si);
+/* Drain stream @si's magazines into its global stack: until @want blocks are
+ * reservable (idle magazines first), or all of them (@want 0).  The caller
+ * has raised starving[si] and is inside a read-side section. */
+void kvp_drain_magazines(struct kvp_pool *p, int si, uint32_t want);
 void kvp_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d);
 
 /*

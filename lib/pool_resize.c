@@ -118,7 +118,7 @@ int kvp_shrink(kvp_pool *p, kvp_stream stream, uint32_t target_free, uint32_t *n
 	kvp_rcu_read_lock();
 	/* seq_cst: the store half of the magazine Dekker pair. */
 	atomic_fetch_add_explicit(&p->starving[si], 1, memory_order_seq_cst);
-	kvp_drain_magazines(p, si);
+	kvp_drain_magazines(p, si, 0);
 	k = reserve_surplus(fs, target_free);
 	for (uint32_t i = 0; i < k; i++) {
 		uint32_t id;
