@@ -11,6 +11,11 @@
  * (block, row) walks the rows, so paging costs one pointer load and one
  * compare per token, never a division.
  *
+ * Range: the scale multiplies q (a slice at a time) before the dot product,
+ * so a score is +inf only when the scaled score itself overflows fp32; the
+ * online softmax gives +inf scores equal weight and -inf scores none, and
+ * never forms inf - inf (chunk_softmax).
+ *
  * Inner loops (dot product, axpy) run over contiguous head_dim floats with
  * restrict pointers and no branches: the dot product keeps 8 independent
  * partial sums so it vectorizes without reassociation flags.  Rows of other
@@ -69,6 +74,14 @@ static inline void scale_vec(float *restrict y, float a, uint32_t n)
 		y[i] *= a;
 }
 
+static inline void scale_copy(float *restrict y, float a, const float *restrict x, uint32_t n)
+{
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		y[i] = a * x[i];
+}
+
 /* Elements [start, start + n) of a row as floats: in place for fp32, else decoded into @tmp. */
 static inline const float *slice(kvp_format f, const uint8_t *row, uint32_t start, uint32_t n,
                                  float *tmp)
@@ -79,26 +92,31 @@ static inline const float *slice(kvp_format f, const uint8_t *row, uint32_t star
 	return tmp;
 }
 
-/* scores[i][j] = scale * q_i . k_j for the chunk's tokens */
+/* scores[i][j] = (scale * q_i) . k_j for the chunk's tokens.  The scale
+ * goes on q, one slice at a time, before the dot product: q . k may
+ * overflow fp32 where the scaled score does not.  Slice-major, so each
+ * query slice is scaled once per chunk, not once per token. */
 static void chunk_scores(const struct kvp_attend_src *src, struct cursor cur, uint32_t n_tok,
                          uint32_t kv_off, const float *const *qh, uint32_t nh, float scale,
                          float (*scores)[CHUNK])
 {
 	uint32_t hd = src->head_dim, j, i, p;
-	float tmp[SLICE];
+	float tmp[SLICE], qs[HEADS_AT_ONCE][SLICE];
 
-	for (j = 0; j < n_tok; j++) {
-		const uint8_t *row = src->k_blocks[cur.b] + (size_t)cur.r * src->row_bytes;
-		float acc[HEADS_AT_ONCE] = {0};
-		for (p = 0; p < hd; p += SLICE) {
-			uint32_t n = hd - p < SLICE ? hd - p : SLICE;
-			const float *k = slice(src->format, row, kv_off + p, n, tmp);
-			for (i = 0; i < nh; i++)
-				acc[i] += dot(qh[i] + p, k, n);
-		}
+	for (p = 0; p < hd; p += SLICE) {
+		uint32_t n = hd - p < SLICE ? hd - p : SLICE;
+		struct cursor c = cur;
 		for (i = 0; i < nh; i++)
-			scores[i][j] = acc[i] * scale;
-		cursor_next(&cur, src->block_rows);
+			scale_copy(qs[i], scale, qh[i] + p, n);
+		for (j = 0; j < n_tok; j++) {
+			const uint8_t *row = src->k_blocks[c.b] + (size_t)c.r * src->row_bytes;
+			const float *k = slice(src->format, row, kv_off + p, n, tmp);
+			for (i = 0; i < nh; i++) {
+				float d = dot(qs[i], k, n);
+				scores[i][j] = p ? scores[i][j] + d : d;
+			}
+			cursor_next(&c, src->block_rows);
+		}
 	}
 }
 
@@ -123,7 +141,12 @@ static void chunk_values(const struct kvp_attend_src *src, struct cursor cur, ui
 }
 
 /* Online softmax over one chunk: turns scores into weights against the new
- * running max and rescales the running sum and output accumulated so far. */
+ * running max and rescales the running sum and output accumulated so far.
+ * Two running maxima need care, as exp(s - mn) would be exp(inf - inf):
+ * mn == -inf (every score so far -inf): the chunk weighs nothing, m and l
+ * stay; mn == +inf: each +inf score weighs 1 and every other score 0, the
+ * limit of the finite case (what came before +inf was first seen is scaled
+ * by exp(m - inf) = 0).  The common finite case keeps its branch-free loop. */
 static void chunk_softmax(float (*s)[CHUNK], uint32_t n_tok, uint32_t nh, float *m, float *l,
                           float *const *oh, uint32_t hd)
 {
@@ -134,15 +157,26 @@ static void chunk_softmax(float (*s)[CHUNK], uint32_t n_tok, uint32_t nh, float 
 		for (j = 1; j < n_tok; j++)
 			cmax = s[i][j] > cmax ? s[i][j] : cmax;
 		mn = cmax > m[i] ? cmax : m[i];
+		if (mn == -INFINITY) {
+			memset(s[i], 0, (size_t)n_tok * sizeof(float));
+			continue;
+		}
 		if (mn > m[i] && l[i] > 0.0f) {
 			float corr = expf(m[i] - mn);
 			l[i] *= corr;
 			scale_vec(oh[i], corr, hd);
 		}
 		m[i] = mn;
-		for (j = 0; j < n_tok; j++) {
-			s[i][j] = expf(s[i][j] - mn);
-			sum += s[i][j];
+		if (mn == INFINITY) {
+			for (j = 0; j < n_tok; j++) {
+				s[i][j] = s[i][j] == INFINITY ? 1.0f : 0.0f;
+				sum += s[i][j];
+			}
+		} else {
+			for (j = 0; j < n_tok; j++) {
+				s[i][j] = expf(s[i][j] - mn);
+				sum += s[i][j];
+			}
 		}
 		l[i] += sum;
 	}

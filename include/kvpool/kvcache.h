@@ -152,8 +152,14 @@ int kvp_kvcache_trim(kvp_kvcache *c, uint32_t n_tokens);
  *
  * out_h = sum_t softmax_t(scale * q_h . k_t) v_t over the layer's tokens,
  * in fp32 with an online softmax, reading the blocks in place (no gather,
- * no allocation).  Returns KVP_OK or KVP_EINVAL (NULL args, bad layer,
- * empty layer, n_heads 0 or not a multiple of n_kv_heads).
+ * no allocation).  Range: each score is computed as (@scale * q_h) . k_t,
+ * so it is +inf only when the scaled score itself overflows fp32 (not when
+ * q_h . k_t alone does).  Tokens scoring +inf share the weight equally and
+ * every other token weighs 0; tokens scoring -inf weigh 0 (when every
+ * token of a head scores -inf, that head's output is NaN).
+ *
+ * Returns KVP_OK or KVP_EINVAL (NULL args, bad layer, empty layer, n_heads 0
+ * or not a multiple of n_kv_heads).
  */
 int kvp_kvcache_attend(const kvp_kvcache *c, uint32_t layer, const float *q, uint32_t n_heads,
                        float scale, float *out);
