@@ -20,7 +20,11 @@
  * it sees no buffer and makes one).  The lock is per block, held for one
  * encode at most, and uncontended unless the caller races a block with
  * itself.  Readers never take it: they load the word (acquire) and mask
- * the bit.
+ * the bit.  No pool call that may wait runs under it: the ref is validated
+ * with kvp_block_get (lock-free, no thread slot), and a write raises n_used
+ * with kvp_block_set_used only after the unlock (that call may wait for the
+ * pool's fallback-slot mutex, and a shrink's retire hook waits for this
+ * lock while holding the pool's grow_lock).
  *
  * Buffer: a 64-byte header (format, row stride, capacity) then block_size
  * encoded rows.  The header is written before the buffer is published by
@@ -284,8 +288,6 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
 	if (rc == KVP_OK && (!cur || cur->format != info.format) &&
 	    !(fresh = buf_new(s, info.format)))
 		rc = KVP_ENOMEM;
-	if (rc == KVP_OK && end > info.n_used)
-		rc = kvp_block_set_used(s->pool, ref, end);
 	if (rc != KVP_OK) {
 		slot_unlock(slot, (uintptr_t)cur);
 		if (fresh)
@@ -303,6 +305,14 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
 		atomic_fetch_add_explicit(&s->format_changes, 1, memory_order_relaxed);
 		buf_retire(s, cur);
 	}
+	/* After the unlock: kvp_block_set_used may wait for the pool's
+	 * fallback-slot mutex (a thread that got no slot), whose holder may
+	 * wait for grow_lock, whose holder (a shrink's retire hook) may wait
+	 * for this slot lock.  set_used validates the generation itself: if
+	 * the block was freed since the check above, it changes nothing (see
+	 * storage.h for why the write is still KVP_OK). */
+	if (end > info.n_used)
+		(void)kvp_block_set_used(s->pool, ref, end);
 	return KVP_OK;
 }
 

@@ -31,11 +31,15 @@
  * int8 absmax/254, int4 absmax/14 (see docs/KVCACHE.md).
  *
  * Rows and n_used: a write raises the block's n_used (kvp_block_set_used) to
- * cover the rows written, never lowers it.  Reads return the block's n_used
- * rows.  Rows below n_used that were not written since the block was handed
- * out hold whatever the buffer held (a previous owner's rows): storage never
- * clears a buffer.  A block in use that was never written has no buffer, and
- * reads return 0 rows.
+ * cover the rows written, never lowers it.  It does so after storing the
+ * rows and letting the block's slot lock go (a pool call made under that
+ * lock could close a lock cycle with kvp_shrink's retire hook), so a write
+ * concurrent with another write or an n_used change on the same block (the
+ * caller's to serialize, see below) may leave either value.  Reads return
+ * the block's n_used rows.  Rows below n_used that were not written since
+ * the block was handed out hold whatever the buffer held (a previous
+ * owner's rows): storage never clears a buffer.  A block in use that was
+ * never written has no buffer, and reads return 0 rows.
  *
  * Synchronization:
  *
@@ -64,15 +68,20 @@
  *
  * Stale refs: every call validates @ref with kvp_block_get; a stale
  * generation, a retired block or an id never created is KVP_ENOENT and
- * changes nothing.  A reader whose ref goes stale while it copies (another
- * thread frees the block, then releases or retires it) never touches freed
- * memory: a reader protects the buffer with a hazard pointer before it
- * validates, and a buffer taken out of the table is freed only once no
- * reader protects it (lib/storage_hazard.h has the argument).  read_f32
- * re-validates after its copy and then returns KVP_ENOENT.  The one
- * remaining overlap is benign by construction but still a C11 data race:
- * a stale reader copying a block that was handed out again while its new
- * owner writes it (the copy is then discarded with KVP_ENOENT).
+ * changes nothing.  A write validates under the block's slot lock and
+ * stores its rows there; should another thread free the block between
+ * that and the write's n_used update, the write has taken effect before
+ * the free and returns KVP_OK, and the update (which validates the
+ * generation again) leaves the freed block and any later holder alone.
+ * A reader whose ref goes stale while it copies (another thread frees the
+ * block, then releases or retires it) never touches freed memory: a reader
+ * protects the buffer with a hazard pointer before it validates, and a
+ * buffer taken out of the table is freed only once no reader protects it
+ * (lib/storage_hazard.h has the argument).  read_f32 re-validates after
+ * its copy and then returns KVP_ENOENT.  The one remaining overlap is
+ * benign by construction but still a C11 data race: a stale reader
+ * copying a block that was handed out again while its new owner writes it
+ * (the copy is then discarded with KVP_ENOENT).
  *
  * Memory: one storage uses at most one buffer per block id ever written
  * plus a table of 8 bytes per id (in segments made on demand; ids never
@@ -135,8 +144,11 @@ void kvp_storage_destroy(kvp_storage *s);
  *
  * Returns KVP_OK; KVP_EINVAL (NULL @s or @rows, @n_rows 0, a format without
  * codec, inf/NaN for int8/int4); KVP_ERANGE (@offset + @n_rows > block_size);
- * KVP_ENOENT (stale ref, block not in use); KVP_ENOMEM (no buffer).  On
- * failure nothing changed.  Thread-safe; see the table for same-block calls.
+ * KVP_ENOENT (stale ref, block not in use when the call checks it);
+ * KVP_ENOMEM (no buffer).  On failure nothing changed.  A block freed by
+ * another thread while the call runs, after its check: KVP_OK, the rows
+ * stored, n_used left as the free left it (see "Stale refs" above).
+ * Thread-safe; see the table for same-block calls.
  */
 int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float *rows,
                       uint32_t n_rows);
