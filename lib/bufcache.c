@@ -234,14 +234,20 @@ to_system:
 	release_to_system(c, ptr, actual);
 }
 
+/* Bounded by the buffers cached when it starts: threads that keep freeing
+ * would otherwise keep it taking forever.  The counts are exact when no
+ * free or hit is in flight, so a clear with none empties the cache. */
 void kvp_bufcache_clear(kvp_bufcache *c)
 {
+	uint64_t left;
 	void *p;
 	size_t cap;
 
 	if (!c)
 		return;
-	while (take_fit(c, 1, &p, &cap)) {
+	left = bc_exact_count(&c->exact) + bc_large_count(&c->large);
+	while (left && take_fit(c, 1, &p, &cap)) {
+		left--;
 		unreserve(c, cap);
 		release_to_system(c, p, cap);
 	}

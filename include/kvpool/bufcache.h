@@ -179,8 +179,12 @@ void kvp_bufcache_free(kvp_bufcache *c, void *ptr, size_t actual);
  * kvp_bufcache_clear - give every cached buffer back to the system
  * @c: the cache (NULL is a no-op)
  *
- * Buffers freed by other threads while clear runs may stay cached.  Cleared
- * buffers count as system frees, not as evictions.  Thread-safe.
+ * Gives back at most as many buffers as the cache held when the call
+ * started, so it returns even while other threads keep freeing: buffers
+ * freed by other threads while clear runs may stay cached (and stand in
+ * for ones a concurrent hit took).  A clear with no concurrent free leaves
+ * nothing cached.  Cleared buffers count as system frees, not as evictions.
+ * Thread-safe.
  */
 void kvp_bufcache_clear(kvp_bufcache *c);
 
