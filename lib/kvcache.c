@@ -19,6 +19,14 @@
  * append is all or nothing: new blocks are checked out for both streams
  * first, rows written after; a failing write gives the new blocks back and
  * restores the old last block's n_used.
+ *
+ * Owner: `registered` says whether this kvcache holds the owner's
+ * registration.  release gives it up (kvp_free_all) and takes it again; if
+ * another party registered the owner in between, it is theirs: append
+ * refuses (KVP_EOWNER) rather than add blocks to their owner, and release
+ * and destroy never call kvp_free_all for it.  A kvcache holds blocks only
+ * while registered (append needs it; release drops the blocks before the
+ * registration), so it never has blocks of its own to free without it.
  */
 #include <kvpool/kvcache.h>
 
@@ -158,12 +166,14 @@ void kvp_kvcache_release(kvp_kvcache *c)
 
 	if (!c)
 		return;
-	if (c->blocks_held || c->registered)
+	/* only our own registration: the owner may be another party's now */
+	if (c->registered)
 		kvp_free_all(c->pool, c->cfg.owner); /* frees the blocks, releases the owner */
 	for (i = 0; i < c->cfg.n_layers; i++)
 		c->layers[i].len = c->layers[i].n_blocks = 0;
 	c->blocks_held = 0;
-	/* keep the owner ours (it is not if another party took it meanwhile) */
+	/* take the owner again: fails (and append then refuses) if another
+	 * party registered it since, or still holds it */
 	c->registered = kvp_register_owner(c->pool, c->cfg.owner) == KVP_OK;
 }
 
@@ -173,7 +183,7 @@ void kvp_kvcache_destroy(kvp_kvcache *c)
 
 	if (!c)
 		return;
-	if (c->blocks_held || c->registered)
+	if (c->registered) /* else the owner, and its blocks, are someone else's */
 		kvp_free_all(c->pool, c->cfg.owner);
 	for (i = 0; i < c->cfg.n_layers; i++)
 		kvp_sys_free(c->layers[i].kref);
@@ -226,6 +236,8 @@ int kvp_kvcache_append(kvp_kvcache *c, uint32_t layer, const float *k, const flo
 
 	if (!c || layer >= c->cfg.n_layers || !k || !v || n_tokens == 0)
 		return KVP_EINVAL;
+	if (!c->registered)
+		return KVP_EOWNER; /* lost in release: blocks would go to another party */
 	L = &c->layers[layer];
 	bs = c->block_size;
 	if (n_tokens > UINT32_MAX - L->len)

@@ -19,11 +19,16 @@
  *
  * Owner: create registers cfg->owner with the pool (kvp_register_owner), so
  * two kvcaches can never share an owner (the second create is KVP_EOWNER);
- * the owner stays registered until destroy.  The kvcache assumes nobody
- * else frees or writes its blocks: kvp_free_all(owner) or kvp_free of its
- * refs by another party, or kvp_allocate for the same owner, breaks it.
- * release and destroy call kvp_free_all(owner): every block of every layer
- * goes back in one pool call.
+ * the owner stays registered until destroy, except for a moment in
+ * release.  The kvcache assumes nobody else frees or writes its blocks:
+ * kvp_free_all(owner) or kvp_free of its refs by another party, or
+ * kvp_allocate for the same owner, breaks it.  release and destroy call
+ * kvp_free_all(owner): every block of every layer goes back in one pool
+ * call.  release then registers the owner again; if another party
+ * registered it in that moment (or holds it when a later release tries),
+ * the owner is theirs and the kvcache holds no registration: append
+ * returns KVP_EOWNER, and release and destroy free nothing (never another
+ * party's blocks) until a release finds the owner free and takes it back.
  *
  * Synchronization:
  *
@@ -90,7 +95,9 @@ int kvp_kvcache_create(kvp_pool *pool, kvp_storage *k_store, kvp_storage *v_stor
 /**
  * kvp_kvcache_destroy - release every block, unregister the owner, free @c
  *
- * NULL is a no-op.  See the table: nothing else may run on @c.
+ * When the kvcache no longer holds the owner's registration (lost in
+ * release), the owner and its blocks belong to another party and are left
+ * alone.  NULL is a no-op.  See the table: nothing else may run on @c.
  */
 void kvp_kvcache_destroy(kvp_kvcache *c);
 
@@ -108,8 +115,10 @@ void kvp_kvcache_destroy(kvp_kvcache *c);
  * block checked out by the call has gone back to the pool.
  *
  * Returns KVP_OK; KVP_EINVAL (bad args; inf/NaN in an int8/int4 cache);
- * KVP_ERANGE (the layer would pass 2^32 - 1 tokens); KVP_EEXHAUSTED and
- * KVP_ENOMEM as kvp_allocate and kvp_storage_write return them.
+ * KVP_ERANGE (the layer would pass 2^32 - 1 tokens); KVP_EOWNER (the
+ * kvcache lost its owner's registration in kvp_kvcache_release, see the
+ * top of this file; nothing changed); KVP_EEXHAUSTED and KVP_ENOMEM as
+ * kvp_allocate and kvp_storage_write return them.
  */
 int kvp_kvcache_append(kvp_kvcache *c, uint32_t layer, const float *k, const float *v,
                        uint32_t n_tokens);
@@ -170,8 +179,14 @@ size_t kvp_kvcache_blocks_held(const kvp_kvcache *c);
 /**
  * kvp_kvcache_release - give every block of every layer back to the pool
  *
- * One kvp_free_all(owner) call; the owner stays registered and the kvcache
- * is empty and usable again.  NULL is a no-op.
+ * One kvp_free_all(owner) call, which also releases the owner, then
+ * kvp_register_owner to take it back: the kvcache is empty and usable
+ * again.  Should another party register the owner between the two calls
+ * (or the registration fail for lack of memory), the kvcache holds no
+ * registration: appends return KVP_EOWNER, and this call and destroy free
+ * nothing, until a later release finds the owner free and registers it.
+ * A kvcache without the registration frees nothing here, only retries the
+ * registration.  NULL is a no-op.
  */
 void kvp_kvcache_release(kvp_kvcache *c);
 
