@@ -95,7 +95,9 @@ static inline const float *slice(kvp_format f, const uint8_t *row, uint32_t star
 /* scores[i][j] = (scale * q_i) . k_j for the chunk's tokens.  The scale
  * goes on q, one slice at a time, before the dot product: q . k may
  * overflow fp32 where the scaled score does not.  Slice-major, so each
- * query slice is scaled once per chunk, not once per token. */
+ * query slice is scaled once per chunk, not once per token.  (Zeroing the
+ * scores first and accumulating keeps dot() SLP-vectorized; a conditional
+ * store for the first slice kept clang 14 from vectorizing it.) */
 static void chunk_scores(const struct kvp_attend_src *src, struct cursor cur, uint32_t n_tok,
                          uint32_t kv_off, const float *const *qh, uint32_t nh, float scale,
                          float (*scores)[CHUNK])
@@ -103,6 +105,8 @@ static void chunk_scores(const struct kvp_attend_src *src, struct cursor cur, ui
 	uint32_t hd = src->head_dim, j, i, p;
 	float tmp[SLICE], qs[HEADS_AT_ONCE][SLICE];
 
+	for (i = 0; i < nh; i++)
+		memset(scores[i], 0, (size_t)n_tok * sizeof(float));
 	for (p = 0; p < hd; p += SLICE) {
 		uint32_t n = hd - p < SLICE ? hd - p : SLICE;
 		struct cursor c = cur;
@@ -111,10 +115,8 @@ static void chunk_scores(const struct kvp_attend_src *src, struct cursor cur, ui
 		for (j = 0; j < n_tok; j++) {
 			const uint8_t *row = src->k_blocks[c.b] + (size_t)c.r * src->row_bytes;
 			const float *k = slice(src->format, row, kv_off + p, n, tmp);
-			for (i = 0; i < nh; i++) {
-				float d = dot(qs[i], k, n);
-				scores[i][j] = p ? scores[i][j] + d : d;
-			}
+			for (i = 0; i < nh; i++)
+				scores[i][j] += dot(qs[i], k, n);
 			cursor_next(&c, src->block_rows);
 		}
 	}
