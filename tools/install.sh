@@ -85,4 +85,10 @@ install -m 0755 "$shared" "$prefix/lib/libkvpool.so"
 sed -e "s|@PREFIX@|$prefix|g" -e "s|@VERSION@|$version|g" "$here/kvpool.pc.in" \
 	>"$prefix/lib/pkgconfig/kvpool.pc"
 chmod 0644 "$prefix/lib/pkgconfig/kvpool.pc"
-echo "installed kvpool $version into $prefix (PKG_CONFIG_PATH=$prefix/lib/pkgconfig)"
+# The Python binding (python/README.md), beside the library it loads.
+if [ -d "$root/python/kvpool" ]; then
+	install -d "$prefix/lib/python3/dist-packages/kvpool"
+	install -m 0644 "$root"/python/kvpool/*.py "$prefix/lib/python3/dist-packages/kvpool/"
+fi
+echo "installed kvpool $version into $prefix (PKG_CONFIG_PATH=$prefix/lib/pkgconfig," \
+	"PYTHONPATH=$prefix/lib/python3/dist-packages)"
