@@ -34,6 +34,14 @@ libjemalloc-dev         # benchmark baselines
 libmimalloc-dev
 libgoogle-perftools-dev
 libdpdk-dev
+libssl-dev              # libcrypto SHA-256: kvp_prefix_hash
+libjansson-dev          # JSON: trace parsing, dumps, dashboards in tests
+cmake                   # the installed CMake package's test project
+python3-venv            # the pip-install test (a fresh venv)
+python3-setuptools      # python/pyproject.toml builds offline
+python3-pip             # pip install --no-build-isolation ./python
+man-db                  # man -l on the generated man pages
+groff-base
 "
 
 # Strip comments and blank lines: one package name per word.
