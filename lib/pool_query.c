@@ -132,6 +132,8 @@ int kvp_block_get(kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 			out->in_use = (st & KVP_ST_IN_USE) != 0;
 			out->ever_allocated = (st & KVP_ST_EVER) != 0;
 			out->owner = out->in_use ? owner : 0;
+			out->n_holders = out->in_use ? 1u : 0u;
+			out->published = false;
 			rc = KVP_OK;
 		}
 	}

@@ -23,6 +23,8 @@ const char *kvp_strerror(int status)
 		return "out of range";
 	case KVP_ENOENT:
 		return "no such owner or block";
+	case KVP_EEXIST:
+		return "prefix key already published";
 	default:
 		return "unknown status";
 	}

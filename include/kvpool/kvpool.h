@@ -12,6 +12,7 @@
 #include <kvpool/status.h>
 #include <kvpool/pool.h>
 #include <kvpool/stats.h>
+#include <kvpool/prefix.h>
 #include <kvpool/bufcache.h>
 #include <kvpool/storage.h>
 #include <kvpool/kvcache.h>

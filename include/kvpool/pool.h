@@ -134,6 +134,7 @@ typedef struct kvp_pool_config {
 	uint32_t thread_cache; /* per-thread cached free blocks per stream; 0 = none;
 	                          default KVP_DEFAULT_THREAD_CACHE */
 	uint32_t history_len;  /* stats history ring length; default 256; 0 = no history */
+	bool prefix_cache;     /* default false: blocks shared by content (kvpool/prefix.h) */
 } kvp_pool_config;
 
 typedef struct kvp_pool kvp_pool;
@@ -301,6 +302,8 @@ typedef struct kvp_block_info {
 	kvp_owner owner; /* meaningful only when in_use */
 	bool in_use;
 	bool ever_allocated;
+	uint32_t n_holders; /* owners holding the block (0 when free; 1 without prefix_cache) */
+	bool published;     /* published under a prefix key (kvpool/prefix.h) */
 } kvp_block_info;
 
 /**

@@ -39,6 +39,11 @@ typedef struct kvp_stats {
 	uint64_t peak_blocks_in_use; /* high-water mark of blocks in use */
 	uint64_t n_not_full;         /* blocks in use whose n_used < block_size */
 	uint64_t n_stale_frees;      /* frees skipped: already free or stale generation */
+	/* Prefix cache (kvpool/prefix.h); all 0 when the pool has it off. */
+	uint64_t n_cached;         /* published blocks nobody holds, still findable (free) */
+	uint64_t n_prefix_queries; /* keys asked for by kvp_prefix_match, cumulative */
+	uint64_t n_prefix_hits;    /* blocks kvp_prefix_match handed out, cumulative */
+	uint64_t n_evictions;      /* cached blocks evicted, cumulative */
 } kvp_stats;
 
 /**

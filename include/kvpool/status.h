@@ -20,6 +20,7 @@ typedef enum kvp_status {
 	KVP_ENOMEM = -4,     /* the system allocator failed */
 	KVP_ERANGE = -5,     /* write past a block's end, or an output array too small */
 	KVP_ENOENT = -6,     /* unknown owner, or a block id never handed out or retired */
+	KVP_EEXIST = -7,     /* another block is already published under that prefix key */
 } kvp_status;
 
 /**

@@ -79,6 +79,7 @@ class PoolConfigC(Structure):
         ("max_blocks", c_uint32),
         ("thread_cache", c_uint32),
         ("history_len", c_uint32),
+        ("prefix_cache", c_bool),
     ]
 
 
@@ -93,6 +94,8 @@ class BlockInfoC(Structure):
         ("owner", c_uint64),
         ("in_use", c_bool),
         ("ever_allocated", c_bool),
+        ("n_holders", c_uint32),
+        ("published", c_bool),
     ]
 
 
@@ -107,6 +110,10 @@ STATS_FIELDS = (
     "peak_blocks_in_use",
     "n_not_full",
     "n_stale_frees",
+    "n_cached",
+    "n_prefix_queries",
+    "n_prefix_hits",
+    "n_evictions",
 )
 
 

@@ -34,6 +34,10 @@ class AllocationStats:
     peak_blocks_in_use: int = 0  # high-water mark of blocks in use
     n_not_full: int = 0  # blocks in use whose n_used < block_size
     n_stale_frees: int = 0  # frees skipped: already free or stale handle
+    n_cached: int = 0  # prefix cache: published blocks nobody holds, still findable
+    n_prefix_queries: int = 0  # prefix cache: keys asked for by match calls
+    n_prefix_hits: int = 0  # prefix cache: blocks matched
+    n_evictions: int = 0  # prefix cache: cached blocks evicted
 
     @classmethod
     def _from_c(cls, s: _lib.StatsC) -> "AllocationStats":

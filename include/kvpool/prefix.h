@@ -1,0 +1,158 @@
+/*
+ * kvpool/prefix.h - prefix caching: full blocks shared by content across requests.
+ *
+ * Serving engines reuse the K/V an earlier request computed for the same
+ * prompt prefix instead of recomputing it.  A pool created with
+ * kvp_pool_config.prefix_cache set supports it: a full block can be
+ * *published* under a 128-bit content key, found again by later requests
+ * with kvp_prefix_match, *held* by several owners at once, and kept after
+ * its last holder lets go (it is then *cached*: free, but still findable)
+ * until its space is needed.
+ *
+ * With prefix_cache false every kvp_prefix_* call returns KVP_EINVAL and the
+ * pool behaves exactly as described in kvpool/pool.h.
+ *
+ * Holds.  A block is in use while at least one owner holds it; an owner
+ * holds a block at most once.  kvp_allocate gives a new block one holder,
+ * and such a block behaves exactly as in kvpool/pool.h.  kvp_free on a block
+ * with two or more holders is KVP_EINVAL and frees nothing in that call (the
+ * ref does not say whose hold to drop): use kvp_free_owned.  kvp_free_all
+ * drops every hold of the owner.
+ *
+ * Cached blocks.  When the last holder of a published block lets go, the
+ * block becomes cached: it is free (kvp_n_free and n_frees count it) and
+ * kvp_prefix_match still finds it until it is evicted.  A match that takes a
+ * cached block counts as an allocation and a reuse.  A block's generation
+ * changes whenever it goes from free (cached or not) to in use, so every ref
+ * from before it was cached is stale.
+ *
+ * Eviction.  kvp_allocate takes free blocks that are not cached first
+ * (last-freed-first); only when those run out does it evict cached blocks,
+ * least recently cached first.  Growth happens only when free and cached
+ * blocks together cannot cover a request.  When kvp_free_all (or
+ * kvp_free_owned with several refs) lets go of an owner's published blocks,
+ * they become cached last block first, so eviction takes the end of a
+ * sequence before its beginning.  kvp_shrink retires uncached free blocks
+ * before cached ones.  Eviction forgets the key.  The implementation states
+ * below (see kvp_prefix_match) exactly which eviction order holds when
+ * several threads cache and evict at once.
+ *
+ * Storage.  Once published a block's contents are fixed: kvp_block_set_used
+ * and kvp_storage_write on it are KVP_EINVAL.  A cached block keeps its
+ * storage buffer and rows; a match that takes it again shares those rows.
+ */
+#ifndef KVPOOL_PREFIX_H
+#define KVPOOL_PREFIX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <kvpool/pool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A 128-bit content key. */
+typedef struct kvp_hash {
+	uint64_t lo, hi;
+} kvp_hash;
+
+/**
+ * kvp_prefix_hash - the content key of one block
+ * @parent:  the key of the block before it in its sequence, or NULL for the
+ *           first block of a sequence
+ * @salt:    tenants with different salts never share blocks
+ * @tokens:  the block's token bytes (any encoding the caller fixes, e.g.
+ *           little-endian int32 token ids); may be NULL when @n_bytes is 0
+ * @n_bytes: length of @tokens in bytes
+ * @out:     the key
+ *
+ * The key is SHA-256, truncated to 128 bits, so nobody can craft a prompt
+ * whose key collides with another's, and the same inputs give the same key
+ * in every process and language.  The exact byte layout hashed, and how the
+ * 32-byte digest maps to lo and hi, is given where the function is defined
+ * and in docs/PREFIX.md.
+ *
+ * Returns KVP_OK, or KVP_EINVAL (@out NULL, or @tokens NULL with @n_bytes
+ * nonzero), KVP_ENOMEM if the hash library could not allocate.
+ * Thread-safe; needs no pool.
+ */
+int kvp_prefix_hash(const kvp_hash *parent, uint64_t salt, const void *tokens, size_t n_bytes,
+                    kvp_hash *out);
+
+/**
+ * kvp_prefix_match - take holds on the published blocks of a key sequence
+ * @pool:      a pool with prefix_cache on
+ * @stream:    the stream to look in (KVP_KV without separate_kv)
+ * @format:    only blocks of this format match
+ * @keys:      the keys, in sequence order
+ * @n_keys:    how many keys
+ * @owner:     takes a hold on each block found; registered as kvp_allocate
+ *             would
+ * @refs:      out: the matched blocks' current refs, in order
+ * @refs_cap:  capacity of @refs; below @n_keys it is KVP_ERANGE with
+ *             *@n_matched = @n_keys and nothing done
+ * @n_matched: out: how many keys matched (a prefix of @keys)
+ *
+ * Looks the keys up in order and stops at the first key not found.  A block
+ * the owner already holds is returned again without a second hold.  A
+ * matched block is full (n_used == block_size), also when it was cached.
+ * The matched blocks follow the owner's earlier blocks in kvp_blocks_for.
+ * No match is KVP_OK with *@n_matched = 0.
+ *
+ * Returns KVP_OK, KVP_EINVAL (prefix cache off, NULL pointers, bad stream
+ * or format), KVP_ERANGE, KVP_ENOMEM.  Thread-safe: a match and an eviction
+ * racing for the same cached block settle on the block's state word; the
+ * match either gets the block with its published contents or does not see
+ * it, never a block that is being handed out for other contents.
+ */
+int kvp_prefix_match(kvp_pool *pool, kvp_stream stream, kvp_format format, const kvp_hash *keys,
+                     size_t n_keys, kvp_owner owner, kvp_ref *refs, size_t refs_cap,
+                     size_t *n_matched);
+
+/**
+ * kvp_prefix_publish - make a full block findable under @key
+ * @pool: a pool with prefix_cache on
+ * @ref:  a current ref of a block in use, full and not yet published
+ * @key:  its content key (kvp_prefix_hash)
+ *
+ * Returns KVP_OK; KVP_ENOENT (stale or never created ref); KVP_EINVAL
+ * (prefix cache off, block not in use, not full, or already published);
+ * KVP_EEXIST (another block of the same stream is published under @key: this
+ * block stays unpublished); KVP_ENOMEM.  Thread-safe.
+ */
+int kvp_prefix_publish(kvp_pool *pool, kvp_ref ref, kvp_hash key);
+
+/**
+ * kvp_free_owned - drop @owner's hold on each block of @refs
+ * @pool:  a pool with prefix_cache on
+ * @owner: whose holds to drop
+ * @refs:  the blocks
+ * @n:     how many
+ *
+ * A block whose last hold goes is freed (cached if published).  Refs that are
+ * stale, free or not held by @owner are skipped and counted as stale frees.
+ * An id never created is KVP_ENOENT, and then nothing in the call is freed.
+ * Published blocks let go of in one call become cached last ref first.
+ * The owner is released once it holds nothing and was not registered.
+ *
+ * Returns KVP_OK, KVP_EINVAL (prefix cache off, NULL pool, NULL @refs with
+ * @n > 0), KVP_ENOENT.  Thread-safe.
+ */
+int kvp_free_owned(kvp_pool *pool, kvp_owner owner, const kvp_ref *refs, size_t n);
+
+/**
+ * kvp_prefix_reset - forget every key
+ * @pool: a pool with prefix_cache on
+ *
+ * Evicts every cached block and unpublishes held ones (they stay held, and
+ * are ordinary free blocks once released).  Returns the number of keys
+ * dropped; 0 when @pool is NULL or has the prefix cache off.  Thread-safe.
+ */
+size_t kvp_prefix_reset(kvp_pool *pool);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVPOOL_PREFIX_H */
