@@ -190,13 +190,14 @@ static uint64_t ld(_Atomic uint64_t *a)
 static void fill_metrics(void *arg, mtext *t)
 {
 	app *a = arg;
-	kvp_stats s;
 	kvp_bufcache_stats bs;
-	if (kvp_pool_stats(a->pool, &s) == KVP_OK)
-		mtext_pool(t, &s);
+	mtext_pool_live(t, a->pool);
 	if (kvp_bufcache_get_stats(a->cache, &bs) == KVP_OK)
 		mtext_bufcache(t, &bs);
 	rp_live *l = &a->live;
+	mtext_promhist(t, "kvpool_block_pool_allocate_duration_seconds",
+	               "Duration of the kvp_allocate calls the replay timed (--latency-every).",
+	               &l->alloc_lat);
 	mtext_metric(t, "kvpool_replay_requests_completed_total", "counter",
 	             "Requests the replay has completed.", (double)ld(&l->done));
 	mtext_metric(t, "kvpool_replay_requests_rejected_total", "counter",

@@ -47,6 +47,7 @@ typedef struct run {
 	_Atomic uint64_t ops_budget; /* left of --ops (UINT64_MAX: none) */
 	_Atomic uint64_t phase, threads_done;
 	uint64_t deadline;
+	promhist alloc_lat; /* kvp_allocate durations, timed only with --metrics-port */
 } run;
 
 typedef struct worker {
@@ -208,9 +209,9 @@ static void *worker_main(void *arg)
 static void fill_metrics(void *arg, mtext *t)
 {
 	run *r = arg;
-	kvp_stats s;
-	if (kvp_pool_stats(r->pool, &s) == KVP_OK)
-		mtext_pool(t, &s);
+	mtext_pool_live(t, r->pool);
+	mtext_promhist(t, "kvpool_block_pool_allocate_duration_seconds",
+	               "Duration of the stress harness's kvp_allocate calls.", &r->alloc_lat);
 	mtext_metric(t, "kvpool_stress_operations_total", "counter",
 	             "Pool operations the stress harness has run.", (double)ops_now(r));
 	mtext_metric(t, "kvpool_stress_phase", "gauge", "Current phase of fresh threads.",
@@ -313,6 +314,8 @@ int main(int argc, char **argv)
 	uint64_t max_ids = 512 * o->max_blocks;
 	r->w.max_ids = (uint32_t)(max_ids > (1u << 22) ? (1u << 22) : max_ids);
 	r->w.max_blocks = (uint32_t)o->max_blocks;
+	if (o->metrics_port >= 0)
+		r->w.alloc_lat = &r->alloc_lat;
 	atomic_init(&r->ops_budget, o->ops ? o->ops : UINT64_MAX);
 
 	mhttp *srv = NULL;
