@@ -136,7 +136,7 @@ static void dump_text(struct textbuf *t, kvp_pool *p, const kvp_stats *s,
 	tb_printf(t, "), peak %llu\n  blocks free      ",
 	          (unsigned long long)s->peak_blocks_in_use);
 	for (size_t i = 0; i < ns; i++)
-		tb_printf(t, "%s%s %zu", i ? "," : " ", f[i].name, f[i].free);
+		tb_printf(t, "%s%s %zu", i ? ", " : " ", f[i].name, f[i].free);
 	tb_printf(t, "\n  usage ratio       %.3f (in use / managed)\n", ratio(in_use, s->n_blocks));
 	tb_printf(t, "  fragmentation     %.3f (in use and not full / managed)\n",
 	          kvp_stats_fragmentation(s));
