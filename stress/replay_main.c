@@ -7,6 +7,7 @@
  * Exit status: 0 all checks passed, 1 a check failed or a call failed,
  * 2 bad usage or unreadable input.
  */
+#include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -75,7 +76,10 @@ static void usage(FILE *f)
 	        "  --json FILE         write the results as JSON\n"
 	        "  --metrics-port P    serve /metrics on 127.0.0.1:P while running (0: any port)\n"
 	        "  --linger S          keep serving /metrics S seconds after the run\n"
-	        "  --no-progress       no live progress line (it is shown only on a terminal)\n",
+	        "  --no-progress       no live progress line (it is shown only on a terminal)\n"
+	        "  -h, --help          this text\n"
+	        "  -V, --version       the kvpool version\n"
+	        "Options take their value as --opt VALUE or --opt=VALUE.\n",
 	        wl_names());
 }
 
@@ -101,24 +105,63 @@ static int parse_args(int argc, char **argv, opts *o)
 	            .step_ms = 20};
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	o->threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (uint64_t)cpus;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+	static const struct option longopts[] = {
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {"storage", no_argument, NULL, 0},
+	    {"no-naive", no_argument, NULL, 0},
+	    {"no-progress", no_argument, NULL, 0},
+	    {"trace", required_argument, NULL, 0},
+	    {"json", required_argument, NULL, 0},
+	    {"workload", required_argument, NULL, 0},
+	    {"format", required_argument, NULL, 0},
+	    {"on-error", required_argument, NULL, 0},
+	    {"speed", required_argument, NULL, 0},
+	    {"step-ms", required_argument, NULL, 0},
+	    {"rate", required_argument, NULL, 0},
+	    {"metrics-port", required_argument, NULL, 0},
+	    {"limit", required_argument, NULL, 0},
+	    {"requests", required_argument, NULL, 0},
+	    {"seed", required_argument, NULL, 0},
+	    {"threads", required_argument, NULL, 0},
+	    {"batch", required_argument, NULL, 0},
+	    {"blocks", required_argument, NULL, 0},
+	    {"block-size", required_argument, NULL, 0},
+	    {"head-dim", required_argument, NULL, 0},
+	    {"latency-every", required_argument, NULL, 0},
+	    {"linger", required_argument, NULL, 0},
+	    {NULL, 0, NULL, 0},
+	};
+	int c, idx = 0;
+	opterr = 0; /* one line of our own below */
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":hV", longopts, &idx)) != -1) {
+		char a[32];
+		const char *v = optarg;
 		uint64_t u;
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+		if (c == 'h') {
 			usage(stdout);
 			exit(0);
-		} else if (strcmp(a, "--storage") == 0) {
+		} else if (c == 'V') {
+			printf("kvpool_replay (kvpool) %s\n", kvp_version());
+			exit(0);
+		} else if (c == ':') {
+			fprintf(stderr, "kvpool_replay: option %s needs a value (see --help)\n",
+			        argv[optind - 1]);
+			return -1;
+		} else if (c != 0) {
+			fprintf(stderr, "kvpool_replay: unknown option '%s' (see --help)\n",
+			        argv[optind - 1]);
+			return -1;
+		}
+		snprintf(a, sizeof a, "--%s", longopts[idx].name);
+		if (strcmp(a, "--storage") == 0) {
 			o->storage = true;
 		} else if (strcmp(a, "--no-naive") == 0) {
 			o->naive = false;
 		} else if (strcmp(a, "--no-progress") == 0) {
 			o->progress = false;
-		} else if (v == NULL) {
-			fprintf(stderr, "kvpool_replay: unknown option or missing value: %s\n", a);
-			return -1;
 		} else {
-			i++;
 			if (strcmp(a, "--trace") == 0) {
 				o->trace_path = v;
 			} else if (strcmp(a, "--json") == 0) {
@@ -177,6 +220,11 @@ static int parse_args(int argc, char **argv, opts *o)
 				*nums[k].dst = u;
 			}
 		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kvpool_replay: unexpected argument '%s' (see --help)\n",
+		        argv[optind]);
+		return -1;
 	}
 	return 0;
 }
@@ -543,10 +591,8 @@ int main(int argc, char **argv)
 {
 	app A;
 	memset(&A, 0, sizeof A);
-	if (parse_args(argc, argv, &A.o) != 0) {
-		usage(stderr);
-		return 2;
-	}
+	if (parse_args(argc, argv, &A.o) != 0)
+		return 2; /* parse_args printed one line saying why */
 	opts *o = &A.o;
 	trace t;
 	char source[1024];

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# tests/cli_test.sh - every program's command line (getopt_long):
+#   --version  exits 0 and prints "(kvpool) X.Y.Z";
+#   --help     exits 0, prints the usage with defaults on stdout;
+#   an unknown option exits 2 with exactly one line on stderr, nothing on stdout;
+#   a missing value exits 2 with one line;
+#   --opt=value works as --opt value (a short replay and stress run).
+#
+#   cli_test.sh VERSION PROGRAM...
+set -uo pipefail
+version=$1
+shift
+tmp=${TEST_TMPDIR:-$(mktemp -d)}
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+for p in "$@"; do
+	name=$(basename "$p")
+	out=$("$p" --version 2>&1)
+	rc=$?
+	[ $rc -eq 0 ] || fail "$name --version exited $rc"
+	grep -qF "(kvpool) $version" <<<"$out" || fail "$name --version printed '$out'"
+
+	"$p" --help >"$tmp/help" 2>"$tmp/help.err"
+	rc=$?
+	[ $rc -eq 0 ] || fail "$name --help exited $rc"
+	grep -q '^usage: ' "$tmp/help" || fail "$name --help: no usage line on stdout"
+	grep -qi 'default' "$tmp/help" || fail "$name --help shows no defaults"
+	grep -q -- '--version' "$tmp/help" || fail "$name --help does not list --version"
+
+	"$p" --no-such-option >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	[ $rc -eq 2 ] || fail "$name --no-such-option exited $rc, not 2"
+	[ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "$name --no-such-option: $(wc -l <"$tmp/err") lines: $(cat "$tmp/err")"
+	grep -q -- "--no-such-option" "$tmp/err" || fail "$name: the error does not name the option"
+	[ ! -s "$tmp/out" ] || fail "$name --no-such-option wrote to stdout"
+	echo "ok $name: --version, --help, unknown option -> 2: $(cat "$tmp/err")"
+done
+
+for p in "$@"; do
+	case "$(basename "$p")" in
+	kvpool_replay)
+		"$p" --speed 2>"$tmp/err"
+		[ $? -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "replay --speed (no value): $(cat "$tmp/err")"
+		out=$("$p" --requests=200 --speed=0 --threads=1 --no-naive --no-progress 2>&1) ||
+			fail "replay with --opt=value: $out"
+		grep -q "0 failed" <<<"$out" || fail "replay with --opt=value: $out"
+		echo "ok kvpool_replay --requests=200 --speed=0 --threads=1"
+		;;
+	kvpool_stress)
+		out=$("$p" --seconds=0.5 --threads=2 --seed=7 --no-progress --no-faults 2>&1) ||
+			fail "stress with --opt=value: $out"
+		grep -q "seed 7" <<<"$out" || fail "stress did not take --seed=7: $out"
+		echo "ok kvpool_stress --seconds=0.5 --threads=2 --seed=7"
+		;;
+	esac
+done
+echo PASS
