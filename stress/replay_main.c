@@ -290,13 +290,17 @@ static void row(const char *label, const char *pool, const char *naive, const ch
 	printf("  %-34s %-22s %-22s %s\n", label, pool, naive ? naive : "", ratio ? ratio : "");
 }
 
-/* "how many times better kvpool is": @worse / @better (a cost of naive over kvpool's, or a rate of
- * kvpool over naive's) */
+/*
+ * "how many times better kvpool is": @worse / @better (a cost of naive over
+ * kvpool's, or a rate of kvpool over naive's).  Every ratio is shown, below
+ * 1x too (kvpool worse); "n/a" when either side is 0.
+ */
 static const char *ratio(double worse, double better, char *buf, size_t cap)
 {
 	if (worse <= 0 || better <= 0)
-		return "";
-	snprintf(buf, cap, "%.2fx", worse / better);
+		return "n/a";
+	double x = worse / better;
+	snprintf(buf, cap, x >= 0.1 ? "%.2fx" : "%.3fx", x);
 	return buf;
 }
 
@@ -324,7 +328,9 @@ static void print_table(const summary *S, const opts *o)
 	uint64_t ntok = n ? n->prompt_tokens + n->output_tokens : 0;
 	printf("\n");
 	row("", "kvpool", n ? "naive malloc/token" : "(naive: --no-naive)",
-	    n ? "kvpool advantage" : "");
+	    n ? "kvpool vs naive" : "");
+	if (n)
+		row("", "", "", "(>1x: kvpool better)");
 	snprintf(a, sizeof a, "%" PRIu64, p->requests_done);
 	snprintf(b, sizeof b, "%" PRIu64, n ? n->requests_done : 0);
 	row("requests completed", a, n ? b : NULL, NULL);
@@ -341,17 +347,22 @@ static void print_table(const summary *S, const opts *o)
 	row("tokens per second", human(per_s(ptok, p->wall_ns), a, sizeof a),
 	    n ? human(per_s(ntok, n->wall_ns), b, sizeof b) : NULL,
 	    n ? ratio(per_s(ptok, p->wall_ns), per_s(ntok, n->wall_ns), r, sizeof r) : NULL);
-	row("allocation calls", human((double)p->alloc_calls, a, sizeof a),
+	row("allocate calls", human((double)p->alloc_calls, a, sizeof a),
 	    n ? human((double)n->alloc_calls, b, sizeof b) : NULL,
 	    n ? ratio((double)n->alloc_calls, (double)p->alloc_calls, r, sizeof r) : NULL);
 	row("  (kvp_allocate | malloc)", "", NULL, NULL);
+	/* A kvp_allocate call hands out several blocks; a malloc makes one token row. */
+	row("blocks allocated", human((double)p->blocks_allocated, a, sizeof a),
+	    n ? human((double)n->alloc_calls, b, sizeof b) : NULL,
+	    n ? ratio((double)n->alloc_calls, (double)p->blocks_allocated, r, sizeof r) : NULL);
+	row("  (pool blocks | malloc'd rows)", "", NULL, NULL);
 	row("free calls (kvp_free_all | free)", human((double)p->free_calls, a, sizeof a),
 	    n ? human((double)n->free_calls, b, sizeof b) : NULL,
 	    n ? ratio((double)n->free_calls, (double)p->free_calls, r, sizeof r) : NULL);
 	double pcs = per_s(p->alloc_calls + p->free_calls, p->wall_ns);
 	double ncs = n ? per_s(n->alloc_calls + n->free_calls, n->wall_ns) : 0;
 	row("allocate+free calls per second", human(pcs, a, sizeof a),
-	    n ? human(ncs, b, sizeof b) : NULL, NULL);
+	    n ? human(ncs, b, sizeof b) : NULL, n ? ratio(pcs, ncs, r, sizeof r) : NULL);
 	row("kvp_block_set_used calls", human((double)p->set_used_calls, a, sizeof a),
 	    n ? "-" : NULL, NULL);
 	const double qs[] = {0.5, 0.99, 0.999};
@@ -362,7 +373,7 @@ static void print_table(const summary *S, const opts *o)
 		uint64_t nv = n ? hist_percentile(&n->alloc_lat, qs[i]) : 0;
 		snprintf(a, sizeof a, "%" PRIu64, pv);
 		snprintf(b, sizeof b, "%" PRIu64, nv);
-		row(ql[i], a, n ? b : NULL, NULL);
+		row(ql[i], a, n ? b : NULL, n ? ratio((double)nv, (double)pv, r, sizeof r) : NULL);
 	}
 	snprintf(a, sizeof a, "%" PRIu64 " of %" PRIu64, S->st.peak_blocks_in_use, o->blocks);
 	row("peak blocks in use (pool stats)", a, n ? "-" : NULL, NULL);
@@ -383,7 +394,8 @@ static void print_table(const summary *S, const opts *o)
 	snprintf(a, sizeof a, "%" PRIu64, p->waits);
 	if (n)
 		snprintf(b, sizeof b, "%" PRIu64, n->waits);
-	row("exhaustion waits (queue head)", a, n ? b : NULL, NULL);
+	row("exhaustion waits (queue head)", a, n ? b : NULL,
+	    n ? ratio((double)n->waits, (double)p->waits, r, sizeof r) : NULL);
 	snprintf(a, sizeof a, "%.2f / %.2f",
 	         p->waits ? (double)p->wait_ns_total / 1e6 / (double)p->waits : 0.0,
 	         (double)p->wait_ns_max / 1e6);
@@ -391,14 +403,18 @@ static void print_table(const summary *S, const opts *o)
 		snprintf(b, sizeof b, "%.2f / %.2f",
 		         n->waits ? (double)n->wait_ns_total / 1e6 / (double)n->waits : 0.0,
 		         (double)n->wait_ns_max / 1e6);
-	row("  wait ms mean / max", a, n ? b : NULL, NULL);
+	row("  wait ms mean / max", a, n ? b : NULL,
+	    n ? ratio((double)n->wait_ns_max, (double)p->wait_ns_max, r, sizeof r) : NULL);
 	snprintf(a, sizeof a, "%.2f / %.2f", (double)hist_percentile(&p->queue_delay, 0.5) / 1e6,
 	         (double)hist_percentile(&p->queue_delay, 0.99) / 1e6);
 	if (n)
 		snprintf(b, sizeof b, "%.2f / %.2f",
 		         (double)hist_percentile(&n->queue_delay, 0.5) / 1e6,
 		         (double)hist_percentile(&n->queue_delay, 0.99) / 1e6);
-	row("queue delay ms p50 / p99", a, n ? b : NULL, NULL);
+	row("queue delay ms p50 / p99", a, n ? b : NULL,
+	    n ? ratio((double)hist_percentile(&n->queue_delay, 0.99),
+	              (double)hist_percentile(&p->queue_delay, 0.99), r, sizeof r)
+	      : NULL);
 	char line[256];
 	printf("\n  pool: %s\n", kvp_stats_format(&S->st, line, sizeof line) > 0 ? line : "?");
 }

@@ -48,6 +48,17 @@ for p in "$@"; do
 			fail "replay with --opt=value: $out"
 		grep -q "0 failed" <<<"$out" || fail "replay with --opt=value: $out"
 		echo "ok kvpool_replay --requests=200 --speed=0 --threads=1"
+		# The table with the baseline: every comparable row carries a ratio, also
+		# below 1x; calls and blocks are separate rows.
+		out=$("$p" --requests=100 --speed=0 --threads=1 --no-progress 2>&1) || fail "replay: $out"
+		for label in "allocate calls" "blocks allocated" "free calls" "wall time" \
+			"allocate latency p50" "allocate latency p99 " "allocate latency p99.9" \
+			"allocate+free calls per second" "exhaustion waits" "queue delay"; do
+			line=$(grep -F "  $label" <<<"$out" | head -1)
+			[[ "$line" =~ [0-9]x$|n/a$ ]] || fail "replay row '$label' has no ratio: '$line'"
+		done
+		grep -q "allocation calls" <<<"$out" && fail "the replay still says 'allocation calls'"
+		echo "ok kvpool_replay: every comparable row has a ratio; calls and blocks apart"
 		;;
 	kvpool_stress)
 		out=$("$p" --seconds=0.5 --threads=2 --seed=7 --no-progress --no-faults 2>&1) ||
