@@ -172,15 +172,15 @@ uint64_t bc_fronts_drain(kvp_bufcache *c, struct bc_front *me, int buffers)
 	uint64_t moved = 0;
 	void *rejects = NULL;
 	int any = 0, busy_elsewhere = 0;
+	uintptr_t token = (uintptr_t)&rejects; /* unique among live drainers */
 
 	for (f = head; f; f = f->next) {
-		uint32_t exp = 0;
+		uintptr_t exp = 0;
 		if (!worth_claiming(f, buffers))
 			continue;
 		/* seq_cst: the claimer's store half of the Dekker pair (see the header). */
 		if (atomic_compare_exchange_strong_explicit(
-		        &f->claim, &exp, 1, memory_order_seq_cst, memory_order_relaxed)) {
-			f->drain_mark = 1;
+		        &f->claim, &exp, token, memory_order_seq_cst, memory_order_relaxed)) {
 			any = 1;
 		} else {
 			busy_elsewhere = 1;
@@ -190,14 +190,14 @@ uint64_t bc_fronts_drain(kvp_bufcache *c, struct bc_front *me, int buffers)
 		barrier_all();
 	for (f = head; f; f = f->next) {
 		unsigned spins = 0;
-		if (!f->drain_mark)
+		/* Relaxed: only our own CAS above stored our token. */
+		if (atomic_load_explicit(&f->claim, memory_order_relaxed) != token)
 			continue;
 		/* seq_cst: the claimer's load half; acquire part: the owner's last call's writes.
 		 */
 		while (atomic_load_explicit(&f->state, memory_order_seq_cst) != BC_FRONT_IDLE)
 			pause_a_little(&spins);
 		moved += empty_front(c, f, buffers, &rejects);
-		f->drain_mark = 0;
 		/* Release: the owner's next enter (acquire) sees the emptied front. */
 		atomic_store_explicit(&f->claim, 0, memory_order_release);
 	}

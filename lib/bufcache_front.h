@@ -21,8 +21,9 @@
  * Holding a front (state and claim words):
  *
  *   owner:    IDLE --enter: store BUSY, then load claim == 0--> BUSY --leave--> IDLE
- *   claimer:  CAS claim 0 -> 1, then (barrier) wait for state == IDLE; holds it
- *             until it stores claim = 0
+ *   claimer:  CAS claim 0 -> token, then (barrier) wait for state == IDLE; holds
+ *             it until it stores claim = 0 (token: an address of the claimer's
+ *             stack frame, so a claimer tells its own claims from others')
  *
  * Whoever holds a front (its owner between enter and leave, or a claimer
  * between its claim and its release) alone touches its classes, bitmap,
@@ -77,14 +78,13 @@ struct kvp_bufcache;
 
 struct bc_front {
 	_Alignas(64) _Atomic uint32_t state; /* owner: IDLE / BUSY */
-	_Atomic uint32_t claim;              /* 1 while a claimer holds the front */
+	_Atomic uintptr_t claim;             /* nonzero (the claimer's token) while claimed */
 	uint64_t l1;                         /* holder: bit g set when l2[g] != 0 */
 	uint64_t l2[BC_FRONT_GROUPS];        /* holder: bit c set when class c is non-empty */
 	uint64_t ready;                      /* holder: shared-tier groups known to exist */
 	_Atomic size_t reserve;              /* holder writes: budget reserved, not used */
 	_Atomic size_t bytes;                /* holder writes: capacity of buffers held */
 	_Atomic uint64_t nbufs;              /* holder writes: buffers held */
-	int drain_mark;                      /* claim holder only: claimed by this pass */
 	_Atomic int taken;                   /* 1 while a live thread owns the front */
 	struct bc_front *next;               /* immutable once on the cache's list */
 	_Alignas(64) _Atomic uint64_t ctr[BC_N_CTRS]; /* owner thread only writes */
