@@ -64,10 +64,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <kvpool/bufcache.h>
+
 #include "lib/bufcache_stats.h"
 #include "lib/tsan.h"
 
-#define BC_FRONT_UNITS  512 /* classes 0..511: capacities up to 128 KiB */
+#define BC_FRONT_UNITS 512 /* classes 0..511: capacities up to 128 KiB */
+_Static_assert(((size_t)BC_FRONT_UNITS << 8) == KVP_BUF_FRONT_MAX, "front range");
 #define BC_FRONT_GROUPS (BC_FRONT_UNITS / 64)
 #define BC_FRONT_DEPTH  32 /* buffers per class */
 
