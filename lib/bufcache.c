@@ -29,8 +29,9 @@
  *   (the shared one on a tie: it is older); when both are empty, every
  *   other front is claimed and emptied into the shared tier first, so a
  *   buffer in an idle thread's front never causes a false eviction-miss or
- *   a NULL from alloc.  A free that finds the budget full first takes back
- *   the other fronts' unused reservations.
+ *   a NULL from alloc.  A free that finds the budget full takes back the
+ *   other fronts' unused reservations once they cover what it lacks, and
+ *   evicts only while they do not.
  * - Nodes describing buffers in the shared tier live in a type-stable slab
  *   (bufcache_node.h), never inside the buffers.  Fronts link their buffers
  *   through the buffers' first word: only the holder reads those.  The slab
@@ -68,7 +69,7 @@ int kvp_bufcache_create(size_t max_cached_bytes, kvp_bufcache **out)
 	c->uid = atomic_fetch_add_explicit(&next_uid, 1, memory_order_relaxed);
 	c->front_max =
 	    max_cached_bytes / 8 < BC_FRONT_MAXCAP ? max_cached_bytes / 8 : BC_FRONT_MAXCAP;
-	c->batch = (max_cached_bytes / 64 < BC_BATCH_MAX ? max_cached_bytes / 64 : BC_BATCH_MAX) &
+	c->batch = (max_cached_bytes / 256 < BC_BATCH_MAX ? max_cached_bytes / 256 : BC_BATCH_MAX) &
 	           ~(size_t)(KVP_BUF_ALIGN - 1);
 	atomic_init(&c->fronts, NULL);
 	atomic_init(&c->cached, 0);
@@ -313,11 +314,17 @@ static int reserve(kvp_bufcache *c, struct bc_front *me, size_t cap)
 				break;
 			continue;
 		}
-		if (!reclaimed && bc_fronts_reserve_sum(c, me)) {
-			/* Other fronts' unused reservations are room: take them back first. */
+		if (!reclaimed && bc_fronts_reserve_sum(c, me) >= cur - (c->budget - cap)) {
+			/* Other fronts' unused reservations cover the shortfall: take them
+			 * back instead of evicting (once; a claim pass costs a membarrier). */
 			reclaimed = 1;
 			bc_fronts_drain(c, me, 0);
 		} else if (!evict_one(c, me)) {
+			/* Nothing left to evict, but emptying the other fronts may have
+			 * given their reservations back: room, if they were enough. */
+			cur = atomic_load_explicit(&c->cached, memory_order_relaxed);
+			if (cur <= c->budget - cap)
+				continue;
 			return 0;
 		}
 		cur = atomic_load_explicit(&c->cached, memory_order_relaxed);

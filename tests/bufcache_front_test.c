@@ -11,7 +11,9 @@
  *   of them (no false exhaustion), and the parked thread's front still
  *   works afterwards.
  * - Budget: a free that needs room evicts the parked thread's buffers
- *   (smallest first) instead of giving the freed buffer back to the system.
+ *   (smallest first) instead of giving the freed buffer back to the system;
+ *   when the parked front's unused reservation covers what the free lacks,
+ *   it is taken back and nothing is evicted.
  * - clear empties the parked thread's front; destroy while a thread is
  *   parked with a full front leaks nothing (LSan, asan config), and the
  *   thread then exits without touching the destroyed cache.
@@ -200,6 +202,34 @@ static void budget_reaches_parked_front(void)
 	r = kvp_bufcache_alloc(c, big, &y);
 	CHECK(r == q); /* cached, not given back to the system */
 	kvp_bufcache_free(c, r, y);
+	unpark(&t);
+	kvp_bufcache_destroy(c);
+}
+
+/* Another front's unused reservation covers a free's shortfall: taken back, nothing evicted. */
+static void reservation_taken_back_instead_of_evicting(void)
+{
+	const size_t budget = 256 * 1024; /* batch = budget / 256 = 1024 */
+	kvp_bufcache *c;
+	struct parked t;
+	kvp_bufcache_stats s;
+	size_t x;
+	void *q;
+
+	CHECK_EQ(kvp_bufcache_create(budget, &c), KVP_OK);
+	q = kvp_bufcache_alloc(c, 231424, &x);
+	CHECK(q != NULL);
+	CHECK_EQ(x, budget - 1280 - 512);
+	/* The parked front holds a 1280-byte buffer and 1024 bytes of unused reservation. */
+	park(&t, c, 1, (const size_t[]){1000}, 0);
+	CHECK_EQ(stats(c).cached_bytes, 1280);
+	/* 512 bytes short unless that reservation comes back. */
+	kvp_bufcache_free(c, q, x);
+	s = stats(c);
+	CHECK_EQ(s.evictions, 0);
+	CHECK_EQ(s.cached_buffers, 2);
+	CHECK_EQ(s.cached_bytes, 1280 + x);
+	CHECK_EQ(s.system_frees, 0);
 	unpark(&t);
 	kvp_bufcache_destroy(c);
 }
@@ -506,6 +536,7 @@ int main(void)
 	RUN(oom_reaches_parked_front);
 	RUN(oom_null_only_when_nothing_left);
 	RUN(budget_reaches_parked_front);
+	RUN(reservation_taken_back_instead_of_evicting);
 	RUN(clear_and_destroy_reach_parked_fronts);
 	RUN(thread_exit_gives_front_back);
 	RUN(hit_rule_with_two_threads);

@@ -53,12 +53,15 @@
  *   while another thread's front holds a fitting buffer.
  * - Budget: the bytes held by the cache (buffers in fronts and in the
  *   shared tier) never exceed max_cached_bytes, at any instant.  A front
- *   reserves budget in batches of max_cached_bytes / 64 (at most 1 MiB,
+ *   reserves budget in batches of max_cached_bytes / 256 (at most 1 MiB,
  *   rounded down to 256) and keeps at most two batches reserved but unused,
  *   so that its frees and hits write no shared counter.  Those unused
- *   reservations (at most 2 * batch per thread) are the only slack: they
- *   are not cached bytes, and a free that finds the budget full takes them
- *   back from the other fronts before it evicts anything.
+ *   reservations (at most 2 * batch per thread, held until the thread's
+ *   next call, its exit, or a claim) are the only slack: they are not
+ *   cached bytes, but they are room other threads cannot use until taken
+ *   back.  A free that finds the budget full takes them back from the
+ *   other fronts as soon as they cover what it lacks, and evicts (smallest
+ *   first) only while they do not.
  *   kvp_bufcache_cached_bytes and peak_cached_bytes leave out the
  *   reservations; while threads run they may count a reservation being
  *   taken or given back as cached (never past the budget).
