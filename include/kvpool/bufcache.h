@@ -193,15 +193,17 @@ void kvp_bufcache_destroy(kvp_bufcache *c);
  * @actual:    set to the buffer's true capacity, or 0 on failure; must not be NULL
  *
  * A hit returns the smallest cached buffer with capacity >= @requested (the
- * least recently cached among equals).  A miss allocates
+ * least recently cached among equals; with several threads, the rule for
+ * fronts above).  A miss allocates
  * kvp_bufcache_round(@requested) bytes from the system, evicting cached
  * buffers smallest-first and retrying while the system allocator fails.
  * The contents of the buffer are undefined.
  *
  * Returns the buffer, or NULL (with *@actual = 0) when @c or @actual is
  * NULL, when @requested > KVP_BUF_MAX_REQUEST, or when the system allocator
- * failed with nothing left to evict.  Thread-safe; a hit of up to 64 MiB is
- * lock-free and allocates nothing.
+ * failed with nothing left to evict (every front included).  Thread-safe; a
+ * hit from the caller's front is wait-free, a hit of up to 64 MiB from the
+ * shared tier lock-free, and neither allocates.
  */
 void *kvp_bufcache_alloc(kvp_bufcache *c, size_t requested, size_t *actual);
 
@@ -221,7 +223,8 @@ void *kvp_bufcache_alloc(kvp_bufcache *c, size_t requested, size_t *actual);
  * the buffer out with a wrong capacity.  The cheap checks are made (an
  * @actual that is 0 or not a multiple of 256, a misaligned @ptr): such a
  * buffer is given to the system allocator's free instead of being cached.
- * Thread-safe; lock-free and allocation-free for capacities up to 64 MiB.
+ * Thread-safe; wait-free into the caller's front, lock-free into the shared
+ * tier for capacities up to 64 MiB, and allocation-free.
  */
 void kvp_bufcache_free(kvp_bufcache *c, void *ptr, size_t actual);
 
@@ -229,8 +232,9 @@ void kvp_bufcache_free(kvp_bufcache *c, void *ptr, size_t actual);
  * kvp_bufcache_clear - give every cached buffer back to the system
  * @c: the cache (NULL is a no-op)
  *
- * Gives back at most as many buffers as the cache held when the call
- * started, so it returns even while other threads keep freeing: buffers
+ * Claims every thread's front and moves its buffers to the shared tier,
+ * then gives back at most as many buffers as that tier then holds, so it
+ * returns even while other threads keep freeing: buffers
  * freed by other threads while clear runs may stay cached (and stand in
  * for ones a concurrent hit took).  A clear with no concurrent free leaves
  * nothing cached.  Cleared buffers count as system frees, not as evictions.
@@ -242,7 +246,8 @@ void kvp_bufcache_clear(kvp_bufcache *c);
  * kvp_bufcache_cached_bytes - bytes currently held (or being put in) by the cache
  * @c: the cache (NULL gives 0)
  *
- * Never exceeds max_cached_bytes.  Thread-safe, wait-free.
+ * Leaves out the fronts' unused reservations; never exceeds
+ * max_cached_bytes.  Thread-safe, wait-free, O(threads that used @c).
  */
 size_t kvp_bufcache_cached_bytes(kvp_bufcache *c);
 
@@ -273,8 +278,8 @@ typedef struct kvp_bufcache_stats {
  * flight.
  *
  * Returns KVP_OK, or KVP_EINVAL when @c or @out is NULL.  Thread-safe,
- * wait-free: sums per-shard stripes and the counts of the size classes in
- * use (64 per 4 KiB group that a miss ever created).
+ * wait-free: sums per-shard stripes, every front's counters, and the counts
+ * of the size classes in use (64 per 4 KiB group that a miss ever created).
  */
 int kvp_bufcache_get_stats(kvp_bufcache *c, kvp_bufcache_stats *out);
 
