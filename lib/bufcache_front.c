@@ -193,8 +193,7 @@ uint64_t bc_fronts_drain(kvp_bufcache *c, struct bc_front *me, int buffers)
 		/* Relaxed: only our own CAS above stored our token. */
 		if (atomic_load_explicit(&f->claim, memory_order_relaxed) != token)
 			continue;
-		/* seq_cst: the claimer's load half; acquire part: the owner's last call's writes.
-		 */
+		/* seq_cst: the claimer's load half; acquire: the owner's last writes. */
 		while (atomic_load_explicit(&f->state, memory_order_seq_cst) != BC_FRONT_IDLE)
 			pause_a_little(&spins);
 		moved += empty_front(c, f, buffers, &rejects);
