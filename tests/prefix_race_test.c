@@ -84,8 +84,9 @@ static kvp_pool *pool;
 /* The ledger: written by a block's allocator before it publishes, read by holders. */
 static uint64_t content[MAXIDS];
 static _Atomic uint64_t violations;
-/* Odd while a kvp_prefix_reset runs (it unpublishes held blocks). */
-static _Atomic uint64_t resets;
+/* kvp_prefix_reset calls started and done (a reset unpublishes held blocks;
+ * several threads may reset at once). */
+static _Atomic uint64_t resets_started, resets_done;
 
 static kvp_hash key_of(int stream, int seq, int j)
 {
@@ -138,7 +139,7 @@ static void *worker_main(void *arg)
 		for (int j = 0; j < len; j++)
 			keys[j] = key_of(stream, seq, j);
 		size_t m, n;
-		uint64_t r0 = atomic_load(&resets);
+		uint64_t d0 = atomic_load(&resets_done), s0 = atomic_load(&resets_started);
 		CHECK_EQ(kvp_prefix_match(pool, st, KVP_FP16, keys, (size_t)len, owner, refs,
 		                          SEQLEN, &m),
 		         KVP_OK);
@@ -152,7 +153,7 @@ static void *worker_main(void *arg)
 			if (kvp_block_get(pool, refs[i], &bi) != KVP_OK || bi.n_used != BS)
 				violation("matched block not full", id);
 			/* A reset meanwhile unpublishes held blocks. */
-			if (!bi.published && r0 % 2 == 0 && atomic_load(&resets) == r0)
+			if (!bi.published && s0 == d0 && atomic_load(&resets_started) == s0)
 				violation("matched block not published", id);
 		}
 		if ((size_t)len > m) {
@@ -202,9 +203,9 @@ static void *worker_main(void *arg)
 		if (kvp_blocks_for(pool, owner, got, SEQLEN, &n) != KVP_ENOENT)
 			violation("owner still active after letting go", 0);
 		if (tu_rand(&w->rng) % 1000 == 0) {
-			atomic_fetch_add(&resets, 1);
+			atomic_fetch_add(&resets_started, 1);
 			kvp_prefix_reset(pool);
-			atomic_fetch_add(&resets, 1);
+			atomic_fetch_add(&resets_done, 1);
 		}
 	}
 	return NULL;
@@ -341,9 +342,9 @@ int main(void)
 	const char *e = getenv("KVP_RACE_SEED");
 	seed0 = e ? strtoull(e, NULL, 0) : 20261201u;
 	printf("seed %llu\n", (unsigned long long)seed0);
-	test_ledger(2000);
+	test_ledger(5000);
 	printf("ok test_ledger\n");
-	test_eviction_order(20);
+	test_eviction_order(50);
 	printf("ok test_eviction_order\n");
 	return 0;
 }
