@@ -220,30 +220,3 @@ void kvp_oshard_remove(struct kvp_owners *o, struct kvp_oshard *sh, struct kvp_r
 	atomic_store_explicit(&r->bias, 0, memory_order_relaxed);
 	record_put(o, rc, r);
 }
-
-void kvp_orec_append(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
-{
-	struct kvp_block *b = kvp_bt_block(bt, id);
-	b->own_prev = r->tail;
-	b->own_next = KVP_NO_ID;
-	if (r->tail == KVP_NO_ID)
-		r->head = id;
-	else
-		kvp_bt_block(bt, r->tail)->own_next = id;
-	r->tail = id;
-	r->count++;
-}
-
-void kvp_orec_unlink(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
-{
-	struct kvp_block *b = kvp_bt_block(bt, id);
-	if (b->own_prev == KVP_NO_ID)
-		r->head = b->own_next;
-	else
-		kvp_bt_block(bt, b->own_prev)->own_next = b->own_next;
-	if (b->own_next == KVP_NO_ID)
-		r->tail = b->own_prev;
-	else
-		kvp_bt_block(bt, b->own_next)->own_prev = b->own_prev;
-	r->count--;
-}

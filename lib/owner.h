@@ -158,9 +158,39 @@ void kvp_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc);
 void kvp_rec_cache_free(struct kvp_rec_cache *rc);
 
 /** kvp_orec_append - link block @id at the tail of @r's list */
-void kvp_orec_append(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id);
+static inline void kvp_orec_append(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
+{
+	struct kvp_block *b = kvp_bt_block(bt, id);
+	b->own_prev = r->tail;
+	b->own_next = KVP_NO_ID;
+	if (r->tail == KVP_NO_ID)
+		r->head = id;
+	else
+		kvp_bt_block(bt, r->tail)->own_next = id;
+	r->tail = id;
+	r->count++;
+}
 
 /** kvp_orec_unlink - take block @id (on @r's list) off it */
-void kvp_orec_unlink(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id);
+static inline void kvp_orec_unlink(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
+{
+	struct kvp_block *b = kvp_bt_block(bt, id);
+	if (b->own_prev == KVP_NO_ID)
+		r->head = b->own_next;
+	else
+		kvp_bt_block(bt, b->own_prev)->own_next = b->own_next;
+	if (b->own_next == KVP_NO_ID)
+		r->tail = b->own_prev;
+	else
+		kvp_bt_block(bt, b->own_next)->own_prev = b->own_prev;
+	r->count--;
+}
+
+/** kvp_ocache_index - slot of @key in a thread's owner cache of 2^@bits entries
+ * (one multiply: the cache needs spread, not the shard hash's mixing) */
+static inline uint32_t kvp_ocache_index(kvp_owner key, unsigned bits)
+{
+	return (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> (64 - bits));
+}
 
 #endif /* KVPOOL_LIB_OWNER_H */

@@ -125,7 +125,7 @@ void kvp_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r
 	}
 }
 
-void kvp_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r, uint64_t h)
+void kvp_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r)
 {
 	if (kvp_tslot_is_fallback(p, s))
 		return;
@@ -139,7 +139,7 @@ void kvp_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r,
 	} else if (t != (uintptr_t)s) {
 		return;
 	}
-	struct kvp_ocache_ent *e = &s->ocache[h & (KVP_OCACHE_N - 1)];
+	struct kvp_ocache_ent *e = kvp_ocache_ent_of(s, r->key);
 	e->key = r->key;
 	e->rec = r;
 	e->epoch = r->epoch;
@@ -225,7 +225,7 @@ static int allocate_locked(struct kvp_pool *p, struct kvp_tslot *s, int si, uint
 		return fail_call(p, s, rc);
 	}
 	uint64_t reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
-	kvp_bias_adopt(p, s, r, h);
+	kvp_bias_adopt(p, s, r);
 	pthread_mutex_unlock(&sh->lock);
 	return alloc_done(p, s, nb, n_tokens, reused, n_refs);
 }
@@ -253,17 +253,33 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 	}
 
 	struct kvp_tslot *s = kvp_tslot_get(p);
-	uint64_t h = kvp_owner_hash(owner);
 	/* The caller's refs array doubles as scratch for the ids: no allocation. */
-	struct kvp_orec *r = kvp_tslot_is_fallback(p, s) ? NULL : kvp_bias_enter(p, s, owner, h);
+	struct kvp_orec *r = kvp_tslot_is_fallback(p, s) ? NULL : kvp_bias_enter(p, s, owner);
 	if (!r)
-		return allocate_locked(p, s, si, n_tokens, nb, owner, h, format, refs, n_refs);
+		return allocate_locked(p, s, si, n_tokens, nb, owner, kvp_owner_hash(owner), format,
+		                       refs, n_refs);
 	/* Inside an owner op on our own record: no lock.  A revoker waits for
 	 * us; the block path below takes no shard lock (lib/pool_internal.h). */
-	int rc = kvp_get_blocks(p, s, si, (uint32_t *)refs, nb);
+	int rc = KVP_OK;
 	uint64_t reused = 0;
-	if (rc == KVP_OK)
-		reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
+	if (nb == 1) {
+		/* The common case, kept short: one block from the magazine. */
+		uint32_t id;
+		bool re;
+		if (!kvp_get_one_fast(p, s, si, &id))
+			rc = kvp_get_blocks(p, s, si, &id, 1);
+		if (rc == KVP_OK) {
+			uint32_t gen =
+			    stamp_block(kvp_bt_block(&p->bt, id), n_tokens, 0, owner, format, &re);
+			kvp_orec_append(r, &p->bt, id);
+			refs[0] = KVP_MAKE_REF(id, gen);
+			reused = re;
+		}
+	} else {
+		rc = kvp_get_blocks(p, s, si, (uint32_t *)refs, nb);
+		if (rc == KVP_OK)
+			reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
+	}
 	kvp_bias_leave(s);
 	if (rc != KVP_OK)
 		return fail_call(p, s, rc);
@@ -281,9 +297,11 @@ int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *
 		return kvp_pfx_alloc_block(p, si, format, out);
 	struct kvp_tslot *s = kvp_tslot_get(p);
 	uint32_t id;
-	int rc = kvp_get_blocks(p, s, si, &id, 1);
-	if (rc != KVP_OK)
-		return fail_call(p, s, rc);
+	if (!kvp_get_one_fast(p, s, si, &id)) {
+		int rc = kvp_get_blocks(p, s, si, &id, 1);
+		if (rc != KVP_OK)
+			return fail_call(p, s, rc);
+	}
 	bool re;
 	uint32_t gen =
 	    stamp_block(kvp_bt_block(&p->bt, id), p->block_size, KVP_ST_RAW, 0, format, &re);
@@ -390,8 +408,8 @@ static uint64_t free_biased(struct kvp_pool *p, struct kvp_orec *r, struct kvp_b
 }
 
 /* Free the block of one ref; returns the state it had, or 0 if stale. */
-static uint64_t free_ref(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_oshard **held,
-                         uint32_t id, uint32_t gen)
+static inline uint64_t free_ref(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_oshard **held,
+                                uint32_t id, uint32_t gen)
 {
 	struct kvp_block *b = kvp_bt_block(&p->bt, id);
 	/* acquire: pairs with stamp_block's release. */
@@ -402,13 +420,13 @@ static uint64_t free_ref(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_osh
 		return clear_in_use(b, st, gen);
 	/* relaxed: validated by the generation check under the owner's exclusion. */
 	kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
-	uint64_t h = kvp_owner_hash(owner);
-	struct kvp_orec *r = kvp_tslot_is_fallback(p, s) ? NULL : kvp_bias_enter(p, s, owner, h);
+	struct kvp_orec *r = kvp_tslot_is_fallback(p, s) ? NULL : kvp_bias_enter(p, s, owner);
 	if (r) {
 		bool empty = false;
 		st = free_biased(p, r, b, id, gen, &empty);
 		kvp_bias_leave(s);
 		if (empty) {
+			uint64_t h = kvp_owner_hash(owner);
 			/* Dropping a record changes the shard's table: lock. */
 			struct kvp_oshard *sh = kvp_owners_shard_h(&p->owners, h);
 			hold_shard(held, sh);
@@ -418,9 +436,38 @@ static uint64_t free_ref(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_osh
 		}
 		return st;
 	}
+	uint64_t h = kvp_owner_hash(owner);
 	struct kvp_oshard *sh = kvp_owners_shard_h(&p->owners, h);
 	hold_shard(held, sh);
 	return free_owned(p, s, sh, b, id, gen, owner, h);
+}
+
+/* kvp_free of one ref, without the batch accumulator. */
+static int free_single(struct kvp_pool *p, kvp_ref ref)
+{
+	uint32_t id = KVP_REF_ID(ref);
+	if (id >= kvp_pool_n_ids(p))
+		return KVP_ENOENT;
+	struct kvp_tslot *s = kvp_tslot_get(p);
+	struct kvp_oshard *held = NULL;
+	uint64_t st = free_ref(p, s, &held, id, KVP_REF_GEN(ref));
+	if (held)
+		pthread_mutex_unlock(&held->lock);
+	if (!st) {
+		kvp_ctr_add(s, KVP_C_STALE, 1);
+		end_call(p, s, false);
+		return KVP_OK;
+	}
+	int si = stream_of_state(p, st);
+	/* Counted before the block can be taken again (see acc_flush). */
+	kvp_ctr_add(s, KVP_C_FREES, 1);
+	kvp_account_in_use(p, s, -1);
+	if (!kvp_put_one_fast(p, s, si, id))
+		kvp_put_blocks(p, s, si, &id, 1);
+	if (kvp_st_used(st) < p->block_size)
+		kvp_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - 1);
+	end_call(p, s, true);
+	return KVP_OK;
 }
 
 int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
@@ -429,6 +476,8 @@ int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
 		return KVP_EINVAL;
 	if (n == 0)
 		return KVP_OK;
+	if (n == 1)
+		return free_single(p, refs[0]);
 	uint32_t n_ids = kvp_pool_n_ids(p);
 	for (size_t i = 0; i < n; i++)
 		if (KVP_REF_ID(refs[i]) >= n_ids)
@@ -464,7 +513,9 @@ int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
 
 int kvp_free_block(kvp_pool *p, kvp_ref ref)
 {
-	return kvp_free(p, &ref, 1);
+	if (!p)
+		return KVP_EINVAL;
+	return free_single(p, ref);
 }
 
 int kvp_free_all(kvp_pool *p, kvp_owner owner)

@@ -38,10 +38,7 @@ static void mag_set_count(struct kvp_mag *m, uint32_t n)
 	atomic_store_explicit(&m->count, n, memory_order_relaxed);
 }
 
-static bool use_magazine(struct kvp_pool *p, struct kvp_tslot *s)
-{
-	return p->thread_cache != 0 && !kvp_tslot_is_fallback(p, s);
-}
+#define use_magazine kvp_use_magazine
 
 /* Flush the whole magazine (held by the caller) to the global stack. */
 static void mag_flush_all(struct kvp_pool *p, int si, struct kvp_mag *m)

@@ -197,9 +197,15 @@ static inline void kvp_mag_leave(struct kvp_mag *m)
 	atomic_store_explicit(&m->in_call, 0, memory_order_release);
 }
 
+/** kvp_ocache_ent_of - @owner's entry in @s's owner cache */
+static inline struct kvp_ocache_ent *kvp_ocache_ent_of(struct kvp_tslot *s, kvp_owner owner)
+{
+	_Static_assert((KVP_OCACHE_N & (KVP_OCACHE_N - 1)) == 0, "power of two");
+	return &s->ocache[kvp_ocache_index(owner, __builtin_ctz(KVP_OCACHE_N))];
+}
+
 /*
  * kvp_bias_enter - enter @owner's record as the thread it is biased to
- * @h: kvp_owner_hash(@owner)
  *
  * Looks the owner up in the slot's owner cache; if the cached record is
  * still biased to this slot and still @owner's (key and epoch), the thread
@@ -208,9 +214,9 @@ static inline void kvp_mag_leave(struct kvp_mag *m)
  * path).  Never for the fallback slot.
  */
 static inline struct kvp_orec *kvp_bias_enter(struct kvp_pool *p, struct kvp_tslot *s,
-                                              kvp_owner owner, uint64_t h)
+                                              kvp_owner owner)
 {
-	struct kvp_ocache_ent *e = &s->ocache[h & (KVP_OCACHE_N - 1)];
+	struct kvp_ocache_ent *e = kvp_ocache_ent_of(s, owner);
 	struct kvp_orec *r = e->rec;
 	if (!r || e->key != owner)
 		return NULL;
@@ -250,7 +256,59 @@ void kvp_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r
  * to slot @s and cache it there, unless @s is the fallback slot or @r was
  * revoked too often to be worth it.
  */
-void kvp_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r, uint64_t h);
+void kvp_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r);
+
+/** kvp_use_magazine - whether slot @s caches free blocks */
+static inline bool kvp_use_magazine(const struct kvp_pool *p, const struct kvp_tslot *s)
+{
+	return p->thread_cache != 0 && !kvp_tslot_is_fallback(p, s);
+}
+
+/*
+ * kvp_get_one_fast - take one block of stream @si from the thread's own
+ * magazine into *@id; false when it is empty or the stream is starving
+ * (then kvp_get_blocks does the rest).
+ */
+static inline bool kvp_get_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id)
+{
+	if (!kvp_use_magazine(p, s))
+		return false;
+	struct kvp_mag *m = &s->mag[si];
+	if (!kvp_mag_enter(p, m, si))
+		return false;
+	/* relaxed: we hold the magazine (see lib/tslot.h). */
+	uint32_t cnt = atomic_load_explicit(&m->count, memory_order_relaxed);
+	bool hit = cnt != 0;
+	if (hit) {
+		*id = m->ids[cnt - 1];
+		atomic_store_explicit(&m->count, cnt - 1, memory_order_relaxed);
+	}
+	kvp_mag_leave(m);
+	return hit;
+}
+
+/*
+ * kvp_put_one_fast - give block @id of stream @si to the thread's own
+ * magazine; false when it is full or the stream is starving (then
+ * kvp_put_blocks does the rest).
+ */
+static inline bool kvp_put_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t id)
+{
+	if (!kvp_use_magazine(p, s))
+		return false;
+	struct kvp_mag *m = &s->mag[si];
+	if (!kvp_mag_enter(p, m, si))
+		return false;
+	/* relaxed: we hold the magazine. */
+	uint32_t cnt = atomic_load_explicit(&m->count, memory_order_relaxed);
+	bool room = cnt < p->thread_cache;
+	if (room) {
+		m->ids[cnt] = id;
+		atomic_store_explicit(&m->count, cnt + 1, memory_order_relaxed);
+	}
+	kvp_mag_leave(m);
+	return room;
+}
 
 /* lib/pool_blocks.c: the block path. */
 int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t k);

@@ -27,7 +27,7 @@ int kvp_register_owner(kvp_pool *p, kvp_owner owner)
 		rc = KVP_ENOMEM;
 	} else {
 		r->registered = true;
-		kvp_bias_adopt(p, s, r, h); /* biased to its registering thread */
+		kvp_bias_adopt(p, s, r); /* biased to its registering thread */
 	}
 	pthread_mutex_unlock(&sh->lock);
 	kvp_tslot_put(p, s);
