@@ -183,8 +183,9 @@ static uint64_t hand_out(struct kvp_pool *p, struct kvp_orec *r, kvp_ref *refs, 
 	return reused;
 }
 
-static int alloc_done(struct kvp_pool *p, struct kvp_tslot *s, uint32_t nb, uint32_t n_tokens,
-                      uint64_t reused, size_t *n_refs)
+static inline __attribute__((always_inline)) int alloc_done(struct kvp_pool *p, struct kvp_tslot *s,
+                                                            uint32_t nb, uint32_t n_tokens,
+                                                            uint64_t reused, size_t *n_refs)
 {
 	kvp_ctr_add(s, KVP_C_ALLOCS, nb);
 	kvp_ctr_add(s, KVP_C_REUSED, reused);
@@ -408,8 +409,10 @@ static uint64_t free_biased(struct kvp_pool *p, struct kvp_orec *r, struct kvp_b
 }
 
 /* Free the block of one ref; returns the state it had, or 0 if stale. */
-static inline uint64_t free_ref(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_oshard **held,
-                                uint32_t id, uint32_t gen)
+static inline __attribute__((always_inline)) uint64_t free_ref(struct kvp_pool *p,
+                                                               struct kvp_tslot *s,
+                                                               struct kvp_oshard **held,
+                                                               uint32_t id, uint32_t gen)
 {
 	struct kvp_block *b = kvp_bt_block(&p->bt, id);
 	/* acquire: pairs with stamp_block's release. */
@@ -446,7 +449,8 @@ static inline uint64_t free_ref(struct kvp_pool *p, struct kvp_tslot *s, struct 
 static int free_single(struct kvp_pool *p, kvp_ref ref)
 {
 	uint32_t id = KVP_REF_ID(ref);
-	if (id >= kvp_pool_n_ids(p))
+	/* acquire: ids below n_ids are fully made (see kvp_pool_n_ids). */
+	if (id >= atomic_load_explicit(&p->n_ids, memory_order_acquire))
 		return KVP_ENOENT;
 	struct kvp_tslot *s = kvp_tslot_get(p);
 	struct kvp_oshard *held = NULL;
