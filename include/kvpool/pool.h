@@ -407,7 +407,7 @@ uint32_t kvp_pool_n_ids(const kvp_pool *pool);
 uint32_t kvp_pool_n_retired_ids(const kvp_pool *pool);
 
 /**
- * kvp_retire_fn - called once for each retired block, after a grace period
+ * kvp_retire_fn - called once for each retired block, once it is retired
  * @arg: the argument given to kvp_pool_add_retire_hook
  * @id:  the retired block's id
  */
