@@ -480,7 +480,7 @@ int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
 		return KVP_EINVAL;
 	if (n == 0)
 		return KVP_OK;
-	if (n == 1)
+	if (n == 1 && !p->prefix)
 		return free_single(p, refs[0]);
 	uint32_t n_ids = kvp_pool_n_ids(p);
 	for (size_t i = 0; i < n; i++)
@@ -519,6 +519,8 @@ int kvp_free_block(kvp_pool *p, kvp_ref ref)
 {
 	if (!p)
 		return KVP_EINVAL;
+	if (p->prefix)
+		return kvp_free(p, &ref, 1);
 	return free_single(p, ref);
 }
 

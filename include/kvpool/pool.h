@@ -79,9 +79,12 @@
  * KVPOOL_FORCE_FALLBACK=1 at pool creation, both sides use seq_cst atomics
  * instead (same guarantees, a few ns more per call).
  *
- * kvpool uses no RCU library on any of these paths (nothing it could fail
- * to start), so every function may be called anywhere, including inside an
- * application's own liburcu read-side section.
+ * Without prefix_cache, kvpool uses no RCU library on any of these paths
+ * (nothing it could fail to start), so every function may be called
+ * anywhere, including inside an application's own liburcu read-side
+ * section.  A pool made with prefix_cache keeps its key index in liburcu
+ * (kvpool/prefix.h); there kvp_shrink refuses (KVP_EINVAL) inside a
+ * liburcu-bp read-side section, whose grace period it would wait for.
 
  * Ordering: a successful kvp_free or kvp_free_all happens-before the
  * kvp_allocate that hands the same block out again (release push, acquire
@@ -315,8 +318,9 @@ int kvp_release_owner(kvp_pool *pool, kvp_owner owner);
  * Concurrent allocations may leave more than @target_free blocks free,
  * never fewer because of the shrink.
  *
- * Returns KVP_OK (also when nothing needed retiring), KVP_EINVAL (NULL pool
- * or bad stream).  Thread-safe; takes the pool's grow mutex, and issues a
+ * Returns KVP_OK (also when nothing needed retiring), KVP_EINVAL (NULL pool,
+ * bad stream, or, for a pool made with prefix_cache, called inside a
+ * liburcu-bp read-side section).  Thread-safe; takes the pool's grow mutex, and issues a
  * membarrier() to drain the stream's thread caches.
  */
 int kvp_shrink(kvp_pool *pool, kvp_stream stream, uint32_t target_free, uint32_t *n_retired);
