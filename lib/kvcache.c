@@ -99,6 +99,39 @@ static uint32_t blocks_for(uint64_t tokens, uint32_t bs)
 	return (uint32_t)((tokens + bs - 1) / bs);
 }
 
+/*
+ * Check that the kvcache still holds every block of @L: each ref current
+ * (generation), in use, by this kvcache's owner, in its format.  A block
+ * freed behind the kvcache's back (kvp_free_all of its owner, kvp_free of
+ * its refs) may since have been handed to another request or retired, its
+ * buffer released: the cached row addresses must then not be read.  One
+ * lock-free kvp_block_get per block, against attend's len * row_dim work.
+ * The check cannot stop a block being freed by another thread while the
+ * caller reads it (the table at the top of kvcache.h rules that out).
+ */
+static bool block_ours(const kvp_kvcache *c, kvp_ref ref)
+{
+	kvp_block_info info;
+
+	return kvp_block_get(c->pool, ref, &info) == KVP_OK && info.in_use &&
+	       info.owner == c->cfg.owner && info.format == c->cfg.format;
+}
+
+static int layer_check_block(const kvp_kvcache *c, const struct layer *L, uint32_t b)
+{
+	return block_ours(c, L->kref[b]) && block_ours(c, L->vref[b]) ? KVP_OK : KVP_ENOENT;
+}
+
+static int layer_check(const kvp_kvcache *c, const struct layer *L)
+{
+	uint32_t b;
+
+	for (b = 0; b < L->n_blocks; b++)
+		if (layer_check_block(c, L, b) != KVP_OK)
+			return KVP_ENOENT;
+	return KVP_OK;
+}
+
 int kvp_kvcache_reserve(kvp_kvcache *c, uint32_t n_tokens)
 {
 	uint32_t want, i;
@@ -243,6 +276,9 @@ int kvp_kvcache_append(kvp_kvcache *c, uint32_t layer, const float *k, const flo
 	if (n_tokens > UINT32_MAX - L->len)
 		return KVP_ERANGE;
 	nb0 = L->n_blocks;
+	/* a layer that lost a block is not added to (see layer_check) */
+	if (layer_check(c, L) != KVP_OK)
+		return KVP_ENOENT;
 	room = (uint32_t)((uint64_t)nb0 * bs - L->len);
 	if (room && L->len)
 		old_used = L->len - (nb0 - 1) * bs;
@@ -316,6 +352,8 @@ int kvp_kvcache_gather(const kvp_kvcache *c, uint32_t layer, float *k_out, float
 {
 	if (!c || layer >= c->cfg.n_layers || (!k_out && !v_out))
 		return KVP_EINVAL;
+	if (layer_check(c, &c->layers[layer]) != KVP_OK)
+		return KVP_ENOENT;
 	if (k_out)
 		gather_stream(c, &c->layers[layer], c->layers[layer].kdata, k_out);
 	if (v_out)
@@ -369,6 +407,8 @@ int kvp_kvcache_attend(const kvp_kvcache *c, uint32_t layer, const float *q, uin
 	L = &c->layers[layer];
 	if (L->len == 0)
 		return KVP_EINVAL;
+	if (layer_check(c, L) != KVP_OK)
+		return KVP_ENOENT;
 	src.k_blocks = L->kdata;
 	src.v_blocks = L->vdata;
 	src.block_rows = c->block_size;

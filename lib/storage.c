@@ -64,6 +64,13 @@ struct sbuf {
 	kvp_format format;
 	uint32_t row_bytes;
 	size_t capacity; /* bytes of the allocation, header included */
+	/* Written-rows mark: (key << 32) | rows.  Rows [0, rows) hold what the
+	 * block's holder wrote, or zeros, since the hand-out named by key
+	 * (mark_key); every other row is stale and reads as zeros.  Changed
+	 * only under the slot lock; relaxed: the slot lock's acquire/release
+	 * (and, for the holder's own reads, program order) orders it with the
+	 * rows it describes. */
+	_Atomic uint64_t mark;
 };
 _Static_assert(sizeof(struct sbuf) <= KVP_STORAGE_HEADER_BYTES, "header fits");
 
@@ -146,6 +153,51 @@ static inline uint8_t *buf_rows(struct sbuf *b)
 	return (uint8_t *)b + KVP_STORAGE_HEADER_BYTES;
 }
 
+/* --- written-rows mark ------------------------------------------------------ */
+
+/*
+ * mark_key - which hand-out of the block a mark belongs to
+ *
+ * The mark is reset whenever the block is handed out by kvp_allocate (or
+ * kvp_alloc_block): its generation changes then, so the generation is the
+ * key.  Hook for blocks whose rows outlive a hand-out (a published,
+ * cached block revived by a prefix match keeps the rows the match
+ * shares): such a hand-out must keep the key, e.g. by returning here a
+ * counter that the pool bumps only at fresh allocations, or by treating
+ * a published block's rows as all written.  No such block exists yet.
+ */
+static inline uint32_t mark_key(kvp_ref ref, const kvp_block_info *info)
+{
+	(void)info;
+	return KVP_REF_GEN(ref);
+}
+
+/* Rows of @b valid for hand-out @key: written or zeroed since, the rest stale. */
+static inline uint32_t mark_rows(const struct sbuf *b, uint32_t key)
+{
+	uint64_t m = atomic_load_explicit(&((struct sbuf *)b)->mark, memory_order_relaxed);
+
+	return (uint32_t)(m >> 32) == key ? (uint32_t)m : 0;
+}
+
+static inline void mark_set(struct sbuf *b, uint32_t key, uint32_t rows)
+{
+	atomic_store_explicit(&b->mark, ((uint64_t)key << 32) | rows, memory_order_relaxed);
+}
+
+/* Under the slot lock: zero the stale rows [valid, to) of @b and mark
+ * [0, to) valid for @key.  O(rows zeroed): only rows never written since
+ * the hand-out, each at most once per hand-out. */
+static void mark_fill(struct sbuf *b, uint32_t key, uint32_t to)
+{
+	uint32_t valid = mark_rows(b, key);
+
+	if (to <= valid)
+		return;
+	memset(buf_rows(b) + (size_t)valid * b->row_bytes, 0, (size_t)(to - valid) * b->row_bytes);
+	mark_set(b, key, to);
+}
+
 /* --- buffers ------------------------------------------------------------- */
 
 static struct sbuf *buf_new(kvp_storage *s, kvp_format f)
@@ -163,6 +215,8 @@ static struct sbuf *buf_new(kvp_storage *s, kvp_format f)
 	b->format = f;
 	b->row_bytes = rb;
 	b->capacity = cap;
+	/* no valid row: the rows hold whatever the memory held */
+	atomic_init(&b->mark, 0);
 	atomic_fetch_add_explicit(&s->resident, cap, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->n_buffers, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->made, 1, memory_order_relaxed);
@@ -295,6 +349,11 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
 		return rc;
 	}
 	dst = fresh ? fresh : cur;
+	/* rows below @offset not written since the hand-out become zeros, and
+	 * every row up to @end is valid afterwards */
+	mark_fill(dst, mark_key(ref, &info), offset);
+	if (mark_rows(dst, mark_key(ref, &info)) < end)
+		mark_set(dst, mark_key(ref, &info), end);
 	kvp_codec_encode(info.format, buf_rows(dst) + (size_t)offset * dst->row_bytes, rows, n_rows,
 	                 s->row_dim);
 	if (fresh && cur)
@@ -345,6 +404,33 @@ static int read_lookup(kvp_storage *s, kvp_ref ref, struct kvp_hazard_rec *rec,
 	return KVP_OK;
 }
 
+/*
+ * Make rows [0, @n) of @b read as zeros where they were not written since
+ * the hand-out of @ref: the slow path of a read that finds n_used above the
+ * written-rows mark (n_used raised by kvp_block_set_used past the rows
+ * written).  Zeroes under the slot lock after validating @ref again, so a
+ * reader whose ref went stale never writes to a buffer that a later holder
+ * uses.  Returns KVP_OK or KVP_ENOENT (the block changed hands).
+ */
+static int read_fill(kvp_storage *s, kvp_ref ref, struct sbuf *b, uint32_t n)
+{
+	_Atomic uintptr_t *slot = slot_of(s, KVP_REF_ID(ref), false);
+	kvp_block_info info;
+	uintptr_t cur;
+	int rc;
+
+	if (!slot)
+		return KVP_ENOENT;
+	cur = slot_lock(slot);
+	rc = kvp_block_get(s->pool, ref, &info);
+	if (rc == KVP_OK && (!info.in_use || (struct sbuf *)cur != b))
+		rc = KVP_ENOENT;
+	if (rc == KVP_OK)
+		mark_fill(b, mark_key(ref, &info), n);
+	slot_unlock(slot, cur);
+	return rc;
+}
+
 int kvp_storage_read(kvp_storage *s, kvp_ref ref, const void **data, uint32_t *n_rows)
 {
 	struct kvp_hazard_rec *rec;
@@ -359,6 +445,12 @@ int kvp_storage_read(kvp_storage *s, kvp_ref ref, const void **data, uint32_t *n
 	rc = read_lookup(s, ref, rec, &info, &b);
 	if (rc != KVP_OK)
 		return rc;
+	if (b && mark_rows(b, mark_key(ref, &info)) < info.n_used)
+		rc = read_fill(s, ref, b, info.n_used);
+	if (rc != KVP_OK) {
+		kvp_hazard_clear(rec);
+		return rc;
+	}
 	*data = b ? buf_rows(b) : NULL;
 	*n_rows = b ? info.n_used : 0;
 	kvp_hazard_clear(rec);
@@ -386,7 +478,13 @@ int kvp_storage_read_f32(kvp_storage *s, kvp_ref ref, float *rows, uint32_t cap_
 		*n_rows = n;
 		rc = KVP_ERANGE;
 	} else if (n) {
-		kvp_codec_decode(info.format, rows, buf_rows(b), n, s->row_dim);
+		/* rows not written since the hand-out read as zeros */
+		uint32_t valid = mark_rows(b, mark_key(ref, &info));
+		if (valid > n)
+			valid = n;
+		kvp_codec_decode(info.format, rows, buf_rows(b), valid, s->row_dim);
+		memset(rows + (size_t)valid * s->row_dim, 0,
+		       (size_t)(n - valid) * s->row_dim * sizeof(float));
 		/* the block may have been freed (and handed out) while we copied */
 		if (kvp_block_get(s->pool, ref, &again) != KVP_OK || !again.in_use)
 			rc = KVP_ENOENT;

@@ -22,7 +22,12 @@
  * the owner stays registered until destroy, except for a moment in
  * release.  The kvcache assumes nobody else frees or writes its blocks:
  * kvp_free_all(owner) or kvp_free of its refs by another party, or
- * kvp_allocate for the same owner, breaks it.  release and destroy call
+ * kvp_allocate for the same owner, breaks it.  It never reads a block it
+ * lost that way: attend and gather check every block of the layer (its
+ * generation, owner and format) before reading, and append likewise
+ * before writing, and return KVP_ENOENT (release or destroy the kvcache then).
+ * Freeing its blocks from another thread while attend or gather runs is
+ * outside that check (and the table below).  release and destroy call
  * kvp_free_all(owner): every block of every layer goes back in one pool
  * call.  release then registers the owner again; if another party
  * registered it in that moment (or holds it when a later release tries),
@@ -117,8 +122,9 @@ void kvp_kvcache_destroy(kvp_kvcache *c);
  * Returns KVP_OK; KVP_EINVAL (bad args; inf/NaN in an int8/int4 cache);
  * KVP_ERANGE (the layer would pass 2^32 - 1 tokens); KVP_EOWNER (the
  * kvcache lost its owner's registration in kvp_kvcache_release, see the
- * top of this file; nothing changed); KVP_EEXHAUSTED and KVP_ENOMEM as
- * kvp_allocate and kvp_storage_write return them.
+ * top of this file; nothing changed); KVP_ENOENT (one of the layer's
+ * blocks was freed behind the kvcache's back; nothing changed); KVP_EEXHAUSTED
+ * and KVP_ENOMEM as kvp_allocate and kvp_storage_write return them.
  */
 int kvp_kvcache_append(kvp_kvcache *c, uint32_t layer, const float *k, const float *v,
                        uint32_t n_tokens);
@@ -134,7 +140,9 @@ uint32_t kvp_kvcache_len(const kvp_kvcache *c, uint32_t layer);
  * @v_out: likewise V; NULL to skip
  *
  * fp32 rows come out bit for bit; other formats decoded.
- * Returns KVP_OK or KVP_EINVAL (NULL @c, bad layer, both outputs NULL).
+ * Returns KVP_OK; KVP_EINVAL (NULL @c, bad layer, both outputs NULL);
+ * KVP_ENOENT (the kvcache lost one of the layer's blocks: freed behind its
+ * back, see the top of this file; nothing read, nothing written).
  */
 int kvp_kvcache_gather(const kvp_kvcache *c, uint32_t layer, float *k_out, float *v_out);
 
@@ -167,8 +175,9 @@ int kvp_kvcache_trim(kvp_kvcache *c, uint32_t n_tokens);
  * every other token weighs 0; tokens scoring -inf weigh 0 (when every
  * token of a head scores -inf, that head's output is NaN).
  *
- * Returns KVP_OK or KVP_EINVAL (NULL args, bad layer, empty layer, n_heads 0
- * or not a multiple of n_kv_heads).
+ * Returns KVP_OK; KVP_EINVAL (NULL args, bad layer, empty layer, n_heads 0
+ * or not a multiple of n_kv_heads); KVP_ENOENT (the kvcache lost one of
+ * the layer's blocks, as for gather; @out untouched).
  */
 int kvp_kvcache_attend(const kvp_kvcache *c, uint32_t layer, const float *q, uint32_t n_heads,
                        float scale, float *out);

@@ -37,9 +37,16 @@
  * concurrent with another write or an n_used change on the same block (the
  * caller's to serialize, see below) may leave either value.  Reads return
  * the block's n_used rows.  Rows below n_used that were not written since
- * the block was handed out hold whatever the buffer held (a previous
- * owner's rows): storage never clears a buffer.  A block in use that was
- * never written has no buffer, and reads return 0 rows.
+ * kvp_allocate (or kvp_alloc_block) last handed the block out read as
+ * zeros: never a previous owner's rows, nor the bytes a new buffer came
+ * with.  Storage keeps a written-rows mark per buffer (the hand-out it
+ * belongs to and how many leading rows are valid) instead of clearing
+ * buffers: a write that leaves a gap zeroes the gap's rows, and a read
+ * that finds n_used above the mark (n_used raised by kvp_block_set_used
+ * without writes) zeroes the rows between, once per hand-out, under the
+ * block's slot lock (read_f32 returns zeros without touching the buffer).
+ * A block in use that was never written has no buffer, and reads return
+ * 0 rows.
  *
  * Synchronization:
  *
@@ -50,7 +57,9 @@
  *   kvp_storage_write              everything; see below         the block's slot lock;
  *                                                                when the format changed,
  *                                                                readers of the old buffer
- *   kvp_storage_read / read_f32    everything; see below         never (lock-free)
+ *   kvp_storage_read / read_f32    everything; see below         never (lock-free), except
+ *                                                                a read zeroing unwritten
+ *                                                                rows: the slot lock
  *   kvp_storage_release            everything                    the block's slot lock;
  *                                                                readers of its buffer
  *   kvp_storage_resident_bytes,    everything                    never (wait-free)
@@ -168,7 +177,8 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
  *
  * Returns KVP_OK; KVP_EINVAL (NULL args); KVP_ENOENT (stale ref, block not
  * in use); KVP_ENOMEM (the thread's first read could not get a hazard
- * record).  Thread-safe, lock-free.
+ * record).  Thread-safe, lock-free except for zeroing rows not written
+ * since the hand-out below n_used (see the top of this file).
  */
 int kvp_storage_read(kvp_storage *s, kvp_ref ref, const void **data, uint32_t *n_rows);
 
