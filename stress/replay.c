@@ -552,6 +552,15 @@ static void reject(rp_engine *e, size_t i, uint64_t need, uint64_t *n_rejected)
 	atomic_store_explicit(&e->rejected_pub, *n_rejected, memory_order_relaxed);
 }
 
+/* @ns / @speed as wall nanoseconds, saturating at 2^62 (146 years): no
+ * float-to-integer overflow and no overflow when added to a clock reading. */
+static uint64_t wall_ns(double ns, double speed)
+{
+	double w = ns / speed;
+
+	return w >= 0x1p62 || w != w ? (uint64_t)1 << 62 : w <= 0 ? 0 : (uint64_t)w;
+}
+
 static void schedule(rp_engine *e, rp_result *res)
 {
 	const rp_config *c = e->c;
@@ -563,7 +572,7 @@ static void schedule(rp_engine *e, rp_result *res)
 		const trace_request *r = &c->req[next];
 		uint64_t due = e->t0;
 		if (c->speed > 0)
-			due += (uint64_t)((double)r->arrival_ns / c->speed);
+			due += wall_ns((double)r->arrival_ns, c->speed);
 		uint64_t now = su_now_ns();
 		if (now < due) {
 			pthread_mutex_unlock(&e->mu);
@@ -673,7 +682,8 @@ int rp_run(const rp_config *c, rp_result *res, rp_live *live)
 {
 	memset(res, 0, sizeof *res);
 	if (c->threads == 0 || c->batch == 0 || c->block_size == 0 || c->row_dim == 0 ||
-	    c->latency_every == 0 || (c->kind == RP_POOL && c->pool == NULL)) {
+	    c->latency_every == 0 || (c->kind == RP_POOL && c->pool == NULL) ||
+	    !(c->speed >= 0 && c->speed <= 1e6) || !(c->step_ms >= 0 && c->step_ms <= 3600e3)) {
 		snprintf(res->first_error, sizeof res->first_error, "bad replay configuration");
 		return -1;
 	}
@@ -713,7 +723,7 @@ int rp_run(const rp_config *c, rp_result *res, rp_live *live)
 	e.usable = probe ? malloc_usable_size(probe) : e.row_bytes;
 	free(probe);
 	if (c->speed > 0 && c->step_ms > 0)
-		e.step_ns = (uint64_t)(c->step_ms * 1e6 / c->speed);
+		e.step_ns = wall_ns(c->step_ms * 1e6, c->speed);
 	hist_init(&res->alloc_lat);
 	hist_init(&res->queue_delay);
 	if (live != NULL)

@@ -7,6 +7,7 @@
  * Exit status: 0 all checks passed, 1 a check failed or a call failed,
  * 2 bad usage or unreadable input.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -178,13 +179,16 @@ static int parse_args(int argc, char **argv, opts *o)
 					return bad_value(a, v);
 				o->skip_bad = strcmp(v, "skip") == 0;
 			} else if (strcmp(a, "--speed") == 0) {
-				if (!su_parse_double(v, &o->speed))
+				/* 0, or 1e-6 .. 1e6: trace time scaled by it fits in 64 bits */
+				if (!su_parse_double(v, &o->speed) || !(o->speed == 0 ||
+				    (o->speed >= 1e-6 && o->speed <= 1e6)))
 					return bad_value(a, v);
 			} else if (strcmp(a, "--step-ms") == 0) {
-				if (!su_parse_double(v, &o->step_ms))
+				if (!su_parse_double(v, &o->step_ms) || !(o->step_ms >= 0 &&
+				    o->step_ms <= 3600e3))
 					return bad_value(a, v);
 			} else if (strcmp(a, "--rate") == 0) {
-				if (!su_parse_double(v, &o->rate) || o->rate <= 0)
+				if (!su_parse_double(v, &o->rate) || !(o->rate > 0 && o->rate <= 1e9))
 					return bad_value(a, v);
 			} else if (strcmp(a, "--metrics-port") == 0) {
 				if (!su_parse_u64(v, &u) || u > 65535)
@@ -522,12 +526,29 @@ static void json_result(FILE *f, const char *name, const rp_result *r, bool last
 	    r->unexpected_exhausted, r->errors, last ? "" : ",");
 }
 
+/* Fail before the run, with the reason, when --json cannot be written
+ * (the file is created empty here and written at the end). */
+static int json_writable(const char *json_path)
+{
+	char *path = su_resolve_path(json_path);
+	FILE *f = path ? fopen(path, "w") : NULL;
+	if (f == NULL) {
+		fprintf(stderr, "kvpool_replay: --json %s: cannot write: %s\n", json_path,
+		        path ? strerror(errno) : "out of memory");
+		free(path);
+		return -1;
+	}
+	fclose(f);
+	free(path);
+	return 0;
+}
+
 static int write_json(const char *path, const app *A, const summary *S, const char *source,
                       const checks *k)
 {
 	FILE *f = fopen(path, "w");
 	if (f == NULL) {
-		fprintf(stderr, "kvpool_replay: cannot write %s\n", path);
+		fprintf(stderr, "kvpool_replay: cannot write %s: %s\n", path, strerror(errno));
 		return -1;
 	}
 	const opts *o = &A->o;
@@ -577,14 +598,18 @@ static int load_requests(const opts *o, trace *t, char *source, size_t cap)
 		                 .skip_bad = o->skip_bad,
 		                 .max_rows = o->limit,
 		                 .log = stderr};
-		if (path == NULL || trace_load(path, &to, t, err, sizeof err) != 0) {
+		/* "-" is the standard input */
+		bool std_in = strcmp(o->trace_path, "-") == 0;
+		if (path == NULL ||
+		    (std_in ? trace_load_stream(stdin, "stdin", &to, t, err, sizeof err)
+		            : trace_load(path, &to, t, err, sizeof err)) != 0) {
 			fprintf(stderr, "kvpool_replay: %s\n", path ? err : "out of memory");
 			free(path);
 			trace_free(t);
 			return -1;
 		}
 		snprintf(source, cap, "%s trace %s (%zu requests%s)", trace_format_name(t->format),
-		         path, t->n, t->n_skipped ? ", malformed rows skipped" : "");
+		         std_in ? "stdin" : path, t->n, t->n_skipped ? ", malformed rows skipped" : "");
 		if (t->n_skipped)
 			fprintf(stderr, "kvpool_replay: %zu malformed rows skipped\n",
 			        t->n_skipped);
@@ -612,6 +637,8 @@ int main(int argc, char **argv)
 	opts *o = &A.o;
 	trace t;
 	char source[1024];
+	if (o->json_path != NULL && json_writable(o->json_path) != 0)
+		return 2;
 	if (load_requests(o, &t, source, sizeof source) != 0)
 		return 2;
 

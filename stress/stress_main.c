@@ -9,6 +9,7 @@
  * Exit status: 0 no violation, 1 a violation (the first is printed, with
  * the seed to replay the run), 2 bad usage.  See docs/STRESS.md.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -310,6 +311,18 @@ int main(int argc, char **argv)
 	if (parse_args(argc, argv, &r->o) != 0)
 		return 2; /* parse_args printed one line saying why */
 	opts *o = &r->o;
+	if (o->json_path != NULL) { /* fail now, with the reason, not after the run */
+		char *path = su_resolve_path(o->json_path);
+		FILE *jf = path ? fopen(path, "w") : NULL;
+		if (jf == NULL) {
+			fprintf(stderr, "kvpool_stress: --json %s: cannot write: %s\n",
+			        o->json_path, path ? strerror(errno) : "out of memory");
+			free(path);
+			return 2;
+		}
+		fclose(jf);
+		free(path);
+	}
 	if (!o->seed_given) {
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);

@@ -1,9 +1,12 @@
 /*
  * stress/trace.c - trace readers (see trace.h).
  *
- * Rationale: traces come from outside and are read line by line with
- * getline, so a line of any length, a NUL byte, a missing final newline or
- * a file cut in the middle of a row are all handled.  Each row parser is a
+ * Rationale: traces come from outside and are read line by line with a
+ * bounded reader (read_line), so a NUL byte, a missing final newline or a
+ * file cut in the middle of a row are all handled, a line longer than
+ * TRACE_MAX_LINE (a file that is no trace: /dev/zero, a binary) is an
+ * error rather than an allocation of all memory, and a read error (EIO,
+ * ENOMEM) is told from the end of the file.  Each row parser is a
  * strict, non-recursive-descent check of exactly the grammar of its format
  * (the JSON reader recurses only to skip values of keys it does not use,
  * with a depth limit), and every rejection names the field and shows the
@@ -664,9 +667,56 @@ static int finish(trace *t, int64_t *ts)
 		free(copy);
 		free(s);
 	}
+	/* in uint64: ts spans up to 1900..2200, more than int64 can subtract;
+	 * the difference itself (< 2^64) is exact modulo 2^64 */
 	for (size_t i = 0; i < t->n; i++)
-		t->req[i].arrival_ns = (uint64_t)(ts[i] - t0);
+		t->req[i].arrival_ns = (uint64_t)ts[i] - (uint64_t)t0;
 	return 0;
+}
+
+/*
+ * read_line - one line of @f into *@buf (NUL-terminated, '\n' kept), at most
+ * TRACE_MAX_LINE bytes.  Returns its length (>= 1), 0 at the end of the
+ * file, -1 on a read error or when memory ran out (errno says which), -2
+ * when the line is longer than TRACE_MAX_LINE.
+ */
+static ssize_t read_line(FILE *f, char **buf, size_t *cap)
+{
+	size_t n = 0;
+	int c;
+
+	errno = 0;
+	for (;;) {
+		c = getc(f);
+		if (c == EOF)
+			break;
+		if (n + 2 > *cap) {
+			size_t nc = *cap ? *cap * 2 : 256;
+			if (nc > TRACE_MAX_LINE + 2)
+				nc = TRACE_MAX_LINE + 2;
+			if (n + 2 > nc)
+				return -2;
+			char *nb = realloc(*buf, nc);
+			if (nb == NULL) {
+				errno = ENOMEM;
+				return -1;
+			}
+			*buf = nb;
+			*cap = nc;
+		}
+		(*buf)[n++] = (char)c;
+		if (c == '\n')
+			break;
+	}
+	if (c == EOF && ferror(f)) {
+		if (errno == 0)
+			errno = EIO;
+		return -1;
+	}
+	if (n == 0)
+		return 0;
+	(*buf)[n] = '\0';
+	return (ssize_t)n;
 }
 
 int trace_load_stream(FILE *f, const char *name, const trace_opts *opts, trace *out, char *err,
@@ -688,7 +738,7 @@ int trace_load_stream(FILE *f, const char *name, const trace_opts *opts, trace *
 	ssize_t len;
 
 	errno = 0;
-	while ((len = getline(&line, &linecap, f)) >= 0) {
+	while ((len = read_line(f, &line, &linecap)) > 0) {
 		lineno++;
 		out->n_lines = lineno;
 		if (len > 0 && line[len - 1] == '\n')
@@ -785,7 +835,12 @@ int trace_load_stream(FILE *f, const char *name, const trace_opts *opts, trace *
 				fprintf(o.log, "%s: further skipped rows are not shown\n", name);
 		}
 	}
-	if (ferror(f)) {
+	if (len == -2) {
+		say(err, errcap, "%s:%zu: line longer than %u bytes (not a trace file?)", name,
+		    lineno + 1, (unsigned)TRACE_MAX_LINE);
+		goto out;
+	}
+	if (len == -1) {
 		say(err, errcap, "%s: read error after line %zu: %s", name, lineno,
 		    strerror(errno ? errno : EIO));
 		goto out;

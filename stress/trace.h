@@ -14,7 +14,9 @@
  *
  * A malformed row gives one message "FILE:LINE: what was wrong"; with
  * skip_bad the row is dropped (and counted) and reading goes on, without it
- * reading stops at the first one.  A file with no valid request is an error.
+ * reading stops at the first one.  A file with no valid request is an error,
+ * and so are a read error (told from the end of the file, also when memory
+ * runs out) and a line longer than TRACE_MAX_LINE.
  * Arrival times are made relative to the earliest request and the requests
  * are sorted by arrival (stable), so a trace out of order still replays.
  *
@@ -29,6 +31,9 @@
 #include <stdio.h>
 
 typedef enum { TRACE_AUTO = 0, TRACE_AZURE, TRACE_MOONCAKE, TRACE_VIDUR } trace_format;
+
+/* Longest line accepted, in bytes (a longer one is an error: not a trace). */
+#define TRACE_MAX_LINE (1u << 20)
 
 /* Largest token count accepted in one field (prompt + output must fit in 32 bits). */
 #define TRACE_MAX_TOKENS 0x3fffffffu
