@@ -46,7 +46,9 @@ class PooledKVCache:
     append, if the dims are left out): an owner already active raises
     OwnerAlreadyActiveError.  The owner stays registered until the cache is
     closed.  Do not free the cache's blocks behind its back (``free_all``
-    of its owner): use ``release()``.
+    of its owner): use ``release()``.  If it happens anyway, ``append``,
+    ``gather`` and ``attend`` raise NotFoundError (the C cache checks its
+    blocks before it reads them) until ``release()``.
 
     Arrays: ``k``, ``v`` are (n_tokens, n_kv_heads, head_dim), or
     (n_kv_heads, head_dim) for one token; ``gather`` returns two
@@ -54,8 +56,9 @@ class PooledKVCache:
     (n_heads, head_dim) with n_heads a multiple of n_kv_heads and returns
     (n_heads, head_dim).  Everything is float32 (converted on the way in).
 
-    A cache is used by one thread at a time (many caches may share a pool
-    across threads).  ``close()`` (or garbage collection) releases its
+    Every call takes the cache's lock, so threads sharing one cache are
+    serialized (``gather`` sizes its arrays under the lock, from the length
+    the C call sees); many caches may share a pool across threads.  ``close()`` (or garbage collection) releases its
     blocks and frees it.
 
     The seed's form, ``PooledKVCache(inner, pool, owner=..., format=...)``
@@ -172,7 +175,7 @@ class PooledKVCache:
         n = ka.shape[0] if ka.ndim == 3 else 1
         if n == 0:
             return
-        with self._handle.use() as c:
+        with self._lock, self._handle.use() as c:
             rc = fn.kvp_kvcache_append(c, li, f32_ptr(ka), f32_ptr(va), n)
         check(rc, f"PooledKVCache.append(layer {li}, {n} tokens)")
 
@@ -181,7 +184,7 @@ class PooledKVCache:
         li = self._layer(layer)
         if self._handle is None:
             return 0
-        with self._handle.use() as c:
+        with self._lock, self._handle.use() as c:
             return fn.kvp_kvcache_len(c, li)
 
     def __len__(self) -> int:
@@ -192,7 +195,7 @@ class PooledKVCache:
         li = self._layer(layer)
         if self._handle is None:
             raise InvalidArgumentError("PooledKVCache.gather: nothing appended yet")
-        with self._handle.use() as c:
+        with self._lock, self._handle.use() as c:
             n = fn.kvp_kvcache_len(c, li)
             k = np.empty((self.n_kv_heads, n, self.head_dim), dtype=np.float32)
             v = np.empty_like(k)
@@ -210,7 +213,7 @@ class PooledKVCache:
         n_heads = qa.shape[0]
         s = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)
         out = np.empty_like(qa)
-        with self._handle.use() as c:
+        with self._lock, self._handle.use() as c:
             rc = fn.kvp_kvcache_attend(c, li, f32_ptr(qa), n_heads, s, f32_ptr(out))
         check(rc, f"PooledKVCache.attend(layer {li}, {n_heads} heads)")
         return out
@@ -221,7 +224,7 @@ class PooledKVCache:
         t = to_int(n, "n", 0, _lib.UINT32_MAX)
         if self._handle is None:
             return 0
-        with self._handle.use() as c:
+        with self._lock, self._handle.use() as c:
             before = fn.kvp_kvcache_len(c, 0)
             check(fn.kvp_kvcache_trim(c, t), "PooledKVCache.trim")
         return min(t, before)
@@ -230,14 +233,14 @@ class PooledKVCache:
         """K + V blocks held by every layer of this cache."""
         if self._handle is None:
             return 0
-        with self._handle.use() as c:
+        with self._lock, self._handle.use() as c:
             return fn.kvp_kvcache_blocks_held(c)
 
     def release(self) -> None:
         """Return every block of every layer to the pool (the cache stays usable)."""
         if self._handle is None:
             return
-        with self._handle.use() as c:
+        with self._lock, self._handle.use() as c:
             fn.kvp_kvcache_release(c)
 
     def layer(self, i: int) -> "PooledKVCacheLayer":

@@ -56,6 +56,8 @@ def owner_from_c(u: int) -> int:
 def format_to_c(format) -> int:
     if not isinstance(format, str):
         raise TypeError(f"format must be a str, not {type(format).__name__}")
+    if "\x00" in format:  # C would read only up to the NUL
+        raise InvalidArgumentError(f"format {format!r} contains a NUL character")
     out = ctypes.c_int()
     check(fn.kvp_format_parse(format.encode(), ctypes.byref(out)), f"format {format!r}")
     return out.value
@@ -383,7 +385,11 @@ class BlockPoolAllocator:
         but the last).  Repeated calls for an active owner extend it.
 
         Raises BlockPoolExhaustedError when too few blocks are free and growth
-        cannot cover the gap (nothing is handed out); ValueError for
+        cannot cover the gap (nothing is handed out; a request for more
+        blocks than the pool manages, or than its growth cap, never sizes an
+        array by ``n_tokens``: it is exhausted like any other, and refused
+        without asking the C library when that bound is above 2**20 blocks,
+        then not counted in ``stats.n_exhausted``); ValueError for
         n_tokens < 1, a stream not valid for the pool, an unknown format.
         """
         s = self._stream(stream)
@@ -391,6 +397,17 @@ class BlockPoolAllocator:
         o = owner_to_c(owner)
         f = format_to_c(format)
         cap = -(-n // self.config.block_size)
+        possible = self._blocks_possible()
+        if cap > possible:
+            # More blocks than the pool could ever hand out: no array sized by
+            # a client-controlled n_tokens.  Ask C for just one block more
+            # than possible, which is as sure to be exhausted and counted in
+            # the stats like the original request; beyond 2**20 blocks refuse
+            # here.
+            if possible >= 1 << 20:
+                check(_lib.KVP_EEXHAUSTED, "allocate")
+            cap = possible + 1
+            n = cap * self.config.block_size
         while True:
             refs = (ctypes.c_uint64 * cap)()
             got = ctypes.c_size_t()
@@ -402,6 +419,17 @@ class BlockPoolAllocator:
             check(rc, "allocate")
             name = STREAM_NAMES[s]
             return [Block._live(self, refs[i], name, format) for i in range(got.value)]
+
+    def _blocks_possible(self) -> int:
+        """Most blocks one allocate could get now: the blocks the pool
+        manages (all streams; the C side's figure), or its growth cap.  Never
+        below what a stream could give, so no false exhaustion."""
+        if self.config.grow_on_exhaustion:
+            return self.config.max_blocks or _lib.KVP_MAX_BLOCKS
+        s = _lib.StatsC()
+        with self._handle.use() as p:
+            check(fn.kvp_pool_stats(p, ctypes.byref(s)), "allocate")
+        return s.n_blocks
 
     def free(self, blocks: Iterable[Block]) -> None:
         """Return blocks to their stream's free list.

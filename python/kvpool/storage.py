@@ -9,10 +9,11 @@ from typing import Optional
 from . import _lib, _numpy
 from ._handle import Handle
 from ._numpy import np
-from .errors import InvalidArgumentError, check
+from .errors import InvalidArgumentError, OutOfRangeError, check
 from .pool import Block, BlockPoolAllocator, to_int
 
 fn = _lib.fn
+KVP_MAX_RETIRE_HOOKS = 8  # include/kvpool/pool.h
 _f32p = _lib.c_float_p
 
 
@@ -63,7 +64,14 @@ class BlockStorage:
         self._pool_handle = pool._handle
         ptr = ctypes.c_void_p()
         with pool._handle.use() as p:
-            check(fn.kvp_storage_create(p, self.head_dim, None, ctypes.byref(ptr)), "BlockStorage")
+            rc = fn.kvp_storage_create(p, self.head_dim, None, ctypes.byref(ptr))
+        if rc == _lib.KVP_ERANGE:  # no retire-hook slot left on the pool
+            raise OutOfRangeError(
+                f"BlockStorage: a pool carries at most {KVP_MAX_RETIRE_HOOKS} storages "
+                "and this one has them all; close one first",
+                rc,
+            )
+        check(rc, "BlockStorage")
         self._handle = Handle(
             ptr.value, fn.kvp_storage_destroy, "BlockStorage", parents=(pool._handle,)
         )
