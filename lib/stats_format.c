@@ -133,7 +133,10 @@ int kvp_stats_to_prometheus(const kvp_stats *s, const char *prefix, char *buf, s
 	metric_u64(&t, prefix, "evictions_total", "counter", "Cached blocks evicted.",
 	           s->n_evictions);
 	*len = t.len;
-	if (t.len + 1 > cap)
+	if (t.len + 1 > cap) {
+		if (cap) /* no partial text: an empty string, as the bufcache's version */
+			buf[0] = '\0';
 		return KVP_ERANGE;
+	}
 	return KVP_OK;
 }

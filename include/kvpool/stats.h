@@ -120,7 +120,8 @@ int kvp_stats_format(const kvp_stats *s, char *buf, size_t cap);
  * NUL-terminated when it fits with its NUL.
  *
  * Returns KVP_OK, KVP_ERANGE when @cap < *@len + 1 (with *@len set to the
- * length needed), KVP_EINVAL for NULL @s/@len or an invalid @prefix.
+ * length needed, and @buf an empty string when @cap > 0: never partial
+ * text), KVP_EINVAL for NULL @s/@len or an invalid @prefix.
  * Pure; thread-safe.
  */
 int kvp_stats_to_prometheus(const kvp_stats *s, const char *prefix, char *buf, size_t cap,
