@@ -6,6 +6,14 @@
  * the endpoint is for a local Prometheus, not for the network.  Each scrape
  * builds the text into a fresh malloc'd buffer that libmicrohttpd frees
  * after sending it (MHD_RESPMEM_MUST_FREE), so scrapes share no state.
+ *
+ * Slow clients: about 1,000 local connections sending a byte every few
+ * seconds used to make every scrape fail (select() mode cannot watch a
+ * socket above FD_SETSIZE, and a 10-s inactivity timeout kept them all).
+ * Now the daemon polls with epoll, holds at most MHTTP_MAX_CONN
+ * connections (MHTTP_MAX_PER_IP per address), and closes a connection
+ * after MHTTP_TIMEOUT_S seconds without a byte; tests/metrics_slow_test.sh
+ * scrapes while 1,000 slow clients hold or wait for connections.
  */
 #include "stress/metrics_http.h"
 
@@ -18,6 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+
+#define MHTTP_MAX_CONN   512 /* connections held at once */
+#define MHTTP_MAX_PER_IP 384 /* of which from one address */
+#define MHTTP_TIMEOUT_S  1   /* seconds without a byte before a connection is closed */
 
 struct mhttp {
 	struct MHD_Daemon *d;
@@ -155,9 +167,19 @@ int mhttp_start(uint16_t port, mhttp_fill_fn fill, void *arg, mhttp **out, char 
 	sa.sin_family = AF_INET;
 	sa.sin_port = htons(port);
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	m->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, port, NULL, NULL, handle, m,
-	                        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-	                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10, MHD_OPTION_END);
+	/* Slow or idle clients must not starve a scrape (see the top of the
+	 * file): epoll, not select() (no FD_SETSIZE ceiling), at most
+	 * MHTTP_MAX_CONN connections (then new ones wait in the listen backlog,
+	 * first come first served, until one closes) and MHTTP_MAX_PER_IP from
+	 * one address, and a connection silent for MHTTP_TIMEOUT_S seconds is
+	 * closed.  A scrape answers in microseconds, so the timeout only ever
+	 * cuts incomplete or idle requests. */
+	m->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, port, NULL, NULL,
+	                        handle, m, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+	                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)MHTTP_TIMEOUT_S,
+	                        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)MHTTP_MAX_CONN,
+	                        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)MHTTP_MAX_PER_IP,
+	                        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)4096, MHD_OPTION_END);
 	if (m->d == NULL) {
 		snprintf(err, errcap,
 		         "metrics: cannot listen on 127.0.0.1:%u (port in use or not allowed)",
