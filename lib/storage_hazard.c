@@ -21,9 +21,9 @@ struct kvp_hazard_rec {
 } __attribute__((aligned(64))); /* one cache line each: readers write theirs often */
 
 static _Atomic(struct kvp_hazard_rec *) g_head;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t g_key_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t g_key;
-static int g_key_ok;
+static _Atomic int g_key_ok;
 static _Thread_local struct kvp_hazard_rec *tl_rec;
 
 static void record_release(void *p)
@@ -36,9 +36,19 @@ static void record_release(void *p)
 	tl_rec = NULL;
 }
 
-static void key_init(void)
+/* Make the key once; a failed attempt (EAGAIN) is retried by the next
+ * caller, so a passing shortage does not disable reads for good. */
+static int key_init(void)
 {
-	g_key_ok = pthread_key_create(&g_key, record_release) == 0;
+	/* acquire: pairs with the release below; g_key is then initialised */
+	if (atomic_load_explicit(&g_key_ok, memory_order_acquire))
+		return 1;
+	pthread_mutex_lock(&g_key_lock);
+	if (!atomic_load_explicit(&g_key_ok, memory_order_relaxed) &&
+	    kvp_sys_key_create(&g_key, record_release) == 0)
+		atomic_store_explicit(&g_key_ok, 1, memory_order_release);
+	pthread_mutex_unlock(&g_key_lock);
+	return atomic_load_explicit(&g_key_ok, memory_order_relaxed);
 }
 
 static struct kvp_hazard_rec *record_claim(void)
@@ -74,8 +84,7 @@ struct kvp_hazard_rec *kvp_hazard_record(void)
 
 	if (r)
 		return r;
-	pthread_once(&g_once, key_init);
-	if (!g_key_ok || !(r = record_claim()))
+	if (!key_init() || !(r = record_claim()))
 		return NULL;
 	if (pthread_setspecific(g_key, r) != 0) {
 		record_release(r);

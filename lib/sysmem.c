@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "lib/sysmem.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -93,4 +94,19 @@ void *kvp_sys_calloc(size_t n, size_t size, size_t align)
 void kvp_sys_free(void *p)
 {
 	free(p);
+}
+
+int kvp_sys_key_create(pthread_key_t *key, void (*destructor)(void *))
+{
+	if (should_fail())
+		return EAGAIN;
+	return pthread_key_create(key, destructor);
+}
+
+int kvp_sys_thread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
+                          void *arg)
+{
+	if (should_fail())
+		return EAGAIN;
+	return pthread_create(thread, attr, start, arg);
 }

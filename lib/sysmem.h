@@ -3,8 +3,10 @@
  *
  * Every allocation kvpool makes from the system (block-table segments, owner
  * records, thread slots, cached buffers, storage buffers) goes through
- * kvp_sys_alloc, so tests and the stress harness can make the system
- * allocator fail on demand and check that nothing is lost.
+ * kvp_sys_alloc, and every thread-local key and thread it makes through
+ * kvp_sys_key_create and kvp_sys_thread_create, so tests and the stress
+ * harness can make those system calls fail on demand (one fault counter for
+ * all three) and check that nothing is lost.
  *
  * Thread-safe.  The fault counters are process-wide atomics, read with
  * relaxed order: injection needs no ordering with the memory it guards.
@@ -12,6 +14,7 @@
 #ifndef KVPOOL_LIB_SYSMEM_H
 #define KVPOOL_LIB_SYSMEM_H
 
+#include <pthread.h>
 #include <stddef.h>
 
 /**
@@ -30,8 +33,24 @@ void *kvp_sys_calloc(size_t n, size_t size, size_t align);
 void kvp_sys_free(void *p);
 
 /**
+ * kvp_sys_key_create - pthread_key_create through the fault door
+ *
+ * Returns 0, or an error number (EAGAIN when injected) with no key made.
+ */
+int kvp_sys_key_create(pthread_key_t *key, void (*destructor)(void *));
+
+/**
+ * kvp_sys_thread_create - pthread_create through the fault door
+ *
+ * Returns 0, or an error number (EAGAIN when injected) with no thread started.
+ */
+int kvp_sys_thread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
+                          void *arg);
+
+/**
  * kvp_fault_inject - make system allocations fail on demand (tests only)
- * @skip:  let this many further allocations succeed first
+ * @skip:  let this many further calls (allocations, key and thread
+ *         creations) succeed first
  * @fail:  then fail this many (negative: fail every one until reset)
  *
  * kvp_fault_inject(0, 0) turns injection off.  Process-wide.

@@ -125,7 +125,7 @@ static void tls_destructor(void *unused)
 
 static void tls_make_key(void)
 {
-	tls_key_ok = pthread_key_create(&tls_key, tls_destructor) == 0;
+	tls_key_ok = kvp_sys_key_create(&tls_key, tls_destructor) == 0;
 }
 
 /* Drop entries of pools that no longer exist. */
