@@ -155,40 +155,46 @@ static inline uint8_t *buf_rows(struct sbuf *b)
 
 /* --- written-rows mark ------------------------------------------------------ */
 
+/* mark_key's answer for a published block: the mark holds whatever key */
+#define MARK_ANY ((uint64_t)1 << 32)
+
 /*
  * mark_key - which hand-out of the block a mark belongs to
  *
- * The mark is reset whenever the block is handed out by kvp_allocate (or
- * kvp_alloc_block): its generation changes then, so the generation is the
- * key.  Hook for blocks whose rows outlive a hand-out (a published,
- * cached block revived by a prefix match keeps the rows the match
- * shares): such a hand-out must keep the key, e.g. by returning here a
- * counter that the pool bumps only at fresh allocations, or by treating
- * a published block's rows as all written.  No such block exists yet.
+ * The mark is reset whenever kvp_allocate (or kvp_alloc_block) hands the
+ * block out afresh: its generation changes then, so the generation is the
+ * key.  A published block (kvpool/prefix.h) is different: a prefix match
+ * hands it to a new holder with a new generation, but its rows are what
+ * the match shares, so for it the mark counts whatever hand-out wrote it
+ * (MARK_ANY).  Once the pool evicts it and hands the id out afresh, it is
+ * no longer published and the generation rules again.
  */
-static inline uint32_t mark_key(kvp_ref ref, const kvp_block_info *info)
+static inline uint64_t mark_key(kvp_ref ref, const kvp_block_info *info)
 {
-	(void)info;
-	return KVP_REF_GEN(ref);
+	return info->published ? MARK_ANY : KVP_REF_GEN(ref);
 }
 
 /* Rows of @b valid for hand-out @key: written or zeroed since, the rest stale. */
-static inline uint32_t mark_rows(const struct sbuf *b, uint32_t key)
+static inline uint32_t mark_rows(const struct sbuf *b, uint64_t key)
 {
 	uint64_t m = atomic_load_explicit(&((struct sbuf *)b)->mark, memory_order_relaxed);
 
-	return (uint32_t)(m >> 32) == key ? (uint32_t)m : 0;
+	return key == MARK_ANY || (m >> 32) == key ? (uint32_t)m : 0;
 }
 
-static inline void mark_set(struct sbuf *b, uint32_t key, uint32_t rows)
+static inline void mark_set(struct sbuf *b, uint64_t key, uint32_t rows)
 {
-	atomic_store_explicit(&b->mark, ((uint64_t)key << 32) | rows, memory_order_relaxed);
+	uint64_t m = atomic_load_explicit(&b->mark, memory_order_relaxed);
+
+	if (key == MARK_ANY)
+		key = m >> 32; /* a published block keeps its writer's key */
+	atomic_store_explicit(&b->mark, (key << 32) | rows, memory_order_relaxed);
 }
 
 /* Under the slot lock: zero the stale rows [valid, to) of @b and mark
  * [0, to) valid for @key.  O(rows zeroed): only rows never written since
  * the hand-out, each at most once per hand-out. */
-static void mark_fill(struct sbuf *b, uint32_t key, uint32_t to)
+static void mark_fill(struct sbuf *b, uint64_t key, uint32_t to)
 {
 	uint32_t valid = mark_rows(b, key);
 

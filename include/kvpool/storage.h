@@ -45,8 +45,10 @@
  * that finds n_used above the mark (n_used raised by kvp_block_set_used
  * without writes) zeroes the rows between, once per hand-out, under the
  * block's slot lock (read_f32 returns zeros without touching the buffer).
- * A block in use that was never written has no buffer, and reads return
- * 0 rows.
+ * A published block (kvpool/prefix.h) revived by a prefix match keeps the
+ * rows its writer wrote, which are what the match shares: for it the mark
+ * is not reset by the new holder's generation.  A block in use that was
+ * never written has no buffer, and reads return 0 rows.
  *
  * Synchronization:
  *
