@@ -54,22 +54,24 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: kvpool_replay [options]\n"
-	        "  --trace FILE        replay FILE (Azure CSV, Mooncake JSONL or Vidur CSV);\n"
-	        "                      without it, the built-in workload\n"
+	        "  --trace FILE        replay FILE (Azure CSV, Mooncake JSONL or Vidur CSV; -: the\n"
+	        "                      standard input); without it, the built-in workload\n"
 	        "  --format F          auto (default), azure, mooncake, vidur\n"
 	        "  --on-error stop|skip  malformed trace rows: stop (default) or skip and count\n"
 	        "  --limit N           replay only the first N requests of the trace\n"
 	        "  --workload NAME     built-in workload: %s (default azure-conv)\n"
 	        "  --requests N        built-in workload size (default 20000)\n"
-	        "  --rate R            built-in arrival rate, requests/s (default: the trace's)\n"
+	        "  --rate R            built-in arrival rate, requests/s, up to 1e9 (default: the\n"
+	        "                      trace's)\n"
 	        "  --seed X            built-in workload seed (default 1)\n"
 	        "  --threads T         worker threads (default: online CPUs)\n"
 	        "  --batch B           active requests per worker (default 64)\n"
 	        "  --blocks N          pool blocks, K and V together (default 16384)\n"
 	        "  --block-size S      tokens per block (default 16)\n"
-	        "  --speed X           X times real time; 0 = as fast as possible (default 0)\n"
-	        "  --step-ms D         trace-time length of a decode step when --speed > 0 "
-	        "(default 20)\n"
+	        "  --speed X           X times real time, 1e-6..1e6; 0 = as fast as possible\n"
+	        "                      (default 0)\n"
+	        "  --step-ms D         trace-time length of a decode step when --speed > 0,\n"
+	        "                      0..3.6e6 (default 20)\n"
 	        "  --storage           write real fp16 K/V rows through kvp_storage\n"
 	        "  --head-dim D        elements per K (and V) row (default 64)\n"
 	        "  --no-naive          skip the naive malloc-per-token baseline\n"
@@ -180,15 +182,16 @@ static int parse_args(int argc, char **argv, opts *o)
 				o->skip_bad = strcmp(v, "skip") == 0;
 			} else if (strcmp(a, "--speed") == 0) {
 				/* 0, or 1e-6 .. 1e6: trace time scaled by it fits in 64 bits */
-				if (!su_parse_double(v, &o->speed) || !(o->speed == 0 ||
-				    (o->speed >= 1e-6 && o->speed <= 1e6)))
+				if (!su_parse_double(v, &o->speed) ||
+				    !(o->speed == 0 || (o->speed >= 1e-6 && o->speed <= 1e6)))
 					return bad_value(a, v);
 			} else if (strcmp(a, "--step-ms") == 0) {
-				if (!su_parse_double(v, &o->step_ms) || !(o->step_ms >= 0 &&
-				    o->step_ms <= 3600e3))
+				if (!su_parse_double(v, &o->step_ms) ||
+				    !(o->step_ms >= 0 && o->step_ms <= 3600e3))
 					return bad_value(a, v);
 			} else if (strcmp(a, "--rate") == 0) {
-				if (!su_parse_double(v, &o->rate) || !(o->rate > 0 && o->rate <= 1e9))
+				if (!su_parse_double(v, &o->rate) ||
+				    !(o->rate > 0 && o->rate <= 1e9))
 					return bad_value(a, v);
 			} else if (strcmp(a, "--metrics-port") == 0) {
 				if (!su_parse_u64(v, &u) || u > 65535)
@@ -609,7 +612,8 @@ static int load_requests(const opts *o, trace *t, char *source, size_t cap)
 			return -1;
 		}
 		snprintf(source, cap, "%s trace %s (%zu requests%s)", trace_format_name(t->format),
-		         std_in ? "stdin" : path, t->n, t->n_skipped ? ", malformed rows skipped" : "");
+		         std_in ? "stdin" : path, t->n,
+		         t->n_skipped ? ", malformed rows skipped" : "");
 		if (t->n_skipped)
 			fprintf(stderr, "kvpool_replay: %zu malformed rows skipped\n",
 			        t->n_skipped);
