@@ -352,7 +352,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvpool_stress: kvp_pool_create: %s\n", kvp_strerror(rc));
 		return 2;
 	}
-	r->lv = calloc(o->threads, sizeof *r->lv);
+	/* live is cache-line aligned: calloc promises only 16 bytes (UBSan) */
+	void *lvmem = NULL;
+	if (posix_memalign(&lvmem, 64, o->threads * sizeof *r->lv) == 0)
+		r->lv = memset(lvmem, 0, o->threads * sizeof *r->lv);
 	pthread_t *tid = calloc(o->threads, sizeof *tid);
 	worker *wk = calloc(o->threads, sizeof *wk);
 	if (r->lv == NULL || tid == NULL || wk == NULL ||

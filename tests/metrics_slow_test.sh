@@ -22,7 +22,8 @@ trap cleanup EXIT
 
 "$stress" --threads 1 --seconds 120 --no-progress --no-faults --metrics-port 0 \
 	>"$tmp/stress.out" 2>"$tmp/stress.err" &
-pids+=($!)
+server=$!
+pids+=($server)
 port=
 for _ in $(seq 100); do
 	port=$(sed -n 's|^metrics: http://127.0.0.1:\([0-9]*\)/metrics$|\1|p' "$tmp/stress.err" 2>/dev/null)
@@ -78,7 +79,7 @@ scrape_round() {
 	local ok=0
 	for i in 1 2 3; do
 		local t0=$SECONDS
-		if curl -sf --max-time 10 "http://127.0.0.1:$port/metrics" >"$tmp/m.txt" &&
+		if curl -sS -f --max-time 10 "http://127.0.0.1:$port/metrics" >"$tmp/m.txt" &&
 			grep -q '^kvpool_block_pool_allocations_total ' "$tmp/m.txt"; then
 			ok=$((ok + 1))
 			echo "ok scrape $i with $nslow slow clients on $addr: $((SECONDS - t0)) s"
@@ -89,6 +90,7 @@ scrape_round() {
 	done
 	kill $spid
 	wait $spid 2>/dev/null
+	kill -0 $server 2>/dev/null || { tail -20 "$tmp/stress.err"; fail "the server died"; }
 	[ $ok -eq 3 ] || fail "$((3 - ok)) of 3 scrapes failed with slow clients on $addr"
 }
 scrape_round 127.0.0.2
