@@ -140,8 +140,9 @@ static int parse_args(int argc, char **argv, opts *o)
 			continue;
 		}
 		bool ok = true;
-		if (strcmp(a, "--seconds") == 0)
-			ok = su_parse_double(v, &o->seconds);
+		if (strcmp(a, "--seconds") == 0) /* finite, 0..1e7: seconds * 1e9 fits */
+			ok =
+			    su_parse_double(v, &o->seconds) && o->seconds >= 0 && o->seconds <= 1e7;
 		else if (strcmp(a, "--json") == 0)
 			o->json_path = v;
 		else if (strcmp(a, "--metrics-port") == 0) {

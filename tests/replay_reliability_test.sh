@@ -9,10 +9,13 @@
 #   - --speed 1e-300 was accepted and the run waited forever;
 #   - --json to an unwritable path failed only after the whole run, with
 #     no reason; --trace - looked for a file named "-".
-# Usage: replay_reliability_test.sh REPLAY CONFIG (none | asan | tsan)
+#   - kvpool_stress --seconds took NaN, inf, -1 and 1e300 (the deadline
+#     then overflowed a float-to-integer conversion).
+# Usage: replay_reliability_test.sh REPLAY CONFIG (none | asan | tsan) [STRESS]
 set -uo pipefail
 replay=$1
 config=${2:-none}
+stress=${3:-}
 source "$(dirname "$0")/replay_testlib.sh"
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 AZ='TIMESTAMP,ContextTokens,GeneratedTokens'
@@ -69,6 +72,14 @@ for bad in "--speed 1e-300" "--speed 1e300" "--speed -1" "--speed nan" "--speed 
 	grep -qF "bad value for ${bad%% *}" "$tmp/flag.err" || { cat "$tmp/flag.err"; fail "$bad: message"; }
 done
 echo "ok out-of-range flags refused"
+if [ -n "$stress" ]; then
+	for bad in nan inf -1 1e300 1e8; do
+		timeout 20 "$stress" --seconds "$bad" --no-progress >/dev/null 2>"$tmp/sflag.err"
+		rc=$?
+		[ $rc -eq 2 ] || fail "kvpool_stress --seconds $bad: exit $rc, expected 2"
+	done
+	echo "ok kvpool_stress --seconds out of range refused"
+fi
 # A small speed in range still starts and ends (one row at time 0, no step time).
 printf '%s\n%s\n' "$AZ" "$ROW" >"$tmp/one.csv"
 run --trace "$tmp/one.csv" --speed 1e-6 --step-ms 0 >/dev/null 2>&1 || fail "--speed 1e-6 on a one-row trace"
