@@ -52,38 +52,39 @@ static void on_signal(int sig)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-	        "usage: kvpool_replay [options]\n"
-	        "  --trace FILE        replay FILE (Azure CSV, Mooncake JSONL or Vidur CSV; -: the\n"
-	        "                      standard input); without it, the built-in workload\n"
-	        "  --format F          auto (default), azure, mooncake, vidur\n"
-	        "  --on-error stop|skip  malformed trace rows: stop (default) or skip and count\n"
-	        "  --limit N           replay only the first N requests of the trace\n"
-	        "  --workload NAME     built-in workload: %s (default azure-conv)\n"
-	        "  --requests N        built-in workload size (default 20000)\n"
-	        "  --rate R            built-in arrival rate, requests/s, up to 1e9 (default: the\n"
-	        "                      trace's)\n"
-	        "  --seed X            built-in workload seed (default 1)\n"
-	        "  --threads T         worker threads (default: online CPUs)\n"
-	        "  --batch B           active requests per worker (default 64)\n"
-	        "  --blocks N          pool blocks, K and V together (default 16384)\n"
-	        "  --block-size S      tokens per block (default 16)\n"
-	        "  --speed X           X times real time, 1e-6..1e6; 0 = as fast as possible\n"
-	        "                      (default 0)\n"
-	        "  --step-ms D         trace-time length of a decode step when --speed > 0,\n"
-	        "                      0..3.6e6 (default 20)\n"
-	        "  --storage           write real fp16 K/V rows through kvp_storage\n"
-	        "  --head-dim D        elements per K (and V) row (default 64)\n"
-	        "  --no-naive          skip the naive malloc-per-token baseline\n"
-	        "  --latency-every N   time one allocation call in N (default 1: all)\n"
-	        "  --json FILE         write the results as JSON\n"
-	        "  --metrics-port P    serve /metrics on 127.0.0.1:P while running (0: any port)\n"
-	        "  --linger S          keep serving /metrics S seconds after the run\n"
-	        "  --no-progress       no live progress line (it is shown only on a terminal)\n"
-	        "  -h, --help          this text\n"
-	        "  -V, --version       the kvpool version\n"
-	        "Options take their value as --opt VALUE or --opt=VALUE.\n",
-	        wl_names());
+	fprintf(
+	    f,
+	    "usage: kvpool_replay [options]\n"
+	    "  --trace FILE        replay FILE (Azure CSV, Mooncake JSONL or Vidur CSV; -: the\n"
+	    "                      standard input); without it, the built-in workload\n"
+	    "  --format F          auto (default), azure, mooncake, vidur\n"
+	    "  --on-error stop|skip  malformed trace rows: stop (default) or skip and count\n"
+	    "  --limit N           replay only the first N requests of the trace\n"
+	    "  --workload NAME     built-in workload: %s (default azure-conv)\n"
+	    "  --requests N        built-in workload size (default 20000)\n"
+	    "  --rate R            built-in arrival rate, requests/s, up to 1e9 (default: the\n"
+	    "                      trace's)\n"
+	    "  --seed X            built-in workload seed (default 1)\n"
+	    "  --threads T         worker threads (default: online CPUs)\n"
+	    "  --batch B           active requests per worker (default 64)\n"
+	    "  --blocks N          pool blocks, K and V together (default 16384)\n"
+	    "  --block-size S      tokens per block (default 16)\n"
+	    "  --speed X           X times real time, 1e-6..1e6; 0 = as fast as possible\n"
+	    "                      (default 0)\n"
+	    "  --step-ms D         trace-time length of a decode step when --speed > 0,\n"
+	    "                      0..3.6e6 (default 20)\n"
+	    "  --storage           write real fp16 K/V rows through kvp_storage\n"
+	    "  --head-dim D        elements per K (and V) row (default 64)\n"
+	    "  --no-naive          skip the naive malloc-per-token baseline\n"
+	    "  --latency-every N   time one allocation call in N (default 1: all)\n"
+	    "  --json FILE         write the results as JSON\n"
+	    "  --metrics-port P    serve /metrics on 127.0.0.1:P while running (0: any port)\n"
+	    "  --linger S          keep serving /metrics S seconds after the run\n"
+	    "  --no-progress       no live progress line (it is shown only on a terminal)\n"
+	    "  -h, --help          this text\n"
+	    "  -V, --version       the kvpool version\n"
+	    "Options take their value as --opt VALUE or --opt=VALUE.\n",
+	    wl_names());
 }
 
 static int bad_value(const char *flag, const char *v)
