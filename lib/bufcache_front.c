@@ -46,7 +46,7 @@ static void tls_destructor(void *unused);
 
 static void setup(void)
 {
-	tls_key_ok = pthread_key_create(&tls_key, tls_destructor) == 0;
+	tls_key_ok = kvp_sys_key_create(&tls_key, tls_destructor) == 0;
 #ifndef KVP_TSAN
 	bc_front_asym =
 	    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
