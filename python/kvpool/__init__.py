@@ -20,10 +20,12 @@ from .errors import (
     NotFoundError,
     OutOfRangeError,
     OwnerAlreadyActiveError,
+    PrefixKeyExistsError,
     strerror,
 )
 from .kvcache import AccountedKVCache, PooledKVCache, PooledKVCacheLayer, build_pooled_caches
 from .pool import FORMATS, Block, BlockPoolAllocator, PoolConfig
+from .prefix import PrefixKey, prefix_hash
 from .stats import AllocationStats
 from .storage import BlockStorage
 
@@ -44,9 +46,12 @@ __all__ = [
     "OutOfRangeError",
     "OwnerAlreadyActiveError",
     "PoolConfig",
+    "PrefixKey",
+    "PrefixKeyExistsError",
     "PooledKVCache",
     "PooledKVCacheLayer",
     "build_pooled_caches",
     "library_path",
+    "prefix_hash",
     "strerror",
 ]
