@@ -77,6 +77,9 @@ struct kvp_pool {
 	_Atomic int hist_started;
 
 	struct kvp_pool *reg_next; /* registry of live pools (lib/tslot.c) */
+
+	/* Prefix cache (lib/prefix_internal.h); NULL when the pool has it off. */
+	struct kvp_prefix *prefix;
 };
 
 /* Stream index of @stream for this pool, or -1 if not valid for its layout. */
