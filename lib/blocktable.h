@@ -24,7 +24,8 @@
  *
  *   state      64-bit word changed only by CAS or by the block's exclusive
  *              holder: generation (32) | n_used (16) | in_use | ever_allocated
- *              | retired | raw (no owner) | stream (2) | format (4)
+ *              | retired | raw (no owner) | stream (2) | format (4); in prefix
+ *              mode also published, cached, evicting
  *   owner      the owner id while in use (relaxed; validated by the state)
  *   free_next  link of the free stack (atomic: read by racing poppers)
  *   own_prev/own_next  links of the owner's list, under the owner's shard lock
@@ -62,6 +63,11 @@ _Static_assert(sizeof(struct kvp_block) == 32, "block metadata must stay 32 byte
 #define KVP_ST_RETIRED      (1ull << 50)
 #define KVP_ST_RAW          (1ull << 51)
 #define KVP_ST_STREAM_SHIFT 52
+/* Prefix cache only (lib/prefix_internal.h): findable by key, cached (free
+ * and on an LRU list), taken off the LRU by an evictor. */
+#define KVP_ST_PUBLISHED (1ull << 54)
+#define KVP_ST_CACHED    (1ull << 55)
+#define KVP_ST_EVICTING  (1ull << 60)
 #define KVP_ST_FORMAT_SHIFT 56
 
 static inline uint32_t kvp_st_gen(uint64_t st)

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "lib/pool_internal.h"
+#include "lib/prefix_internal.h"
 #include "lib/rcu.h"
 #include "lib/sysmem.h"
 
@@ -78,6 +79,7 @@ static void pool_free(struct kvp_pool *p)
 		kvp_rec_cache_free(&p->fallback->recs);
 	kvp_sys_free(p->fallback);
 	kvp_sys_free(p->hist);
+	kvp_pfx_destroy(p);
 	kvp_owners_destroy(&p->owners);
 	kvp_bt_destroy(&p->bt);
 	pthread_mutex_destroy(&p->grow_lock);
@@ -121,6 +123,8 @@ int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out)
 	bool ok = kvp_bt_init(&p->bt) == 0;
 	ok = ok && kvp_owners_init(&p->owners) == 0;
 	ok = ok && kvp_bt_extend(&p->bt, cfg->n_blocks) == 0;
+	if (ok && cfg->prefix_cache)
+		ok = kvp_pfx_create(p, cfg) == 0;
 	if (ok)
 		p->fallback = kvp_tslot_alloc(0);
 	if (ok && p->history_len)

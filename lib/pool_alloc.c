@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "lib/pool_internal.h"
+#include "lib/prefix_internal.h"
 #include "lib/rcu.h"
 
 #define KVP_FREE_BATCH 64u
@@ -109,6 +110,11 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 		*n_refs = nb;
 		return KVP_ERANGE;
 	}
+	if (p->prefix) {
+		int prc = kvp_pfx_allocate(p, si, n_tokens, owner, format, refs, nb);
+		*n_refs = prc == KVP_OK ? nb : 0;
+		return prc;
+	}
 
 	struct kvp_tslot *s = kvp_tslot_get(p);
 	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
@@ -173,6 +179,8 @@ int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *
 	int si = kvp_stream_index(p, stream);
 	if (si < 0)
 		return KVP_EINVAL;
+	if (p->prefix)
+		return kvp_pfx_alloc_block(p, si, format, out);
 	struct kvp_tslot *s = kvp_tslot_get(p);
 	uint32_t id;
 	kvp_rcu_read_lock();
@@ -255,6 +263,8 @@ int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
 	for (size_t i = 0; i < n; i++)
 		if (KVP_REF_ID(refs[i]) >= n_ids)
 			return KVP_ENOENT;
+	if (p->prefix)
+		return kvp_pfx_free(p, refs, n);
 
 	struct kvp_tslot *s = kvp_tslot_get(p);
 	struct free_acc a;
@@ -310,6 +320,8 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 {
 	if (!p)
 		return KVP_EINVAL;
+	if (p->prefix)
+		return kvp_pfx_free_all(p, owner);
 	struct kvp_tslot *s = kvp_tslot_get(p);
 	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
 	uint32_t first[2] = {KVP_NO_ID, KVP_NO_ID}, last[2] = {KVP_NO_ID, KVP_NO_ID},

@@ -40,7 +40,7 @@ struct kvp_pool {
 	uint32_t history_len;
 	uint32_t n_streams; /* 2 with separate_kv, else 1 */
 	bool separate_kv;
-	bool grow;
+	bool grow; /* false in prefix mode: that layer grows after eviction */
 	uint64_t uid; /* unique for the process's life; names the pool in TLS */
 
 	struct kvp_blocktable bt;
@@ -162,6 +162,8 @@ static inline void kvp_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, i
 
 /* lib/pool_resize.c: growth (grow_lock held, outside read-side sections). */
 int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, uint32_t *ids);
+/* kvp_shrink of stream @si, arguments checked (prefix mode retires in two steps). */
+int kvp_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
 
 /* lib/pool_stats.c */
 void kvp_stats_sum(struct kvp_pool *p, kvp_stats *out);

@@ -7,12 +7,15 @@
  * to the same hand-out.  kvp_block_set_used is one CAS on the state word.
  */
 #include "lib/pool_internal.h"
+#include "lib/prefix_internal.h"
 #include "lib/rcu.h"
 
 int kvp_register_owner(kvp_pool *p, kvp_owner owner)
 {
 	if (!p)
 		return KVP_EINVAL;
+	if (p->prefix)
+		return kvp_pfx_register_owner(p, owner);
 	struct kvp_tslot *s = kvp_tslot_get(p);
 	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
 	int rc = KVP_OK;
@@ -33,6 +36,8 @@ int kvp_release_owner(kvp_pool *p, kvp_owner owner)
 {
 	if (!p)
 		return KVP_EINVAL;
+	if (p->prefix)
+		return kvp_pfx_release_owner(p, owner);
 	struct kvp_tslot *s = kvp_tslot_get(p);
 	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
 	int rc = KVP_OK;
@@ -55,6 +60,8 @@ int kvp_blocks_for(kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size
 	if (!p || !n || (!refs && cap))
 		return KVP_EINVAL;
 	*n = 0;
+	if (p->prefix)
+		return kvp_pfx_blocks_for(p, owner, refs, cap, n);
 	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
 	int rc = KVP_OK;
 	kvp_rcu_read_lock();
@@ -95,6 +102,8 @@ size_t kvp_n_free(kvp_pool *p, kvp_stream stream)
 	for (struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_acquire); s;
 	     s = s->next)
 		n += atomic_load_explicit(&s->mag[si].count, memory_order_relaxed);
+	if (p->prefix) /* cached blocks are free too */
+		n += (int64_t)kvp_pfx_n_cached(p->prefix, si);
 	return n > 0 ? (size_t)n : 0;
 }
 
@@ -110,6 +119,8 @@ int kvp_block_get(kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 {
 	if (!p || !out)
 		return KVP_EINVAL;
+	if (p->prefix)
+		return kvp_pfx_block_get(p, ref, out);
 	int rc = KVP_ENOENT;
 	kvp_rcu_read_lock();
 	struct kvp_block *b = ref_block(p, ref);
@@ -155,6 +166,10 @@ int kvp_block_set_used(kvp_pool *p, kvp_ref ref, uint32_t n_used)
 		for (;;) {
 			if (kvp_st_gen(st) != KVP_REF_GEN(ref) || !(st & KVP_ST_IN_USE)) {
 				rc = KVP_ENOENT;
+				break;
+			}
+			if (st & KVP_ST_PUBLISHED) { /* prefix mode: contents fixed */
+				rc = KVP_EINVAL;
 				break;
 			}
 			if (n_used > p->block_size) {

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "lib/pool_internal.h"
+#include "lib/prefix_internal.h"
 #include "lib/rcu.h"
 
 /* Take a retired id back into stream @si as a free block with a new generation. */
@@ -56,6 +57,8 @@ int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, uint32_t *ids)
 	if ((uint64_t)first + fresh > KVP_MAX_BLOCKS)
 		return KVP_EEXHAUSTED;
 	if (fresh && kvp_bt_extend(&p->bt, first + fresh) != 0)
+		return KVP_ENOMEM;
+	if (fresh && p->prefix && kvp_pfx_extend(p->prefix, first + fresh) != 0)
 		return KVP_ENOMEM;
 	/* Retired ids first: growth after a shrink makes no new metadata. */
 	for (uint32_t i = 0; i < reuse; i++)
@@ -110,6 +113,13 @@ int kvp_shrink(kvp_pool *p, kvp_stream stream, uint32_t target_free, uint32_t *n
 	 * read-side section that would wait for ourselves. */
 	if (kvp_rcu_read_ongoing())
 		return KVP_EINVAL;
+	if (p->prefix)
+		return kvp_pfx_shrink(p, si, target_free, n_retired);
+	return kvp_shrink_stream(p, si, target_free, n_retired);
+}
+
+int kvp_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired)
+{
 	struct kvp_tslot *s = kvp_tslot_get(p);
 	struct kvp_freestack *fs = &p->fs[si];
 	uint32_t k, first = KVP_NO_ID;

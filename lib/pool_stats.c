@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "lib/pool_internal.h"
+#include "lib/prefix_internal.h"
 
 static void sum_slot(const struct kvp_tslot *s, uint64_t *acc)
 {
@@ -36,6 +37,12 @@ void kvp_stats_sum(struct kvp_pool *p, kvp_stats *out)
 	out->n_grown = acc[KVP_C_GROWN];
 	out->n_retired = acc[KVP_C_RETIRED];
 	out->n_stale_frees = acc[KVP_C_STALE];
+	out->n_prefix_queries = acc[KVP_C_PQUERIES];
+	out->n_prefix_hits = acc[KVP_C_PHITS];
+	out->n_evictions = acc[KVP_C_EVICTIONS];
+	if (p->prefix)
+		for (uint32_t si = 0; si < p->n_streams; si++)
+			out->n_cached += kvp_pfx_n_cached(p->prefix, (int)si);
 	/* Summed mid-flight the signed counter can dip below zero for a moment. */
 	out->n_not_full = (int64_t)acc[KVP_C_NOT_FULL] < 0 ? 0 : acc[KVP_C_NOT_FULL];
 	/* Slots are read one after another, not at one instant: a block that

@@ -53,3 +53,22 @@ void kvp_rcu_free_deferred(void *p)
 {
 	urcu_bp_call_rcu((struct rcu_head *)p, free_cb);
 }
+
+static void call_cb(struct rcu_head *head)
+{
+	struct kvp_rcu_cb *cb = (struct kvp_rcu_cb *)head;
+	KVP_TSAN_ACQUIRE(&grace_sync);
+	cb->fn(cb);
+}
+
+void kvp_rcu_call(struct kvp_rcu_cb *cb, void (*fn)(struct kvp_rcu_cb *cb))
+{
+	_Static_assert(sizeof(cb->head) >= sizeof(struct rcu_head), "rcu_head must fit its room");
+	cb->fn = fn;
+	urcu_bp_call_rcu((struct rcu_head *)cb->head, call_cb);
+}
+
+void kvp_rcu_barrier(void)
+{
+	urcu_bp_barrier();
+}

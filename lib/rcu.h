@@ -15,6 +15,9 @@
  *                         and holding no lock a
  *                         reader may wait for
  *   kvp_rcu_free_deferred any thread, anywhere         never waits (call_rcu)
+ *   kvp_rcu_call          any thread, anywhere         never waits (call_rcu)
+ *   kvp_rcu_barrier       any thread outside sections  waits for every callback
+ *                         and not in a callback        queued before it
  */
 #ifndef KVPOOL_LIB_RCU_H
 #define KVPOOL_LIB_RCU_H
@@ -36,5 +39,22 @@ bool kvp_rcu_read_ongoing(void);
  */
 #define KVP_RCU_HEAD_BYTES 16
 void kvp_rcu_free_deferred(void *p);
+
+/* Room for liburcu's rcu_head and the function to run after a grace period. */
+struct kvp_rcu_cb {
+	void *head[KVP_RCU_HEAD_BYTES / sizeof(void *)];
+	void (*fn)(struct kvp_rcu_cb *cb);
+};
+
+/**
+ * kvp_rcu_call - run @fn(@cb) on liburcu's call_rcu thread after a grace period
+ *
+ * Never blocks.  TSan is told that every read-side section that ended
+ * before the grace period happens-before @fn.
+ */
+void kvp_rcu_call(struct kvp_rcu_cb *cb, void (*fn)(struct kvp_rcu_cb *cb));
+
+/** kvp_rcu_barrier - wait until every callback queued so far has run */
+void kvp_rcu_barrier(void);
 
 #endif /* KVPOOL_LIB_RCU_H */

@@ -119,6 +119,14 @@ int kvp_stats_to_prometheus(const kvp_stats *s, const char *prefix, char *buf, s
 	           s->n_retired);
 	metric_u64(&t, prefix, "stale_frees_total", "counter",
 	           "Frees skipped: block already free or stale generation.", s->n_stale_frees);
+	metric_u64(&t, prefix, "cached_blocks", "gauge",
+	           "Published blocks nobody holds, free but still findable by key.", s->n_cached);
+	metric_u64(&t, prefix, "prefix_queries_total", "counter",
+	           "Keys asked for by prefix matches.", s->n_prefix_queries);
+	metric_u64(&t, prefix, "prefix_hits_total", "counter",
+	           "Blocks handed out by prefix matches.", s->n_prefix_hits);
+	metric_u64(&t, prefix, "evictions_total", "counter", "Cached blocks evicted.",
+	           s->n_evictions);
 	*len = t.len;
 	if (t.len + 1 > cap)
 		return KVP_ERANGE;

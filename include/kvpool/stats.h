@@ -113,7 +113,9 @@ int kvp_stats_format(const kvp_stats *s, char *buf, size_t cap);
  * Gauges <prefix>_blocks_in_use, _blocks_managed, _fragmentation,
  * _peak_blocks_in_use; counters _allocations_total, _frees_total,
  * _reused_total, _exhausted_total, _grown_total, _retired_total,
- * _stale_frees_total; each with # HELP and # TYPE lines.  The text is
+ * _stale_frees_total, and for the prefix cache (kvpool/prefix.h; 0 when it
+ * is off) gauge _cached_blocks and counters _prefix_queries_total,
+ * _prefix_hits_total, _evictions_total; each with # HELP and # TYPE lines.  The text is
  * NUL-terminated when it fits with its NUL.
  *
  * Returns KVP_OK, KVP_ERANGE when @cap < *@len + 1 (with *@len set to the
