@@ -176,8 +176,12 @@ def test_publish_errors(make_pool):
     with pytest.raises(TypeError):
         pool.publish(b, 7)
     pool.free_all(2)
+    with pytest.raises(InvalidArgumentError):
+        pool.publish(b, chain(1, base=7)[0])  # free
+    pool.allocate("k", 16, owner=3)  # hands b's block out again: b is stale
+    assert b.is_stale
     with pytest.raises(NotFoundError):
-        pool.publish(b, chain(1, base=7)[0])  # stale handle
+        pool.publish(b, chain(1, base=7)[0])
 
 
 def test_match_separates_streams_and_formats(make_pool):
