@@ -56,7 +56,7 @@ run() { # NAME [args]
 want=$(ideal "$moon" "$n" 16)
 # 1. Everything fits, one request at a time: every repeated block is found.
 run all --threads 1 --batch 1 --blocks 1200000
-expect_eq "ideal rate = the file's" "$(json_get "$tmp/all.json" 'f"{j[\"prefix\"][\"prefix_ideal_hit_rate\"]:.6f}"')" "$want"
+expect_eq "ideal rate = the file's" "$(json_get "$tmp/all.json" '"%.6f" % j["prefix"]["prefix_ideal_hit_rate"]')" "$want"
 expect_eq "hit rate = ideal" "$(json_get "$tmp/all.json" 'j["prefix"]["prefix_hit_rate"] == j["prefix"]["prefix_ideal_hit_rate"] > 0')" True
 expect_eq "no eviction" "$(json_get "$tmp/all.json" 'j["prefix"]["evictions"]')" 0
 expect_eq "prefill tokens saved = 16 x matched" \
@@ -66,7 +66,7 @@ expect_eq "prefill tokens saved = 16 x matched" \
 want48=$(ideal "$moon" "$n" 48)
 run bs48 --threads 1 --batch 1 --blocks 400000 --block-size 48
 expect_eq "bs 48: hit rate = ideal = the file's" \
-	"$(json_get "$tmp/bs48.json" 'f"{j[\"prefix\"][\"prefix_hit_rate\"]:.6f} {j[\"prefix\"][\"prefix_ideal_hit_rate\"]:.6f}"')" "$want48 $want48"
+	"$(json_get "$tmp/bs48.json" '"%.6f %.6f" % (j["prefix"]["prefix_hit_rate"], j["prefix"]["prefix_ideal_hit_rate"])')" "$want48 $want48"
 
 # 3. Concurrency and a small pool: cached blocks are evicted, nothing breaks.
 run small --threads 2 --batch 16 --blocks 40000 --storage --head-dim 8
