@@ -146,7 +146,8 @@ struct kvp_poshard {
 
 struct kvp_prefix {
 	struct cds_lfht *ht;
-	bool grow; /* the pool's grow_on_exhaustion (the pool's own flag is off) */
+	bool grow;                 /* the pool's grow_on_exhaustion (the pool's own flag is off) */
+	_Atomic uint64_t deferred; /* index nodes waiting for a grace period */
 	/* relaxed fetch_add under an LRU shard mutex: a number, orders nothing. */
 	_Atomic uint64_t seq __attribute__((aligned(64)));
 	_Atomic(_Atomic(struct kvp_pside *) *) top[KVP_PFX_TOP];
