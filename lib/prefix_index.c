@@ -190,6 +190,7 @@ void kvp_pfx_index_each(struct kvp_prefix *pf, void (*fn)(struct kvp_pnode *n, v
 	cds_lfht_first(pf->ht, &it);
 	while ((node = cds_lfht_iter_get_node(&it)) != NULL) {
 		cds_lfht_next(pf->ht, &it);
+		KVP_TSAN_ACQUIRE(node); /* as in node_match */
 		fn(as_pnode(node), arg);
 	}
 }
