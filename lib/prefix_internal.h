@@ -208,6 +208,12 @@ void kvp_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id);
 void kvp_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
 uint64_t kvp_pfx_n_cached(struct kvp_prefix *pf, int si);
 /*
+ * The CAS out of CACHED (state @st) to @nst: a match (to IN_USE) and an
+ * evictor (to EVICTING) race on it, and exactly one wins.  Out of line so
+ * the race test can widen the window before it.
+ */
+bool kvp_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst);
+/*
  * Evict up to @n cached blocks of stream @si, least recently cached first,
  * into @ids; their keys are forgotten and their state words are plain free
  * (held exclusively by the caller, on no list).  In a read-side section.

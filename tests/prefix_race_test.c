@@ -17,10 +17,11 @@
  * threads evicting at once (nothing cached meanwhile), exactly the least
  * recently cached blocks are gone (the guarantee lib/prefix_lru.c states).
  *
- * The race windows are widened: the index lookup and the LRU unlink of a
- * revived block are wrapped (-Wl,--wrap) to yield now and then, between a
- * lookup and its validation, and between a match's winning CAS and its
- * unlink, where an evictor or a publisher may slip in.
+ * The race windows are widened: the index lookup, a match's CAS out of
+ * CACHED and the LRU unlink of a revived block are wrapped (-Wl,--wrap) to
+ * yield now and then: between a lookup and its validation, between a
+ * match's read of the state and its CAS, and between its winning CAS and
+ * its unlink, where an evictor or a publisher may slip in.
  *
  * KVP_RACE_SEED picks the seed.
  */
@@ -51,6 +52,17 @@ struct kvp_pnode *__real_kvp_pfx_index_lookup(struct kvp_prefix *pf, uint32_t st
 struct kvp_pnode *__wrap_kvp_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
                                               const kvp_hash *key);
 void __real_kvp_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
+struct kvp_block;
+bool __real_kvp_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst);
+bool __wrap_kvp_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst);
+
+/* A match's CAS out of CACHED, after a pause now and then. */
+bool __wrap_kvp_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst)
+{
+	if (tu_rand(&wrap_rng) % 2 == 0)
+		sched_yield();
+	return __real_kvp_pfx_leave_cached(b, st, nst);
+}
 void __wrap_kvp_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
 
 struct kvp_pnode *__wrap_kvp_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
