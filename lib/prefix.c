@@ -139,10 +139,8 @@ static bool take_hold(struct kvp_pool *p, struct kvp_porec *r, struct kvp_pnode 
 		uint64_t nst =
 		    kvp_st_make(gen, p->block_size, KVP_ST_IN_USE | KVP_ST_EVER | KVP_ST_PUBLISHED,
 		                kvp_st_stream(st), (uint32_t)format);
-		/* acq_rel: the one CAS that settles a race with an evictor;
-		 * acquire orders the last holders' writes before our reads. */
-		if (atomic_compare_exchange_strong_explicit(
-		        &b->state, &st, nst, memory_order_acq_rel, memory_order_acquire)) {
+		/* The one CAS that settles a race with an evictor. */
+		if (kvp_pfx_leave_cached(b, st, nst)) {
 			/* relaxed: under the stripe mutex. */
 			atomic_store_explicit(&e->holders, 1, memory_order_relaxed);
 			atomic_store_explicit(&e->owner_xor, owner, memory_order_relaxed);

@@ -16,6 +16,7 @@
  * that ordering on the hardware).  Reuse is ordered by the grace period
  * (lib/rcu.c) and the stripe mutex.
  */
+#include <time.h>
 #include <urcu/urcu-bp.h>
 
 #include <urcu/rculfhash.h>
@@ -28,6 +29,21 @@ _Static_assert(sizeof(struct cds_lfht_node) == sizeof(((struct kvp_pnode *)0)->n
                "index node room must fit a cds_lfht_node");
 _Static_assert(_Alignof(struct cds_lfht_node) <= _Alignof(struct kvp_pnode),
                "index node alignment");
+
+#ifdef KVP_TSAN
+/*
+ * liburcu-cds runs the table's resizes on a worker thread of its own and
+ * orders its hand-offs with futexes and inline assembly that TSan cannot
+ * see, so TSan reports the library's own malloc/free of its work items as
+ * races.  Only allocator calls made from inside liburcu-cds are ignored;
+ * every access of kvpool's own code stays checked.
+ */
+const char *__tsan_default_suppressions(void);
+const char *__tsan_default_suppressions(void)
+{
+	return "called_from_lib:liburcu-cds.so\n";
+}
+#endif
 
 struct lookup_key {
 	const kvp_hash *key;
@@ -71,8 +87,13 @@ void kvp_pfx_index_destroy(struct kvp_prefix *pf)
 {
 	if (!pf->ht)
 		return;
-	/* Callbacks still queued hand nodes back to spare lists. */
-	kvp_rcu_barrier();
+	/* Callbacks still queued hand nodes back to spare lists: wait until
+	 * the last has run (acquire: pairs with its release decrement).  Not
+	 * urcu_bp_barrier: its own work items are invisible to TSan. */
+	while (atomic_load_explicit(&pf->deferred, memory_order_acquire) != 0) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
 	struct kvp_pnode *chain = NULL;
 	struct cds_lfht_iter it;
 	struct cds_lfht_node *node;
@@ -126,11 +147,17 @@ static void node_back(struct kvp_rcu_cb *cb)
 	n->spare = e->spare;
 	e->spare = n;
 	pthread_mutex_unlock(lk);
+	/* release: the last touch of the pool's memory by this callback;
+	 * kvp_pfx_index_destroy (acquire) waits for 0 or for a barrier. */
+	atomic_fetch_sub_explicit(&pf->deferred, 1, memory_order_release);
 }
 
 void kvp_pfx_index_del(struct kvp_prefix *pf, struct kvp_pnode *n)
 {
 	cds_lfht_del(pf->ht, as_lfht(n));
+	/* relaxed: the count only needs to reach the callback, which the
+	 * call_rcu queue orders after us. */
+	atomic_fetch_add_explicit(&pf->deferred, 1, memory_order_relaxed);
 	kvp_rcu_call(&n->rcu, node_back);
 }
 
@@ -163,6 +190,7 @@ void kvp_pfx_index_each(struct kvp_prefix *pf, void (*fn)(struct kvp_pnode *n, v
 	cds_lfht_first(pf->ht, &it);
 	while ((node = cds_lfht_iter_get_node(&it)) != NULL) {
 		cds_lfht_next(pf->ht, &it);
+		KVP_TSAN_ACQUIRE(node); /* as in node_match */
 		fn(as_pnode(node), arg);
 	}
 }

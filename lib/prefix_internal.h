@@ -146,7 +146,8 @@ struct kvp_poshard {
 
 struct kvp_prefix {
 	struct cds_lfht *ht;
-	bool grow; /* the pool's grow_on_exhaustion (the pool's own flag is off) */
+	bool grow;                 /* the pool's grow_on_exhaustion (the pool's own flag is off) */
+	_Atomic uint64_t deferred; /* index nodes waiting for a grace period */
 	/* relaxed fetch_add under an LRU shard mutex: a number, orders nothing. */
 	_Atomic uint64_t seq __attribute__((aligned(64)));
 	_Atomic(_Atomic(struct kvp_pside *) *) top[KVP_PFX_TOP];
@@ -206,6 +207,12 @@ void kvp_pfx_lru_destroy(struct kvp_prefix *pf);
 void kvp_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id);
 void kvp_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
 uint64_t kvp_pfx_n_cached(struct kvp_prefix *pf, int si);
+/*
+ * The CAS out of CACHED (state @st) to @nst: a match (to IN_USE) and an
+ * evictor (to EVICTING) race on it, and exactly one wins.  Out of line so
+ * the race test can widen the window before it.
+ */
+bool kvp_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst);
 /*
  * Evict up to @n cached blocks of stream @si, least recently cached first,
  * into @ids; their keys are forgotten and their state words are plain free

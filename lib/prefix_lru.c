@@ -115,6 +115,15 @@ uint64_t kvp_pfx_n_cached(struct kvp_prefix *pf, int si)
 	return n;
 }
 
+bool kvp_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst)
+{
+	/* acq_rel: the winner owns the block (evictor) or its contents
+	 * (match) from here on, ordered after the writes of its last holders
+	 * (their release store of CACHED). */
+	return atomic_compare_exchange_strong_explicit(&b->state, &st, nst, memory_order_acq_rel,
+	                                               memory_order_acquire);
+}
+
 /* Take the least recently cached block of stream @si off its list, its state
  * now EVICTING; KVP_NO_ID when no block is cached. */
 static uint32_t evict_one(struct kvp_pool *p, int si)
@@ -147,12 +156,8 @@ static uint32_t evict_one(struct kvp_pool *p, int si)
 			struct kvp_block *b = kvp_bt_block(&p->bt, id);
 			/* acquire: see the state its last holder left. */
 			uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-			/* acq_rel on success: we own the block from here on, and
-			 * order after the writes of its holders. */
 			if ((st & KVP_ST_CACHED) &&
-			    atomic_compare_exchange_strong_explicit(
-			        &b->state, &st, (st & ~KVP_ST_CACHED) | KVP_ST_EVICTING,
-			        memory_order_acq_rel, memory_order_acquire)) {
+			    kvp_pfx_leave_cached(b, st, (st & ~KVP_ST_CACHED) | KVP_ST_EVICTING)) {
 				unlink_locked(pf, l, id);
 				pthread_mutex_unlock(&l->lock);
 				return id;

@@ -76,26 +76,33 @@ int kvp_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t
 		return KVP_OK;
 	struct kvp_prefix *pf = p->prefix;
 	struct kvp_freestack *fs = &p->fs[si];
-	/* Whatever uncached blocks are left (the failed call drained the
-	 * magazines), then cached ones, then growth: all or nothing. */
-	uint32_t r = kvp_fs_reserve(fs, 1, k);
+	int rc = KVP_OK;
+	/*
+	 * Starving, as the block path's last step: every magazine is drained
+	 * into the global stack and stays out of the way while we count, so
+	 * free blocks parked in other threads' caches are never missed.  Then
+	 * whatever uncached blocks there are, then cached ones (evicted), then
+	 * growth: all or nothing, and nothing evicted unless the request can
+	 * be met.
+	 */
+	/* seq_cst: the store half of the magazine Dekker pair (lib/tslot.h). */
+	atomic_fetch_add_explicit(&p->starving[si], 1, memory_order_seq_cst);
+	kvp_drain_magazines(p, si, 0);
+	uint32_t r = kvp_fs_reserve(fs, 1, k), e = 0;
 	uint64_t c = kvp_pfx_n_cached(pf, si);
 	if ((uint64_t)r + c < k) {
 		uint64_t shortfall = k - r - c;
 		/* relaxed: a pre-check; growth checks again under grow_lock. */
 		uint64_t managed = atomic_load_explicit(&p->managed, memory_order_relaxed);
-		if (!pf->grow || managed + shortfall > p->max_blocks) {
-			if (r)
-				kvp_fs_unreserve(fs, r);
-			return KVP_EEXHAUSTED; /* nothing evicted */
-		}
+		if (!pf->grow || managed + shortfall > p->max_blocks)
+			rc = KVP_EEXHAUSTED; /* nothing evicted */
 	}
-	uint32_t e = kvp_pfx_evict(p, s, si, ids + r, k - r);
+	if (rc == KVP_OK)
+		e = kvp_pfx_evict(p, s, si, ids + r, k - r);
 	uint32_t rest = k - r - e;
-	int rc = KVP_OK;
-	if (rest && !pf->grow) {
+	if (rc == KVP_OK && rest && !pf->grow) {
 		rc = KVP_EEXHAUSTED;
-	} else if (rest) {
+	} else if (rc == KVP_OK && rest) {
 		/* As the plain pool: no read-side section across the wait. */
 		kvp_rcu_read_unlock();
 		pthread_mutex_lock(&p->grow_lock);
@@ -119,11 +126,12 @@ int kvp_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t
 		if (r)
 			kvp_fs_unreserve(fs, r);
 		kvp_fs_push_ids(fs, &p->bt, ids + r, e);
-		return rc;
-	}
-	if (r)
+	} else if (r) {
 		kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);
-	return KVP_OK;
+	}
+	/* release: nothing to publish; only lifts the bypass. */
+	atomic_fetch_sub_explicit(&p->starving[si], 1, memory_order_release);
+	return rc;
 }
 
 int kvp_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner owner,

@@ -67,8 +67,3 @@ void kvp_rcu_call(struct kvp_rcu_cb *cb, void (*fn)(struct kvp_rcu_cb *cb))
 	cb->fn = fn;
 	urcu_bp_call_rcu((struct rcu_head *)cb->head, call_cb);
 }
-
-void kvp_rcu_barrier(void)
-{
-	urcu_bp_barrier();
-}

@@ -16,8 +16,6 @@
  *                         reader may wait for
  *   kvp_rcu_free_deferred any thread, anywhere         never waits (call_rcu)
  *   kvp_rcu_call          any thread, anywhere         never waits (call_rcu)
- *   kvp_rcu_barrier       any thread outside sections  waits for every callback
- *                         and not in a callback        queued before it
  */
 #ifndef KVPOOL_LIB_RCU_H
 #define KVPOOL_LIB_RCU_H
@@ -53,8 +51,5 @@ struct kvp_rcu_cb {
  * before the grace period happens-before @fn.
  */
 void kvp_rcu_call(struct kvp_rcu_cb *cb, void (*fn)(struct kvp_rcu_cb *cb));
-
-/** kvp_rcu_barrier - wait until every callback queued so far has run */
-void kvp_rcu_barrier(void);
 
 #endif /* KVPOOL_LIB_RCU_H */

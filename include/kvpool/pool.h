@@ -47,6 +47,10 @@
  *   kvp_block_get          everything               lock-free (seqlock retry)
  *   kvp_block_set_used     everything               lock-free (CAS on the block)
  *
+ * A pool with prefix_cache keeps its owners in a table of its own and takes
+ * a block's stripe mutex to change its holders: kvpool/prefix.h has the
+ * table for that mode.
+ *
  * The block path (taking and giving back free blocks) is lock-free with
  * two bounded exceptions: a thread entering a call waits while a starving
  * thread drains its cache (a few dozen instructions per cached block), and a

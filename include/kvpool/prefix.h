@@ -40,6 +40,55 @@
  * Storage.  Once published a block's contents are fixed: kvp_block_set_used
  * and kvp_storage_write on it are KVP_EINVAL.  A cached block keeps its
  * storage buffer and rows; a match that takes it again shares those rows.
+ *
+ * Eviction order with several threads.  Cached blocks sit on per-stream LRU
+ * lists split into shards, each stamped with one global caching sequence.
+ * What holds:
+ *   - within a shard, blocks are evicted strictly in the order they were
+ *     cached;
+ *   - an eviction during which no block becomes cached takes the least
+ *     recently cached block of the stream (exact LRU with one thread, and
+ *     with any number of threads that only allocate while caching pauses);
+ *   - a block cached while an eviction runs may be ordered either way
+ *     against the block that eviction takes.
+ *
+ * Holders and kvp_block_get.  kvp_block_info.owner is the holder when
+ * n_holders is 1; with several holders it is one of the owners that held
+ * the block since it was handed out (use kvp_blocks_for per owner).  A raw
+ * block (kvp_alloc_block) has no owner to hold it: publishing it is
+ * KVP_EINVAL.
+ *
+ * kvp_free racing a match: kvp_free checks every ref first (two or more
+ * holders: KVP_EINVAL, nothing freed), then drops the hold of the one
+ * holder each block had when checked; a hold that a concurrent match adds
+ * in between is kept.
+ *
+ * Synchronization (prefix mode; the table in kvpool/pool.h for the rest):
+ *
+ *   function            concurrent with   locks taken
+ *   ------------------  ----------------  ------------------------------------
+ *   kvp_prefix_match    everything        the owner's shard mutex for the call;
+ *                                         per key a lock-free index lookup,
+ *                                         then the block's stripe mutex (and
+ *                                         an LRU shard mutex to revive it)
+ *   kvp_prefix_publish  everything        the block's stripe mutex
+ *   kvp_free_owned,
+ *   kvp_free,
+ *   kvp_free_all        everything        owner shard mutex, then per block
+ *                                         its stripe mutex (and an LRU shard
+ *                                         mutex when it becomes cached)
+ *   kvp_allocate        everything        as in kvpool/pool.h; eviction takes
+ *                                         LRU shard mutexes and stripe mutexes
+ *                                         one at a time
+ *   kvp_prefix_reset    everything        LRU shard and stripe mutexes, one at
+ *                                         a time
+ *   kvp_block_get       everything        lock-free (seqlock retry)
+ *
+ * No call takes a global lock except growth (the pool's grow mutex, as in
+ * kvpool/pool.h).  Orders: whatever a thread wrote into a block's storage
+ * before publishing it happens-before a match that takes the block (the
+ * stripe mutex); the last holder's writes happen-before the next owner of
+ * an evicted block (the state-word CAS).
  */
 #ifndef KVPOOL_PREFIX_H
 #define KVPOOL_PREFIX_H
@@ -105,7 +154,10 @@ int kvp_prefix_hash(const kvp_hash *parent, uint64_t salt, const void *tokens, s
  * or format), KVP_ERANGE, KVP_ENOMEM.  Thread-safe: a match and an eviction
  * racing for the same cached block settle on the block's state word; the
  * match either gets the block with its published contents or does not see
- * it, never a block that is being handed out for other contents.
+ * it, never a block that is being handed out for other contents.  The
+ * eviction order that holds with several threads is stated at the top of
+ * this header.  n_prefix_queries counts @n_keys of every call that looked
+ * keys up, n_prefix_hits the blocks it returned.
  */
 int kvp_prefix_match(kvp_pool *pool, kvp_stream stream, kvp_format format, const kvp_hash *keys,
                      size_t n_keys, kvp_owner owner, kvp_ref *refs, size_t refs_cap,
@@ -148,7 +200,8 @@ int kvp_free_owned(kvp_pool *pool, kvp_owner owner, const kvp_ref *refs, size_t 
  *
  * Evicts every cached block and unpublishes held ones (they stay held, and
  * are ordinary free blocks once released).  Returns the number of keys
- * dropped; 0 when @pool is NULL or has the prefix cache off.  Thread-safe.
+ * dropped; 0 when @pool is NULL or has the prefix cache off.  Thread-safe;
+ * blocks published or cached while it runs may keep their keys.
  */
 size_t kvp_prefix_reset(kvp_pool *pool);
 

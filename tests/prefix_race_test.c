@@ -1,0 +1,349 @@
+/*
+ * tests/prefix_race_test.c - the prefix cache raced from many threads.
+ *
+ * Content ledger: threads match key sequences, allocate the blocks that
+ * did not match, write each new block's content tag (a function of its
+ * key) into a side table indexed by block id, publish, hold (checking
+ * that nothing they hold changed), and let go by kvp_free_all,
+ * kvp_free_owned or kvp_free, on a pool far smaller than the keys, so
+ * cached blocks are evicted all the time and matches race evictions.  A
+ * match that got a block being handed out for other contents, or a block
+ * whose contents changed while held, is a violation; TSan also sees the
+ * ledger's plain reads and writes, so a missing happens-before between a
+ * publisher, a matcher and the next owner of an evicted block is a report.
+ * At the end every block is free again.
+ *
+ * Eviction order: with blocks cached in a known order and then many
+ * threads evicting at once (nothing cached meanwhile), exactly the least
+ * recently cached blocks are gone (the guarantee lib/prefix_lru.c states).
+ *
+ * The race windows are widened: the index lookup, a match's CAS out of
+ * CACHED and the LRU unlink of a revived block are wrapped (-Wl,--wrap) to
+ * yield now and then: between a lookup and its validation, between a
+ * match's read of the state and its CAS, and between its winning CAS and
+ * its unlink, where an evictor or a publisher may slip in.
+ *
+ * KVP_RACE_SEED picks the seed.
+ */
+#include <kvpool/kvpool.h>
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/testutil.h"
+
+#define BS       4u
+#define NBLOCKS  96u /* 48 per stream */
+#define NTHREADS 8
+#define NSEQ     24 /* sequences per stream, 4 blocks each: 96 keys per stream */
+#define SEQLEN   4
+#define MAXIDS   4096
+
+static uint64_t seed0;
+static _Thread_local uint64_t wrap_rng = 88172645463325252ull;
+
+struct kvp_prefix;
+struct kvp_pnode;
+struct kvp_pnode *__real_kvp_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
+                                              const kvp_hash *key);
+struct kvp_pnode *__wrap_kvp_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
+                                              const kvp_hash *key);
+void __real_kvp_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
+struct kvp_block;
+bool __real_kvp_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst);
+bool __wrap_kvp_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst);
+
+/* A match's CAS out of CACHED, after a pause now and then. */
+bool __wrap_kvp_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst)
+{
+	if (tu_rand(&wrap_rng) % 2 == 0)
+		sched_yield();
+	return __real_kvp_pfx_leave_cached(b, st, nst);
+}
+void __wrap_kvp_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
+
+struct kvp_pnode *__wrap_kvp_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
+                                              const kvp_hash *key)
+{
+	struct kvp_pnode *n = __real_kvp_pfx_index_lookup(pf, stream, key);
+	if (tu_rand(&wrap_rng) % 4 == 0)
+		sched_yield();
+	return n;
+}
+
+void __wrap_kvp_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id)
+{
+	if (tu_rand(&wrap_rng) % 4 == 0)
+		sched_yield();
+	__real_kvp_pfx_lru_unlink(pf, si, id);
+}
+static kvp_pool *pool;
+/* The ledger: written by a block's allocator before it publishes, read by holders. */
+static uint64_t content[MAXIDS];
+static _Atomic uint64_t violations;
+/* Odd while a kvp_prefix_reset runs (it unpublishes held blocks). */
+static _Atomic uint64_t resets;
+
+static kvp_hash key_of(int stream, int seq, int j)
+{
+	uint64_t x = ((uint64_t)stream << 40) | ((uint64_t)seq << 8) | (uint64_t)j;
+	kvp_hash h = {x * 0x9e3779b97f4a7c15ull + 7, x ^ 0xabcdef};
+	return h;
+}
+
+static uint64_t tag_of(kvp_hash k)
+{
+	return (k.lo ^ (k.hi << 1)) | 1;
+}
+
+static void violation(const char *what, uint32_t id)
+{
+	fprintf(stderr, "violation: %s (block %u)\n", what, id);
+	atomic_fetch_add(&violations, 1);
+}
+
+struct worker {
+	int idx, iters;
+	uint64_t rng;
+	uint64_t exhausted, matched;
+};
+
+static void check_held(const kvp_ref *refs, const uint64_t *want, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t id = KVP_REF_ID(refs[i]);
+		if (content[id] != want[i])
+			violation("content of a held block changed", id);
+		kvp_block_info bi;
+		if (kvp_block_get(pool, refs[i], &bi) != KVP_OK || !bi.in_use || bi.n_holders < 1)
+			violation("held block not in use", id);
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	kvp_ref refs[SEQLEN], got[SEQLEN];
+	uint64_t want[SEQLEN];
+	kvp_hash keys[SEQLEN];
+	for (int it = 0; it < w->iters; it++) {
+		kvp_owner owner = ((uint64_t)(w->idx + 1) << 32) | (uint64_t)it;
+		int stream = (int)(tu_rand(&w->rng) % 2);
+		int seq = (int)(tu_rand(&w->rng) % NSEQ);
+		int len = 1 + (int)(tu_rand(&w->rng) % SEQLEN);
+		kvp_stream st = stream ? KVP_V : KVP_K;
+		for (int j = 0; j < len; j++)
+			keys[j] = key_of(stream, seq, j);
+		size_t m, n;
+		uint64_t r0 = atomic_load(&resets);
+		CHECK_EQ(kvp_prefix_match(pool, st, KVP_FP16, keys, (size_t)len, owner, refs,
+		                          SEQLEN, &m),
+		         KVP_OK);
+		w->matched += m;
+		for (size_t i = 0; i < m; i++) {
+			want[i] = tag_of(keys[i]);
+			uint32_t id = KVP_REF_ID(refs[i]);
+			if (content[id] != want[i])
+				violation("matched block has other contents", id);
+			kvp_block_info bi;
+			if (kvp_block_get(pool, refs[i], &bi) != KVP_OK || bi.n_used != BS)
+				violation("matched block not full", id);
+			/* A reset meanwhile unpublishes held blocks. */
+			if (!bi.published && r0 % 2 == 0 && atomic_load(&resets) == r0)
+				violation("matched block not published", id);
+		}
+		if ((size_t)len > m) {
+			int rc = kvp_allocate(pool, st, (uint32_t)((size_t)len - m) * BS, owner,
+			                      KVP_FP16, refs + m, SEQLEN - m, &n);
+			if (rc != KVP_OK) {
+				CHECK_EQ(rc, KVP_EEXHAUSTED);
+				w->exhausted++;
+				if (m)
+					CHECK_EQ(kvp_free_all(pool, owner), KVP_OK);
+				continue;
+			}
+			for (size_t i = m; i < (size_t)len; i++) {
+				want[i] = tag_of(keys[i]);
+				content[KVP_REF_ID(refs[i])] = want[i];
+				rc = kvp_prefix_publish(pool, refs[i], keys[i]);
+				if (rc != KVP_OK && rc != KVP_EEXIST)
+					violation("publish failed", KVP_REF_ID(refs[i]));
+			}
+		}
+		/* The owner's blocks, in order: matched, then allocated. */
+		CHECK_EQ(kvp_blocks_for(pool, owner, got, SEQLEN, &n), KVP_OK);
+		CHECK_EQ(n, (size_t)len);
+		for (int j = 0; j < len; j++)
+			CHECK_EQ(got[j], refs[j]);
+		/* Hold a while. */
+		check_held(refs, want, (size_t)len);
+		if (tu_rand(&w->rng) % 4 == 0)
+			sched_yield();
+		check_held(refs, want, (size_t)len);
+		switch (tu_rand(&w->rng) % 3) {
+		case 0:
+			CHECK_EQ(kvp_free_all(pool, owner), KVP_OK);
+			break;
+		case 1:
+			CHECK_EQ(kvp_free_owned(pool, owner, refs, (size_t)len), KVP_OK);
+			break;
+		default: {
+			int rc = kvp_free(pool, refs, (size_t)len);
+			if (rc == KVP_EINVAL) /* some block is shared */
+				CHECK_EQ(kvp_free_all(pool, owner), KVP_OK);
+			else
+				CHECK_EQ(rc, KVP_OK);
+			break;
+		}
+		}
+		if (kvp_blocks_for(pool, owner, got, SEQLEN, &n) != KVP_ENOENT)
+			violation("owner still active after letting go", 0);
+		if (tu_rand(&w->rng) % 1000 == 0) {
+			atomic_fetch_add(&resets, 1);
+			kvp_prefix_reset(pool);
+			atomic_fetch_add(&resets, 1);
+		}
+	}
+	return NULL;
+}
+
+static void test_ledger(int iters)
+{
+	kvp_pool_config c;
+	kvp_pool_config_init(&c);
+	c.block_size = BS;
+	c.n_blocks = NBLOCKS;
+	c.thread_cache = 4;
+	c.prefix_cache = true;
+	CHECK_EQ(kvp_pool_create(&c, &pool), KVP_OK);
+	memset(content, 0, sizeof(content));
+	struct worker w[NTHREADS];
+	pthread_t th[NTHREADS];
+	for (int i = 0; i < NTHREADS; i++) {
+		w[i] =
+		    (struct worker){.idx = i, .iters = iters, .rng = seed0 + 7919u * (uint64_t)i};
+		CHECK_EQ(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+	}
+	uint64_t matched = 0, exhausted = 0;
+	for (int i = 0; i < NTHREADS; i++) {
+		CHECK_EQ(pthread_join(th[i], NULL), 0);
+		matched += w[i].matched;
+		exhausted += w[i].exhausted;
+	}
+	CHECK_EQ(atomic_load(&violations), 0);
+	/* Every block is back: free (cached or not), nothing in use. */
+	kvp_stats s;
+	CHECK_EQ(kvp_pool_stats(pool, &s), KVP_OK);
+	CHECK_EQ(kvp_n_free(pool, KVP_K) + kvp_n_free(pool, KVP_V), NBLOCKS);
+	CHECK_EQ(kvp_stats_blocks_in_use(&s), 0);
+	CHECK_EQ(s.n_allocations, s.n_frees);
+	CHECK_EQ(s.n_prefix_hits, matched);
+	CHECK(s.n_prefix_hits <= s.n_prefix_queries);
+	CHECK(s.n_cached <= NBLOCKS);
+	printf("ledger: %d threads x %d requests: %llu hits of %llu keys, %llu evictions, "
+	       "%llu exhausted, %llu cached at the end\n",
+	       NTHREADS, iters, (unsigned long long)s.n_prefix_hits,
+	       (unsigned long long)s.n_prefix_queries, (unsigned long long)s.n_evictions,
+	       (unsigned long long)exhausted, (unsigned long long)s.n_cached);
+	CHECK(s.n_evictions > 0);
+	CHECK(s.n_prefix_hits > 0);
+	/* All of a stream in one request: cached blocks are taken too. */
+	kvp_ref all[NBLOCKS / 2];
+	size_t n;
+	CHECK_EQ(kvp_allocate(pool, KVP_K, NBLOCKS / 2 * BS, 1, KVP_FP16, all, NBLOCKS / 2, &n),
+	         KVP_OK);
+	CHECK_EQ(kvp_free_all(pool, 1), KVP_OK);
+	kvp_prefix_reset(pool);
+	CHECK_EQ(kvp_pool_stats(pool, &s), KVP_OK);
+	CHECK_EQ(s.n_cached, 0);
+	CHECK_EQ(kvp_n_free(pool, KVP_K) + kvp_n_free(pool, KVP_V), NBLOCKS);
+	kvp_pool_destroy(pool);
+	pool = NULL;
+}
+
+/* ---- eviction order with many evictors ---- */
+
+#define EV_BLOCKS  64
+#define EV_PER_THR 4
+
+struct evictor {
+	pthread_barrier_t *bar;
+	int idx;
+};
+
+static void *evictor_main(void *arg)
+{
+	struct evictor *e = arg;
+	kvp_ref r;
+	size_t n;
+	pthread_barrier_wait(e->bar);
+	for (int i = 0; i < EV_PER_THR; i++)
+		CHECK_EQ(
+		    kvp_allocate(pool, KVP_KV, BS, 100 + (kvp_owner)e->idx, KVP_FP16, &r, 1, &n),
+		    KVP_OK);
+	return NULL;
+}
+
+static void test_eviction_order(int rounds)
+{
+	kvp_pool_config c;
+	kvp_pool_config_init(&c);
+	c.block_size = BS;
+	c.n_blocks = EV_BLOCKS;
+	c.separate_kv = false;
+	c.prefix_cache = true;
+	CHECK_EQ(kvp_pool_create(&c, &pool), KVP_OK);
+	for (int round = 0; round < rounds; round++) {
+		kvp_ref r[EV_BLOCKS];
+		size_t n;
+		CHECK_EQ(kvp_allocate(pool, KVP_KV, EV_BLOCKS * BS, 1, KVP_FP16, r, EV_BLOCKS, &n),
+		         KVP_OK);
+		for (int i = 0; i < EV_BLOCKS; i++)
+			CHECK_EQ(kvp_prefix_publish(pool, r[i], key_of(2, round, i)), KVP_OK);
+		/* Cached last block first: r[63] is the least recently cached. */
+		CHECK_EQ(kvp_free_all(pool, 1), KVP_OK);
+		pthread_barrier_t bar;
+		pthread_barrier_init(&bar, NULL, NTHREADS);
+		struct evictor ev[NTHREADS];
+		pthread_t th[NTHREADS];
+		for (int i = 0; i < NTHREADS; i++) {
+			ev[i] = (struct evictor){&bar, i};
+			CHECK_EQ(pthread_create(&th[i], NULL, evictor_main, &ev[i]), 0);
+		}
+		for (int i = 0; i < NTHREADS; i++)
+			CHECK_EQ(pthread_join(th[i], NULL), 0);
+		pthread_barrier_destroy(&bar);
+		/* 32 evicted: exactly r[32..63]; r[0..31] still cached. */
+		int evicted = NTHREADS * EV_PER_THR;
+		for (int i = 0; i < EV_BLOCKS; i++) {
+			kvp_block_info bi;
+			int rc = kvp_block_get(pool, r[i], &bi);
+			bool cached = rc == KVP_OK && !bi.in_use && bi.published;
+			if (cached != (i < EV_BLOCKS - evicted)) {
+				fprintf(stderr, "round %d: block %d of the sequence cached=%d\n",
+				        round, i, cached);
+				CHECK(0);
+			}
+		}
+		for (int i = 0; i < NTHREADS; i++)
+			CHECK_EQ(kvp_free_all(pool, 100 + (kvp_owner)i), KVP_OK);
+		CHECK_EQ(kvp_prefix_reset(pool), (size_t)(EV_BLOCKS - evicted));
+	}
+	kvp_pool_destroy(pool);
+	pool = NULL;
+}
+
+int main(void)
+{
+	const char *e = getenv("KVP_RACE_SEED");
+	seed0 = e ? strtoull(e, NULL, 0) : 20261201u;
+	printf("seed %llu\n", (unsigned long long)seed0);
+	test_ledger(2000);
+	printf("ok test_ledger\n");
+	test_eviction_order(20);
+	printf("ok test_eviction_order\n");
+	return 0;
+}
