@@ -16,11 +16,13 @@
  * list and an LRU list behind one pthread mutex.
  *
  * Figures: operations per second of wall time over all threads (a match
- * operation is L keys), the median of R runs, the two sides alternating
- * run by run so that load on a shared machine hits both; ratio =
- * kvpool / mutex.  Every run checks its results (every match a full hit,
- * every publish accepted, every block back at the end) and the program
- * exits 1 if one does not hold.
+ * operation counts its L keys), and thread CPU nanoseconds per operation
+ * (a match operation: L keys and their release), each the median of R
+ * runs, the two sides alternating run by run so that load on a shared
+ * machine hits both; ratios = kvpool / mutex for throughput, mutex /
+ * kvpool for CPU cost (above 1: kvpool better either way).  Every run checks its results (every
+ * match a full hit, every publish accepted, every block back at the end) and the program exits 1 if
+ * one does not hold.
  *
  *   prefix_bench [--quick]   (--quick: 1, 2, 4 threads, short runs: the smoke run)
  */
@@ -42,6 +44,14 @@ static int reps = 5;
 static kvp_hash seq_keys[SEQS][L];
 static _Atomic int failures;
 static _Atomic uint64_t run_id; /* in every fresh key: keys never repeat across runs */
+
+static double cpu_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static double now(void)
 {
@@ -86,6 +96,7 @@ struct job {
 	double stop;
 	uint64_t ops;
 	uint64_t salt; /* hi half of this job's fresh keys */
+	double cpu;    /* thread CPU seconds spent in the timed loop */
 };
 
 static void *run_kvpool(void *arg)
@@ -101,6 +112,7 @@ static void *run_kvpool(void *arg)
 
 	while (!atomic_load(j->go))
 		;
+	j->cpu = cpu_now();
 	while (now() < j->stop) {
 		for (int k = 0; k < 64; k++, j->ops++) {
 			size_t n = 0;
@@ -123,6 +135,7 @@ static void *run_kvpool(void *arg)
 			}
 		}
 	}
+	j->cpu = cpu_now() - j->cpu;
 	kvp_release_owner(j->s->pool, owner);
 	return NULL;
 }
@@ -135,6 +148,7 @@ static void *run_mutex(void *arg)
 
 	while (!atomic_load(j->go))
 		;
+	j->cpu = cpu_now();
 	while (now() < j->stop) {
 		for (int k = 0; k < 64; k++, j->ops++) {
 			if (j->op == 0) {
@@ -152,6 +166,7 @@ static void *run_mutex(void *arg)
 			}
 		}
 	}
+	j->cpu = cpu_now() - j->cpu;
 	return NULL;
 }
 
@@ -187,14 +202,15 @@ static int setup(struct side *s)
 	return 0;
 }
 
-/* Operations per second of one run of @threads threads of one side. */
-static double measure(struct side *s, int kvpool, int op, unsigned threads)
+/* Operations per second of one run of @threads threads of one side;
+ * *@cpu_ns: thread CPU time per operation. */
+static double measure(struct side *s, int kvpool, int op, unsigned threads, double *cpu_ns)
 {
 	pthread_t tid[MAX_T];
 	struct job jobs[MAX_T];
 	_Atomic int go = 0;
 	uint64_t ops = 0;
-	double t0, t1;
+	double t0, t1, cpu = 0;
 
 	for (unsigned i = 0; i < threads; i++) {
 		jobs[i] = (struct job){.s = s, .op = op, .tid = i, .go = &go};
@@ -212,8 +228,11 @@ static double measure(struct side *s, int kvpool, int op, unsigned threads)
 	for (unsigned i = 0; i < threads; i++)
 		pthread_join(tid[i], NULL);
 	t1 = now();
-	for (unsigned i = 0; i < threads; i++)
+	for (unsigned i = 0; i < threads; i++) {
 		ops += jobs[i].ops;
+		cpu += jobs[i].cpu;
+	}
+	*cpu_ns = ops ? cpu * 1e9 / (double)ops : 0;
 	return (double)ops / (t1 - t0);
 }
 
@@ -223,17 +242,23 @@ static void table(struct side *s, int op, const unsigned *threads, int n_threads
 	       op ? "publish (allocate with eviction + publish + free)"
 	          : "match (8 keys, all hits) + release",
 	       op ? "publishes" : "keys matched", reps, secs);
-	printf("  %-8s %16s %16s %10s\n", "threads", "kvpool", "one mutex", "ratio");
+	printf("  and CPU ns per operation (thread CPU time: what load on the machine does not "
+	       "inflate)\n");
+	printf("  %-8s %14s %14s %8s %12s %12s %8s\n", "threads", "kvpool/s", "mutex/s", "ratio",
+	       "kvpool ns", "mutex ns", "ratio");
 	for (int t = 0; t < n_threads; t++) {
-		double k[MAX_R], m[MAX_R];
+		double k[MAX_R], m[MAX_R], kc[MAX_R], mc[MAX_R];
 		for (int r = 0; r < reps; r++) { /* alternate: load hits both */
-			k[r] = measure(s, 1, op, threads[t]) * (op ? 1 : L);
-			m[r] = measure(s, 0, op, threads[t]) * (op ? 1 : L);
+			k[r] = measure(s, 1, op, threads[t], &kc[r]) * (op ? 1 : L);
+			m[r] = measure(s, 0, op, threads[t], &mc[r]) * (op ? 1 : L);
 		}
 		qsort(k, (size_t)reps, sizeof *k, cmp_double);
 		qsort(m, (size_t)reps, sizeof *m, cmp_double);
-		printf("  %-8u %16.0f %16.0f %9.2fx\n", threads[t], k[reps / 2], m[reps / 2],
-		       k[reps / 2] / m[reps / 2]);
+		qsort(kc, (size_t)reps, sizeof *kc, cmp_double);
+		qsort(mc, (size_t)reps, sizeof *mc, cmp_double);
+		printf("  %-8u %14.0f %14.0f %7.2fx %12.0f %12.0f %7.2fx\n", threads[t],
+		       k[reps / 2], m[reps / 2], k[reps / 2] / m[reps / 2], kc[reps / 2],
+		       mc[reps / 2], mc[reps / 2] / kc[reps / 2]);
 		fflush(stdout);
 	}
 }
