@@ -491,6 +491,8 @@ static int jtokens(jp *j, const char *key, uint32_t min, uint32_t *out)
 /* Append one hash id to @t's array. */
 static int push_hash(trace *t, uint64_t v)
 {
+	if (t->n_hash_ids >= UINT32_MAX) /* trace_request.hash_off is 32 bits */
+		return -1;
 	if (t->n_hash_ids == t->hash_cap) {
 		size_t nc = t->hash_cap ? t->hash_cap * 2 : 4096;
 		uint64_t *nh = realloc(t->hash_ids, nc * sizeof *nh);
@@ -537,7 +539,7 @@ static int jhash_ids(jp *j, trace *t, trace_request *r)
 			return -1;
 		}
 		if (t != NULL && push_hash(t, v) != 0) {
-			say(j->why, j->whycap, "hash_ids: out of memory");
+			say(j->why, j->whycap, "hash_ids: out of memory (or 2^32 ids)");
 			return -1;
 		}
 		r->n_hash++;
@@ -637,7 +639,7 @@ static int mooncake_row(const char *line, int64_t *ts_ns, trace_request *r, trac
 					    jkind_name[k]);
 					return -1;
 				}
-				r->hash_off = t != NULL ? t->n_hash_ids : 0;
+				r->hash_off = t != NULL ? (uint32_t)t->n_hash_ids : 0;
 				if (jhash_ids(&j, t, r) != 0)
 					return -1;
 			} else if (jskip(&j, 1) != 0) {

@@ -40,7 +40,7 @@ typedef struct trace_request {
 	uint32_t prompt;     /* prompt tokens, >= 1 */
 	uint32_t output;     /* output tokens to decode, >= 0 */
 	uint32_t n_hash;     /* Mooncake hash_ids of the row (0: none) */
-	size_t hash_off;     /* they are trace.hash_ids[hash_off .. + n_hash) */
+	uint32_t hash_off;   /* they are trace.hash_ids[hash_off .. + n_hash) */
 } trace_request;
 
 /* Tokens each Mooncake hash id stands for. */
