@@ -54,7 +54,8 @@ static void *loop(void *arg)
 
 	while (wall_now() < stop) {
 		for (int k = 0; k < 256; k++, ops++) {
-			if (kvp_allocate(pool, KVP_KV, 16, j->owner, KVP_FP16, &ref, 1, &n) != KVP_OK ||
+			if (kvp_allocate(pool, KVP_KV, 16, j->owner, KVP_FP16, &ref, 1, &n) !=
+			        KVP_OK ||
 			    kvp_free(pool, &ref, 1) != KVP_OK)
 				failed = 1;
 		}
