@@ -23,6 +23,7 @@
 #include <kvpool/kvpool.h>
 
 #include <math.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,24 +141,63 @@ int main(int argc, char **argv)
 	uint32_t bs = 16;
 	int quick = 0, i, n_lens = 3, bad = 0;
 
-	for (i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--quick") || !strcmp(argv[i], "--smoke")) {
+	static const struct option longopts[] = {
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {"quick", no_argument, NULL, 'q'},
+	    {"smoke", no_argument, NULL, 'q'},
+	    {"format", required_argument, NULL, 'f'},
+	    {"block-size", required_argument, NULL, 'b'},
+	    {NULL, 0, NULL, 0},
+	};
+	int c;
+	opterr = 0; /* one line of our own below */
+	while ((c = getopt_long(argc, argv, ":hV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			printf("usage: attend_bench [options]\n"
+			       "  --quick, --smoke     1024 and 8192 tokens only (default: also "
+			       "32768)\n"
+			       "  --format F           fp32 (default), fp16, bf16, int8, int4\n"
+			       "  --block-size N       tokens per block, 1..%u (default 16)\n"
+			       "  -h, --help           this text\n"
+			       "  -V, --version        the kvpool version\n"
+			       "Options take their value as --opt VALUE or --opt=VALUE.\n",
+			       KVP_MAX_BLOCK_SIZE);
+			return 0;
+		case 'V':
+			printf("attend_bench (kvpool) %s\n", kvp_version());
+			return 0;
+		case 'q':
 			quick = 1;
-		} else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
-			if (kvp_format_parse(argv[++i], &fmt) != KVP_OK ||
-			    !kvp_codec_supported(fmt)) {
-				fprintf(stderr, "attend_bench: no codec for format %s\n", argv[i]);
+			break;
+		case 'f':
+			if (kvp_format_parse(optarg, &fmt) != KVP_OK || !kvp_codec_supported(fmt)) {
+				fprintf(stderr, "attend_bench: no codec for format %s\n", optarg);
 				return 2;
 			}
-		} else if (!strcmp(argv[i], "--block-size") && i + 1 < argc) {
-			bs = (uint32_t)strtoul(argv[++i], NULL, 10);
-			if (bs == 0 || bs > KVP_MAX_BLOCK_SIZE)
+			break;
+		case 'b':
+			bs = (uint32_t)strtoul(optarg, NULL, 10);
+			if (bs == 0 || bs > KVP_MAX_BLOCK_SIZE) {
+				fprintf(stderr, "attend_bench: bad --block-size '%s'\n", optarg);
 				return 2;
-		} else {
-			fprintf(stderr,
-			        "usage: attend_bench [--quick] [--format F] [--block-size N]\n");
+			}
+			break;
+		case ':':
+			fprintf(stderr, "attend_bench: option %s needs a value (see --help)\n",
+			        argv[optind - 1]);
+			return 2;
+		default:
+			fprintf(stderr, "attend_bench: unknown option '%s' (see --help)\n",
+			        argv[optind - 1]);
 			return 2;
 		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "attend_bench: unexpected argument '%s' (see --help)\n",
+		        argv[optind]);
+		return 2;
 	}
 	if (quick)
 		n_lens = 2;

@@ -32,6 +32,7 @@
  */
 #define _GNU_SOURCE
 #include <kvpool/bufcache.h>
+#include <kvpool/version.h>
 
 #include "bench/seed_bufcache.h"
 
@@ -40,6 +41,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,21 +334,58 @@ int main(int argc, char **argv)
 	const char *child_name = NULL;
 	struct result res[N_PEERS];
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--quick") || !strcmp(argv[i], "--smoke"))
+	static const struct option longopts[] = {
+	    {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
+	    {"quick", no_argument, NULL, 'q'},         {"smoke", no_argument, NULL, 'q'},
+	    {"secs", required_argument, NULL, 's'},    {"child", required_argument, NULL, 'c'},
+	    {"allow-missing", no_argument, NULL, 'a'}, {NULL, 0, NULL, 0},
+	};
+	int c;
+	opterr = 0; /* one line of our own below */
+	while ((c = getopt_long(argc, argv, ":hV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			printf("usage: %s [options]\n"
+			       "  --quick, --smoke   0.025 s per measurement (default 0.25 s)\n"
+			       "  --secs S           seconds per measurement\n"
+			       "  --allow-missing    a peer allocator that is not installed is "
+			       "skipped,\n"
+			       "                     not an error (default: error)\n"
+			       "  --child NAME       internal: run one peer in this process\n"
+			       "  -h, --help         this text\n"
+			       "  -V, --version      the kvpool version\n"
+			       "Options take their value as --opt VALUE or --opt=VALUE.\n",
+			       argv[0]);
+			return 0;
+		case 'V':
+			printf("bufcache_bench (kvpool) %s\n", kvp_version());
+			return 0;
+		case 'q':
 			secs = 0.025;
-		else if (!strcmp(argv[i], "--secs") && i + 1 < argc)
-			secs = atof(argv[++i]);
-		else if (!strcmp(argv[i], "--child") && i + 1 < argc)
-			child_name = argv[++i];
-		else if (!strcmp(argv[i], "--allow-missing"))
+			break;
+		case 's':
+			secs = atof(optarg);
+			break;
+		case 'c':
+			child_name = optarg;
+			break;
+		case 'a':
 			allow_missing = 1;
-		else {
-			fprintf(stderr,
-			        "usage: %s [--quick|--smoke] [--secs S] [--allow-missing]\n",
-			        argv[0]);
+			break;
+		case ':':
+			fprintf(stderr, "%s: option %s needs a value (see --help)\n", argv[0],
+			        argv[optind - 1]);
+			return 2;
+		default:
+			fprintf(stderr, "%s: unknown option '%s' (see --help)\n", argv[0],
+			        argv[optind - 1]);
 			return 2;
 		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", argv[0],
+		        argv[optind]);
+		return 2;
 	}
 	setup_workload();
 	if (child_name) {

@@ -12,6 +12,7 @@
 #include "bench/harness.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -23,17 +24,32 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <kvpool/version.h>
+
 kvb_opts kvb_opt;
 
-static void usage(const char *argv0)
+static void usage(FILE *f, const char *argv0)
 {
-	fprintf(stderr,
-	        "usage: %s [--quick | --smoke] [--seconds S] [--warmup S] [--reps N]\n"
-	        "          [--threads 1,2,4,8,16] [--max-pow10 N] [--only NAME,...] [--json FILE]\n"
-	        "  --quick    every benchmark, short windows (whole suite ~1.5 min on 2 cores)\n"
-	        "  --smoke    about a second per binary (the tests run this)\n"
-	        "  --only     getput,batch,synthetic,scaling,bufcache,stats\n",
-	        argv0);
+	fprintf(
+	    f,
+	    "usage: %s [--quick | --smoke] [--seconds S] [--warmup S] [--reps N]\n"
+	    "          [--threads 1,2,4,8,16] [--max-pow10 N] [--only NAME,...] [--json FILE]\n"
+	    "  --quick         every benchmark, short windows (whole suite ~1.5 min on 2 cores):\n"
+	    "                  0.2 s windows, 0.1 s warm-up, 3 reps, threads 1,2,4,8,16\n"
+	    "  --smoke         about a second per binary (the tests run this): 0.01 s windows,\n"
+	    "                  0.005 s warm-up, 3 reps, threads 1,4, sizes up to 10^4\n"
+	    "  (neither)       full: 1 s windows, 0.3 s warm-up, 5 reps, threads 1,2,4,8,16\n"
+	    "  --seconds S     measurement window, overrides the mode's\n"
+	    "  --warmup S      warm-up before each window, overrides the mode's\n"
+	    "  --reps N        repetitions per figure (median reported; at most %d)\n"
+	    "  --threads LIST  thread counts, comma-separated (1..%d each)\n"
+	    "  --max-pow10 N   largest pool size 10^N in the size sweep, 3..7 (default 7)\n"
+	    "  --only NAMES    getput,batch,synthetic,scaling,bufcache,stats (default: all)\n"
+	    "  --json FILE     write every figure as JSON (default: none)\n"
+	    "  -h, --help      this text\n"
+	    "  -V, --version   the kvpool version\n"
+	    "Options take their value as --opt VALUE or --opt=VALUE.\n",
+	    argv0, KVB_MAX_REPS, KVB_MAX_THREADS);
 }
 
 static int parse_threads(const char *s)
@@ -61,31 +77,66 @@ int kvb_parse_args(int argc, char **argv)
 	const char *threads = NULL;
 
 	memset(&kvb_opt, 0, sizeof(kvb_opt));
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(a, "--quick")) {
+	static const struct option longopts[] = {
+	    {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
+	    {"quick", no_argument, NULL, 'q'},         {"smoke", no_argument, NULL, 's'},
+	    {"seconds", required_argument, NULL, 'S'}, {"warmup", required_argument, NULL, 'W'},
+	    {"reps", required_argument, NULL, 'R'},    {"max-pow10", required_argument, NULL, 'P'},
+	    {"threads", required_argument, NULL, 'T'}, {"only", required_argument, NULL, 'O'},
+	    {"json", required_argument, NULL, 'J'},    {NULL, 0, NULL, 0},
+	};
+	int c;
+	opterr = 0; /* one line of our own below */
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":hV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			usage(stdout, argv[0]);
+			exit(0);
+		case 'V':
+			printf("%s (kvpool) %s\n", argv[0], kvp_version());
+			exit(0);
+		case 'q':
 			kvb_opt.quick = true;
-		} else if (!strcmp(a, "--smoke")) {
+			break;
+		case 's':
 			kvb_opt.smoke = true;
-		} else if (!strcmp(a, "--seconds") && v) {
-			seconds = atof(v), i++;
-		} else if (!strcmp(a, "--warmup") && v) {
-			warmup = atof(v), i++;
-		} else if (!strcmp(a, "--reps") && v) {
-			reps = atoi(v), i++;
-		} else if (!strcmp(a, "--max-pow10") && v) {
-			pow10 = atoi(v), i++;
-		} else if (!strcmp(a, "--threads") && v) {
-			threads = v, i++;
-		} else if (!strcmp(a, "--only") && v) {
-			kvb_opt.only = v, i++;
-		} else if (!strcmp(a, "--json") && v) {
-			kvb_opt.json = v, i++;
-		} else {
-			usage(argv[0]);
+			break;
+		case 'S':
+			seconds = atof(optarg);
+			break;
+		case 'W':
+			warmup = atof(optarg);
+			break;
+		case 'R':
+			reps = atoi(optarg);
+			break;
+		case 'P':
+			pow10 = atoi(optarg);
+			break;
+		case 'T':
+			threads = optarg;
+			break;
+		case 'O':
+			kvb_opt.only = optarg;
+			break;
+		case 'J':
+			kvb_opt.json = optarg;
+			break;
+		case ':':
+			fprintf(stderr, "%s: option %s needs a value (see --help)\n", argv[0],
+			        argv[optind - 1]);
+			return -1;
+		default:
+			fprintf(stderr, "%s: unknown option '%s' (see --help)\n", argv[0],
+			        argv[optind - 1]);
 			return -1;
 		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", argv[0],
+		        argv[optind]);
+		return -1;
 	}
 	if (kvb_opt.smoke) {
 		kvb_opt.seconds = 0.01, kvb_opt.warmup = 0.005, kvb_opt.reps = 3;
@@ -109,7 +160,7 @@ int kvb_parse_args(int argc, char **argv)
 	if (pow10 >= 3 && pow10 <= 7)
 		kvb_opt.max_pow10 = pow10;
 	if (threads && parse_threads(threads) != 0) {
-		usage(argv[0]);
+		fprintf(stderr, "%s: bad --threads '%s' (see --help)\n", argv[0], threads);
 		return -1;
 	}
 	return 0;

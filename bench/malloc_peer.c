@@ -11,8 +11,8 @@
  *   allocator /usr/lib/x86_64-linux-gnu/libjemalloc.so.2
  *   threads 4 <median ops/s> <rep1> <rep2> ...
  *
- * Arguments: the harness's (--seconds --warmup --reps --threads) plus
- * --bytes N, the block size in bytes.
+ * Arguments: the harness's (--seconds --warmup --reps --threads, --help,
+ * --version) plus --bytes N, the block size in bytes (default 4096).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -58,6 +58,8 @@ int main(int argc, char **argv)
 	for (int i = 0; i < argc && n < 63; i++) {
 		if (!strcmp(argv[i], "--bytes") && i + 1 < argc)
 			ctx.bytes = (size_t)strtoull(argv[++i], NULL, 10);
+		else if (!strncmp(argv[i], "--bytes=", 8))
+			ctx.bytes = (size_t)strtoull(argv[i] + 8, NULL, 10);
 		else
 			args[n++] = argv[i];
 	}

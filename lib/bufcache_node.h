@@ -89,7 +89,7 @@ static inline struct bc_node *bc_node(struct bc_nodes *n, uint32_t idx)
 	return &s[(size_t)idx - base];
 }
 
-extern _Thread_local unsigned bc_shard_plus1;
+extern _Thread_local unsigned bc_shard_plus1 __attribute__((visibility("hidden")));
 unsigned bc_thread_shard_assign(void);
 
 /* bc_thread_shard - this thread's shard (0 .. BC_SHARDS-1), fixed for its life */

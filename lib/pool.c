@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "lib/pool_internal.h"
+#include "lib/pool_report.h"
 #include "lib/prefix_internal.h"
 #include "lib/rcu.h"
 #include "lib/sysmem.h"
@@ -154,6 +155,7 @@ void kvp_pool_destroy(kvp_pool *p)
 {
 	if (!p)
 		return;
+	kvp_pool_report_at_destroy(p); /* KVPOOL_SHOW_STATS (kvpool/report.h) */
 	/* After this no exiting thread touches the pool (lib/tslot.c). */
 	kvp_registry_remove(p);
 	pool_free(p);

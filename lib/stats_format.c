@@ -105,6 +105,11 @@ int kvp_stats_to_prometheus(const kvp_stats *s, const char *prefix, char *buf, s
 	          "# HELP %s_fragmentation Fraction of managed blocks in use and not full.\n"
 	          "# TYPE %s_fragmentation gauge\n%s_fragmentation %.6f\n",
 	          prefix, prefix, prefix, kvp_stats_fragmentation(s));
+	uint64_t in_use = kvp_stats_blocks_in_use(s);
+	tb_printf(&t,
+	          "# HELP %s_usage_ratio Blocks in use / blocks managed (0 when none managed).\n"
+	          "# TYPE %s_usage_ratio gauge\n%s_usage_ratio %.6f\n",
+	          prefix, prefix, prefix, s->n_blocks ? (double)in_use / (double)s->n_blocks : 0.0);
 	metric_u64(&t, prefix, "peak_blocks_in_use", "gauge", "High-water mark of blocks in use.",
 	           s->peak_blocks_in_use);
 	metric_u64(&t, prefix, "allocations_total", "counter", "Blocks handed out.",

@@ -90,7 +90,8 @@ struct kvp_tls_ent {
 	struct kvp_tslot *slot;
 };
 
-extern __thread struct kvp_tls_ent *kvp_tls_head __attribute__((tls_model("initial-exec")));
+extern __thread struct kvp_tls_ent *kvp_tls_head
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
 struct kvp_tslot *kvp_tslot_get_slow(struct kvp_pool *pool);
 void kvp_tslot_put_fallback(struct kvp_pool *pool);

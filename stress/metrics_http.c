@@ -69,6 +69,15 @@ void mtext_pool(mtext *t, const kvp_stats *s)
 	           len);
 }
 
+void mtext_pool_live(mtext *t, kvp_pool *pool)
+{
+	size_t len = 0;
+	if (t->overflow)
+		return;
+	mtext_from(t, kvp_pool_to_prometheus(pool, NULL, t->buf + t->len, t->cap - t->len, &len),
+	           len);
+}
+
 void mtext_bufcache(mtext *t, const kvp_bufcache_stats *s)
 {
 	size_t len = 0;

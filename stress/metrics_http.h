@@ -37,6 +37,12 @@ void mtext_metric(mtext *t, const char *name, const char *type, const char *help
 /** mtext_pool - append kvp_stats_to_prometheus(@s, NULL, ...) */
 void mtext_pool(mtext *t, const kvp_stats *s);
 
+/**
+ * mtext_pool_live - append kvp_pool_to_prometheus(@pool, NULL, ...): the
+ * stats families plus per-stream series and build_info
+ */
+void mtext_pool_live(mtext *t, kvp_pool *pool);
+
 /** mtext_bufcache - append kvp_bufcache_stats_to_prometheus(@s, NULL, ...) */
 void mtext_bufcache(mtext *t, const kvp_bufcache_stats *s);
 

@@ -138,6 +138,14 @@ static bool lat_take(rp_worker *w)
 	return true;
 }
 
+/* One timed allocate call: the summary's histogram and, live, /metrics'. */
+static void lat_record(rp_worker *w, uint64_t ns)
+{
+	hist_record(&w->lat, ns);
+	if (w->e->live)
+		promhist_observe(&w->e->live->alloc_lat, ns);
+}
+
 /* --- kvpool backend ------------------------------------------------------------ */
 
 static int pool_allocate(rp_worker *w, kvp_stream stream, uint32_t n_tokens, size_t owner,
@@ -151,7 +159,7 @@ static int pool_allocate(rp_worker *w, kvp_stream stream, uint32_t n_tokens, siz
 		int rc = kvp_allocate(c->pool, stream, n_tokens, owner, KVP_FP16, w->refs,
 		                      w->refs_cap, n);
 		if (timed)
-			hist_record(&w->lat, su_now_ns() - t);
+			lat_record(w, su_now_ns() - t);
 		bump(&w->alloc_calls, 1);
 		if (rc != KVP_EEXHAUSTED)
 			return rc;
@@ -289,7 +297,7 @@ static int naive_token(rp_worker *w, rp_slot *s)
 		uint64_t t = timed ? su_now_ns() : 0;
 		void *p = malloc(e->row_bytes);
 		if (timed)
-			hist_record(&w->lat, su_now_ns() - t);
+			lat_record(w, su_now_ns() - t);
 		bump(&w->alloc_calls, 1);
 		if (p == NULL) {
 			if (si == 1) /* keep the token whole: drop its K row */

@@ -44,6 +44,7 @@
 #include <kvpool/kvpool.h>
 
 #include "stress/hist.h"
+#include "stress/promhist.h"
 #include "stress/trace.h"
 
 typedef enum { RP_POOL, RP_NAIVE } rp_kind;
@@ -117,6 +118,7 @@ typedef struct rp_live {
 	_Atomic uint64_t done, rejected, in_flight, queued, tokens, blocks_held, bytes_held;
 	_Atomic uint64_t waits, alloc_calls, elapsed_ns;
 	_Atomic bool running;
+	promhist alloc_lat; /* the timed allocate calls, as hist_record sees them */
 } rp_live;
 
 /** rp_blocks_needed - blocks per stream a request needs for its whole life */

@@ -7,6 +7,7 @@
  * Exit status: 0 all checks passed, 1 a check failed or a call failed,
  * 2 bad usage or unreadable input.
  */
+#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -78,7 +79,10 @@ static void usage(FILE *f)
 	        "  --json FILE         write the results as JSON\n"
 	        "  --metrics-port P    serve /metrics on 127.0.0.1:P while running (0: any port)\n"
 	        "  --linger S          keep serving /metrics S seconds after the run\n"
-	        "  --no-progress       no live progress line (it is shown only on a terminal)\n",
+	        "  --no-progress       no live progress line (it is shown only on a terminal)\n"
+	        "  -h, --help          this text\n"
+	        "  -V, --version       the kvpool version\n"
+	        "Options take their value as --opt VALUE or --opt=VALUE.\n",
 	        wl_names());
 }
 
@@ -104,14 +108,58 @@ static int parse_args(int argc, char **argv, opts *o)
 	            .step_ms = 20};
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	o->threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (uint64_t)cpus;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+	static const struct option longopts[] = {
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {"storage", no_argument, NULL, 0},
+	    {"prefix-cache", no_argument, NULL, 0},
+	    {"no-naive", no_argument, NULL, 0},
+	    {"no-progress", no_argument, NULL, 0},
+	    {"trace", required_argument, NULL, 0},
+	    {"json", required_argument, NULL, 0},
+	    {"workload", required_argument, NULL, 0},
+	    {"format", required_argument, NULL, 0},
+	    {"on-error", required_argument, NULL, 0},
+	    {"speed", required_argument, NULL, 0},
+	    {"step-ms", required_argument, NULL, 0},
+	    {"rate", required_argument, NULL, 0},
+	    {"metrics-port", required_argument, NULL, 0},
+	    {"limit", required_argument, NULL, 0},
+	    {"requests", required_argument, NULL, 0},
+	    {"seed", required_argument, NULL, 0},
+	    {"threads", required_argument, NULL, 0},
+	    {"batch", required_argument, NULL, 0},
+	    {"blocks", required_argument, NULL, 0},
+	    {"block-size", required_argument, NULL, 0},
+	    {"head-dim", required_argument, NULL, 0},
+	    {"latency-every", required_argument, NULL, 0},
+	    {"linger", required_argument, NULL, 0},
+	    {NULL, 0, NULL, 0},
+	};
+	int c, idx = 0;
+	opterr = 0; /* one line of our own below */
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":hV", longopts, &idx)) != -1) {
+		char a[32];
+		const char *v = optarg;
 		uint64_t u;
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+		if (c == 'h') {
 			usage(stdout);
 			exit(0);
-		} else if (strcmp(a, "--storage") == 0) {
+		} else if (c == 'V') {
+			printf("kvpool_replay (kvpool) %s\n", kvp_version());
+			exit(0);
+		} else if (c == ':') {
+			fprintf(stderr, "kvpool_replay: option %s needs a value (see --help)\n",
+			        argv[optind - 1]);
+			return -1;
+		} else if (c != 0) {
+			fprintf(stderr, "kvpool_replay: unknown option '%s' (see --help)\n",
+			        argv[optind - 1]);
+			return -1;
+		}
+		snprintf(a, sizeof a, "--%s", longopts[idx].name);
+		if (strcmp(a, "--storage") == 0) {
 			o->storage = true;
 		} else if (strcmp(a, "--prefix-cache") == 0) {
 			o->prefix = true;
@@ -119,11 +167,7 @@ static int parse_args(int argc, char **argv, opts *o)
 			o->naive = false;
 		} else if (strcmp(a, "--no-progress") == 0) {
 			o->progress = false;
-		} else if (v == NULL) {
-			fprintf(stderr, "kvpool_replay: unknown option or missing value: %s\n", a);
-			return -1;
 		} else {
-			i++;
 			if (strcmp(a, "--trace") == 0) {
 				o->trace_path = v;
 			} else if (strcmp(a, "--json") == 0) {
@@ -183,6 +227,11 @@ static int parse_args(int argc, char **argv, opts *o)
 			}
 		}
 	}
+	if (optind < argc) {
+		fprintf(stderr, "kvpool_replay: unexpected argument '%s' (see --help)\n",
+		        argv[optind]);
+		return -1;
+	}
 	return 0;
 }
 
@@ -195,13 +244,14 @@ static uint64_t ld(_Atomic uint64_t *a)
 static void fill_metrics(void *arg, mtext *t)
 {
 	app *a = arg;
-	kvp_stats s;
 	kvp_bufcache_stats bs;
-	if (kvp_pool_stats(a->pool, &s) == KVP_OK)
-		mtext_pool(t, &s);
+	mtext_pool_live(t, a->pool);
 	if (kvp_bufcache_get_stats(a->cache, &bs) == KVP_OK)
 		mtext_bufcache(t, &bs);
 	rp_live *l = &a->live;
+	mtext_promhist(t, "kvpool_block_pool_allocate_duration_seconds",
+	               "Duration of the kvp_allocate calls the replay timed (--latency-every).",
+	               &l->alloc_lat);
 	mtext_metric(t, "kvpool_replay_requests_completed_total", "counter",
 	             "Requests the replay has completed.", (double)ld(&l->done));
 	mtext_metric(t, "kvpool_replay_requests_rejected_total", "counter",
@@ -358,13 +408,17 @@ static void row(const char *label, const char *pool, const char *naive, const ch
 	printf("  %-34s %-22s %-22s %s\n", label, pool, naive ? naive : "", ratio ? ratio : "");
 }
 
-/* "how many times better kvpool is": @worse / @better (a cost of naive over kvpool's, or a rate of
- * kvpool over naive's) */
+/*
+ * "how many times better kvpool is": @worse / @better (a cost of naive over
+ * kvpool's, or a rate of kvpool over naive's).  Every ratio is shown, below
+ * 1x too (kvpool worse); "n/a" when either side is 0.
+ */
 static const char *ratio(double worse, double better, char *buf, size_t cap)
 {
 	if (worse <= 0 || better <= 0)
-		return "";
-	snprintf(buf, cap, "%.2fx", worse / better);
+		return "n/a";
+	double x = worse / better;
+	snprintf(buf, cap, x >= 0.1 ? "%.2fx" : "%.3fx", x);
 	return buf;
 }
 
@@ -429,7 +483,9 @@ static void print_table(const summary *S, const opts *o)
 	uint64_t ntok = n ? n->prompt_tokens + n->output_tokens : 0;
 	printf("\n");
 	row("", "kvpool", n ? "naive malloc/token" : "(naive: --no-naive)",
-	    n ? "kvpool advantage" : "");
+	    n ? "kvpool vs naive" : "");
+	if (n)
+		row("", "", "", "(>1x: kvpool better)");
 	snprintf(a, sizeof a, "%" PRIu64, p->requests_done);
 	snprintf(b, sizeof b, "%" PRIu64, n ? n->requests_done : 0);
 	row("requests completed", a, n ? b : NULL, NULL);
@@ -446,17 +502,22 @@ static void print_table(const summary *S, const opts *o)
 	row("tokens per second", human(per_s(ptok, p->wall_ns), a, sizeof a),
 	    n ? human(per_s(ntok, n->wall_ns), b, sizeof b) : NULL,
 	    n ? ratio(per_s(ptok, p->wall_ns), per_s(ntok, n->wall_ns), r, sizeof r) : NULL);
-	row("allocation calls", human((double)p->alloc_calls, a, sizeof a),
+	row("allocate calls", human((double)p->alloc_calls, a, sizeof a),
 	    n ? human((double)n->alloc_calls, b, sizeof b) : NULL,
 	    n ? ratio((double)n->alloc_calls, (double)p->alloc_calls, r, sizeof r) : NULL);
 	row("  (kvp_allocate | malloc)", "", NULL, NULL);
+	/* A kvp_allocate call hands out several blocks; a malloc makes one token row. */
+	row("blocks allocated", human((double)p->blocks_allocated, a, sizeof a),
+	    n ? human((double)n->alloc_calls, b, sizeof b) : NULL,
+	    n ? ratio((double)n->alloc_calls, (double)p->blocks_allocated, r, sizeof r) : NULL);
+	row("  (pool blocks | malloc'd rows)", "", NULL, NULL);
 	row("free calls (kvp_free_all | free)", human((double)p->free_calls, a, sizeof a),
 	    n ? human((double)n->free_calls, b, sizeof b) : NULL,
 	    n ? ratio((double)n->free_calls, (double)p->free_calls, r, sizeof r) : NULL);
 	double pcs = per_s(p->alloc_calls + p->free_calls, p->wall_ns);
 	double ncs = n ? per_s(n->alloc_calls + n->free_calls, n->wall_ns) : 0;
 	row("allocate+free calls per second", human(pcs, a, sizeof a),
-	    n ? human(ncs, b, sizeof b) : NULL, NULL);
+	    n ? human(ncs, b, sizeof b) : NULL, n ? ratio(pcs, ncs, r, sizeof r) : NULL);
 	row("kvp_block_set_used calls", human((double)p->set_used_calls, a, sizeof a),
 	    n ? "-" : NULL, NULL);
 	const double qs[] = {0.5, 0.99, 0.999};
@@ -467,7 +528,7 @@ static void print_table(const summary *S, const opts *o)
 		uint64_t nv = n ? hist_percentile(&n->alloc_lat, qs[i]) : 0;
 		snprintf(a, sizeof a, "%" PRIu64, pv);
 		snprintf(b, sizeof b, "%" PRIu64, nv);
-		row(ql[i], a, n ? b : NULL, NULL);
+		row(ql[i], a, n ? b : NULL, n ? ratio((double)nv, (double)pv, r, sizeof r) : NULL);
 	}
 	snprintf(a, sizeof a, "%" PRIu64 " of %" PRIu64, S->st.peak_blocks_in_use, o->blocks);
 	row("peak blocks in use (pool stats)", a, n ? "-" : NULL, NULL);
@@ -488,7 +549,8 @@ static void print_table(const summary *S, const opts *o)
 	snprintf(a, sizeof a, "%" PRIu64, p->waits);
 	if (n)
 		snprintf(b, sizeof b, "%" PRIu64, n->waits);
-	row("exhaustion waits (queue head)", a, n ? b : NULL, NULL);
+	row("exhaustion waits (queue head)", a, n ? b : NULL,
+	    n ? ratio((double)n->waits, (double)p->waits, r, sizeof r) : NULL);
 	snprintf(a, sizeof a, "%.2f / %.2f",
 	         p->waits ? (double)p->wait_ns_total / 1e6 / (double)p->waits : 0.0,
 	         (double)p->wait_ns_max / 1e6);
@@ -496,14 +558,18 @@ static void print_table(const summary *S, const opts *o)
 		snprintf(b, sizeof b, "%.2f / %.2f",
 		         n->waits ? (double)n->wait_ns_total / 1e6 / (double)n->waits : 0.0,
 		         (double)n->wait_ns_max / 1e6);
-	row("  wait ms mean / max", a, n ? b : NULL, NULL);
+	row("  wait ms mean / max", a, n ? b : NULL,
+	    n ? ratio((double)n->wait_ns_max, (double)p->wait_ns_max, r, sizeof r) : NULL);
 	snprintf(a, sizeof a, "%.2f / %.2f", (double)hist_percentile(&p->queue_delay, 0.5) / 1e6,
 	         (double)hist_percentile(&p->queue_delay, 0.99) / 1e6);
 	if (n)
 		snprintf(b, sizeof b, "%.2f / %.2f",
 		         (double)hist_percentile(&n->queue_delay, 0.5) / 1e6,
 		         (double)hist_percentile(&n->queue_delay, 0.99) / 1e6);
-	row("queue delay ms p50 / p99", a, n ? b : NULL, NULL);
+	row("queue delay ms p50 / p99", a, n ? b : NULL,
+	    n ? ratio((double)hist_percentile(&n->queue_delay, 0.99),
+	              (double)hist_percentile(&p->queue_delay, 0.99), r, sizeof r)
+	      : NULL);
 	if (S->prefix)
 		print_prefix(S, o);
 	char line[256];
@@ -746,10 +812,8 @@ int main(int argc, char **argv)
 {
 	app A;
 	memset(&A, 0, sizeof A);
-	if (parse_args(argc, argv, &A.o) != 0) {
-		usage(stderr);
-		return 2;
-	}
+	if (parse_args(argc, argv, &A.o) != 0)
+		return 2; /* parse_args printed one line saying why */
 	opts *o = &A.o;
 	trace t;
 	char source[1024];

@@ -164,7 +164,10 @@ static void do_alloc(st_world *w, st_slot *s, st_owner *o, bool short_cap)
 	kvp_format fmt = (kvp_format)rnd(s, KVP_N_FORMATS);
 	size_t cap = short_cap ? blocks - 1 : ST_MAX_TOKENS_BLOCKS + 1;
 	size_t n = 0;
+	uint64_t t0 = w->alloc_lat ? su_now_ns() : 0;
 	int rc = kvp_allocate(w->pool, (kvp_stream)stream, tokens, o->id, fmt, s->scratch, cap, &n);
+	if (w->alloc_lat)
+		promhist_observe(w->alloc_lat, su_now_ns() - t0);
 	if (short_cap) {
 		if (expect(w, s, "kvp_allocate with a short refs_cap", rc, KVP_ERANGE) &&
 		    n != blocks)

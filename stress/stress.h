@@ -27,6 +27,8 @@
 
 #include <kvpool/kvpool.h>
 
+#include "stress/promhist.h"
+
 #define ST_OWNERS            6   /* private owners per slot */
 #define ST_SHARED            4   /* contested owner ids, raced for by every slot */
 #define ST_STALE             64  /* freed refs each slot remembers */
@@ -95,6 +97,7 @@ typedef struct st_slot {
 
 typedef struct st_world {
 	kvp_pool *pool;
+	promhist *alloc_lat; /* if not NULL, every kvp_allocate of do_alloc is timed into it */
 	uint32_t block_size;
 	uint32_t initial_blocks;
 	bool faults_on; /* this phase injects allocator failures: ENOMEM is allowed */

@@ -9,6 +9,7 @@
  * Exit status: 0 no violation, 1 a violation (the first is printed, with
  * the seed to replay the run), 2 bad usage.  See docs/STRESS.md.
  */
+#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -47,6 +48,7 @@ typedef struct run {
 	_Atomic uint64_t ops_budget; /* left of --ops (UINT64_MAX: none) */
 	_Atomic uint64_t phase, threads_done;
 	uint64_t deadline;
+	promhist alloc_lat; /* kvp_allocate durations, timed only with --metrics-port */
 } run;
 
 typedef struct worker {
@@ -71,7 +73,10 @@ static void usage(FILE *f)
 	        "  --no-faults        no allocator fault injection (default: every 3rd phase)\n"
 	        "  --json FILE        write the results as JSON\n"
 	        "  --metrics-port P   serve /metrics on 127.0.0.1:P while running (0: any)\n"
-	        "  --no-progress      no live progress line (shown only on a terminal)\n");
+	        "  --no-progress      no live progress line (shown only on a terminal)\n"
+	        "  -h, --help         this text\n"
+	        "  -V, --version      the kvpool version\n"
+	        "Options take their value as --opt VALUE or --opt=VALUE.\n");
 }
 
 static int parse_args(int argc, char **argv, opts *o)
@@ -85,24 +90,54 @@ static int parse_args(int argc, char **argv, opts *o)
 	            .faults = true,
 	            .progress = true,
 	            .metrics_port = -1};
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+	static const struct option longopts[] = {
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {"no-faults", no_argument, NULL, 0},
+	    {"no-progress", no_argument, NULL, 0},
+	    {"seconds", required_argument, NULL, 0},
+	    {"json", required_argument, NULL, 0},
+	    {"metrics-port", required_argument, NULL, 0},
+	    {"threads", required_argument, NULL, 0},
+	    {"ops", required_argument, NULL, 0},
+	    {"seed", required_argument, NULL, 0},
+	    {"phase-ms", required_argument, NULL, 0},
+	    {"blocks", required_argument, NULL, 0},
+	    {"max-blocks", required_argument, NULL, 0},
+	    {"block-size", required_argument, NULL, 0},
+	    {"thread-cache", required_argument, NULL, 0},
+	    {NULL, 0, NULL, 0},
+	};
+	int c, idx = 0;
+	opterr = 0; /* one line of our own below */
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":hV", longopts, &idx)) != -1) {
+		char a[32];
+		const char *v = optarg;
 		uint64_t u;
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+		if (c == 'h') {
 			usage(stdout);
 			exit(0);
-		} else if (strcmp(a, "--no-faults") == 0) {
+		} else if (c == 'V') {
+			printf("kvpool_stress (kvpool) %s\n", kvp_version());
+			exit(0);
+		} else if (c == ':') {
+			fprintf(stderr, "kvpool_stress: option %s needs a value (see --help)\n",
+			        argv[optind - 1]);
+			return -1;
+		} else if (c != 0) {
+			fprintf(stderr, "kvpool_stress: unknown option '%s' (see --help)\n",
+			        argv[optind - 1]);
+			return -1;
+		}
+		snprintf(a, sizeof a, "--%s", longopts[idx].name);
+		if (strcmp(a, "--no-faults") == 0) {
 			o->faults = false;
 			continue;
 		} else if (strcmp(a, "--no-progress") == 0) {
 			o->progress = false;
 			continue;
 		}
-		if (v == NULL) {
-			fprintf(stderr, "kvpool_stress: unknown option or missing value: %s\n", a);
-			return -1;
-		}
-		i++;
 		bool ok = true;
 		if (strcmp(a, "--seconds") == 0)
 			ok = su_parse_double(v, &o->seconds);
@@ -142,6 +177,11 @@ static int parse_args(int argc, char **argv, opts *o)
 			fprintf(stderr, "kvpool_stress: bad value for %s: '%s'\n", a, v);
 			return -1;
 		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kvpool_stress: unexpected argument '%s' (see --help)\n",
+		        argv[optind]);
+		return -1;
 	}
 	if (o->max_blocks == 0)
 		o->max_blocks = 2 * o->blocks;
@@ -208,9 +248,9 @@ static void *worker_main(void *arg)
 static void fill_metrics(void *arg, mtext *t)
 {
 	run *r = arg;
-	kvp_stats s;
-	if (kvp_pool_stats(r->pool, &s) == KVP_OK)
-		mtext_pool(t, &s);
+	mtext_pool_live(t, r->pool);
+	mtext_promhist(t, "kvpool_block_pool_allocate_duration_seconds",
+	               "Duration of the stress harness's kvp_allocate calls.", &r->alloc_lat);
 	mtext_metric(t, "kvpool_stress_operations_total", "counter",
 	             "Pool operations the stress harness has run.", (double)ops_now(r));
 	mtext_metric(t, "kvpool_stress_phase", "gauge", "Current phase of fresh threads.",
@@ -267,10 +307,8 @@ int main(int argc, char **argv)
 {
 	static run R;
 	run *r = &R;
-	if (parse_args(argc, argv, &r->o) != 0) {
-		usage(stderr);
-		return 2;
-	}
+	if (parse_args(argc, argv, &r->o) != 0)
+		return 2; /* parse_args printed one line saying why */
 	opts *o = &r->o;
 	if (!o->seed_given) {
 		struct timespec ts;
@@ -313,6 +351,8 @@ int main(int argc, char **argv)
 	uint64_t max_ids = 512 * o->max_blocks;
 	r->w.max_ids = (uint32_t)(max_ids > (1u << 22) ? (1u << 22) : max_ids);
 	r->w.max_blocks = (uint32_t)o->max_blocks;
+	if (o->metrics_port >= 0)
+		r->w.alloc_lat = &r->alloc_lat;
 	atomic_init(&r->ops_budget, o->ops ? o->ops : UINT64_MAX);
 
 	mhttp *srv = NULL;

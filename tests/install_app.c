@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void check(int status, const char *what)
 {
@@ -37,6 +38,11 @@ int main(void)
 	kvp_ref refs[8];
 	size_t n_refs;
 
+	/* The library loaded is the one the headers describe. */
+	if (strcmp(kvp_version(), KVP_VERSION) != 0 || strcmp(KVPOOL_VERSION, KVP_VERSION) != 0) {
+		fprintf(stderr, "kvp_version() %s, headers %s\n", kvp_version(), KVP_VERSION);
+		return 1;
+	}
 	kvp_pool_config_init(&cfg);
 	cfg.block_size = 16;
 	cfg.n_blocks = 64;

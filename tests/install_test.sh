@@ -2,9 +2,13 @@
 # tests/install_test.sh - tools/install.sh end to end, minus the Bazel build
 # (Bazel cannot run inside a Bazel test): install the Bazel-built libkvpool.a,
 # libkvpool.so and headers into an empty prefix with tools/install.sh, then
-# build a program the way a server's Makefile would and run it:
-#   1. cc app.c $(pkg-config --cflags --libs kvpool)    -> libkvpool.so, found by rpath
+# build a program the way a server's Makefile or CMakeLists.txt would and run it:
+#   1. cc app.c $(pkg-config --cflags --libs kvpool)  -> libkvpool.so.0 via LD_LIBRARY_PATH
+#      (no rpath by default), and again after install.sh --rpath -> found by rpath
 #   2. cc app.c ... DIR/lib/libkvpool.a $(pkg-config --static --libs ...) -> static
+#   3. CMake: find_package(kvpool 0.1 REQUIRED) + kvpool::kvpool (tests/cmake_app),
+#      shared and static
+#   4. the man pages: one per public function, `man -l kvp_allocate.3` renders
 # Each must print EXPECTED: the seed's line (API.md) after allocating 40 tokens
 # of stream K on a 64-block pool of 16-token blocks, then the line after
 # kvp_free_all.  $1 is the Bazel config: none, asan or tsan (the program is
@@ -26,12 +30,19 @@ fail() {
 	exit 1
 }
 
-"$R/tools/install.sh" --prefix "$prefix" --archive "$R/tools/libkvpool.a" \
-	--shared "$R/tools/libkvpool.so" --headers "$R/include/kvpool"
+install() {
+	"$R/tools/install.sh" --prefix "$prefix" --archive "$R/tools/libkvpool.a" \
+		--shared "$R/tools/libkvpool.so" --headers "$R/include/kvpool" --no-python "$@"
+}
+install
 for f in include/kvpool/kvpool.h include/kvpool/pool.h lib/libkvpool.a lib/libkvpool.so \
-	lib/pkgconfig/kvpool.pc; do
+	lib/libkvpool.so.0 lib/libkvpool.so.0.1.0 lib/pkgconfig/kvpool.pc \
+	lib/cmake/kvpool/kvpoolConfig.cmake lib/cmake/kvpool/kvpoolConfigVersion.cmake \
+	share/man/man3/kvp_allocate.3; do
 	[ -f "$prefix/$f" ] || fail "install.sh did not install $f"
 done
+[ "$(readlink "$prefix/lib/libkvpool.so.0")" = libkvpool.so.0.1.0 ] || fail "libkvpool.so.0 link"
+[ "$(readlink "$prefix/lib/libkvpool.so")" = libkvpool.so.0 ] || fail "libkvpool.so link"
 
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 pkg-config --validate kvpool || fail "kvpool.pc does not validate"
@@ -50,10 +61,21 @@ cd "$work"
 # shellcheck disable=SC2046 # pkg-config output is meant to be split
 "$CC" -std=c11 -Wall -Wextra -Werror ${sanflags[@]+"${sanflags[@]}"} -o app app.c \
 	$(pkg-config --cflags --libs kvpool)
-readelf -d app | grep -q 'NEEDED.*\[libkvpool\.so\]' || fail "app does not use libkvpool.so"
-out=$(env -u LD_LIBRARY_PATH ./app) || fail "app exited with $?"
+readelf -d app | grep -q 'NEEDED.*\[libkvpool\.so\.0\]' || fail "app does not use libkvpool.so.0"
+if readelf -d app | grep -qE 'R(UN)?PATH'; then fail "the .pc put an rpath without --rpath"; fi
+out=$(LD_LIBRARY_PATH="$prefix/lib" ./app) || fail "app exited with $?"
 [ "$out" = "$EXPECTED" ] || fail "shared app printed '$out', expected '$EXPECTED'"
-echo "ok shared:"; echo "$out"
+echo "ok shared (LD_LIBRARY_PATH):"; echo "$out"
+
+# --rpath: the .pc adds DIR/lib to the rpath; the program runs without LD_LIBRARY_PATH.
+(cd "$R" && install --rpath) >/dev/null
+# shellcheck disable=SC2046
+"$CC" -std=c11 -Wall -Wextra -Werror ${sanflags[@]+"${sanflags[@]}"} -o app_rpath app.c \
+	$(pkg-config --cflags --libs kvpool)
+readelf -d app_rpath | grep -qE "R(UN)?PATH.*\[$prefix/lib\]" || fail "--rpath: no rpath"
+out=$(env -u LD_LIBRARY_PATH ./app_rpath) || fail "app_rpath exited with $?"
+[ "$out" = "$EXPECTED" ] || fail "rpath app printed '$out'"
+echo "ok shared (--rpath)"
 
 # 2. Static: the archive plus the private dependencies the .pc declares.
 static_libs=$(pkg-config --static --libs-only-l kvpool | sed 's/-lkvpool//')
@@ -67,3 +89,52 @@ fi
 out=$(./app_static) || fail "app_static exited with $?"
 [ "$out" = "$EXPECTED" ] || fail "static app printed '$out', expected '$EXPECTED'"
 echo "ok static:"; echo "$out"
+
+# 3. CMake: the package config and its imported targets.
+mkdir -p "$work/cmake_src"
+cp "$R/tests/cmake_app/CMakeLists.txt" "$work/cmake_src/"
+cp "$R/tests/install_app.c" "$work/cmake_src/app.c"
+cmake -S "$work/cmake_src" -B "$work/cmake_build" -DCMAKE_PREFIX_PATH="$prefix" \
+	-DCMAKE_C_COMPILER="$CC" -DCMAKE_C_FLAGS="${sanflags[*]:-}" \
+	-DCMAKE_EXE_LINKER_FLAGS="${sanflags[*]:-}" >"$work/cmake.log" 2>&1 ||
+	{ cat "$work/cmake.log" >&2; fail "cmake configure failed"; }
+grep -q "kvpool 0.1.0 from $prefix/lib/cmake/kvpool" "$work/cmake.log" ||
+	{ cat "$work/cmake.log" >&2; fail "find_package did not find the installed kvpool"; }
+cmake --build "$work/cmake_build" >"$work/build.log" 2>&1 ||
+	{ cat "$work/build.log" >&2; fail "cmake --build failed"; }
+readelf -d "$work/cmake_build/app" | grep -q 'NEEDED.*\[libkvpool\.so\.0\]' ||
+	fail "the CMake app does not use libkvpool.so.0"
+out=$(env -u LD_LIBRARY_PATH "$work/cmake_build/app") || fail "CMake app exited with $?"
+[ "$out" = "$EXPECTED" ] || fail "CMake app printed '$out'"
+out=$("$work/cmake_build/app_static") || fail "CMake app_static exited with $?"
+[ "$out" = "$EXPECTED" ] || fail "CMake app_static printed '$out'"
+echo "ok cmake: find_package(kvpool 0.1) + kvpool::kvpool and kvpool::kvpool_static"
+# A version the package does not satisfy is refused.
+sed -i 's/find_package(kvpool 0.1 REQUIRED)/find_package(kvpool 1.0 REQUIRED)/' \
+	"$work/cmake_src/CMakeLists.txt"
+if cmake -S "$work/cmake_src" -B "$work/cmake_build2" -DCMAKE_PREFIX_PATH="$prefix" \
+	>"$work/cmake2.log" 2>&1; then
+	fail "find_package(kvpool 1.0) accepted kvpool 0.1.0"
+fi
+echo "ok cmake: find_package(kvpool 1.0) refused"
+
+# 4. Man pages: one per public function; groff finds nothing to warn about in
+# any of them; man -l renders kvp_allocate.3.
+man3="$prefix/share/man/man3"
+"$R/tools/kvpool_headers.py" functions "$prefix"/include/kvpool/*.h >"$work/functions"
+n=0 pages=()
+while read -r f; do
+	[ -f "$man3/$f.3" ] || fail "no man page for $f"
+	pages+=("$man3/$f.3")
+	n=$((n + 1))
+done <"$work/functions"
+[ "$n" -ge 40 ] || fail "only $n public functions"
+warn=$(groff -man -Tutf8 -ww -z "${pages[@]}" 2>&1) || fail "groff failed: $warn"
+[ -z "$warn" ] || fail "groff warns: $warn"
+page=$(MANWIDTH=80 man -l "$man3/kvp_allocate.3") || fail "man -l kvp_allocate.3 failed"
+for want in "kvp_allocate - hand blocks to an owner" "#include <kvpool/pool.h>" "RETURN VALUE" \
+	"KVP_EEXHAUSTED" "n_tokens"; do
+	grep -qF -- "$want" <<<"$page" || fail "man kvp_allocate lacks '$want'"
+done
+echo "ok man: $n pages; man -l kvp_allocate.3:"
+sed -n 1,6p <<<"$page"

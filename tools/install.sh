@@ -1,44 +1,76 @@
 #!/usr/bin/env bash
 # tools/install.sh - build kvpool (plain -O2 config) and install it.
 #
-#   tools/install.sh --prefix DIR
+#   tools/install.sh --prefix DIR [--rpath] [--python PYTHON] [--no-python]
 #
 # installs
-#   DIR/include/kvpool/*.h          the public headers
-#   DIR/lib/libkvpool.a             every object of //:kvpool (bazel-bin/libkvpool.a)
-#   DIR/lib/libkvpool.so            //tools:libkvpool.so: self-contained, exports kvp_* only
-#   DIR/lib/pkgconfig/kvpool.pc     from tools/kvpool.pc.in
-# so that, with PKG_CONFIG_PATH=DIR/lib/pkgconfig,
-#   cc app.c $(pkg-config --cflags --libs kvpool)
-# links against libkvpool.so and runs (the .pc puts DIR/lib in the rpath).
+#   DIR/include/kvpool/*.h                      the public headers
+#   DIR/lib/libkvpool.so.X.Y.Z                  //tools:libkvpool.so (SONAME libkvpool.so.0,
+#   DIR/lib/libkvpool.so.0 -> libkvpool.so.X.Y.Z   exports the public API only, KVPOOL_0)
+#   DIR/lib/libkvpool.so   -> libkvpool.so.0
+#   DIR/lib/libkvpool.a                         every object of //:kvpool
+#   DIR/lib/pkgconfig/kvpool.pc                 from tools/kvpool.pc.in
+#   DIR/lib/cmake/kvpool/kvpoolConfig*.cmake    from cmake/*.in: imported target kvpool::kvpool
+#   DIR/share/man/man3/kvp_*.3                  one page per public function (kernel-doc)
+#   DIR/share/doc/kvpool/                       README.md, LICENSE, CHANGELOG.md
+#   PURELIB/kvpool/*.py                         the Python package (python/README.md)
+# where PURELIB is where PYTHON (default: python3 on PATH) looks for packages
+# under DIR: its own site directory when that lies inside DIR (DIR=/usr/local
+# with Debian's python3, or a virtual environment), otherwise
+# DIR/lib/pythonX.Y/site-packages (then set PYTHONPATH; the script says so).
+#
+# Linking, once installed:
+#   cc app.c $(pkg-config --cflags --libs kvpool)      (PKG_CONFIG_PATH=DIR/lib/pkgconfig)
+#   find_package(kvpool REQUIRED) + target_link_libraries(app kvpool::kvpool)
+#                                                      (CMAKE_PREFIX_PATH=DIR)
+# A program finds libkvpool.so.0 at run time through the system's loader
+# (ldconfig after installing into a system directory, or LD_LIBRARY_PATH);
+# with --rpath the .pc also puts DIR/lib in the program's rpath (CMake adds
+# one to build trees by itself).
 #
 # Already-built files can be given instead of building (the install test does):
 #   tools/install.sh --prefix DIR --archive libkvpool.a --shared libkvpool.so --headers DIR
 set -euo pipefail
 
 usage() {
-	echo "usage: $0 --prefix DIR [--archive FILE.a --shared FILE.so --headers DIR]" >&2
+	cat <<'EOF'
+usage: tools/install.sh --prefix DIR [options]
+
+  --prefix DIR       install under DIR (required)
+  --rpath            put DIR/lib in the rpath of programs linked with pkg-config
+                     (default: no rpath; use ldconfig or LD_LIBRARY_PATH)
+  --python PYTHON    the interpreter whose package directory gets kvpool/ (default: python3)
+  --no-python        do not install the Python package
+  --archive FILE.a --shared FILE.so --headers DIR
+                     install these already-built files instead of building
+  -h, --help         this text
+EOF
+}
+die_usage() {
+	echo "install.sh: $*; see --help" >&2
 	exit 2
 }
 
-prefix= archive= shared= headers=
+prefix= archive= shared= headers= rpath=0 python=python3 with_python=1
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--prefix | --archive | --shared | --headers)
-		[ $# -ge 2 ] || usage
+	--prefix | --archive | --shared | --headers | --python)
+		[ $# -ge 2 ] || die_usage "$1 needs a value"
 		declare "${1#--}=$2"
 		shift 2
 		;;
-	--prefix=* | --archive=* | --shared=* | --headers=*)
+	--prefix=* | --archive=* | --shared=* | --headers=* | --python=*)
 		v=${1#--}
 		declare "${v%%=*}=${v#*=}"
 		shift
 		;;
-	-h | --help) usage ;;
-	*) usage ;;
+	--rpath) rpath=1 && shift ;;
+	--no-python) with_python=0 && shift ;;
+	-h | --help) usage && exit 0 ;;
+	*) die_usage "unknown option '$1'" ;;
 	esac
 done
-[ -n "$prefix" ] || usage
+[ -n "$prefix" ] || die_usage "--prefix DIR is required"
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
@@ -56,10 +88,9 @@ if [ -z "$archive$shared$headers" ]; then
 	headers=$root/include/kvpool
 	cd - >/dev/null
 elif [ -z "$archive" ] || [ -z "$shared" ] || [ -z "$headers" ]; then
-	echo "install.sh: --archive, --shared and --headers go together" >&2
-	exit 2
+	die_usage "--archive, --shared and --headers go together"
 fi
-for f in "$archive" "$shared" "$headers"/kvpool.h; do
+for f in "$archive" "$shared" "$headers"/kvpool.h "$headers"/version.h; do
 	[ -e "$f" ] || { echo "install.sh: missing $f" >&2; exit 1; }
 done
 
@@ -74,21 +105,63 @@ if [ -d "$root/lib" ] && ls "$root"/lib/*.c >/dev/null 2>&1; then
 		}
 	done
 fi
+soname=$(objdump -p "$shared" | awk '$1 == "SONAME" { print $2 }')
+[ "$soname" = libkvpool.so.0 ] || {
+	echo "install.sh: $shared has SONAME '$soname', not libkvpool.so.0" >&2
+	exit 1
+}
 
-version=$(sed -n 's/^#define KVPOOL_VERSION[[:space:]]*"\(.*\)"$/\1/p' "$headers/kvpool.h")
-[ -n "$version" ] || version=0.0.0
+version=$(sed -n 's/^#define KVP_VERSION[[:space:]]*"\(.*\)"$/\1/p' "$headers/version.h")
+[ -n "$version" ] || { echo "install.sh: no KVP_VERSION in $headers/version.h" >&2; exit 1; }
 
-install -d "$prefix/include/kvpool" "$prefix/lib/pkgconfig"
+lib=$prefix/lib
+install -d "$prefix/include/kvpool" "$lib/pkgconfig" "$lib/cmake/kvpool" \
+	"$prefix/share/man/man3" "$prefix/share/doc/kvpool"
 install -m 0644 "$headers"/*.h "$prefix/include/kvpool/"
-install -m 0644 "$archive" "$prefix/lib/libkvpool.a"
-install -m 0755 "$shared" "$prefix/lib/libkvpool.so"
-sed -e "s|@PREFIX@|$prefix|g" -e "s|@VERSION@|$version|g" "$here/kvpool.pc.in" \
-	>"$prefix/lib/pkgconfig/kvpool.pc"
-chmod 0644 "$prefix/lib/pkgconfig/kvpool.pc"
-# The Python binding (python/README.md), beside the library it loads.
-if [ -d "$root/python/kvpool" ]; then
-	install -d "$prefix/lib/python3/dist-packages/kvpool"
-	install -m 0644 "$root"/python/kvpool/*.py "$prefix/lib/python3/dist-packages/kvpool/"
+install -m 0644 "$archive" "$lib/libkvpool.a"
+rm -f "$lib/libkvpool.so" "$lib/libkvpool.so.0"
+install -m 0755 "$shared" "$lib/libkvpool.so.$version"
+ln -s "libkvpool.so.$version" "$lib/libkvpool.so.0"
+ln -s libkvpool.so.0 "$lib/libkvpool.so"
+
+rpath_flag=
+[ "$rpath" = 1 ] && rpath_flag="-Wl,-rpath,\${libdir} "
+sed -e "s|@PREFIX@|$prefix|g" -e "s|@VERSION@|$version|g" -e "s|@RPATH@|$rpath_flag|g" \
+	"$here/kvpool.pc.in" >"$lib/pkgconfig/kvpool.pc"
+chmod 0644 "$lib/pkgconfig/kvpool.pc"
+for f in kvpoolConfig kvpoolConfigVersion; do
+	sed -e "s|@VERSION@|$version|g" "$root/cmake/$f.cmake.in" >"$lib/cmake/kvpool/$f.cmake"
+	chmod 0644 "$lib/cmake/kvpool/$f.cmake"
+done
+
+# Man pages from the installed headers' kernel-doc comments.
+python3 "$here/kvpool_headers.py" man --quiet --out "$prefix/share/man/man3" \
+	"$prefix"/include/kvpool/*.h
+for f in README.md LICENSE CHANGELOG.md; do
+	[ -f "$root/$f" ] && install -m 0644 "$root/$f" "$prefix/share/doc/kvpool/"
+done
+
+pypath=
+if [ "$with_python" = 1 ] && [ -d "$root/python/kvpool" ]; then
+	# Where $python looks under $prefix: one of its site directories inside the
+	# prefix, else the prefix scheme's purelib (DIR/lib/pythonX.Y/site-packages).
+	purelib=$("$python" - "$prefix" <<'EOF'
+import site, sys, sysconfig
+prefix = sys.argv[1].rstrip("/") + "/"
+dirs = list(getattr(site, "getsitepackages", lambda: [])()) + [sysconfig.get_path("purelib")]
+inside = [d for d in dirs if d.startswith(prefix)]
+if inside:
+    print(inside[0])
+else:
+    print(sysconfig.get_path("purelib", "posix_prefix",
+                             vars={"base": prefix.rstrip("/"), "platbase": prefix.rstrip("/")}))
+EOF
+	) || { echo "install.sh: $python cannot say where its packages go" >&2; exit 1; }
+	install -d "$purelib/kvpool"
+	install -m 0644 "$root"/python/kvpool/*.py "$purelib/kvpool/"
+	if ! "$python" -c 'import sys; sys.exit(0 if sys.argv[1] in sys.path else 1)' "$purelib"; then
+		pypath=" PYTHONPATH=$purelib"
+	fi
 fi
-echo "installed kvpool $version into $prefix (PKG_CONFIG_PATH=$prefix/lib/pkgconfig," \
-	"PYTHONPATH=$prefix/lib/python3/dist-packages)"
+echo "installed kvpool $version into $prefix (PKG_CONFIG_PATH=$lib/pkgconfig" \
+	"CMAKE_PREFIX_PATH=$prefix MANPATH=$prefix/share/man$pypath)"

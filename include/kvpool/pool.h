@@ -169,7 +169,8 @@ int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out);
  *
  * No other call on @pool may run concurrently or follow.  Threads that used
  * the pool may still be running (or exit concurrently); their per-pool state
- * is reclaimed here.
+ * is reclaimed here.  With the environment variable KVPOOL_SHOW_STATS=1
+ * the pool's kvp_pool_dump report goes to stderr first (kvpool/report.h).
  */
 void kvp_pool_destroy(kvp_pool *pool);
 

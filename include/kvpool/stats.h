@@ -111,6 +111,7 @@ int kvp_stats_format(const kvp_stats *s, char *buf, size_t cap);
  * @len:    set to the text's length without a NUL (or the length needed)
  *
  * Gauges <prefix>_blocks_in_use, _blocks_managed, _fragmentation,
+ * _usage_ratio (blocks in use / blocks managed, 0 when none are managed),
  * _peak_blocks_in_use; counters _allocations_total, _frees_total,
  * _reused_total, _exhausted_total, _grown_total, _retired_total,
  * _stale_frees_total, and for the prefix cache (kvpool/prefix.h; 0 when it

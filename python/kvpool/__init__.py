@@ -9,6 +9,9 @@
 Every call goes through ctypes.CDLL, which releases the GIL while the C
 function runs, so Python threads sharing a pool run concurrently.  See
 python/README.md for the API, the examples and how libkvpool.so is found.
+
+numpy is needed only by BlockStorage and the KV caches (imported when they
+are first used); ``kvpool.__version__`` is the loaded library's kvp_version().
 """
 
 from . import _lib
@@ -30,8 +33,10 @@ from .stats import AllocationStats
 from .storage import BlockStorage
 
 library_path = _lib.path
+__version__ = _lib.version()
 
 __all__ = [
+    "__version__",
     "AccountedKVCache",
     "AllocationStats",
     "Block",

@@ -1,24 +1,35 @@
 """Finding, loading and declaring libkvpool.so (ctypes).
 
-Where the library comes from, first match wins:
+Where the library comes from, first match wins (python/README.md):
 
-1. ``$KVPOOL_LIB``: the path of the shared object, or of a directory holding
-   ``libkvpool.so``.  Bazel tests and unusual installs set it.
-2. Next to the package: ``kvpool/libkvpool.so`` (a copy shipped inside the
-   package).
-3. The prefix the package was installed into: a package at
-   ``DIR/lib/python3/dist-packages/kvpool`` (or ``.../site-packages/kvpool``)
-   loads ``DIR/lib/libkvpool.so``, the file ``tools/install.sh --prefix DIR``
-   puts there.  A package inside a source tree (``python/kvpool``) tries the
-   tree's ``bazel-bin/tools/libkvpool.so``.
-4. Bazel runfiles: ``$RUNFILES_DIR`` / ``$TEST_SRCDIR`` +
-   ``kvpool/tools/libkvpool.so``.
-5. ``ctypes.util.find_library("kvpool")``: the dynamic linker's search
-   (``ldconfig`` cache, ``LD_LIBRARY_PATH``).
+1. ``$KVPOOL_LIBRARY`` (or its older name ``$KVPOOL_LIB``): the path of the
+   shared object, or of a directory holding ``libkvpool.so.0`` or
+   ``libkvpool.so``.  If it is set and wrong, the import fails naming it.
+2. The install prefix:
+   a. ``kvpool/libkvpool.so``, a copy shipped inside the package;
+   b. the library directory recorded when the package was built by pip
+      (``kvpool/_build_config.py``: ``$KVPOOL_PREFIX/lib`` or
+      ``pkg-config --variable=libdir kvpool`` at build time);
+   c. the prefix the package lives in: a package at
+      ``DIR/lib/pythonX.Y/site-packages/kvpool`` (or ``dist-packages``, or
+      ``DIR/lib/python3/...``) loads ``DIR/lib/libkvpool.so.0``, where
+      ``tools/install.sh --prefix DIR`` puts the library;
+   d. in a source tree, ``python/kvpool`` loads the tree's
+      ``bazel-bin/tools/libkvpool.so``;
+   e. Bazel runfiles: ``$RUNFILES_DIR`` / ``$TEST_SRCDIR`` +
+      ``kvpool/tools/libkvpool.so``.
+3. The system's loader: ``libkvpool.so.0`` by name (``LD_LIBRARY_PATH``, the
+   ``ldconfig`` cache, the default directories), then
+   ``ctypes.util.find_library("kvpool")``.
 
 The package-relative candidates come before the system search on purpose: a
 package installed under a prefix should use the library of that same prefix,
 not another version that happens to be in the linker's cache.
+
+A sanitizer build of the library (``bazel build --config=asan|tsan`` leaves
+one in ``bazel-bin``) cannot be loaded by an ordinary interpreter: it needs
+the sanitizer runtime in the executable.  Such a candidate is skipped, and if
+nothing else loads, the ImportError says which command builds the plain one.
 
 The library is opened with :class:`ctypes.CDLL`, never ``ctypes.PyDLL``:
 every call through a CDLL function releases the GIL for the duration of the
@@ -48,6 +59,8 @@ from ctypes import (
 from pathlib import Path
 
 LIBNAME = "libkvpool.so"
+SONAME = "libkvpool.so.0"
+ENV_VARS = ("KVPOOL_LIBRARY", "KVPOOL_LIB")  # the first set one counts
 
 # --- constants mirrored from include/kvpool/*.h --------------------------------
 
@@ -220,12 +233,26 @@ PROTOTYPES = {
 }
 
 
+def _in_dir(d: Path) -> list[Path]:
+    return [d / SONAME, d / LIBNAME]
+
+
+def _recorded_libdir() -> list[Path]:
+    try:
+        from . import _build_config  # written by setup.py when pip builds the package
+    except ImportError:
+        return []
+    libdir = getattr(_build_config, "LIBDIR", None)
+    return _in_dir(Path(libdir)) if libdir else []
+
+
 def _package_candidates() -> list[Path]:
     here = Path(os.path.abspath(__file__)).parent  # .../kvpool (symlinks kept)
     out = [here / LIBNAME]
-    # DIR/lib/python3/{dist,site}-packages/kvpool -> DIR/lib/libkvpool.so
-    if len(here.parents) >= 3:
-        out.append(here.parents[2] / LIBNAME)
+    out += _recorded_libdir()
+    # DIR/lib/python3[.X]/{dist,site}-packages/kvpool -> DIR/lib/libkvpool.so.0
+    if len(here.parents) >= 3 and here.parents[1].name.startswith("python3"):
+        out += _in_dir(here.parents[2])
     # a source tree: <repo>/python/kvpool -> <repo>/bazel-bin/tools/libkvpool.so
     out.append(here.parents[1] / "bazel-bin" / "tools" / LIBNAME)
     return out
@@ -240,40 +267,90 @@ def _runfiles_candidates() -> list[Path]:
     return out
 
 
+def _env_setting() -> tuple[str, str] | None:
+    for var in ENV_VARS:
+        val = os.environ.get(var)
+        if val:
+            return var, val
+    return None
+
+
 def candidates() -> list[str]:
     """Every place the loader looks, in order (see the module docstring)."""
     out: list[str] = []
-    env = os.environ.get("KVPOOL_LIB")
+    env = _env_setting()
     if env:
-        p = Path(env)
-        out.append(str(p / LIBNAME) if p.is_dir() else str(p))
-    out += [str(p) for p in _package_candidates() + _runfiles_candidates()]
+        p = Path(env[1])
+        if p.is_dir():
+            out.append(str(next((c for c in _in_dir(p) if c.exists()), p / SONAME)))
+        else:
+            out.append(str(p))
+    seen = set(out)
+    for p in _package_candidates() + _runfiles_candidates():
+        if str(p) not in seen:
+            seen.add(str(p))
+            out.append(str(p))
+    out.append(SONAME)  # the system's loader, by name
     found = ctypes.util.find_library("kvpool")
-    if found:
+    if found and found != SONAME:
         out.append(found)
     return out
 
 
+SANITIZERS = {
+    "__tsan": "ThreadSanitizer (--config=tsan)",
+    "__asan": "AddressSanitizer (--config=asan)",
+    "__ubsan": "UndefinedBehaviorSanitizer (--config=asan)",
+    "__sanitizer": "sanitizer",
+}
+
+
+def sanitizer_of(error: str) -> str | None:
+    """Which sanitizer a failed load's message shows the library was built with."""
+    if "undefined symbol" not in error:
+        return None
+    for prefix, name in SANITIZERS.items():
+        if "undefined symbol: " + prefix in error:
+            return name
+    return None
+
+
+PLAIN_BUILD_HINT = (
+    "build the plain library with `bazel build //tools:libkvpool.so` (no --config), "
+    "or install it with `tools/install.sh --prefix DIR`, "
+    "then set KVPOOL_LIBRARY to its path if it is not found by itself"
+)
+
+
 def _load() -> tuple[ctypes.CDLL, str]:
     tried = []
-    env_set = bool(os.environ.get("KVPOOL_LIB"))
+    sanitized = []
+    env = _env_setting()
     for i, cand in enumerate(candidates()):
+        explicit = i == 0 and env is not None
         is_path = os.sep in cand
         if is_path and not os.path.exists(cand):
             tried.append(f"{cand} (absent)")
-            if i == 0 and env_set:
-                break  # an explicit KVPOOL_LIB that is wrong is an error, not a hint
+            if explicit:
+                break  # an explicit KVPOOL_LIBRARY that is wrong is an error, not a hint
             continue
         try:
             return ctypes.CDLL(cand), cand
         except OSError as e:
+            san = sanitizer_of(str(e))
+            if san:
+                sanitized.append(f"{cand} is a {san} build, which this Python cannot load")
             tried.append(f"{cand} ({e})")
-            if i == 0 and env_set:
+            if explicit:
                 break
-    raise ImportError(
-        "kvpool: cannot load libkvpool.so; set KVPOOL_LIB to its path. Tried: "
-        + "; ".join(tried)
-    )
+    msg = "kvpool: cannot load libkvpool.so"
+    if sanitized:
+        msg += ": " + "; ".join(sanitized) + "; " + PLAIN_BUILD_HINT + "."
+    elif env:
+        msg += f"; {env[0]}={env[1]} does not name a loadable library."
+    else:
+        msg += "; set KVPOOL_LIBRARY to its path."
+    raise ImportError(msg + " Tried: " + "; ".join(tried))
 
 
 lib, path = _load()
@@ -314,3 +391,14 @@ def declared_functions() -> dict:
         except NotImplementedError:
             pass
     return out
+
+
+def version() -> str:
+    """The library's kvp_version(); "0.0.0" for a library older than that function."""
+    try:
+        f = lib.kvp_version
+    except AttributeError:
+        return "0.0.0"
+    f.restype = c_char_p
+    f.argtypes = []
+    return f().decode()

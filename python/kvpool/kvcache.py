@@ -13,10 +13,9 @@ import threading
 import weakref
 from typing import Optional
 
-import numpy as np
-
 from . import _lib
 from ._handle import Handle
+from ._numpy import np
 from .errors import InvalidArgumentError, check
 from .pool import BlockPoolAllocator, format_to_c, owner_to_c, to_int
 from .storage import BlockStorage, as_f32, f32_ptr

@@ -6,10 +6,9 @@ import ctypes
 import weakref
 from typing import Optional
 
-import numpy as np
-
-from . import _lib
+from . import _lib, _numpy
 from ._handle import Handle
+from ._numpy import np
 from .errors import InvalidArgumentError, check
 from .pool import Block, BlockPoolAllocator, to_int
 
@@ -58,6 +57,7 @@ class BlockStorage:
         if not isinstance(pool, BlockPoolAllocator):
             raise TypeError(f"pool must be a BlockPoolAllocator, not {type(pool).__name__}")
         self.head_dim = to_int(head_dim, "head_dim", 1, _lib.UINT32_MAX)
+        _numpy.require("BlockStorage")  # every read and write is a numpy array
         self.block_size = pool.config.block_size
         self._pool_ref = weakref.ref(pool)
         self._pool_handle = pool._handle

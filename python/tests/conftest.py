@@ -3,8 +3,8 @@
 Run by Bazel through run_pytest.py (which sets KVPOOL_LIB to the library it
 built), or by hand from the repository root:
 
-    bazel build //tools:libkvpool.so
-    KVPOOL_LIB=bazel-bin/tools/libkvpool.so python3 -m pytest python/tests
+    bazel build //tools:libkvpool_testing.so
+    KVPOOL_LIB=bazel-bin/tools/libkvpool_testing.so python3 -m pytest python/tests
 """
 
 import os

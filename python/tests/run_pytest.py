@@ -3,8 +3,9 @@
     run_pytest.py [--sanitizer=asan|tsan] [--launcher=PATH] [pytest args...]
 
 Runs ``python -m pytest python/tests`` against the package in python/kvpool
-and the libkvpool.so that Bazel built (//tools:libkvpool.so, given to the
-package through KVPOOL_LIB).  The interpreter is /usr/bin/python3 (the one
+and the libkvpool.so that Bazel built (//tools:libkvpool_testing.so, the
+shipped library plus the fault-injection hook, given to the package through
+KVPOOL_LIB).  The interpreter is /usr/bin/python3 (the one
 running this script), except under a sanitizer: then it is the launcher
 (//python:pyembed, Debian's libpython linked into an executable that carries
 the sanitizer runtime; see pyembed.c), with
@@ -37,7 +38,7 @@ def main(argv):
     ws_root = os.path.dirname(pkg_root)  # <runfiles>/kvpool
 
     env = dict(os.environ)
-    env["KVPOOL_LIB"] = os.path.join(ws_root, "tools", "libkvpool.so")
+    env["KVPOOL_LIB"] = os.path.join(ws_root, "tools", "libkvpool_testing.so")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_root, env.get("PYTHONPATH")]))
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # runfiles are read-only
 

@@ -1,6 +1,7 @@
 """How `import kvpool` finds libkvpool.so (kvpool/_lib.py), each case in a fresh interpreter."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -72,3 +73,48 @@ def test_the_search_order():
         assert c[0] in (env, os.path.join(env, "libkvpool.so"))
         c = c[1:]
     assert c[0] == os.path.join(os.path.abspath(PKG_DIR), "libkvpool.so")
+
+
+def test_kvpool_library_is_read_before_kvpool_lib(tmp_path):
+    (tmp_path / "d").mkdir()
+    shutil.copy(kvpool.library_path, tmp_path / "d" / "libkvpool.so.0")
+    r = run_import(
+        {"KVPOOL_LIBRARY": str(tmp_path / "d"), "KVPOOL_LIB": "/nonexistent/libkvpool.so"},
+        os.path.dirname(PKG_DIR),
+        tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(tmp_path / "d" / "libkvpool.so.0")
+
+
+def test_a_sanitizer_build_is_named_with_the_command_for_a_plain_one():
+    from kvpool import _lib
+
+    err = "/x/libkvpool.so: undefined symbol: __tsan_func_entry"
+    assert _lib.sanitizer_of(err).startswith("ThreadSanitizer")
+    assert _lib.sanitizer_of("x: undefined symbol: __asan_report_load8").startswith("Address")
+    assert _lib.sanitizer_of("x: cannot open shared object file") is None
+    assert "bazel build //tools:libkvpool.so" in _lib.PLAIN_BUILD_HINT
+
+
+def test_the_version_is_the_librarys_and_the_headers():
+    root = os.path.dirname(os.path.dirname(PKG_DIR))
+    with open(os.path.join(root, "include", "kvpool", "version.h"), encoding="utf-8") as f:
+        header = re.search(r'#define KVP_VERSION\s+"([^"]+)"', f.read()).group(1)
+    with open(os.path.join(os.path.dirname(PKG_DIR), "pyproject.toml"), encoding="utf-8") as f:
+        project = re.search(r'^version = "([^"]+)"', f.read(), re.M).group(1)
+    assert kvpool.__version__ == header == project
+
+
+def test_import_kvpool_does_not_import_numpy(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = os.path.dirname(PKG_DIR)
+    r = subprocess.run(
+        [sys.executable, "-c", "import sys, kvpool; print('numpy' in sys.modules)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
