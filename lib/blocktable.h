@@ -65,9 +65,9 @@ _Static_assert(sizeof(struct kvp_block) == 32, "block metadata must stay 32 byte
 #define KVP_ST_STREAM_SHIFT 52
 /* Prefix cache only (lib/prefix_internal.h): findable by key, cached (free
  * and on an LRU list), taken off the LRU by an evictor. */
-#define KVP_ST_PUBLISHED (1ull << 54)
-#define KVP_ST_CACHED    (1ull << 55)
-#define KVP_ST_EVICTING  (1ull << 60)
+#define KVP_ST_PUBLISHED    (1ull << 54)
+#define KVP_ST_CACHED       (1ull << 55)
+#define KVP_ST_EVICTING     (1ull << 60)
 #define KVP_ST_FORMAT_SHIFT 56
 
 static inline uint32_t kvp_st_gen(uint64_t st)

@@ -40,7 +40,7 @@ struct kvp_pool {
 	uint32_t history_len;
 	uint32_t n_streams; /* 2 with separate_kv, else 1 */
 	bool separate_kv;
-	bool grow; /* false in prefix mode: that layer grows after eviction */
+	bool grow;    /* false in prefix mode: that layer grows after eviction */
 	uint64_t uid; /* unique for the process's life; names the pool in TLS */
 
 	struct kvp_blocktable bt;

@@ -74,6 +74,12 @@ int kvp_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
 	/* The prefix layer grows the pool itself, after eviction. */
 	pf->grow = cfg->grow_on_exhaustion;
 	p->grow = false;
+	/* No per-thread magazines: in a warm cache nearly every free block is
+	 * cached, so most allocations evict, and "uncached blocks first" would
+	 * make each of them drain every thread's magazine (waiting for busy
+	 * ones).  Without magazines every uncached free block is on the global
+	 * stack: the order is exact and nothing waits. */
+	p->thread_cache = 0;
 	for (uint32_t i = 0; i < KVP_PFX_STRIPES; i++)
 		pthread_mutex_init(&pf->stripe[i], NULL);
 	kvp_pfx_lru_init(pf);

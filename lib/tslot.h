@@ -55,9 +55,9 @@ enum kvp_ctr {
 	KVP_C_GROWN,
 	KVP_C_RETIRED,
 	KVP_C_STALE,
-	KVP_C_NOT_FULL, /* signed delta, two's complement */
-	KVP_C_PQUERIES, /* prefix cache: keys asked for by kvp_prefix_match */
-	KVP_C_PHITS,    /* prefix cache: blocks kvp_prefix_match handed out */
+	KVP_C_NOT_FULL,  /* signed delta, two's complement */
+	KVP_C_PQUERIES,  /* prefix cache: keys asked for by kvp_prefix_match */
+	KVP_C_PHITS,     /* prefix cache: blocks kvp_prefix_match handed out */
 	KVP_C_EVICTIONS, /* prefix cache: cached blocks evicted */
 	KVP_N_CTR
 };

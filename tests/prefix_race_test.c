@@ -11,7 +11,8 @@
  * whose contents changed while held, is a violation; TSan also sees the
  * ledger's plain reads and writes, so a missing happens-before between a
  * publisher, a matcher and the next owner of an evicted block is a report.
- * At the end every block is free again.
+ * At the end every block is free again, and without resets (which hold
+ * evicted blocks in transit) no allocation fails.
  *
  * Eviction order: with blocks cached in a known order and then many
  * threads evicting at once (nothing cached meanwhile), exactly the least
@@ -84,8 +85,11 @@ static kvp_pool *pool;
 /* The ledger: written by a block's allocator before it publishes, read by holders. */
 static uint64_t content[MAXIDS];
 static _Atomic uint64_t violations;
-/* Odd while a kvp_prefix_reset runs (it unpublishes held blocks). */
-static _Atomic uint64_t resets;
+/* kvp_prefix_reset calls started and done (a reset unpublishes held blocks;
+ * several threads may reset at once). */
+static _Atomic uint64_t resets_started, resets_done;
+/* A thread resets after one request in this many (0: never). */
+static uint64_t reset_every;
 
 static kvp_hash key_of(int stream, int seq, int j)
 {
@@ -138,7 +142,7 @@ static void *worker_main(void *arg)
 		for (int j = 0; j < len; j++)
 			keys[j] = key_of(stream, seq, j);
 		size_t m, n;
-		uint64_t r0 = atomic_load(&resets);
+		uint64_t d0 = atomic_load(&resets_done), s0 = atomic_load(&resets_started);
 		CHECK_EQ(kvp_prefix_match(pool, st, KVP_FP16, keys, (size_t)len, owner, refs,
 		                          SEQLEN, &m),
 		         KVP_OK);
@@ -152,7 +156,7 @@ static void *worker_main(void *arg)
 			if (kvp_block_get(pool, refs[i], &bi) != KVP_OK || bi.n_used != BS)
 				violation("matched block not full", id);
 			/* A reset meanwhile unpublishes held blocks. */
-			if (!bi.published && r0 % 2 == 0 && atomic_load(&resets) == r0)
+			if (!bi.published && s0 == d0 && atomic_load(&resets_started) == s0)
 				violation("matched block not published", id);
 		}
 		if ((size_t)len > m) {
@@ -201,17 +205,23 @@ static void *worker_main(void *arg)
 		}
 		if (kvp_blocks_for(pool, owner, got, SEQLEN, &n) != KVP_ENOENT)
 			violation("owner still active after letting go", 0);
-		if (tu_rand(&w->rng) % 1000 == 0) {
-			atomic_fetch_add(&resets, 1);
+		if (reset_every && tu_rand(&w->rng) % reset_every == 0) {
+			atomic_fetch_add(&resets_started, 1);
 			kvp_prefix_reset(pool);
-			atomic_fetch_add(&resets, 1);
+			atomic_fetch_add(&resets_done, 1);
 		}
 	}
 	return NULL;
 }
 
-static void test_ledger(int iters)
+/*
+ * Without resets no allocation may fail: a thread has at most SEQLEN blocks
+ * of a stream held or in transit, so at least 48 - 8 * 4 = 16 blocks of
+ * each stream are free or cached at every instant.
+ */
+static void test_ledger(int iters, uint64_t resets_every)
 {
+	reset_every = resets_every;
 	kvp_pool_config c;
 	kvp_pool_config_init(&c);
 	c.block_size = BS;
@@ -250,6 +260,8 @@ static void test_ledger(int iters)
 	       (unsigned long long)exhausted, (unsigned long long)s.n_cached);
 	CHECK(s.n_evictions > 0);
 	CHECK(s.n_prefix_hits > 0);
+	if (!resets_every)
+		CHECK_EQ(exhausted, 0); /* no false exhaustion */
 	/* All of a stream in one request: cached blocks are taken too. */
 	kvp_ref all[NBLOCKS / 2];
 	size_t n;
@@ -341,9 +353,11 @@ int main(void)
 	const char *e = getenv("KVP_RACE_SEED");
 	seed0 = e ? strtoull(e, NULL, 0) : 20261201u;
 	printf("seed %llu\n", (unsigned long long)seed0);
-	test_ledger(2000);
+	test_ledger(5000, 1000);
 	printf("ok test_ledger\n");
-	test_eviction_order(20);
+	test_ledger(3000, 0);
+	printf("ok test_ledger_no_false_exhaustion\n");
+	test_eviction_order(50);
 	printf("ok test_eviction_order\n");
 	return 0;
 }

@@ -52,6 +52,11 @@
  *   - a block cached while an eviction runs may be ordered either way
  *     against the block that eviction takes.
  *
+ * Per-thread caches.  A pool with the prefix cache keeps no per-thread
+ * magazines (thread_cache is ignored): every uncached free block is on its
+ * stream's global stack, so "uncached first" is exact across threads and an
+ * allocation that must evict never waits for other threads' caches.
+ *
  * Holders and kvp_block_get.  kvp_block_info.owner is the holder when
  * n_holders is 1; with several holders it is one of the owners that held
  * the block since it was handed out (use kvp_blocks_for per owner).  A raw
