@@ -327,6 +327,44 @@ static int run_child(const struct peer *pr, double secs, struct result *r)
 	return WEXITSTATUS(status) == 2 ? 2 : -1;
 }
 
+static const char *verdict(int met)
+{
+	return met ? "met" : "NOT met";
+}
+
+/* One target line: @label, the ratio, the bound and whether it is met. */
+static void target(const char *label, double ratio, const char *cmp, double bound, int met)
+{
+	printf("  %-38s %7.2f  (%s %.2f: %s)\n", label, ratio, cmp, bound, verdict(met));
+}
+
+/* The hit-path targets, as ratios of CPU ns per pair from this run. */
+static void print_targets(const struct result *res)
+{
+	const struct result *kv = &res[0], *sd = &res[1], *tc = &res[N_PEERS - 1];
+	char label[64];
+
+	if (!kv->ok)
+		return;
+	printf("\ntargets (cpu ns per pair, this run):\n");
+	if (tc->ok)
+		target("kvpool 1 thread / tcmalloc 1 thread", kv->cpu[0] / tc->cpu[0], "<=", 2.0,
+		       kv->cpu[0] <= 2.0 * tc->cpu[0]);
+	else
+		printf("  %-38s     n/a  (tcmalloc not measured)\n",
+		       "kvpool 1 thread / tcmalloc 1 thread");
+	for (int i = 1; i < N_TC; i++) {
+		snprintf(label, sizeof(label), "kvpool %d threads / kvpool 1 thread",
+		         thread_counts[i]);
+		target(label, kv->cpu[i] / kv->cpu[0], "<=", 1.5, kv->cpu[i] <= 1.5 * kv->cpu[0]);
+	}
+	for (int i = 0; sd->ok && i < N_TC; i++) {
+		snprintf(label, sizeof(label), "seed-scan / kvpool at %d thread%s",
+		         thread_counts[i], thread_counts[i] > 1 ? "s" : "");
+		target(label, sd->cpu[i] / kv->cpu[i], ">=", 10.0, sd->cpu[i] >= 10.0 * kv->cpu[i]);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	double secs = 0.25;
@@ -427,5 +465,6 @@ int main(int argc, char **argv)
 			       res[0].ok ? res[p].wall[i] / res[0].wall[i] : 0.0, hit);
 		}
 	}
+	print_targets(res);
 	return bad;
 }

@@ -8,7 +8,10 @@
  * owners at once, a cached buffer written by the cache, or a buffer returned
  * with the wrong capacity breaks a canary (and is a data race under TSan).
  * A watcher thread meanwhile reads cached bytes and stats (never above the
- * budget, at any instant) and clears the cache now and then.
+ * budget, at any instant) and clears the cache now and then.  Every worker
+ * has its own front (lib/bufcache_front.h): the watcher's clears, and the
+ * workers' evictions when their front and the shared tier are empty, claim
+ * fronts whose owners are running, and workers exit with non-empty fronts.
  *
  * Once quiescent: cached bytes <= budget; hits + misses = allocations;
  * bytes_in_use = 0; system_allocs - system_frees = cached buffers; taking

@@ -5,9 +5,10 @@
  * token; this cache keeps freed buffers and hands them out again, so that
  * the system allocator (page faults, fragmentation) is visited only on a
  * miss.  It keeps the seed dynamic_pool_allocator's single-threaded
- * semantics exactly and adds thread safety with a lock-free hit path.
+ * semantics exactly and adds thread safety, with a per-thread front that
+ * serves most hits and frees without touching shared memory.
  *
- * Semantics (exact whenever one thread uses the cache at a time):
+ * Semantics (exact while a single thread uses the cache):
  *
  * - Every pointer returned is KVP_BUF_ALIGN (256) byte aligned; *actual is
  *   its true capacity, a multiple of 256, and is what kvp_bufcache_free must
@@ -29,39 +30,82 @@
  *   smallest buffer (same order) and retries, until the allocation succeeds
  *   or nothing is cached; then kvp_bufcache_alloc returns NULL.
  *
- * Under concurrency (what holds exactly, and what is approximate):
+ * "A single thread" means that every kvp_bufcache_alloc, _free and _clear
+ * since kvp_bufcache_create came from one and the same thread (not
+ * necessarily the creating one).  With several threads, even taking turns,
+ * the rules below apply instead.
  *
- * - The budget holds at every instant, not only at quiescence: the bytes
- *   held by the cache never exceed max_cached_bytes (a free reserves its
- *   bytes with a compare-and-swap that cannot pass the budget, before the
- *   buffer becomes visible; a hit releases them after the buffer left).
- *   kvp_bufcache_cached_bytes counts buffers being put in as cached, so it
- *   may run ahead of the buffers actually findable, never past the budget.
- * - Best fit and eviction order are exact per size class: a hit takes the
- *   oldest buffer of the smallest capacity that was visible when its search
- *   passed that capacity; an eviction takes the oldest buffer of the
- *   smallest capacity so visible.  A buffer being put in by another thread at
- *   that moment may be missed (the hit then goes to the next capacity or to
- *   the system, the eviction to the next capacity), and two threads evicting
- *   at once take the two smallest in either order.  A free whose room is
- *   held by reservations still in flight on other threads may evict one
- *   buffer more than a sequential run would, or give its buffer back to the
- *   system when nothing is left to evict.
+ * Structure: each thread that calls the cache has a front for it, holding
+ * up to 32 buffers per capacity for capacities up to 128 KiB
+ * (KVP_BUF_FRONT_MAX), at most min(max_cached_bytes / 8, 8 MiB) bytes in
+ * all; behind the fronts is a shared tier that every thread reaches.  A
+ * free goes to the caller's front (what overflows it moves, oldest first,
+ * to the shared tier); an exiting thread's front moves to the shared tier.
+ *
+ * Under concurrency (several threads with fronts):
+ *
+ * - Which buffer a hit returns: the smallest buffer of the caller's own
+ *   front whose capacity is >= requested, unless the shared tier holds a
+ *   fitting buffer of that capacity or smaller; then the shared tier's best
+ *   fit (smallest fitting capacity, least recently put there).  Buffers in
+ *   other threads' fronts are not searched by a hit: a hit may return a
+ *   larger buffer than the smallest cached anywhere, or a miss may allocate
+ *   while another thread's front holds a fitting buffer.
+ * - Budget: the bytes held by the cache (buffers in fronts and in the
+ *   shared tier) never exceed max_cached_bytes, at any instant.  A front
+ *   reserves budget in batches of max_cached_bytes / 256 (at most 1 MiB,
+ *   rounded down to 256) and keeps at most two batches reserved but unused,
+ *   so that its frees and hits write no shared counter.  Those unused
+ *   reservations (at most 2 * batch per thread, held until the thread's
+ *   next call, its exit, or a claim) are the only slack: they are not
+ *   cached bytes, but they are room other threads cannot use until taken
+ *   back.  A free that finds the budget full takes them back from the
+ *   other fronts as soon as they cover what it lacks, and evicts (smallest
+ *   first) only while they do not.
+ *   kvp_bufcache_cached_bytes and peak_cached_bytes leave out the
+ *   reservations; while threads run they may count a reservation being
+ *   taken or given back as cached (never past the budget).
+ * - Eviction order: the smallest buffer of the evicting thread's front and
+ *   of the shared tier, the shared one on a tie (the least recently cached
+ *   first within either).  Only when both are empty are the other fronts
+ *   claimed and moved to the shared tier (oldest first per capacity), and
+ *   the smallest of them is evicted.  Two threads evicting at once may take
+ *   the two smallest in either order.
+ * - No false exhaustion: before a free gives its buffer to the system for
+ *   lack of room, and before kvp_bufcache_alloc returns NULL, every buffer
+ *   in every thread's front (idle, blocked or busy threads alike) has been
+ *   reachable: a thread that finds nothing else to evict claims the other
+ *   fronts itself (waiting at most for an owner to finish the call it is
+ *   in) and moves their buffers to the shared tier.  A buffer freed into a
+ *   front after that pass is a later event.
+ * - A buffer being put in by another thread at the instant a hit or an
+ *   eviction searches the shared tier may be missed (the search goes on to
+ *   the next capacity, or the system).
  * - Counters are exact once the cache is quiescent; a snapshot taken while
  *   threads run is exact per counter at some instant of the call.
- * - Nothing is ever stranded: there are no per-thread caches, every cached
- *   buffer is visible to every thread, to eviction and to
- *   kvp_bufcache_clear/destroy at all times, whatever threads do or exit.
+ * - Nothing is stranded: a front goes back to the shared tier when its
+ *   thread exits (pthread key destructor), kvp_bufcache_clear claims and
+ *   empties every front, and kvp_bufcache_destroy frees every front's
+ *   buffers, whatever the threads that own them are doing.
  *
- * Cost: a hit for a capacity up to KVP_BUF_LOCKFREE_MAX (64 MiB) takes no
- * lock and allocates nothing: a bitmap lookup (first non-empty capacity >=
- * the request, O(1)) and a lock-free queue dequeue.  Capacities above 64 MiB
- * are kept per power of two in short sorted lists (at most
- * max_cached_bytes / 64 MiB entries in all), each under its own mutex.  A
- * free allocates nothing either.  Only a miss may allocate metadata (node
- * slab growth, a 4 KiB group of 64 size classes) besides the buffer; if that
- * fails the allocation still succeeds, and the buffer is simply not cached
- * when freed.  Metadata is O(buffers alive + size classes used), freed at
+ * Cost: a hit or a free served by the caller's front takes no lock, no
+ * locked instruction and allocates nothing: a thread-local lookup, a store
+ * and a load that hold the front against claims, the front's two-level
+ * bitmap, one read of the shared tier's bitmap, and the front's own
+ * counters.  The shared tier, used when the front cannot serve the call,
+ * takes no lock for capacities up to KVP_BUF_LOCKFREE_MAX (64 MiB): a
+ * three-level bitmap lookup (first non-empty capacity >= the request,
+ * O(1)) and a lock-free queue.  Capacities above 64 MiB are kept per power
+ * of two in short sorted lists (at most max_cached_bytes / 64 MiB entries
+ * in all), each under its own mutex.  Only a miss may allocate metadata
+ * (node slab growth, a 4 KiB group of 64 size classes) besides the buffer,
+ * and a thread's first call makes its front (about 9 KiB); if either fails
+ * the call still succeeds (a thread without a front uses the shared tier).
+ * Claiming fronts (eviction with both the caller's front and the shared
+ * tier empty, a full budget with reservations held elsewhere, clear) costs
+ * one membarrier(2) system call (or, where the kernel lacks it, each front
+ * owner pays a locked store per call instead) plus a visit to every front.
+ * Metadata is O(buffers alive + size classes used + threads), freed at
  * destroy.
  *
  * Synchronization:
@@ -70,20 +114,24 @@
  *   ------------------------------  ------------------------------  ------------------
  *   kvp_bufcache_round              everything                      pure
  *   kvp_bufcache_create             everything (new object)         -
- *   kvp_bufcache_destroy            nothing on the same cache       -
- *   kvp_bufcache_alloc              alloc, free, clear, stats       lock-free (1)
- *   kvp_bufcache_free               alloc, free, clear, stats       lock-free (1)
- *   kvp_bufcache_clear              alloc, free, clear, stats       lock-free (1)
- *   kvp_bufcache_cached_bytes       everything but destroy          wait-free
- *   kvp_bufcache_get_stats          everything but destroy          wait-free
+ *   kvp_bufcache_destroy            nothing on the same cache (1)   -
+ *   kvp_bufcache_alloc              alloc, free, clear, stats       see (2)
+ *   kvp_bufcache_free               alloc, free, clear, stats       see (2)
+ *   kvp_bufcache_clear              alloc, free, clear, stats       see (2)
+ *   kvp_bufcache_cached_bytes       everything but destroy          wait-free, O(threads)
+ *   kvp_bufcache_get_stats          everything but destroy          wait-free, O(threads)
  *   kvp_bufcache_stats_to_prometheus everything (reads a copy)      pure
  *
- * (1) Lock-free as long as only buffers up to 64 MiB are involved: a hit,
- *     free or eviction that must look at or move a buffer above 64 MiB
- *     takes that power-of-two list's mutex (only when such buffers are
- *     cached), and a miss goes to the system allocator and may take the
- *     metadata-growth mutexes (node slab, size-class groups), which no hit
- *     or free ever takes.
+ * (1) Threads that used the cache may still be running or exit during or
+ *     after destroy (a registry of live caches, under a process-wide mutex,
+ *     keeps their exit from touching a destroyed cache); they must not call
+ *     it again.
+ * (2) A call served by the caller's front is wait-free.  The shared tier is
+ *     lock-free up to 64 MiB; a buffer above 64 MiB takes its power-of-two
+ *     list's mutex; a miss may take the metadata-growth mutexes; a thread's
+ *     first call on a cache takes the registry mutex once.  A call that must
+ *     claim other fronts waits for each owner to leave the call it is in
+ *     (a few dozen instructions unless that thread is preempted).
  *
  * No function aborts or prints.  Callers need no registration: any thread
  * may allocate, and any thread may free a buffer any other thread allocated.
@@ -104,6 +152,8 @@ extern "C" {
 #define KVP_BUF_MAX_REQUEST (((SIZE_MAX - KVP_BUF_ALIGN) / 9) * 8)
 /* Capacities up to this have their own lock-free size class (hit and free take no lock). */
 #define KVP_BUF_LOCKFREE_MAX ((size_t)64 << 20)
+/* Capacities up to this are kept in the calling thread's front (see above). */
+#define KVP_BUF_FRONT_MAX ((size_t)128 << 10)
 
 typedef struct kvp_bufcache kvp_bufcache;
 
@@ -143,15 +193,17 @@ void kvp_bufcache_destroy(kvp_bufcache *c);
  * @actual:    set to the buffer's true capacity, or 0 on failure; must not be NULL
  *
  * A hit returns the smallest cached buffer with capacity >= @requested (the
- * least recently cached among equals).  A miss allocates
+ * least recently cached among equals; with several threads, the rule for
+ * fronts above).  A miss allocates
  * kvp_bufcache_round(@requested) bytes from the system, evicting cached
  * buffers smallest-first and retrying while the system allocator fails.
  * The contents of the buffer are undefined.
  *
  * Returns the buffer, or NULL (with *@actual = 0) when @c or @actual is
  * NULL, when @requested > KVP_BUF_MAX_REQUEST, or when the system allocator
- * failed with nothing left to evict.  Thread-safe; a hit of up to 64 MiB is
- * lock-free and allocates nothing.
+ * failed with nothing left to evict (every front included).  Thread-safe; a
+ * hit from the caller's front is wait-free, a hit of up to 64 MiB from the
+ * shared tier lock-free, and neither allocates.
  */
 void *kvp_bufcache_alloc(kvp_bufcache *c, size_t requested, size_t *actual);
 
@@ -171,7 +223,8 @@ void *kvp_bufcache_alloc(kvp_bufcache *c, size_t requested, size_t *actual);
  * the buffer out with a wrong capacity.  The cheap checks are made (an
  * @actual that is 0 or not a multiple of 256, a misaligned @ptr): such a
  * buffer is given to the system allocator's free instead of being cached.
- * Thread-safe; lock-free and allocation-free for capacities up to 64 MiB.
+ * Thread-safe; wait-free into the caller's front, lock-free into the shared
+ * tier for capacities up to 64 MiB, and allocation-free.
  */
 void kvp_bufcache_free(kvp_bufcache *c, void *ptr, size_t actual);
 
@@ -179,8 +232,9 @@ void kvp_bufcache_free(kvp_bufcache *c, void *ptr, size_t actual);
  * kvp_bufcache_clear - give every cached buffer back to the system
  * @c: the cache (NULL is a no-op)
  *
- * Gives back at most as many buffers as the cache held when the call
- * started, so it returns even while other threads keep freeing: buffers
+ * Claims every thread's front and moves its buffers to the shared tier,
+ * then gives back at most as many buffers as that tier then holds, so it
+ * returns even while other threads keep freeing: buffers
  * freed by other threads while clear runs may stay cached (and stand in
  * for ones a concurrent hit took).  A clear with no concurrent free leaves
  * nothing cached.  Cleared buffers count as system frees, not as evictions.
@@ -192,7 +246,8 @@ void kvp_bufcache_clear(kvp_bufcache *c);
  * kvp_bufcache_cached_bytes - bytes currently held (or being put in) by the cache
  * @c: the cache (NULL gives 0)
  *
- * Never exceeds max_cached_bytes.  Thread-safe, wait-free.
+ * Leaves out the fronts' unused reservations; never exceeds
+ * max_cached_bytes.  Thread-safe, wait-free, O(threads that used @c).
  */
 size_t kvp_bufcache_cached_bytes(kvp_bufcache *c);
 
@@ -223,8 +278,8 @@ typedef struct kvp_bufcache_stats {
  * flight.
  *
  * Returns KVP_OK, or KVP_EINVAL when @c or @out is NULL.  Thread-safe,
- * wait-free: sums per-shard stripes and the counts of the size classes in
- * use (64 per 4 KiB group that a miss ever created).
+ * wait-free: sums per-shard stripes, every front's counters, and the counts
+ * of the size classes in use (64 per 4 KiB group that a miss ever created).
  */
 int kvp_bufcache_get_stats(kvp_bufcache *c, kvp_bufcache_stats *out);
 
