@@ -20,6 +20,11 @@
  * a pool created at full size.
  * Shrink: kvp_shrink latency retiring 1e3 and then 1e5 free blocks of a
  * 1e6-block pool, idle and with a thread allocating and freeing meanwhile.
+ * Drain: the latency of a one-block kvp_alloc_block that finds its own
+ * magazine and the global stack empty while DRAIN_PARKERS idle threads hold
+ * free blocks in their magazines, so it must drain them (no false
+ * exhaustion); p50/p99 over many rounds, for the default (membarrier) pool
+ * and a pool created with KVPOOL_FORCE_FALLBACK=1.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -29,6 +34,7 @@
 
 #include "bench/cases.h"
 #include "bench/suite.h"
+#include "lib/pool_internal.h"
 
 #define BENCH     "scaling"
 #define MAX_SIZES 5
@@ -491,6 +497,148 @@ static int shrink(void)
 	return bad;
 }
 
+/* --- drain under exhaustion --------------------------------------------- */
+
+#define DRAIN_PARKERS 4
+#define DRAIN_BLOCKS  512 /* one stream */
+
+typedef struct parker {
+	pthread_t th;
+	kvp_pool *kv;
+	pthread_barrier_t *bar;
+	atomic_int *stop;
+	int failed;
+} parker;
+
+/* Each round: allocate and free 32 blocks (its magazine ends up holding
+ * them), then stay idle, outside any pool call, while the main thread
+ * measures. */
+static void *park_main(void *arg)
+{
+	parker *pk = arg;
+	kvp_ref r[32];
+
+	for (;;) {
+		pthread_barrier_wait(pk->bar);
+		if (atomic_load(pk->stop))
+			return NULL;
+		for (int i = 0; i < 32; i++)
+			if (kvp_alloc_block(pk->kv, KVP_KV, KVP_FP16, &r[i]) != KVP_OK)
+				pk->failed = 1;
+		for (int i = 0; i < 32 && !pk->failed; i++)
+			kvp_free_block(pk->kv, r[i]);
+		pthread_barrier_wait(pk->bar);
+	}
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* p50 and p99 (ns) of a draining allocate on a pool made in @fallback mode. */
+static int drain_mode(bool fallback, int rounds, double *p50, double *p99, double *parked_avg)
+{
+	kvp_pool_config cfg;
+	kvp_pool *kv;
+	parker pk[DRAIN_PARKERS];
+	pthread_barrier_t bar;
+	atomic_int stop = 0;
+	double *lat = calloc((size_t)rounds, sizeof(double));
+	kvp_ref *held = calloc(DRAIN_BLOCKS, sizeof(kvp_ref));
+	int bad = 0;
+	double parked = 0;
+
+	kvp_pool_config_init(&cfg);
+	cfg.block_size = KVB_BLOCK_SIZE;
+	cfg.separate_kv = false;
+	cfg.n_blocks = DRAIN_BLOCKS;
+	if (fallback)
+		setenv("KVPOOL_FORCE_FALLBACK", "1", 1);
+	int rc = kvp_pool_create(&cfg, &kv);
+	if (fallback)
+		unsetenv("KVPOOL_FORCE_FALLBACK");
+	if (rc != KVP_OK || !lat || !held) {
+		free(lat);
+		free(held);
+		return 1;
+	}
+	pthread_barrier_init(&bar, NULL, DRAIN_PARKERS + 1);
+	for (int t = 0; t < DRAIN_PARKERS; t++) {
+		pk[t] = (parker){.kv = kv, .bar = &bar, .stop = &stop};
+		pthread_create(&pk[t].th, NULL, park_main, &pk[t]);
+	}
+	struct kvp_tslot *me = NULL;
+	for (int i = 0; i < rounds && !bad; i++) {
+		pthread_barrier_wait(&bar); /* parkers fill their magazines */
+		pthread_barrier_wait(&bar); /* and are idle now */
+		/* Empty the global stack and our own magazine. */
+		size_t nh = 0;
+		kvp_ref r;
+		for (;;) {
+			if (!me)
+				me = kvp_tslot_get_slow(kv); /* not the inline one: its TLS head is
+				                                internal to the library */
+			uint32_t mine = atomic_load(&me->mag[0].count);
+			if (atomic_load(&kv->fs[0].avail) <= 0 && mine == 0)
+				break;
+			if (nh == DRAIN_BLOCKS || kvp_alloc_block(kv, KVP_KV, KVP_FP16, &held[nh]))
+				break;
+			nh++;
+		}
+		parked += (double)kvp_n_free(kv, KVP_KV);
+		double t0 = kvb_now();
+		rc = kvp_alloc_block(kv, KVP_KV, KVP_FP16, &r);
+		lat[i] = (kvb_now() - t0) * 1e9;
+		if (rc != KVP_OK) {
+			kvb_fail("kvp_alloc_block (drain)", rc);
+			bad = 1;
+		} else {
+			held[nh++] = r;
+		}
+		if (kvp_free(kv, held, nh) != KVP_OK)
+			bad = 1;
+	}
+	atomic_store(&stop, 1);
+	pthread_barrier_wait(&bar);
+	for (int t = 0; t < DRAIN_PARKERS; t++) {
+		pthread_join(pk[t].th, NULL);
+		bad |= pk[t].failed;
+	}
+	pthread_barrier_destroy(&bar);
+	if (kvp_n_free(kv, KVP_KV) != DRAIN_BLOCKS)
+		bad = 1;
+	kvp_pool_destroy(kv);
+	qsort(lat, (size_t)rounds, sizeof(double), cmp_dbl);
+	*p50 = lat[rounds / 2];
+	*p99 = lat[(rounds * 99) / 100];
+	*parked_avg = parked / rounds;
+	free(lat);
+	free(held);
+	return bad;
+}
+
+static int drain(void)
+{
+	int rounds = kvb_opt.smoke ? 20 : 400;
+	const char *name[2] = {"membarrier", "fallback"};
+	int bad = 0;
+
+	printf("\ndrain: one-block kvp_alloc_block that must drain %d idle threads' magazines "
+	       "(%d rounds)\n",
+	       DRAIN_PARKERS, rounds);
+	printf("%-34s %11s %11s %11s\n", "mode", "p50 ns", "p99 ns", "free blocks");
+	for (int m = 0; m < 2; m++) {
+		double p50 = 0, p99 = 0, parked = 0;
+		bad |= drain_mode(m == 1, rounds, &p50, &p99, &parked);
+		printf("%-34s %11.0f %11.0f %11.1f\n", name[m], p50, p99, parked);
+		kvb_fig(BENCH, name[m], "drain", "drain_alloc_p50_ns", p50, NULL, 0);
+		kvb_fig(BENCH, name[m], "drain", "drain_alloc_p99_ns", p99, NULL, 0);
+	}
+	return bad;
+}
+
 int kvb_bench_scaling(void)
 {
 	uint32_t sizes[MAX_SIZES];
@@ -562,5 +710,6 @@ int kvb_bench_scaling(void)
 	}
 	bad |= growth();
 	bad |= shrink();
+	bad |= drain();
 	return bad;
 }

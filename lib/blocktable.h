@@ -1,23 +1,31 @@
 /*
- * lib/blocktable.h - the pool's segmented block table.
+ * lib/blocktable.h - the pool's block table: segments that never move.
  *
- * Block metadata lives in fixed-size segments of KVP_SEG_BLOCKS entries.
- * A directory (array of segment pointers) maps an id to its segment; growth
- * adds segments and, when the directory is full, publishes a larger copy of
- * it with RCU.  Blocks never move, so a block pointer obtained inside an
- * RCU read-side section stays valid for the pool's life (segments are freed
- * only by kvp_pool_destroy); the directory itself is what RCU protects.
+ * Block metadata lives in segments whose addresses are fixed once made.
+ * Segment 0 holds the n0 blocks the pool was created with; growth segment
+ * k (k = 0 .. KVP_BT_MAX_SEGS-1) holds KVP_BT_BASE << k blocks and covers
+ * the ids from n0 + KVP_BT_BASE * (2^k - 1) up.  An id finds its block in
+ * two loads and no read-side section: for id >= n0, v = id - n0 +
+ * KVP_BT_BASE, k = floor(log2 v) - log2 KVP_BT_BASE (one clz), offset =
+ * v - 2^floor(log2 v).  Every segment pointer sits in the table itself
+ * (an inline array), so nothing is ever replaced or freed before the pool
+ * is destroyed: a block pointer stays valid for the pool's life.
  *
  * Synchronization:
  *
  *   operation            who                          ordering
  *   -------------------  ---------------------------  -----------------------
- *   kvp_bt_block         any thread, in an RCU        acquire load of the
- *                        read-side section             directory pointer
- *   kvp_bt_extend        grow mutex held              release store of the
- *                                                      directory pointer; the
- *                                                      old one freed after a
- *                                                      grace period (call_rcu)
+ *   kvp_bt_block         any thread, for an id it     relaxed load of the
+ *                        knows was created            segment pointer: the id
+ *                                                     reached the caller
+ *                                                     through a release/acquire
+ *                                                     chain from the grower
+ *                                                     (n_ids, a free-stack
+ *                                                     push/pop), which orders
+ *                                                     the segment store first
+ *   kvp_bt_extend        grow mutex held              relaxed store of the
+ *                        (or single-threaded)         pointer; published as
+ *                                                     above
  *   kvp_bt_destroy       single-threaded              -
  *
  * One block's metadata is 32 bytes:
@@ -28,7 +36,9 @@
  *              mode also published, cached, evicting
  *   owner      the owner id while in use (relaxed; validated by the state)
  *   free_next  link of the free stack (atomic: read by racing poppers)
- *   own_prev/own_next  links of the owner's list, under the owner's shard lock
+ *   own_prev/own_next  links of the owner's list, under the owner's
+ *              exclusion (its shard lock, or the thread it is biased to)
+ *   pad        unused by the block layer
  */
 #ifndef KVPOOL_LIB_BLOCKTABLE_H
 #define KVPOOL_LIB_BLOCKTABLE_H
@@ -37,12 +47,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "lib/rcu.h"
-
+#define KVP_BT_BASE_SHIFT 10
+#define KVP_BT_BASE       (1u << KVP_BT_BASE_SHIFT)
+#define KVP_BT_MAX_SEGS   32
+#define KVP_NO_ID         UINT32_MAX
+/* Segment size of side tables indexed by block id (lib/prefix.c); the block
+ * table itself is laid out by KVP_BT_BASE. */
 #define KVP_SEG_SHIFT  10
 #define KVP_SEG_BLOCKS (1u << KVP_SEG_SHIFT)
 #define KVP_SEG_MASK   (KVP_SEG_BLOCKS - 1)
-#define KVP_NO_ID      UINT32_MAX
 
 struct kvp_block {
 	_Atomic uint64_t state;
@@ -103,46 +116,47 @@ static inline uint64_t kvp_st_make(uint32_t gen, uint32_t used, uint64_t flags, 
 	       ((uint64_t)format << KVP_ST_FORMAT_SHIFT);
 }
 
-struct kvp_dir {
-	char rcu_head[KVP_RCU_HEAD_BYTES]; /* for deferred freeing (lib/rcu.h) */
-	uint32_t cap;                      /* segment slots */
-	struct kvp_block *seg[];
-};
-
 struct kvp_blocktable {
-	_Atomic(struct kvp_dir *) dir;
-	uint32_t n_segs; /* segments allocated; grow mutex */
+	struct kvp_block *seg0; /* ids [0, n0); set before the pool is shared */
+	uint32_t n0;
+	uint32_t cap; /* ids covered by allocated segments; grow mutex */
+	_Atomic(struct kvp_block *) seg[KVP_BT_MAX_SEGS];
 };
 
 /**
  * kvp_bt_block - the metadata of block @id
  *
- * Caller is inside an RCU read-side section and knows @id was created
- * (below kvp_pool_n_ids, or obtained from a free stack).
+ * The caller knows @id was created (below kvp_pool_n_ids read with acquire,
+ * or obtained from a free stack or a ref).  Two loads, no fence.
  */
 static inline struct kvp_block *kvp_bt_block(struct kvp_blocktable *bt, uint32_t id)
 {
-	/* acquire: pairs with the release in kvp_bt_extend, so the segment
-	 * pointers and the metadata written before publication are seen. */
-	struct kvp_dir *d = atomic_load_explicit(&bt->dir, memory_order_acquire);
-	return &d->seg[id >> KVP_SEG_SHIFT][id & KVP_SEG_MASK];
+	if (__builtin_expect(id < bt->n0, 1))
+		return &bt->seg0[id];
+	uint32_t v = id - bt->n0 + KVP_BT_BASE;
+	uint32_t msb = 31u - (uint32_t)__builtin_clz(v);
+	/* relaxed: see the table above (the id's publication orders it). */
+	struct kvp_block *s =
+	    atomic_load_explicit(&bt->seg[msb - KVP_BT_BASE_SHIFT], memory_order_relaxed);
+	return &s[v - (1u << msb)];
 }
 
-/** kvp_bt_init - an empty table; returns 0 or -1 (no memory) */
-int kvp_bt_init(struct kvp_blocktable *bt);
+/**
+ * kvp_bt_init - a table with segment 0 of @n0 blocks (contents undefined:
+ * the caller initialises every block it creates).  Returns 0 or -1 (no memory).
+ */
+int kvp_bt_init(struct kvp_blocktable *bt, uint32_t n0);
 
 /**
- * kvp_bt_extend - make room for ids below @n_ids (zeroed metadata)
+ * kvp_bt_extend - make room for ids below @n_ids
  *
- * Grow mutex held (or single-threaded).  A replaced directory is freed
- * after an RCU grace period by liburcu's call_rcu thread, so this never
- * waits and may run inside a read-side section.  Returns 0, or -1 when
- * memory ran out (the table is unchanged for the ids it could not cover;
- * earlier segments stay).
+ * Grow mutex held (or single-threaded).  Adds growth segments; never moves
+ * or frees one, so it never waits for readers.  Returns 0, or -1 when memory
+ * ran out (segments already added stay; ids they do not cover stay absent).
  */
 int kvp_bt_extend(struct kvp_blocktable *bt, uint32_t n_ids);
 
-/** kvp_bt_destroy - free every segment and the directory (single-threaded) */
+/** kvp_bt_destroy - free every segment (single-threaded) */
 void kvp_bt_destroy(struct kvp_blocktable *bt);
 
 /** kvp_bt_bytes - bytes of metadata the table holds (grow mutex or quiescent) */

@@ -13,8 +13,8 @@
  *     blocks on the stack >= avail + reserved-but-not-yet-popped,
  * and a pop that holds a reservation always finds a block.
  *
- * Synchronization: every function may be called by any thread at any time,
- * inside an RCU read-side section (block metadata is read through the table).
+ * Synchronization: every function may be called by any thread at any time
+ * (block metadata is read through the table, whose blocks never move).
  * Pushes are lock-free; pops are lock-free; reservation is a CAS loop.
  */
 #ifndef KVPOOL_LIB_FREESTACK_H

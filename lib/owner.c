@@ -17,14 +17,7 @@
 
 #define KVP_OWNER_BUCKETS0 8u
 
-/* splitmix64's finalizer: every bit of the id reaches shard and bucket. */
-static uint64_t owner_hash(kvp_owner key)
-{
-	uint64_t z = key + 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
+#define owner_hash kvp_owner_hash
 
 int kvp_owners_init(struct kvp_owners *o)
 {
@@ -80,7 +73,7 @@ void kvp_owners_destroy(struct kvp_owners *o)
 
 struct kvp_oshard *kvp_owners_shard(struct kvp_owners *o, kvp_owner key)
 {
-	return &o->shard[owner_hash(key) >> (64 - KVP_OWNER_SHARD_BITS)];
+	return kvp_owners_shard_h(o, owner_hash(key));
 }
 
 static struct kvp_orec **bucket_of(struct kvp_oshard *sh, kvp_owner key)
@@ -88,12 +81,17 @@ static struct kvp_orec **bucket_of(struct kvp_oshard *sh, kvp_owner key)
 	return &sh->buckets[owner_hash(key) & (sh->nbuckets - 1)];
 }
 
-struct kvp_orec *kvp_oshard_find(struct kvp_oshard *sh, kvp_owner key)
+struct kvp_orec *kvp_oshard_find_h(struct kvp_oshard *sh, kvp_owner key, uint64_t h)
 {
-	for (struct kvp_orec *r = *bucket_of(sh, key); r; r = r->next)
+	for (struct kvp_orec *r = sh->buckets[h & (sh->nbuckets - 1)]; r; r = r->next)
 		if (r->key == key)
 			return r;
 	return NULL;
+}
+
+struct kvp_orec *kvp_oshard_find(struct kvp_oshard *sh, kvp_owner key)
+{
+	return kvp_oshard_find_h(sh, key, owner_hash(key));
 }
 
 /* Double the bucket array; on no memory keep the old one. */
@@ -139,7 +137,10 @@ static struct kvp_orec *record_get(struct kvp_owners *o, struct kvp_rec_cache *r
 		rc->n--;
 		return r;
 	}
-	return kvp_sys_alloc(sizeof(*r), 8);
+	r = kvp_sys_calloc(1, sizeof(*r), 8);
+	if (r)
+		atomic_init(&r->bias, 0);
+	return r;
 }
 
 /* Keep @r in the thread's cache; past two batches, give one batch back. */
@@ -192,6 +193,12 @@ struct kvp_orec *kvp_oshard_insert(struct kvp_owners *o, struct kvp_oshard *sh,
 	r->head = r->tail = KVP_NO_ID;
 	r->count = 0;
 	r->registered = false;
+	r->revokes = 0;
+	r->epoch++;
+	/* relaxed: bias is written under the shard lock only, which we hold;
+	 * a thread whose stale cache entry names this record reads it
+	 * racily and acts only on its own slot's value. */
+	atomic_store_explicit(&r->bias, 0, memory_order_relaxed);
 	if (sh->n >= sh->nbuckets)
 		rehash(sh);
 	struct kvp_orec **b = bucket_of(sh, key);
@@ -209,32 +216,7 @@ void kvp_oshard_remove(struct kvp_owners *o, struct kvp_oshard *sh, struct kvp_r
 		pp = &(*pp)->next;
 	*pp = r->next;
 	sh->n--;
+	/* relaxed: as in kvp_oshard_insert. */
+	atomic_store_explicit(&r->bias, 0, memory_order_relaxed);
 	record_put(o, rc, r);
-}
-
-void kvp_orec_append(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
-{
-	struct kvp_block *b = kvp_bt_block(bt, id);
-	b->own_prev = r->tail;
-	b->own_next = KVP_NO_ID;
-	if (r->tail == KVP_NO_ID)
-		r->head = id;
-	else
-		kvp_bt_block(bt, r->tail)->own_next = id;
-	r->tail = id;
-	r->count++;
-}
-
-void kvp_orec_unlink(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
-{
-	struct kvp_block *b = kvp_bt_block(bt, id);
-	if (b->own_prev == KVP_NO_ID)
-		r->head = b->own_next;
-	else
-		kvp_bt_block(bt, b->own_prev)->own_next = b->own_next;
-	if (b->own_next == KVP_NO_ID)
-		r->tail = b->own_prev;
-	else
-		kvp_bt_block(bt, b->own_next)->own_prev = b->own_prev;
-	r->count--;
 }

@@ -9,20 +9,72 @@
  *     short of blocks can take every other thread's cached blocks itself
  *     (lib/pool_blocks.c), whatever those threads are doing.
  *   - Block ids index storage and block tables directly, so blocks never
- *     move: the table grows by segments under an RCU-published directory.
+ *     move: the table grows by segments that are never moved or replaced,
+ *     so reading it needs no read-side section at all.
  *   - Owner bookkeeping needs per-owner atomicity anyway, so it uses a
- *     sharded table with one mutex per shard instead of a global one.
+ *     sharded table with one mutex per shard instead of a global one, and
+ *     a record is biased to the thread that made it, which then needs no
+ *     lock at all (lib/owner.h).
+ *   - Synchronization between a thread's own work and the rare thread that
+ *     interferes (a drainer, a revoker) is asymmetric: the common side uses
+ *     plain stores, the rare side membarrier() (lib/pool_internal.h), with a
+ *     seq_cst fallback where membarrier is missing or must not be used.
  */
+#define _GNU_SOURCE
+#include <linux/membarrier.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "lib/pool_internal.h"
 #include "lib/pool_report.h"
 #include "lib/prefix_internal.h"
-#include "lib/rcu.h"
 #include "lib/sysmem.h"
+#include "lib/tsan.h"
 
 static _Atomic uint64_t next_uid = 1;
+
+static long sys_membarrier(int cmd)
+{
+	return syscall(SYS_membarrier, cmd, 0, 0);
+}
+
+/*
+ * Whether this pool may use the asymmetric (membarrier) protocols: not
+ * under ThreadSanitizer (it cannot model membarrier), not when the
+ * environment says KVPOOL_FORCE_FALLBACK=1, and only if the kernel offers
+ * MEMBARRIER_CMD_PRIVATE_EXPEDITED and lets this process register for it.
+ * Decided once, at pool creation, where failure costs only speed.
+ */
+static bool asym_available(void)
+{
+#ifdef KVP_TSAN
+	return false;
+#else
+	const char *env = getenv("KVPOOL_FORCE_FALLBACK");
+	if (env && env[0] == '1')
+		return false;
+	long cmds = sys_membarrier(MEMBARRIER_CMD_QUERY);
+	if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) ||
+	    !(cmds & MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED))
+		return false;
+	return sys_membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+#endif
+}
+
+void kvp_heavy_barrier(const struct kvp_pool *p)
+{
+	if (!p->asym)
+		return; /* fallback: both sides use seq_cst accesses */
+	/* Registered at pool creation, so it cannot fail for lack of
+	 * registration; it has no other failure mode on a valid command.  If it
+	 * ever returned an error we would have no fence to fall back to, so
+	 * retry (EINTR is not documented for it, but costs nothing to handle). */
+	while (sys_membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0)
+		sched_yield();
+}
 
 void kvp_pool_config_init(kvp_pool_config *cfg)
 {
@@ -60,7 +112,10 @@ static void seed_stream(struct kvp_pool *p, int si, uint32_t first, uint32_t n)
 	for (uint32_t i = 0; i < n; i++) {
 		struct kvp_block *b = kvp_bt_block(&p->bt, first + i);
 		atomic_init(&b->state, kvp_st_make(0, 0, 0, tag, 0));
+		atomic_init(&b->owner, 0);
 		atomic_init(&b->free_next, i + 1 < n ? first + i + 1 : KVP_NO_ID);
+		b->own_prev = b->own_next = KVP_NO_ID;
+		b->pad = 0;
 	}
 	atomic_init(&p->fs[si].head, kvp_fs_pack(0, first));
 	atomic_init(&p->fs[si].avail, n);
@@ -106,6 +161,9 @@ int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out)
 	if (!p)
 		return KVP_ENOMEM;
 	p->block_size = cfg->block_size;
+	p->bs_shift =
+	    (cfg->block_size & (cfg->block_size - 1)) ? -1 : __builtin_ctz(cfg->block_size);
+	p->asym = asym_available();
 	p->max_blocks = cfg->max_blocks ? cfg->max_blocks : KVP_MAX_BLOCKS;
 	p->thread_cache = cfg->thread_cache;
 	p->history_len = cfg->history_len;
@@ -121,9 +179,8 @@ int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out)
 	p->retired_head = KVP_NO_ID;
 
 	/* On failure each part is left empty but destroyable (pool_free). */
-	bool ok = kvp_bt_init(&p->bt) == 0;
+	bool ok = kvp_bt_init(&p->bt, cfg->n_blocks) == 0;
 	ok = ok && kvp_owners_init(&p->owners) == 0;
-	ok = ok && kvp_bt_extend(&p->bt, cfg->n_blocks) == 0;
 	if (ok && cfg->prefix_cache)
 		ok = kvp_pfx_create(p, cfg) == 0;
 	if (ok)

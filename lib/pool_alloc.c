@@ -4,10 +4,11 @@
  * A block's life: free (on a stack or in a magazine) -> popped by exactly
  * one thread, which stamps a new generation, the owner and the fill into
  * its state word and links it into the owner's list (under the owner's
- * shard lock) -> freed by whoever holds a current ref: the in_use bit is
- * cleared by a CAS on the state word under the owner's shard lock (raw
- * blocks: by the CAS alone), so of several racing frees exactly one wins
- * and the rest count as stale -> pushed back.
+ * exclusion: the thread the owner's record is biased to, inside an owner
+ * op, or else the shard lock) -> freed by whoever holds a current ref: the
+ * in_use bit is cleared by a CAS on the state word under the owner's
+ * exclusion (raw blocks: by the CAS alone), so of several racing frees
+ * exactly one wins and the rest count as stale -> pushed back.
  *
  * A block's state word is only ever changed by its exclusive holder (the
  * thread that popped it) or by a CAS that checks generation and in_use, so
@@ -17,7 +18,6 @@
 
 #include "lib/pool_internal.h"
 #include "lib/prefix_internal.h"
-#include "lib/rcu.h"
 
 #define KVP_FREE_BATCH 64u
 
@@ -93,6 +93,144 @@ static int fail_call(struct kvp_pool *p, struct kvp_tslot *s, int rc)
 	return rc;
 }
 
+/* Blocks needed for @n tokens: a shift when block_size is a power of two. */
+static inline uint32_t blocks_for_tokens(const struct kvp_pool *p, uint32_t n)
+{
+	if (p->bs_shift >= 0)
+		return (uint32_t)(((uint64_t)n + p->block_size - 1) >> p->bs_shift);
+	return n / p->block_size + (n % p->block_size != 0);
+}
+
+void kvp_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r)
+{
+	/* relaxed: bias is written only under the shard lock, which we hold. */
+	uintptr_t t = atomic_load_explicit(&r->bias, memory_order_relaxed);
+	if (t == 0 || t == (uintptr_t)s)
+		return;
+	/* seq_cst: the store half of the revoker's Dekker pair. */
+	atomic_store_explicit(&r->bias, 0, memory_order_seq_cst);
+	if (r->revokes < UINT8_MAX)
+		r->revokes++;
+	kvp_heavy_barrier(p);
+	struct kvp_tslot *ts = (struct kvp_tslot *)t;
+	unsigned spins = 0;
+	/* acquire (asym) / seq_cst (fallback): the load half; once it reads
+	 * anything but @r (a release store by that thread), the op's list and
+	 * count changes are visible. */
+	while (atomic_load_explicit(&ts->in_owner_op,
+	                            p->asym ? memory_order_acquire : memory_order_seq_cst) ==
+	       (uintptr_t)r) {
+		if (++spins > 64)
+			sched_yield();
+	}
+}
+
+void kvp_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r)
+{
+	if (kvp_tslot_is_fallback(p, s))
+		return;
+	/* relaxed: bias is written only under the shard lock, which we hold;
+	 * any thread formerly biased has left its op (kvp_bias_revoke). */
+	uintptr_t t = atomic_load_explicit(&r->bias, memory_order_relaxed);
+	if (t == 0) {
+		if (r->revokes >= KVP_BIAS_MAX_REVOKES)
+			return;
+		atomic_store_explicit(&r->bias, (uintptr_t)s, memory_order_relaxed);
+	} else if (t != (uintptr_t)s) {
+		return;
+	}
+	struct kvp_ocache_ent *e = kvp_ocache_ent_of(s, r->key);
+	e->key = r->key;
+	e->rec = r;
+	e->epoch = r->epoch;
+}
+
+/* Stamp the @nb popped blocks in ids (aliasing @refs) for @owner, link them
+ * to @r and write the refs; the caller holds @r's exclusion.  Returns how
+ * many had been handed out before. */
+static uint64_t hand_out(struct kvp_pool *p, struct kvp_orec *r, kvp_ref *refs, uint32_t nb,
+                         uint32_t n_tokens, kvp_owner owner, kvp_format format)
+{
+	kvp_u32_alias *ids = (kvp_u32_alias *)refs;
+	uint32_t bs = p->block_size;
+	uint32_t last_used = n_tokens - (nb - 1) * bs;
+	uint64_t reused = 0;
+	bool re;
+
+	if (nb == 1) {
+		uint32_t id = ids[0];
+		uint32_t gen =
+		    stamp_block(kvp_bt_block(&p->bt, id), last_used, 0, owner, format, &re);
+		kvp_orec_append(r, &p->bt, id);
+		refs[0] = KVP_MAKE_REF(id, gen);
+		return re;
+	}
+	for (uint32_t i = 0; i < nb; i++) {
+		stamp_block(kvp_bt_block(&p->bt, ids[i]), i + 1 < nb ? bs : last_used, 0, owner,
+		            format, &re);
+		reused += re;
+		kvp_orec_append(r, &p->bt, ids[i]);
+	}
+	/* Widen ids to refs from the end: refs[i] overlaps ids[2i], ids[2i+1],
+	 * which are at or after i and already converted.  Under the owner's
+	 * exclusion no free can change a generation before we read it. */
+	for (uint32_t i = nb; i-- > 0;) {
+		uint32_t id = ids[i];
+		uint64_t st =
+		    atomic_load_explicit(&kvp_bt_block(&p->bt, id)->state, memory_order_relaxed);
+		refs[i] = KVP_MAKE_REF(id, kvp_st_gen(st));
+	}
+	return reused;
+}
+
+static inline __attribute__((always_inline)) int alloc_done(struct kvp_pool *p, struct kvp_tslot *s,
+                                                            uint32_t nb, uint32_t n_tokens,
+                                                            uint64_t reused, size_t *n_refs)
+{
+	kvp_ctr_add(s, KVP_C_ALLOCS, nb);
+	kvp_ctr_add(s, KVP_C_REUSED, reused);
+	kvp_ctr_add(s, KVP_C_NOT_FULL, n_tokens - (nb - 1) * p->block_size < p->block_size);
+	kvp_account_in_use(p, s, nb);
+	end_call(p, s, true);
+	*n_refs = nb;
+	return KVP_OK;
+}
+
+/* kvp_allocate's locked path: the owner is not biased to this thread. */
+static int allocate_locked(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t n_tokens,
+                           uint32_t nb, kvp_owner owner, uint64_t h, kvp_format format,
+                           kvp_ref *refs, size_t *n_refs)
+{
+	struct kvp_oshard *sh = kvp_owners_shard_h(&p->owners, h);
+	/*
+	 * The owner's shard lock is held for the whole call: the owner record
+	 * is found or made first (so running out of memory for it leaves no
+	 * trace), and no free of the new blocks can slip in before their refs
+	 * are written.  Growth and starvation may run under it: nothing that
+	 * holds grow_lock or a claimed magazine ever waits for a shard lock.
+	 */
+	pthread_mutex_lock(&sh->lock);
+	struct kvp_orec *r = kvp_oshard_find_h(sh, owner, h);
+	bool made = false;
+	if (!r) {
+		r = kvp_oshard_insert(&p->owners, sh, &s->recs, owner);
+		made = true;
+	} else {
+		kvp_bias_revoke(p, s, r);
+	}
+	int rc = r ? kvp_get_blocks(p, s, si, (uint32_t *)refs, nb) : KVP_ENOMEM;
+	if (rc != KVP_OK) {
+		if (r && made)
+			kvp_oshard_remove(&p->owners, sh, &s->recs, r);
+		pthread_mutex_unlock(&sh->lock);
+		return fail_call(p, s, rc);
+	}
+	uint64_t reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
+	kvp_bias_adopt(p, s, r);
+	pthread_mutex_unlock(&sh->lock);
+	return alloc_done(p, s, nb, n_tokens, reused, n_refs);
+}
+
 int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner owner,
                  kvp_format format, kvp_ref *refs, size_t refs_cap, size_t *n_refs)
 {
@@ -104,8 +242,7 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 	int si = kvp_stream_index(p, stream);
 	if (si < 0)
 		return KVP_EINVAL;
-	uint32_t bs = p->block_size;
-	uint32_t nb = n_tokens / bs + (n_tokens % bs != 0);
+	uint32_t nb = blocks_for_tokens(p, n_tokens);
 	if (refs_cap < nb) {
 		*n_refs = nb;
 		return KVP_ERANGE;
@@ -117,59 +254,37 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 	}
 
 	struct kvp_tslot *s = kvp_tslot_get(p);
-	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
 	/* The caller's refs array doubles as scratch for the ids: no allocation. */
-	kvp_u32_alias *ids = (kvp_u32_alias *)refs;
-	kvp_rcu_read_lock();
-	/*
-	 * The owner's shard lock is held for the whole call: the owner record
-	 * is found or made first (so running out of memory for it leaves no
-	 * trace), and no free of the new blocks can slip in before their refs
-	 * are written.  Growth and starvation may run under it: nothing that
-	 * holds grow_lock or a claimed magazine ever waits for a shard lock.
-	 */
-	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvp_oshard_find(sh, owner);
-	bool made = false;
-	if (!r) {
-		r = kvp_oshard_insert(&p->owners, sh, &s->recs, owner);
-		made = true;
-	}
-	int rc = r ? kvp_get_blocks(p, s, si, (uint32_t *)ids, nb) : KVP_ENOMEM;
-	if (rc != KVP_OK) {
-		if (r && made)
-			kvp_oshard_remove(&p->owners, sh, &s->recs, r);
-		pthread_mutex_unlock(&sh->lock);
-		kvp_rcu_read_unlock();
-		return fail_call(p, s, rc);
-	}
+	struct kvp_orec *r = kvp_tslot_is_fallback(p, s) ? NULL : kvp_bias_enter(p, s, owner);
+	if (!r)
+		return allocate_locked(p, s, si, n_tokens, nb, owner, kvp_owner_hash(owner), format,
+		                       refs, n_refs);
+	/* Inside an owner op on our own record: no lock.  A revoker waits for
+	 * us; the block path below takes no shard lock (lib/pool_internal.h). */
+	int rc = KVP_OK;
 	uint64_t reused = 0;
-	uint32_t last_used = n_tokens - (nb - 1) * bs;
-	for (uint32_t i = 0; i < nb; i++) {
+	if (nb == 1) {
+		/* The common case, kept short: one block from the magazine. */
+		uint32_t id;
 		bool re;
-		stamp_block(kvp_bt_block(&p->bt, ids[i]), i + 1 < nb ? bs : last_used, 0, owner,
-		            format, &re);
-		reused += re;
-		kvp_orec_append(r, &p->bt, ids[i]);
+		if (!kvp_get_one_fast(p, s, si, &id))
+			rc = kvp_get_blocks(p, s, si, &id, 1);
+		if (rc == KVP_OK) {
+			uint32_t gen =
+			    stamp_block(kvp_bt_block(&p->bt, id), n_tokens, 0, owner, format, &re);
+			kvp_orec_append(r, &p->bt, id);
+			refs[0] = KVP_MAKE_REF(id, gen);
+			reused = re;
+		}
+	} else {
+		rc = kvp_get_blocks(p, s, si, (uint32_t *)refs, nb);
+		if (rc == KVP_OK)
+			reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
 	}
-	/* Widen ids to refs from the end: refs[i] overlaps ids[2i], ids[2i+1],
-	 * which are at or after i and already converted.  Under the shard lock
-	 * no free can change a generation before we read it. */
-	for (uint32_t i = nb; i-- > 0;) {
-		uint32_t id = ids[i];
-		uint64_t st =
-		    atomic_load_explicit(&kvp_bt_block(&p->bt, id)->state, memory_order_relaxed);
-		refs[i] = KVP_MAKE_REF(id, kvp_st_gen(st));
-	}
-	pthread_mutex_unlock(&sh->lock);
-	kvp_ctr_add(s, KVP_C_ALLOCS, nb);
-	kvp_ctr_add(s, KVP_C_REUSED, reused);
-	kvp_ctr_add(s, KVP_C_NOT_FULL, last_used < bs);
-	kvp_account_in_use(p, s, nb);
-	kvp_rcu_read_unlock();
-	end_call(p, s, true);
-	*n_refs = nb;
-	return KVP_OK;
+	kvp_bias_leave(s);
+	if (rc != KVP_OK)
+		return fail_call(p, s, rc);
+	return alloc_done(p, s, nb, n_tokens, reused, n_refs);
 }
 
 int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *out)
@@ -183,11 +298,10 @@ int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *
 		return kvp_pfx_alloc_block(p, si, format, out);
 	struct kvp_tslot *s = kvp_tslot_get(p);
 	uint32_t id;
-	kvp_rcu_read_lock();
-	int rc = kvp_get_blocks(p, s, si, &id, 1);
-	if (rc != KVP_OK) {
-		kvp_rcu_read_unlock();
-		return fail_call(p, s, rc);
+	if (!kvp_get_one_fast(p, s, si, &id)) {
+		int rc = kvp_get_blocks(p, s, si, &id, 1);
+		if (rc != KVP_OK)
+			return fail_call(p, s, rc);
 	}
 	bool re;
 	uint32_t gen =
@@ -195,7 +309,6 @@ int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *
 	kvp_ctr_add(s, KVP_C_ALLOCS, 1);
 	kvp_ctr_add(s, KVP_C_REUSED, re);
 	kvp_account_in_use(p, s, 1);
-	kvp_rcu_read_unlock();
 	end_call(p, s, true);
 	*out = KVP_MAKE_REF(id, gen);
 	return KVP_OK;
@@ -233,24 +346,132 @@ static void acc_add(struct kvp_pool *p, struct kvp_tslot *s, struct free_acc *a,
 		acc_flush(p, s, a, si);
 }
 
+/* Hold shard @sh's lock in *held (one at a time). */
+static void hold_shard(struct kvp_oshard **held, struct kvp_oshard *sh)
+{
+	if (sh == *held)
+		return;
+	if (*held)
+		pthread_mutex_unlock(&(*held)->lock);
+	pthread_mutex_lock(&sh->lock);
+	*held = sh;
+}
+
+/* Drop @r if it holds nothing and is not registered; shard lock held. */
+static void drop_if_empty(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_oshard *sh,
+                          struct kvp_orec *r)
+{
+	if (r->count != 0 || r->registered)
+		return;
+	kvp_bias_revoke(p, s, r);
+	/* A biased thread may have added blocks before it saw the revocation. */
+	if (r->count == 0 && !r->registered)
+		kvp_oshard_remove(&p->owners, sh, &s->recs, r);
+}
+
 /* Free one owned block; the caller holds its owner's shard lock. */
 static uint64_t free_owned(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_oshard *sh,
-                           struct kvp_block *b, uint32_t id, uint32_t gen)
+                           struct kvp_block *b, uint32_t id, uint32_t gen, kvp_owner owner,
+                           uint64_t h)
 {
+	struct kvp_orec *r = kvp_oshard_find_h(sh, owner, h);
+	if (r)
+		kvp_bias_revoke(p, s, r);
 	/* acquire: see the state as the allocator left it. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
 	if (kvp_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
 		return 0;
-	/* Same generation and in use: the owner is the one we locked for. */
-	kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
-	struct kvp_orec *r = kvp_oshard_find(sh, owner);
+	/* Same generation and in use: the owner read before is this hand-out's
+	 * (a generation never comes back while the block is in use). */
 	st = clear_in_use(b, st, gen);
 	if (!st || !r)
 		return st;
 	kvp_orec_unlink(r, &p->bt, id);
-	if (r->count == 0 && !r->registered)
-		kvp_oshard_remove(&p->owners, sh, &s->recs, r);
+	drop_if_empty(p, s, sh, r);
 	return st;
+}
+
+/* Free one owned block inside an owner op on its record @r (biased to us).
+ * Sets *empty when the record is left empty and unregistered. */
+static uint64_t free_biased(struct kvp_pool *p, struct kvp_orec *r, struct kvp_block *b,
+                            uint32_t id, uint32_t gen, bool *empty)
+{
+	/* acquire: as in free_owned; now under the owner's exclusion. */
+	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+	if (kvp_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+		return 0;
+	st = clear_in_use(b, st, gen);
+	if (!st)
+		return 0;
+	kvp_orec_unlink(r, &p->bt, id);
+	*empty = r->count == 0 && !r->registered;
+	return st;
+}
+
+/* Free the block of one ref; returns the state it had, or 0 if stale. */
+static inline __attribute__((always_inline)) uint64_t free_ref(struct kvp_pool *p,
+                                                               struct kvp_tslot *s,
+                                                               struct kvp_oshard **held,
+                                                               uint32_t id, uint32_t gen)
+{
+	struct kvp_block *b = kvp_bt_block(&p->bt, id);
+	/* acquire: pairs with stamp_block's release. */
+	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+	if (kvp_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+		return 0;
+	if (st & KVP_ST_RAW)
+		return clear_in_use(b, st, gen);
+	/* relaxed: validated by the generation check under the owner's exclusion. */
+	kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
+	struct kvp_orec *r = kvp_tslot_is_fallback(p, s) ? NULL : kvp_bias_enter(p, s, owner);
+	if (r) {
+		bool empty = false;
+		st = free_biased(p, r, b, id, gen, &empty);
+		kvp_bias_leave(s);
+		if (empty) {
+			uint64_t h = kvp_owner_hash(owner);
+			/* Dropping a record changes the shard's table: lock. */
+			struct kvp_oshard *sh = kvp_owners_shard_h(&p->owners, h);
+			hold_shard(held, sh);
+			struct kvp_orec *r2 = kvp_oshard_find_h(sh, owner, h);
+			if (r2)
+				drop_if_empty(p, s, sh, r2);
+		}
+		return st;
+	}
+	uint64_t h = kvp_owner_hash(owner);
+	struct kvp_oshard *sh = kvp_owners_shard_h(&p->owners, h);
+	hold_shard(held, sh);
+	return free_owned(p, s, sh, b, id, gen, owner, h);
+}
+
+/* kvp_free of one ref, without the batch accumulator. */
+static int free_single(struct kvp_pool *p, kvp_ref ref)
+{
+	uint32_t id = KVP_REF_ID(ref);
+	/* acquire: ids below n_ids are fully made (see kvp_pool_n_ids). */
+	if (id >= atomic_load_explicit(&p->n_ids, memory_order_acquire))
+		return KVP_ENOENT;
+	struct kvp_tslot *s = kvp_tslot_get(p);
+	struct kvp_oshard *held = NULL;
+	uint64_t st = free_ref(p, s, &held, id, KVP_REF_GEN(ref));
+	if (held)
+		pthread_mutex_unlock(&held->lock);
+	if (!st) {
+		kvp_ctr_add(s, KVP_C_STALE, 1);
+		end_call(p, s, false);
+		return KVP_OK;
+	}
+	int si = stream_of_state(p, st);
+	/* Counted before the block can be taken again (see acc_flush). */
+	kvp_ctr_add(s, KVP_C_FREES, 1);
+	kvp_account_in_use(p, s, -1);
+	if (!kvp_put_one_fast(p, s, si, id))
+		kvp_put_blocks(p, s, si, &id, 1);
+	if (kvp_st_used(st) < p->block_size)
+		kvp_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - 1);
+	end_call(p, s, true);
+	return KVP_OK;
 }
 
 int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
@@ -259,6 +480,8 @@ int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
 		return KVP_EINVAL;
 	if (n == 0)
 		return KVP_OK;
+	if (n == 1 && !p->prefix)
+		return free_single(p, refs[0]);
 	uint32_t n_ids = kvp_pool_n_ids(p);
 	for (size_t i = 0; i < n; i++)
 		if (KVP_REF_ID(refs[i]) >= n_ids)
@@ -271,29 +494,9 @@ int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
 	struct kvp_oshard *held = NULL;
 	a.n[0] = a.n[1] = 0;
 	a.freed = a.stale = a.not_full = 0;
-	kvp_rcu_read_lock();
 	for (size_t i = 0; i < n; i++) {
-		uint32_t id = KVP_REF_ID(refs[i]), gen = KVP_REF_GEN(refs[i]);
-		struct kvp_block *b = kvp_bt_block(&p->bt, id);
-		/* acquire: pairs with stamp_block's release. */
-		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-		if (kvp_st_gen(st) != gen || !(st & KVP_ST_IN_USE)) {
-			a.stale++;
-			continue;
-		}
-		if (st & KVP_ST_RAW) {
-			st = clear_in_use(b, st, gen);
-		} else {
-			kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
-			struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
-			if (sh != held) {
-				if (held)
-					pthread_mutex_unlock(&held->lock);
-				pthread_mutex_lock(&sh->lock);
-				held = sh;
-			}
-			st = free_owned(p, s, sh, b, id, gen);
-		}
+		uint32_t id = KVP_REF_ID(refs[i]);
+		uint64_t st = free_ref(p, s, &held, id, KVP_REF_GEN(refs[i]));
 		if (!st) {
 			a.stale++;
 			continue;
@@ -304,16 +507,21 @@ int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
 		pthread_mutex_unlock(&held->lock);
 	for (int si = 0; si < 2; si++)
 		acc_flush(p, s, &a, si);
-	kvp_ctr_add(s, KVP_C_STALE, a.stale);
-	kvp_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - a.not_full);
-	kvp_rcu_read_unlock();
+	if (a.stale)
+		kvp_ctr_add(s, KVP_C_STALE, a.stale);
+	if (a.not_full)
+		kvp_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - a.not_full);
 	end_call(p, s, a.freed != 0);
 	return KVP_OK;
 }
 
 int kvp_free_block(kvp_pool *p, kvp_ref ref)
 {
-	return kvp_free(p, &ref, 1);
+	if (!p)
+		return KVP_EINVAL;
+	if (p->prefix)
+		return kvp_free(p, &ref, 1);
+	return free_single(p, ref);
 }
 
 int kvp_free_all(kvp_pool *p, kvp_owner owner)
@@ -323,20 +531,20 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	if (p->prefix)
 		return kvp_pfx_free_all(p, owner);
 	struct kvp_tslot *s = kvp_tslot_get(p);
-	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
+	uint64_t h = kvp_owner_hash(owner);
+	struct kvp_oshard *sh = kvp_owners_shard_h(&p->owners, h);
 	uint32_t first[2] = {KVP_NO_ID, KVP_NO_ID}, last[2] = {KVP_NO_ID, KVP_NO_ID},
 	         cnt[2] = {0, 0};
 	uint64_t not_full = 0;
 
-	kvp_rcu_read_lock();
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvp_oshard_find(sh, owner);
+	struct kvp_orec *r = kvp_oshard_find_h(sh, owner, h);
 	if (!r) {
 		pthread_mutex_unlock(&sh->lock);
-		kvp_rcu_read_unlock();
 		end_call(p, s, false);
 		return KVP_ENOENT;
 	}
+	kvp_bias_revoke(p, s, r);
 	/* Chain each stream's blocks in allocation order: the first one
 	 * allocated ends on top, so a request made again gets its old ids. */
 	for (uint32_t id = r->head; id != KVP_NO_ID;) {
@@ -366,7 +574,6 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	for (int si = 0; si < 2; si++)
 		kvp_put_chain(p, s, si, first[si], last[si], cnt[si]);
 	kvp_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - not_full);
-	kvp_rcu_read_unlock();
 	end_call(p, s, true);
 	return KVP_OK;
 }

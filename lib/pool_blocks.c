@@ -6,9 +6,10 @@
  *   2. magazine + global stack: reserve the rest from the stack's exact
  *      count, all or nothing, plus up to half a magazine to refill it;
  *   3. the global stack alone covers k: reserve and pop;
- *   4. starvation: raise the stream's starving count, drain every
- *      thread's magazine into the global stack (claiming idle ones with a
- *      CAS, waiting out busy ones), then reserve k all or nothing; failing
+ *   4. starvation: raise the stream's starving count, issue the heavy
+ *      barrier, drain every thread's magazine into the global stack
+ *      (claiming idle ones with a CAS, waiting out busy ones; protocol in
+ *      lib/tslot.h), then reserve k all or nothing; failing
  *      that, grow by exactly the shortfall when allowed; else exhausted.
  * Because reservations are all or nothing, two threads racing for the
  * last blocks never both fail while the blocks would cover one of them,
@@ -24,35 +25,6 @@
 #include <string.h>
 
 #include "lib/pool_internal.h"
-#include "lib/rcu.h"
-
-/* Owner side: wait while a drainer holds the magazine, then hold it. */
-static void mag_enter(struct kvp_mag *m)
-{
-	uint32_t exp = KVP_MAG_IDLE;
-	unsigned spins = 0;
-	/* seq_cst: orders this CAS against the drainer's starving store and
-	 * claim CAS (Dekker-style; see lib/tslot.h).  Acquire part: see what
-	 * a drainer left in the magazine. */
-	while (!atomic_compare_exchange_weak_explicit(&m->state, &exp, KVP_MAG_BUSY,
-	                                              memory_order_seq_cst, memory_order_relaxed)) {
-		exp = KVP_MAG_IDLE;
-		if (++spins > 64)
-			sched_yield();
-	}
-}
-
-static void mag_leave(struct kvp_mag *m)
-{
-	/* release: the next holder (drainer or us) sees ids and count. */
-	atomic_store_explicit(&m->state, KVP_MAG_IDLE, memory_order_release);
-}
-
-static bool stream_starving(struct kvp_pool *p, int si)
-{
-	/* seq_cst: the load half of the Dekker pair with the drainer. */
-	return atomic_load_explicit(&p->starving[si], memory_order_seq_cst) != 0;
-}
 
 static uint32_t mag_count(struct kvp_mag *m)
 {
@@ -66,10 +38,7 @@ static void mag_set_count(struct kvp_mag *m, uint32_t n)
 	atomic_store_explicit(&m->count, n, memory_order_relaxed);
 }
 
-static bool use_magazine(struct kvp_pool *p, struct kvp_tslot *s)
-{
-	return p->thread_cache != 0 && !kvp_tslot_is_fallback(p, s);
-}
+#define use_magazine kvp_use_magazine
 
 /* Flush the whole magazine (held by the caller) to the global stack. */
 static void mag_flush_all(struct kvp_pool *p, int si, struct kvp_mag *m)
@@ -109,29 +78,36 @@ static inline void cpu_relax(void)
 
 /* Drain one magazine into the global stack.  With @wait, wait out an owner
  * inside a call (or another drainer); without, skip such a magazine.
- * Returns false when it skipped one that held blocks. */
+ * Returns false when it skipped one that held blocks.  The caller raised
+ * starving and issued the heavy barrier after it. */
 static bool drain_one(struct kvp_pool *p, int si, struct kvp_mag *m, bool wait)
 {
 	unsigned spins = 0;
 	for (;;) {
-		/* seq_cst: the drainer half of the Dekker pair. */
-		uint32_t st = atomic_load_explicit(&m->state, memory_order_seq_cst);
-		if (st == KVP_MAG_IDLE) {
+		/* acquire (asym) / seq_cst (fallback): the load half of the
+		 * drainer's Dekker pair; acquire sees what the owner left in
+		 * the magazine when it stored 0 (release). */
+		uintptr_t in = atomic_load_explicit(&m->in_call, p->asym ? memory_order_acquire
+		                                                         : memory_order_seq_cst);
+		if (in == 0) {
+			/* The owner stays out until starving drops: only other
+			 * drainers (or its exiting thread) can be here. */
 			if (mag_count(m) == 0)
 				return true;
-			uint32_t exp = KVP_MAG_IDLE;
+			uint32_t exp = 0;
+			/* acquire: see the previous claimer's release. */
 			if (atomic_compare_exchange_strong_explicit(
-			        &m->state, &exp, KVP_MAG_CLAIMED, memory_order_seq_cst,
-			        memory_order_relaxed)) {
+			        &m->claimed, &exp, 1, memory_order_acquire, memory_order_relaxed)) {
 				mag_flush_all(p, si, m);
-				mag_leave(m);
+				/* release: the next holder sees the emptied magazine. */
+				atomic_store_explicit(&m->claimed, 0, memory_order_release);
 				return true;
 			}
 		} else if (!wait) {
 			return false;
 		}
-		/* BUSY: its owner is inside a call; CLAIMED: another drainer is
-		 * emptying it.  Either ends within a few dozen instructions
+		/* in_call: its owner is inside a call; claimed: another drainer
+		 * is emptying it.  Either ends within a few dozen instructions
 		 * unless that thread was preempted: spin a little, then yield. */
 		if (++spins < 128)
 			cpu_relax();
@@ -145,6 +121,7 @@ void kvp_drain_magazines(struct kvp_pool *p, int si, uint32_t want)
 	/* Pass 0 takes the idle threads' magazines and stops as soon as @want
 	 * blocks are reservable; pass 1 (the exact one) waits for every
 	 * magazine whose owner is inside a call. */
+	kvp_heavy_barrier(p);
 	for (int pass = 0; pass < 2; pass++) {
 		bool skipped = false;
 		/* seq_cst: after our seq_cst starving store, so a slot pushed by
@@ -189,15 +166,12 @@ static int grow_take(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *
 		}
 		kvp_ctr_add(s, KVP_C_GROWN, k - r);
 	}
-	if (r) {
-		kvp_rcu_read_lock();
+	if (r)
 		kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);
-		kvp_rcu_read_unlock();
-	}
 	return KVP_OK;
 }
 
-/* Step 4.  Called inside a read-side section; returns inside one. */
+/* Step 4. */
 static int get_blocks_starving(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
                                uint32_t k)
 {
@@ -218,15 +192,11 @@ static int get_blocks_starving(struct kvp_pool *p, struct kvp_tslot *s, int si, 
 		kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, k);
 		rc = KVP_OK;
 	} else if (p->grow) {
-		/* Leave the section while we wait for grow_lock: sections stay
-		 * short, and none is ever held across that wait. */
-		kvp_rcu_read_unlock();
 		pthread_mutex_lock(&p->grow_lock);
 		rc = grow_take(p, s, si, ids, k);
 		if (rc == KVP_OK)
 			kvp_history_record(p);
 		pthread_mutex_unlock(&p->grow_lock);
-		kvp_rcu_read_lock();
 	}
 	/* release: nothing to publish; only lifts the bypass. */
 	atomic_fetch_sub_explicit(&p->starving[si], 1, memory_order_release);
@@ -239,8 +209,7 @@ int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id
 
 	if (use_magazine(p, s)) {
 		struct kvp_mag *m = &s->mag[si];
-		mag_enter(m);
-		if (!stream_starving(p, si)) {
+		if (kvp_mag_enter(p, m, si)) {
 			uint32_t cnt = mag_count(m);
 			if (cnt >= k) {
 				if (k == 1) /* the common case: skip the vectorised copy */
@@ -249,7 +218,7 @@ int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id
 					for (uint32_t i = 0; i < k; i++)
 						ids[i] = m->ids[cnt - 1 - i];
 				mag_set_count(m, cnt - k);
-				mag_leave(m);
+				kvp_mag_leave(m);
 				return KVP_OK;
 			}
 			uint32_t need = k - cnt;
@@ -267,11 +236,11 @@ int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id
 					m->ids[extra - 1 - i] = t;
 				}
 				mag_set_count(m, extra);
-				mag_leave(m);
+				kvp_mag_leave(m);
 				return KVP_OK;
 			}
+			kvp_mag_leave(m);
 		}
-		mag_leave(m);
 	}
 	if (kvp_fs_reserve(fs, k, k)) {
 		kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, k);
@@ -289,8 +258,7 @@ void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint3
 		return;
 	if (use_magazine(p, s)) {
 		struct kvp_mag *m = &s->mag[si];
-		mag_enter(m);
-		if (!stream_starving(p, si)) {
+		if (kvp_mag_enter(p, m, si)) {
 			if (k <= cap) {
 				uint32_t cnt = mag_make_room(p, si, m, k);
 				if (k == 1)
@@ -298,14 +266,14 @@ void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint3
 				else
 					memcpy(m->ids + cnt, ids, (size_t)k * sizeof(uint32_t));
 				mag_set_count(m, cnt + k);
-				mag_leave(m);
+				kvp_mag_leave(m);
 				return;
 			}
 			/* A batch larger than the magazine: it goes to the global
 			 * stack on top of the magazine's older blocks. */
 			mag_flush_all(p, si, m);
+			kvp_mag_leave(m);
 		}
-		mag_leave(m);
 	}
 	kvp_fs_push_ids(&p->fs[si], &p->bt, ids, k);
 }
@@ -319,8 +287,7 @@ void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t fir
 		return;
 	if (use_magazine(p, s) && k <= cap) {
 		struct kvp_mag *m = &s->mag[si];
-		mag_enter(m);
-		if (!stream_starving(p, si)) {
+		if (kvp_mag_enter(p, m, si)) {
 			uint32_t cnt = mag_make_room(p, si, m, k);
 			/* The chain's first block is the newest: it goes on top. */
 			uint32_t id = first;
@@ -330,16 +297,15 @@ void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t fir
 				                          memory_order_relaxed);
 			}
 			mag_set_count(m, cnt + k);
-			mag_leave(m);
+			kvp_mag_leave(m);
 			return;
 		}
-		mag_leave(m);
 	} else if (use_magazine(p, s)) {
 		struct kvp_mag *m = &s->mag[si];
-		mag_enter(m);
-		if (!stream_starving(p, si))
+		if (kvp_mag_enter(p, m, si)) {
 			mag_flush_all(p, si, m);
-		mag_leave(m);
+			kvp_mag_leave(m);
+		}
 	}
 	kvp_fs_push_chain(&p->fs[si], &p->bt, first, last, k);
 }

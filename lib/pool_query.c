@@ -8,7 +8,6 @@
  */
 #include "lib/pool_internal.h"
 #include "lib/prefix_internal.h"
-#include "lib/rcu.h"
 
 int kvp_register_owner(kvp_pool *p, kvp_owner owner)
 {
@@ -17,16 +16,19 @@ int kvp_register_owner(kvp_pool *p, kvp_owner owner)
 	if (p->prefix)
 		return kvp_pfx_register_owner(p, owner);
 	struct kvp_tslot *s = kvp_tslot_get(p);
-	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
+	uint64_t h = kvp_owner_hash(owner);
+	struct kvp_oshard *sh = kvp_owners_shard_h(&p->owners, h);
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvp_oshard_find(sh, owner);
-	if (r)
-		rc = KVP_EOWNER;
-	else if (!(r = kvp_oshard_insert(&p->owners, sh, &s->recs, owner)))
+	struct kvp_orec *r = kvp_oshard_find_h(sh, owner, h);
+	if (r) {
+		rc = KVP_EOWNER; /* nothing of the record is touched: no revocation */
+	} else if (!(r = kvp_oshard_insert(&p->owners, sh, &s->recs, owner))) {
 		rc = KVP_ENOMEM;
-	else
+	} else {
 		r->registered = true;
+		kvp_bias_adopt(p, s, r); /* biased to its registering thread */
+	}
 	pthread_mutex_unlock(&sh->lock);
 	kvp_tslot_put(p, s);
 	return rc;
@@ -46,6 +48,7 @@ int kvp_release_owner(kvp_pool *p, kvp_owner owner)
 	if (!r) {
 		rc = KVP_ENOENT;
 	} else {
+		kvp_bias_revoke(p, s, r);
 		r->registered = false;
 		if (r->count == 0)
 			kvp_oshard_remove(&p->owners, sh, &s->recs, r);
@@ -62,11 +65,13 @@ int kvp_blocks_for(kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size
 	*n = 0;
 	if (p->prefix)
 		return kvp_pfx_blocks_for(p, owner, refs, cap, n);
+	struct kvp_tslot *s = kvp_tslot_get(p);
 	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
 	int rc = KVP_OK;
-	kvp_rcu_read_lock();
 	pthread_mutex_lock(&sh->lock);
 	struct kvp_orec *r = kvp_oshard_find(sh, owner);
+	if (r)
+		kvp_bias_revoke(p, s, r); /* its list must hold still */
 	if (!r) {
 		rc = KVP_ENOENT;
 	} else if (r->count > cap) {
@@ -86,7 +91,7 @@ int kvp_blocks_for(kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size
 		*n = i;
 	}
 	pthread_mutex_unlock(&sh->lock);
-	kvp_rcu_read_unlock();
+	kvp_tslot_put(p, s);
 	return rc;
 }
 
@@ -107,7 +112,7 @@ size_t kvp_n_free(kvp_pool *p, kvp_stream stream)
 	return n > 0 ? (size_t)n : 0;
 }
 
-/* The block of @ref if its id was created, else NULL; caller in a section. */
+/* The block of @ref if its id was created, else NULL. */
 static struct kvp_block *ref_block(struct kvp_pool *p, kvp_ref ref)
 {
 	if (KVP_REF_ID(ref) >= kvp_pool_n_ids(p))
@@ -122,7 +127,6 @@ int kvp_block_get(kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 	if (p->prefix)
 		return kvp_pfx_block_get(p, ref, out);
 	int rc = KVP_ENOENT;
-	kvp_rcu_read_lock();
 	struct kvp_block *b = ref_block(p, ref);
 	if (b) {
 		uint64_t st, st2;
@@ -148,7 +152,6 @@ int kvp_block_get(kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 			rc = KVP_OK;
 		}
 	}
-	kvp_rcu_read_unlock();
 	return rc;
 }
 
@@ -158,7 +161,6 @@ int kvp_block_set_used(kvp_pool *p, kvp_ref ref, uint32_t n_used)
 		return KVP_EINVAL;
 	struct kvp_tslot *s = kvp_tslot_get(p);
 	int rc = KVP_ENOENT;
-	kvp_rcu_read_lock();
 	struct kvp_block *b = ref_block(p, ref);
 	if (b) {
 		/* acquire: see the state as its last writer left it. */
@@ -190,7 +192,6 @@ int kvp_block_set_used(kvp_pool *p, kvp_ref ref, uint32_t n_used)
 			}
 		}
 	}
-	kvp_rcu_read_unlock();
 	kvp_tslot_put(p, s);
 	return rc;
 }

@@ -12,8 +12,11 @@
  * never finds fewer free blocks than target_free because of the shrink.
  * Retired blocks are marked in their state word (kvp_block_get and kvp_free
  * then treat their refs as gone), chained through free_next, and handed to
- * the retire hooks only after an RCU grace period: any pool call that could
- * still have looked at them as live has returned by then.  After the hooks
+ * the retire hooks.  No grace period is needed (docs/DESIGN.md, "Shrink and
+ * the retire hooks"): a retired block was free, so no pool call can hold it
+ * as live; calls racing with the retirement only read its metadata, which
+ * is never freed, or CAS its state word on the condition that it is in use,
+ * which fails; storage guards its buffers with hazard pointers.  After the hooks
  * the ids wait on a list for growth, which reuses them (with a new
  * generation) before it makes new ids, so a pool that grows and shrinks
  * forever keeps its metadata bounded by its largest size.
@@ -73,7 +76,10 @@ int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, uint32_t *ids)
 		 * by the caller's later release operations. */
 		atomic_store_explicit(&b->state, kvp_st_make(0, 0, 0, tag, 0),
 		                      memory_order_relaxed);
+		atomic_store_explicit(&b->owner, 0, memory_order_relaxed);
 		atomic_store_explicit(&b->free_next, KVP_NO_ID, memory_order_relaxed);
+		b->own_prev = b->own_next = KVP_NO_ID;
+		b->pad = 0;
 		ids[reuse + i] = first + i;
 	}
 	/* release: readers that see the new n_ids (acquire) see the metadata. */
@@ -109,12 +115,14 @@ int kvp_shrink(kvp_pool *p, kvp_stream stream, uint32_t target_free, uint32_t *n
 	int si = kvp_stream_index(p, stream);
 	if (si < 0)
 		return KVP_EINVAL;
-	/* We wait for a grace period below: inside a caller's own liburcu-bp
-	 * read-side section that would wait for ourselves. */
-	if (kvp_rcu_read_ongoing())
-		return KVP_EINVAL;
-	if (p->prefix)
+	if (p->prefix) {
+		/* The prefix layer waits for RCU grace periods of its own index:
+		 * inside a caller's liburcu-bp read-side section that would wait
+		 * for ourselves. */
+		if (kvp_rcu_read_ongoing())
+			return KVP_EINVAL;
 		return kvp_pfx_shrink(p, si, target_free, n_retired);
+	}
 	return kvp_shrink_stream(p, si, target_free, n_retired);
 }
 
@@ -125,7 +133,6 @@ int kvp_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t
 	uint32_t k, first = KVP_NO_ID;
 
 	pthread_mutex_lock(&p->grow_lock);
-	kvp_rcu_read_lock();
 	/* seq_cst: the store half of the magazine Dekker pair. */
 	atomic_fetch_add_explicit(&p->starving[si], 1, memory_order_seq_cst);
 	kvp_drain_magazines(p, si, 0);
@@ -144,7 +151,6 @@ int kvp_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t
 	}
 	/* release: lifts the bypass; publishes nothing. */
 	atomic_fetch_sub_explicit(&p->starving[si], 1, memory_order_release);
-	kvp_rcu_read_unlock();
 	if (k) {
 		atomic_fetch_sub_explicit(&p->managed_stream[si], k, memory_order_relaxed);
 		atomic_fetch_sub_explicit(&p->managed, k, memory_order_relaxed);
@@ -154,14 +160,10 @@ int kvp_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t
 	kvp_tslot_put(p, s);
 
 	if (k) {
-		/* Every call that might still treat these blocks as live ends
-		 * before the hooks free anything tied to them.  We hold no lock
-		 * here, so no reader can be waiting for us. */
-		kvp_rcu_synchronize();
 		pthread_mutex_lock(&p->grow_lock);
 		/* Hooks run under grow_lock (kvp_pool_remove_retire_hook waits
-		 * for them).  No read-side section is needed to walk the chain:
-		 * only the grow_lock holder ever replaces the directory. */
+		 * for them); the chain is ours alone until it joins the retired
+		 * list below. */
 		uint32_t last = first;
 		for (uint32_t id = first; id != KVP_NO_ID;) {
 			uint32_t next = atomic_load_explicit(&kvp_bt_block(&p->bt, id)->free_next,

@@ -12,22 +12,35 @@
 #include "lib/pool_internal.h"
 #include "lib/prefix_internal.h"
 
-static void sum_slot(const struct kvp_tslot *s, uint64_t *acc)
+static void sum_slot(const struct kvp_tslot *s, uint64_t *acc, bool allocs)
 {
 	for (int c = 0; c < KVP_N_CTR; c++)
-		/* relaxed: each counter has one writer; see lib/tslot.h. */
-		acc[c] +=
-		    atomic_load_explicit(&((struct kvp_tslot *)s)->ctr[c], memory_order_relaxed);
+		if ((c == KVP_C_ALLOCS) == allocs)
+			/* acquire: each counter has one writer (lib/tslot.h); acquire
+			 * keeps the second pass's loads after the first pass's. */
+			acc[c] += atomic_load_explicit(&((struct kvp_tslot *)s)->ctr[c],
+			                               memory_order_acquire);
 }
 
 void kvp_stats_sum(struct kvp_pool *p, kvp_stats *out)
 {
 	uint64_t acc[KVP_N_CTR] = {0};
 
-	for (struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_acquire); s;
-	     s = s->next)
-		sum_slot(s, acc);
-	sum_slot(p->fallback, acc);
+	/*
+	 * Two passes: every slot's allocation count first, then the frees and
+	 * the rest.  A block freed by one thread and handed out by another
+	 * while we read is then never counted as allocated twice: its second
+	 * allocation is counted only if it happened before the first pass read
+	 * that slot, and then the free before it (counted before the block went
+	 * back, lib/pool_alloc.c) is seen by the second pass.  So
+	 * allocations - frees never exceeds what was in use during the read.
+	 */
+	for (int pass = 0; pass < 2; pass++) {
+		for (struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_acquire); s;
+		     s = s->next)
+			sum_slot(s, acc, pass == 0);
+		sum_slot(p->fallback, acc, pass == 0);
+	}
 	memset(out, 0, sizeof(*out));
 	out->n_blocks = atomic_load_explicit(&p->managed, memory_order_relaxed);
 	out->n_allocations = acc[KVP_C_ALLOCS];

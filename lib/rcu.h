@@ -16,6 +16,14 @@
  *                         reader may wait for
  *   kvp_rcu_free_deferred any thread, anywhere         never waits (call_rcu)
  *   kvp_rcu_call          any thread, anywhere         never waits (call_rcu)
+ *
+ * The block pool's own paths use none of these: its block table never
+ * moves, so nothing a pool call reads is freed before kvp_pool_destroy.
+ * The prefix cache (lib/prefix*.c, pools made with prefix_cache) uses them
+ * for its key index.  Note that liburcu-bp registers a thread on its first
+ * read-side section or read_ongoing query by mapping memory, and that the
+ * first call_rcu starts a worker thread; liburcu aborts the process if
+ * either fails.
  */
 #ifndef KVPOOL_LIB_RCU_H
 #define KVPOOL_LIB_RCU_H

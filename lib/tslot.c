@@ -21,7 +21,6 @@
 #include <string.h>
 
 #include "lib/pool_internal.h"
-#include "lib/rcu.h"
 #include "lib/sysmem.h"
 
 /* initial-exec: one instruction to reach it, in a program or a library
@@ -83,23 +82,23 @@ struct kvp_tslot *kvp_tslot_alloc(uint32_t cap)
  */
 static void tslot_release(struct kvp_pool *p, struct kvp_tslot *s)
 {
-	kvp_rcu_read_lock();
 	for (uint32_t si = 0; si < p->n_streams; si++) {
 		struct kvp_mag *m = &s->mag[si];
-		uint32_t exp = KVP_MAG_IDLE;
-		/* A drainer may hold it (CLAIMED) for a moment: wait. */
+		uint32_t exp = 0;
+		/* We are outside any call (in_call 0), so drainers may claim the
+		 * magazine too: take it the way they do, waiting a moment if one
+		 * holds it.  acquire: see what the last claimer left. */
 		while (!atomic_compare_exchange_weak_explicit(
-		    &m->state, &exp, KVP_MAG_BUSY, memory_order_seq_cst, memory_order_relaxed)) {
-			exp = KVP_MAG_IDLE;
+		    &m->claimed, &exp, 1, memory_order_acquire, memory_order_relaxed)) {
+			exp = 0;
 			sched_yield();
 		}
 		uint32_t cnt = atomic_load_explicit(&m->count, memory_order_relaxed);
 		kvp_fs_push_ids(&p->fs[si], &p->bt, m->ids, cnt);
 		atomic_store_explicit(&m->count, 0, memory_order_relaxed);
 		/* release: the next holder sees the emptied magazine. */
-		atomic_store_explicit(&m->state, KVP_MAG_IDLE, memory_order_release);
+		atomic_store_explicit(&m->claimed, 0, memory_order_release);
 	}
-	kvp_rcu_read_unlock();
 	atomic_fetch_add_explicit(&p->in_use, s->delta_in_use, memory_order_relaxed);
 	s->delta_in_use = 0;
 	kvp_rec_cache_drain(&p->owners, &s->recs);

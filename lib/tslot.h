@@ -7,21 +7,29 @@
  * a slot is never freed before the pool, and a slot given up by an exiting
  * thread is reused by the next new thread.
  *
- * Magazine protocol (state word, one per magazine):
+ * Magazine protocol (one magazine per stream per slot):
  *
- *   IDLE --owner enters a call (CAS)--> BUSY --owner leaves (store)--> IDLE
- *   IDLE --starving thread claims (CAS)--> CLAIMED --it is drained--> IDLE
+ *   in_call   written only by the slot's thread: 1 while it is inside a
+ *             block-path call that may touch the magazine, else 0;
+ *   claimed   taken by a drainer (or the exiting owner) with a CAS, 0 -> 1,
+ *             among threads that are not the magazine's owner;
+ *   starving  (per stream, in the pool) raised by every drainer, seq_cst,
+ *             for the whole drain.
  *
- * Whoever holds the magazine (BUSY or CLAIMED) alone touches its ids and
- * count.  A thread short of blocks raises the stream's 'starving' count,
- * then claims and drains every magazine, waiting for BUSY ones (their
- * owners are inside a pool call, a bounded window).  An owner that enters
- * while the stream is starving leaves its magazine alone and goes straight
- * to the global stack.  The enter CAS, the starving store and the load of
- * it are seq_cst, so either the owner sees the flag or the drainer sees
- * the owner's magazine after the owner is done with it: after one pass,
- * every free block of the stream is on the global stack (or in transit in a
- * call that is about to push it).
+ * The owner enters by storing in_call = 1 and then loading starving; if it
+ * is not 0 it stores in_call = 0 and leaves the magazine alone (the global
+ * stack serves it).  A drainer raises starving, issues the heavy barrier
+ * (membarrier in asym mode, nothing in the seq_cst fallback: see
+ * kvp_light_store in lib/pool_internal.h), then for each magazine loads
+ * in_call: at 0 it claims the magazine and empties it into the global
+ * stack, at 1 it skips it or waits for 0.  By the Dekker argument, an owner
+ * that loaded starving == 0 has its in_call == 1 seen by every drainer that
+ * raised starving before, and an owner that entered after a drainer's
+ * barrier sees starving != 0: the owner and a drainer are never inside the
+ * same magazine.  Drainers exclude each other with 'claimed'.  So after one
+ * pass that waited for every in_call == 1, each free block of the stream is
+ * on the global stack or in transit in a call about to push it there.  The
+ * owner never executes a locked instruction for its magazine in asym mode.
  *
  * Statistics counters have one writer, the slot's thread, which stores
  * load+delta with relaxed order (no locked instruction); readers sum them
@@ -37,14 +45,19 @@
 
 #include "lib/owner.h"
 
-#define KVP_MAG_IDLE    0u
-#define KVP_MAG_BUSY    1u
-#define KVP_MAG_CLAIMED 2u
-
 struct kvp_mag {
-	_Atomic uint32_t state;
-	_Atomic uint32_t count; /* written by the holder; read racily by kvp_n_free */
-	uint32_t *ids;          /* ids[count-1] is the most recently freed */
+	_Atomic uintptr_t in_call; /* owner only writes; drainers read */
+	_Atomic uint32_t claimed;  /* drainers' (and thread exit's) CAS */
+	_Atomic uint32_t count;    /* written by the holder; read racily by kvp_n_free */
+	uint32_t *ids;             /* ids[count-1] is the most recently freed */
+};
+
+/* The slot's owner cache: recent owner ids -> records (lib/owner.h). */
+#define KVP_OCACHE_N 64u
+struct kvp_ocache_ent {
+	kvp_owner key;
+	struct kvp_orec *rec;
+	uint32_t epoch;
 };
 
 enum kvp_ctr {
@@ -66,7 +79,11 @@ struct kvp_tslot {
 	struct kvp_tslot *next; /* immutable once on the list */
 	_Atomic int taken;      /* 1 while a live thread owns the slot */
 	struct kvp_mag mag[2];
+	/* The record this slot's thread is inside an owner op on, or 0;
+	 * written only by that thread (kvp_bias_enter/leave). */
+	_Atomic uintptr_t in_owner_op;
 	_Atomic uint64_t ctr[KVP_N_CTR];
+	struct kvp_ocache_ent ocache[KVP_OCACHE_N]; /* owner only */
 	struct kvp_rec_cache recs; /* owner only: spare owner records (lib/owner.h) */
 	int64_t delta_in_use;      /* owner only: blocks not yet added to pool->in_use */
 	uint32_t calls;            /* owner only: mutating calls, for history cadence */

@@ -10,12 +10,20 @@
 #include <kvpool/kvpool.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lib/pool_internal.h"
+#include "lib/tsan.h"
 #include "tests/testutil.h"
+
+#ifdef KVP_TSAN
+#define KVP_TEST_TSAN 1
+#else
+#define KVP_TEST_TSAN 0
+#endif
 
 #define MAXT   16
 #define MAXREF 512
@@ -230,7 +238,7 @@ static void test_free_shrink_race(void)
 	kvp_pool_destroy(p);
 }
 
-/* ---- growth far past the first directory, with readers of old blocks ---- */
+/* ---- growth through many block-table segments, with readers of old blocks ---- */
 
 static void *big_grow_worker(void *arg)
 {
@@ -242,7 +250,7 @@ static void *big_grow_worker(void *arg)
 		                      KVP_FP16, refs + have, 64, &n),
 		         KVP_OK);
 		have += n;
-		/* Read blocks made under earlier directories while others grow. */
+		/* Read blocks of earlier segments while others add segments. */
 		kvp_block_info bi;
 		size_t i = tu_rand(&w->rng) % have;
 		CHECK_EQ(kvp_block_get(w->pool, refs[i], &bi), KVP_OK);
@@ -274,9 +282,9 @@ static void test_grow_directory_race(void)
 	run_threads(4, big_grow_worker, w, sizeof(w[0]));
 	kvp_stats s;
 	kvp_pool_stats(p, &s);
-	/* Past the first directory's 16 segments: it was replaced under load. */
-	CHECK(s.n_blocks > 16 * KVP_SEG_BLOCKS);
-	CHECK(atomic_load(&p->bt.dir)->cap > 16);
+	/* Growth segments 0..5 (1024 << k blocks each) were added under load. */
+	CHECK(s.n_blocks > 16 + 31 * KVP_BT_BASE);
+	CHECK(atomic_load(&p->bt.seg[5]) != NULL);
 	CHECK_EQ(s.n_blocks, 16 + s.n_grown);
 	CHECK_EQ(kvp_stats_blocks_in_use(&s), 0);
 	CHECK_EQ(kvp_n_free(p, KVP_K) + kvp_n_free(p, KVP_V), s.n_blocks);
@@ -560,6 +568,151 @@ static void test_double_free_race(void)
 	kvp_pool_destroy(p);
 }
 
+/* ---- biased owners raced by other threads ----
+ * Producers allocate for owners made on their own thread (so biased to it),
+ * while consumers free those blocks, list and free_all those owners, and
+ * free some refs twice: every such touch revokes a bias while the producer
+ * may be inside an owner op on the record; owners are made fresh each
+ * round, so records are dropped, recycled through record caches and made
+ * again under stale owner-cache entries.  Checked: the producer's own
+ * allocations never fail, every block comes back exactly once (frees ==
+ * allocations, stale frees == the duplicates we sent), nothing is lost. */
+
+#define HANDOFF_Q 4096
+
+struct handoff {
+	kvp_pool *pool;
+	pthread_mutex_t lock;
+	kvp_ref q[HANDOFF_Q];
+	kvp_owner qo[HANDOFF_Q];
+	size_t n;
+	_Atomic int producers_left;
+	_Atomic uint64_t dup_sent;
+	_Atomic uint64_t free_all_blocks;
+};
+
+struct handoff_arg {
+	struct handoff *h;
+	int idx;
+	uint64_t rng;
+	uint64_t allocs;
+};
+
+static void *handoff_producer(void *arg)
+{
+	struct handoff_arg *a = arg;
+	struct handoff *h = a->h;
+	kvp_ref r[8];
+	size_t n;
+	for (int round = 0; round < 300; round++) {
+		kvp_owner o = ((uint64_t)a->idx << 32) | (uint64_t)round;
+		/* A few allocations while the owner is biased to us (or revoked). */
+		for (int k = 0; k < 4; k++) {
+			uint32_t tok = 1 + (uint32_t)(tu_rand(&a->rng) % 128);
+			int rc = kvp_allocate(h->pool, (k & 1) ? KVP_V : KVP_K, tok, o, KVP_FP16, r,
+			                      8, &n);
+			CHECK_EQ(rc, KVP_OK);
+			a->allocs += n;
+			pthread_mutex_lock(&h->lock);
+			for (size_t i = 0; i < n; i++) {
+				if (h->n == HANDOFF_Q) {
+					pthread_mutex_unlock(&h->lock);
+					CHECK_EQ(kvp_free(h->pool, &r[i], 1), KVP_OK);
+					pthread_mutex_lock(&h->lock);
+					continue;
+				}
+				h->q[h->n] = r[i];
+				h->qo[h->n++] = o;
+			}
+			pthread_mutex_unlock(&h->lock);
+		}
+	}
+	atomic_fetch_sub(&h->producers_left, 1);
+	return NULL;
+}
+
+static void *handoff_consumer(void *arg)
+{
+	struct handoff_arg *a = arg;
+	struct handoff *h = a->h;
+	for (;;) {
+		kvp_ref ref = 0;
+		kvp_owner o = 0;
+		bool got = false;
+		pthread_mutex_lock(&h->lock);
+		if (h->n) {
+			size_t i = tu_rand(&a->rng) % h->n;
+			ref = h->q[i];
+			o = h->qo[i];
+			h->q[i] = h->q[--h->n];
+			h->qo[i] = h->qo[h->n];
+			got = true;
+		}
+		pthread_mutex_unlock(&h->lock);
+		if (!got) {
+			if (atomic_load(&h->producers_left) == 0)
+				return NULL;
+			sched_yield();
+			continue;
+		}
+		uint64_t dice = tu_rand(&a->rng) % 16;
+		if (dice == 0) {
+			size_t cnt;
+			int rc = kvp_blocks_for(h->pool, o, NULL, 0, &cnt);
+			CHECK(rc == KVP_ERANGE || rc == KVP_ENOENT);
+		}
+		CHECK_EQ(kvp_free(h->pool, &ref, 1), KVP_OK);
+		if (dice == 1) {
+			CHECK_EQ(kvp_free(h->pool, &ref, 1), KVP_OK); /* stale now */
+			atomic_fetch_add(&h->dup_sent, 1);
+		}
+	}
+}
+
+static void test_biased_owner_handoff(void)
+{
+	kvp_pool *p = mkpool(1 << 16, false, 0, 16);
+	static struct handoff h;
+	struct handoff_arg a[8];
+	memset(&h, 0, sizeof(h));
+	h.pool = p;
+	pthread_mutex_init(&h.lock, NULL);
+	atomic_store(&h.producers_left, 4);
+	memset(a, 0, sizeof(a));
+	for (int t = 0; t < 8; t++) {
+		a[t].h = &h;
+		a[t].idx = t + 1;
+		a[t].rng = seed0 * 31 + (uint64_t)t;
+	}
+	pthread_t th[8];
+	for (int t = 0; t < 8; t++)
+		CHECK_EQ(pthread_create(&th[t], NULL, t < 4 ? handoff_producer : handoff_consumer,
+		                        &a[t]),
+		         0);
+	for (int t = 0; t < 8; t++)
+		CHECK_EQ(pthread_join(th[t], NULL), 0);
+	uint64_t allocs = 0;
+	for (int t = 0; t < 4; t++)
+		allocs += a[t].allocs;
+	kvp_stats s;
+	kvp_pool_stats(p, &s);
+	CHECK_EQ(s.n_allocations, allocs);
+	CHECK_EQ(s.n_frees, allocs);
+	CHECK_EQ(s.n_stale_frees, atomic_load(&h.dup_sent));
+	CHECK_EQ(kvp_stats_blocks_in_use(&s), 0);
+	CHECK_EQ(kvp_n_free(p, KVP_K) + kvp_n_free(p, KVP_V), 1u << 16);
+	/* Every owner was dropped when its last block went. */
+	for (int t = 1; t <= 4; t++)
+		for (int round = 0; round < 300; round += 37) {
+			size_t cnt;
+			CHECK_EQ(
+			    kvp_blocks_for(p, ((uint64_t)t << 32) | (uint64_t)round, NULL, 0, &cnt),
+			    KVP_ENOENT);
+		}
+	pthread_mutex_destroy(&h.lock);
+	kvp_pool_destroy(p);
+}
+
 /* ---- 10,000 short-lived threads: nothing left behind ---- */
 
 static void *short_worker(void *arg)
@@ -704,6 +857,17 @@ int main(void)
 	const char *env = getenv("KVP_RACE_SEED");
 	seed0 = env ? strtoull(env, NULL, 0) : 0x5eed5eedull;
 	printf("seed %llu (set KVP_RACE_SEED to replay)\n", (unsigned long long)seed0);
+	{
+		/* Say which protocol runs, and insist on the one asked for. */
+		kvp_pool *p = mkpool(16, false, 0, 8);
+		const char *ff = getenv("KVPOOL_FORCE_FALLBACK");
+		printf("mode: %s\n", p->asym ? "asymmetric (membarrier)" : "fallback (seq_cst)");
+		if (ff && ff[0] == '1')
+			CHECK(!p->asym);
+		if (getenv("KVP_RACE_EXPECT_ASYM") && !KVP_TEST_TSAN)
+			CHECK(p->asym);
+		kvp_pool_destroy(p);
+	}
 	RUN(test_alloc_free_race);
 	RUN(test_alloc_grow_race);
 	RUN(test_free_shrink_race);
@@ -713,6 +877,7 @@ int main(void)
 	RUN(test_no_false_exhaustion);
 	RUN(test_register_race);
 	RUN(test_double_free_race);
+	RUN(test_biased_owner_handoff);
 	RUN(test_stats_read_under_churn);
 	RUN(test_short_lived_threads);
 	RUN(test_destroy_before_thread_exit);

@@ -14,13 +14,15 @@
  *     (64-bit head: 32-bit ABA tag, 32-bit id) and an exact count of what it
  *     holds, used for all-or-nothing reservation;
  *   - in front of it, per-thread magazines of free ids (thread_cache per
- *     stream).  A thread that cannot find enough blocks claims the other
- *     threads' magazines itself (one CAS each), so blocks parked in a cache
- *     of an idle, blocked or exited thread are never lost to exhaustion;
- *   - a segmented block table whose directory is published with RCU
- *     (liburcu-bp): growth never moves a block;
- *   - owners in a hash table split into 256 shards, each with
- *     its own mutex; an owner's blocks form a list in allocation order;
+ *     stream), which their thread enters with plain stores.  A thread that
+ *     cannot find enough blocks claims the other threads' magazines itself
+ *     (after a membarrier, one CAS each), so blocks parked in a cache of an
+ *     idle, blocked or exited thread are never lost to exhaustion;
+ *   - a block table of segments that are never moved or replaced: growth
+ *     never moves a block, and no call needs a read-side section;
+ *   - owners in a hash table split into 256 shards, each with its own
+ *     mutex; an owner's blocks form a list in allocation order; a record is
+ *     biased to the thread that made it, which then needs no lock for it;
  *   - statistics in per-thread slots summed when read.
  *
  * Synchronization:
@@ -29,21 +31,21 @@
  *   ---------------------  -----------------------  ------------------------------
  *   kvp_pool_create        -                        allocates
  *   kvp_pool_destroy       nothing on this pool     -
- *   kvp_allocate           everything               the owner's shard mutex for the
- *                                                   call; inside it the block path
- *                                                   is lock-free with a warm cache,
+ *   kvp_allocate           everything               no lock for an owner biased to
+ *                                                   the calling thread (below), else
+ *                                                   the owner's shard mutex for the
+ *                                                   call; the block path is
+ *                                                   lock-free with a warm cache,
  *                                                   and otherwise may wait as below
  *   kvp_alloc_block        everything               the block path alone
- *   kvp_free               everything               the shard mutex of each owner
- *                                                   whose blocks it frees (none for
- *                                                   raw blocks)
+ *   kvp_free               everything               per owner as kvp_allocate (none
+ *                                                   for raw blocks); one CAS per block
  *   kvp_free_all           everything               the owner's shard mutex
  *   kvp_blocks_for         everything               the owner's shard mutex
  *   kvp_register_owner /
  *   kvp_release_owner      everything               the owner's shard mutex
  *   kvp_n_free             everything               wait-free (sums counters)
- *   kvp_shrink             everything               the pool's grow mutex; one RCU
- *                                                   grace period (no lock held)
+ *   kvp_shrink             everything               the pool's grow mutex
  *   kvp_block_get          everything               lock-free (seqlock retry)
  *   kvp_block_set_used     everything               lock-free (CAS on the block)
  *
@@ -52,16 +54,37 @@
  * table for that mode.
  *
  * The block path (taking and giving back free blocks) is lock-free with
- * two bounded exceptions: a thread entering a call waits while a starving
- * thread drains its cache (a few dozen instructions per cached block), and a
- * starving thread waits for each cache whose owner is inside a call.  Only
- * growth takes a mutex (the pool's grow mutex), and it never waits for a
- * grace period: replaced block-table directories are freed by call_rcu.
+ * one bounded exception: a starving thread waits for each cache whose
+ * owner is inside a call (a thread entering its own cache never waits: while
+ * a stream is starving it uses the global stack).  Only growth takes a
+ * mutex (the pool's grow mutex), and nothing ever waits for a grace period.
  *
- * kvpool uses liburcu's bulletproof flavor (liburcu-bp).  An application
- * that uses liburcu-bp itself may call every function inside its own
- * read-side section except kvp_shrink (KVP_EINVAL there: its grace period
- * would wait for the caller).
+ * Biased owners: the thread that registered an owner, or first allocated
+ * for it, allocates and frees for it with no lock (an "owner op": a store
+ * to a word of its own and a load of the record's bias).  The first time
+ * another thread touches that owner (a free of its blocks, kvp_free_all,
+ * kvp_blocks_for, kvp_release_owner, an allocate) it revokes the bias under
+ * the shard mutex: one membarrier() system call (about 0.1-1 us) plus a
+ * wait for an owner op in progress, after which the owner is shard-locked
+ * as any other.  An allocate under the shard mutex re-biases an unbiased
+ * owner to its caller, at most twice per owner record; an owner made again
+ * (released, then allocated or registered) starts biased to its maker.
+ *
+ * Asymmetric and fallback protocols: kvp_pool_create probes
+ * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) and registers the process
+ * for it; then a thread's own calls use no locked instruction for its cache
+ * and its biased owners, and the rare thread that interferes (a drainer, a
+ * revoker) pays the system call.  Where membarrier is unavailable (seccomp,
+ * gVisor, old kernels), under ThreadSanitizer, or when the environment holds
+ * KVPOOL_FORCE_FALLBACK=1 at pool creation, both sides use seq_cst atomics
+ * instead (same guarantees, a few ns more per call).
+ *
+ * Without prefix_cache, kvpool uses no RCU library on any of these paths
+ * (nothing it could fail to start), so every function may be called
+ * anywhere, including inside an application's own liburcu read-side
+ * section.  A pool made with prefix_cache keeps its key index in liburcu
+ * (kvpool/prefix.h); there kvp_shrink refuses (KVP_EINVAL) inside a
+ * liburcu-bp read-side section, whose grace period it would wait for.
 
  * Ordering: a successful kvp_free or kvp_free_all happens-before the
  * kvp_allocate that hands the same block out again (release push, acquire
@@ -287,15 +310,18 @@ int kvp_release_owner(kvp_pool *pool, kvp_owner owner);
  * A retired id is reused by a later growth, with a new generation (refs
  * from before stay stale), so metadata stays bounded by the pool's largest
  * size however often it grows and shrinks.  Retire hooks (see
- * kvp_pool_add_retire_hook) run for each retired block after a grace
- * period, so no thread still inside a pool call can be reading memory the
- * hook frees.  Concurrent allocations may leave more than @target_free
- * blocks free, never fewer because of the shrink.
+ * kvp_pool_add_retire_hook) run for each retired block once it is retired:
+ * it was free, so no pool call holds it as live, and the pool never frees
+ * block metadata, so a call racing with the shrink (a stale ref's free or
+ * block_get) only sees the block as stale or retired; memory a hook frees
+ * must guard its own readers (kvp_storage uses hazard pointers).
+ * Concurrent allocations may leave more than @target_free blocks free,
+ * never fewer because of the shrink.
  *
  * Returns KVP_OK (also when nothing needed retiring), KVP_EINVAL (NULL pool,
- * bad stream, or called inside a liburcu-bp read-side section).
- * Thread-safe; takes the pool's grow mutex, and when it retired anything
- * waits for one RCU grace period holding no lock.
+ * bad stream, or, for a pool made with prefix_cache, called inside a
+ * liburcu-bp read-side section).  Thread-safe; takes the pool's grow mutex, and issues a
+ * membarrier() to drain the stream's thread caches.
  */
 int kvp_shrink(kvp_pool *pool, kvp_stream stream, uint32_t target_free, uint32_t *n_retired);
 
@@ -385,7 +411,7 @@ uint32_t kvp_pool_n_ids(const kvp_pool *pool);
 uint32_t kvp_pool_n_retired_ids(const kvp_pool *pool);
 
 /**
- * kvp_retire_fn - called once for each retired block, after a grace period
+ * kvp_retire_fn - called once for each retired block, once it is retired
  * @arg: the argument given to kvp_pool_add_retire_hook
  * @id:  the retired block's id
  */
@@ -396,8 +422,10 @@ typedef void (*kvp_retire_fn)(void *arg, uint32_t id);
  *
  * Used by layers that keep memory per block id (kvp_storage) to drop it.
  * The hook runs on the shrinking thread, under the pool's grow mutex, after
- * an RCU grace period that follows the retirement, so no pool reader still
- * sees the block as live; a growth that reuses the id comes after it.
+ * the block was retired (every pool call from then on sees it as retired or
+ * stale, and none held it as live: it was free); a growth that reuses the
+ * id comes after it.  Readers of memory the hook frees must be guarded by
+ * the layer that owns it (kvp_storage: hazard pointers).
  * A hook must not call kvp_shrink or kvp_pool_*_retire_hook.
  * Up to KVP_MAX_RETIRE_HOOKS hooks; remove with kvp_pool_remove_retire_hook
  * before the hook's argument dies.

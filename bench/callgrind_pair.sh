@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# bench/callgrind_pair.sh - instructions and locked instructions per one-block
+# pair, counted by callgrind (perf cannot count in this VM), for the tree in
+# the current directory or the one given:
+#
+#   bench/callgrind_pair.sh [TREE]      (TREE: a checkout of kvpool; default .)
+#
+# Builds TREE's lib/*.c with bench/pair_count.c from this checkout (the same
+# clang flags as the plain Bazel build), runs 100,000 full-API pairs and
+# 100,000 raw pairs under callgrind with collection only inside pair_loop,
+# and prints Ir per pair and the locked instructions (lock-prefixed, and
+# xchg) executed per pair in the executable's own code (calls into shared
+# libraries - glibc's pthread_mutex_*, liburcu - are counted in Ir but their
+# locked instructions are not).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+tree=$(cd "${1:-.}" && pwd)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+(cd "$tree" && clang -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -D_FORTIFY_SOURCE=2 \
+	-fstack-protector -fno-omit-frame-pointer -Iinclude -I. lib/*.c "$here/bench/pair_count.c" \
+	-o "$out/pc" -lurcu-bp -lurcu-common -lpthread -lm)
+n=100000
+for mode in full raw; do
+	valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$out/cg.$mode" \
+		--toggle-collect=pair_loop "$out/pc" "$mode" "$n" >/dev/null 2>&1
+	objdump -d --no-show-raw-insn "$out/pc" >"$out/dis"
+	/usr/bin/python3 - "$out/cg.$mode" "$out/dis" "$n" "$mode" <<'PY'
+import re, sys
+cg, dis, n, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+locks = set()
+for line in open(dis):
+    m = re.match(r'^\s+([0-9a-f]+):\s+(lock |xchg)', line)
+    if m:
+        locks.add(int(m.group(1), 16))
+total = locked = 0
+cur = 0
+skip = False
+for line in open(cg):
+    line = line.rstrip('\n')
+    if line.startswith('summary:'):
+        total = int(line.split()[1])
+    if line.startswith('calls='):
+        skip = True  # the next cost line is a call's inclusive cost
+        continue
+    m = re.match(r'^(0x[0-9a-f]+|\+\d+|-\d+|\*)\s+\S+\s+(\d+)$', line)
+    if not m:
+        continue
+    pos, c = m.group(1), int(m.group(2))
+    if pos.startswith('0x'):
+        cur = int(pos, 16)
+    elif pos[0] == '+':
+        cur += int(pos[1:])
+    elif pos[0] == '-':
+        cur -= int(pos[1:])
+    if skip:
+        skip = False
+        continue
+    if cur in locks:
+        locked += c
+print("%-4s pair: %.0f instructions, %.2f locked instructions (own code) per pair"
+      % (mode, total / n, locked / n))
+PY
+done
