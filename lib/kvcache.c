@@ -27,8 +27,17 @@
  * and destroy never call kvp_free_all for it.  A kvcache holds blocks only
  * while registered (append needs it; release drops the blocks before the
  * registration), so it never has blocks of its own to free without it.
+ *
+ * Prefix cache: adopt_prefix matches every layer's K and V keys (derived
+ * from the caller's sequence keys, see kvcache.h) straight into the block
+ * tables, keeps the shortest match of all layers and streams and drops
+ * the extra holds; publish publishes the full blocks under the same
+ * derived keys.  A shared block may have other holders, so the kvcache
+ * gives blocks back with drop(): kvp_free, and kvp_free_owned for a block
+ * kvp_free refuses because it is shared.
  */
 #include <kvpool/kvcache.h>
+#include <kvpool/prefix.h>
 
 #include <string.h>
 
@@ -101,7 +110,8 @@ static uint32_t blocks_for(uint64_t tokens, uint32_t bs)
 
 /*
  * Check that the kvcache still holds every block of @L: each ref current
- * (generation), in use, by this kvcache's owner, in its format.  A block
+ * (generation), in use, by this kvcache's owner (or published, see
+ * block_ours), in its format.  A block
  * freed behind the kvcache's back (kvp_free_all of its owner, kvp_free of
  * its refs) may since have been handed to another request or retired, its
  * buffer released: the cached row addresses must then not be read.  One
@@ -113,8 +123,12 @@ static bool block_ours(const kvp_kvcache *c, kvp_ref ref)
 {
 	kvp_block_info info;
 
+	/* A published block may have several holders, and kvp_block_get names
+	 * only one of them: for it, a current generation and in_use prove that
+	 * someone still holds it, so its buffer is live and its rows are fixed
+	 * (the published contents this kvcache adopted or wrote). */
 	return kvp_block_get(c->pool, ref, &info) == KVP_OK && info.in_use &&
-	       info.owner == c->cfg.owner && info.format == c->cfg.format;
+	       (info.owner == c->cfg.owner || info.published) && info.format == c->cfg.format;
 }
 
 static int layer_check_block(const kvp_kvcache *c, const struct layer *L, uint32_t b)
@@ -361,6 +375,37 @@ int kvp_kvcache_gather(const kvp_kvcache *c, uint32_t layer, float *k_out, float
 	return KVP_OK;
 }
 
+/* Give back the kvcache's hold on @n blocks: kvp_free, or kvp_free_owned
+ * when kvp_free refuses because a block is shared (it then freed nothing). */
+static int drop(kvp_kvcache *c, const kvp_ref *refs, size_t n)
+{
+	int rc = kvp_free(c->pool, refs, n);
+
+	if (rc == KVP_EINVAL)
+		rc = kvp_free_owned(c->pool, c->cfg.owner, refs, n);
+	return rc;
+}
+
+/* Would trimming @n_tokens leave a published block partly used (its n_used
+ * cannot change)?  Checked for every layer before anything changes. */
+static bool trim_cuts_published(const kvp_kvcache *c, uint32_t n_tokens)
+{
+	uint32_t i, bs = c->block_size;
+
+	for (i = 0; i < c->cfg.n_layers; i++) {
+		const struct layer *L = &c->layers[i];
+		uint32_t cut = n_tokens < L->len ? n_tokens : L->len, len = L->len - cut;
+		kvp_block_info info;
+		if (!cut || !(len % bs))
+			continue;
+		if (kvp_block_get(c->pool, L->kref[len / bs], &info) == KVP_OK && info.published)
+			return true;
+		if (kvp_block_get(c->pool, L->vref[len / bs], &info) == KVP_OK && info.published)
+			return true;
+	}
+	return false;
+}
+
 int kvp_kvcache_trim(kvp_kvcache *c, uint32_t n_tokens)
 {
 	uint32_t i, bs;
@@ -368,18 +413,21 @@ int kvp_kvcache_trim(kvp_kvcache *c, uint32_t n_tokens)
 
 	if (!c)
 		return KVP_EINVAL;
+	if (trim_cuts_published(c, n_tokens))
+		return KVP_EINVAL;
 	bs = c->block_size;
 	for (i = 0; i < c->cfg.n_layers; i++) {
 		struct layer *L = &c->layers[i];
 		uint32_t cut = n_tokens < L->len ? n_tokens : L->len;
-		uint32_t len = L->len - cut, keep = blocks_for(len, bs), drop = L->n_blocks - keep;
+		uint32_t len = L->len - cut, keep = blocks_for(len, bs),
+		         n_drop = L->n_blocks - keep;
 		int rc = KVP_OK;
 		if (!cut)
 			continue;
-		if (drop) {
-			rc = kvp_free(c->pool, L->kref + keep, drop);
+		if (n_drop) {
+			rc = drop(c, L->kref + keep, n_drop);
 			if (rc == KVP_OK)
-				rc = kvp_free(c->pool, L->vref + keep, drop);
+				rc = drop(c, L->vref + keep, n_drop);
 		}
 		if (rc == KVP_OK && keep && len % bs) {
 			rc = kvp_block_set_used(c->pool, L->kref[keep - 1], len % bs);
@@ -390,7 +438,7 @@ int kvp_kvcache_trim(kvp_kvcache *c, uint32_t n_tokens)
 			first = rc;
 		L->len = len;
 		L->n_blocks = keep;
-		c->blocks_held -= 2 * (size_t)drop;
+		c->blocks_held -= 2 * (size_t)n_drop;
 	}
 	return first;
 }
@@ -419,4 +467,180 @@ int kvp_kvcache_attend(const kvp_kvcache *c, uint32_t layer, const float *q, uin
 	src.head_dim = c->cfg.head_dim;
 	kvp_attend_rows(&src, q, n_heads, scale, out);
 	return KVP_OK;
+}
+
+/* --- prefix cache ---------------------------------------------------------------- */
+
+/* The key of one layer's K (@v false) or V block from the sequence key
+ * @seq: kvp_prefix_hash(seq, 0, layer as u32 LE | 0 for K, 1 for V as u32 LE). */
+static int layer_key(const kvp_hash *seq, uint32_t layer, bool v, kvp_hash *out)
+{
+	uint8_t t[8];
+
+	for (int i = 0; i < 4; i++) {
+		t[i] = (uint8_t)(layer >> (8 * i));
+		t[4 + i] = 0;
+	}
+	t[4] = v ? 1 : 0;
+	return kvp_prefix_hash(seq, 0, t, sizeof t, out);
+}
+
+static int layer_keys(const kvp_hash *seq, size_t n, uint32_t layer, bool v, kvp_hash *out)
+{
+	for (size_t i = 0; i < n; i++) {
+		int rc = layer_key(&seq[i], layer, v, &out[i]);
+		if (rc != KVP_OK)
+			return rc;
+	}
+	return KVP_OK;
+}
+
+/* Drop the holds adopt_prefix took: blocks [from, got) of each stream of
+ * the first @n_layers layers (the matched counts are in n_blocks/len). */
+static void adopt_undo(kvp_kvcache *c, uint32_t n_layers, const uint32_t *got_k,
+                       const uint32_t *got_v, uint32_t from)
+{
+	for (uint32_t i = 0; i < n_layers; i++) {
+		struct layer *L = &c->layers[i];
+		if (got_k[i] > from)
+			kvp_free_owned(c->pool, c->cfg.owner, L->kref + from, got_k[i] - from);
+		if (got_v[i] > from)
+			kvp_free_owned(c->pool, c->cfg.owner, L->vref + from, got_v[i] - from);
+	}
+}
+
+/* Match layer @i's K then V blocks for the first *@m keys; lowers *@m to
+ * the shorter match.  On failure the layer holds nothing it matched. */
+static int adopt_layer(kvp_kvcache *c, uint32_t i, const kvp_hash *keys, kvp_hash *dk, uint32_t *m,
+                       uint32_t *got_k, uint32_t *got_v)
+{
+	struct layer *L = &c->layers[i];
+	size_t n = 0;
+	int rc;
+
+	*got_k = *got_v = 0;
+	rc = layer_keys(keys, *m, i, false, dk);
+	if (rc == KVP_OK)
+		rc = kvp_prefix_match(c->pool, c->kstream, c->cfg.format, dk, *m, c->cfg.owner,
+		                      L->kref, L->cap, &n);
+	if (rc != KVP_OK)
+		return rc;
+	*got_k = (uint32_t)n;
+	*m = *got_k < *m ? *got_k : *m;
+	if (!*m)
+		return KVP_OK;
+	rc = layer_keys(keys, *m, i, true, dk);
+	if (rc == KVP_OK)
+		rc = kvp_prefix_match(c->pool, c->vstream, c->cfg.format, dk, *m, c->cfg.owner,
+		                      L->vref, L->cap, &n);
+	if (rc != KVP_OK) {
+		kvp_free_owned(c->pool, c->cfg.owner, L->kref, *got_k);
+		*got_k = 0;
+		return rc;
+	}
+	*got_v = (uint32_t)n;
+	*m = *got_v < *m ? *got_v : *m;
+	return KVP_OK;
+}
+
+int kvp_kvcache_adopt_prefix(kvp_kvcache *c, const kvp_hash *keys, size_t n_keys,
+                             uint32_t *n_tokens)
+{
+	kvp_hash *dk = NULL;
+	uint32_t *got = NULL, *got_k, *got_v, i, m, done = 0;
+	int rc = KVP_OK;
+
+	if (!c || (!keys && n_keys) || !n_tokens)
+		return KVP_EINVAL;
+	if (!c->registered)
+		return KVP_EOWNER;
+	for (i = 0; i < c->cfg.n_layers; i++)
+		if (c->layers[i].len)
+			return KVP_EINVAL;
+	*n_tokens = 0;
+	if (n_keys > UINT32_MAX / c->block_size)
+		n_keys = UINT32_MAX / c->block_size; /* a layer holds at most 2^32 - 1 tokens */
+	if (n_keys == 0)
+		return KVP_OK;
+	if (kvp_kvcache_reserve(c, (uint32_t)n_keys * c->block_size) != KVP_OK)
+		return KVP_ENOMEM;
+	dk = kvp_sys_alloc(n_keys * sizeof *dk, 64);
+	got = kvp_sys_calloc(2 * (size_t)c->cfg.n_layers, sizeof *got, 64);
+	if (!dk || !got) {
+		kvp_sys_free(dk);
+		kvp_sys_free(got);
+		return KVP_ENOMEM;
+	}
+	got_k = got;
+	got_v = got + c->cfg.n_layers;
+	m = (uint32_t)n_keys; /* the shortest match so far: later layers ask no more */
+	for (i = 0; i < c->cfg.n_layers && m; i++) {
+		rc = adopt_layer(c, i, keys, dk, &m, &got_k[i], &got_v[i]);
+		done = i + 1;
+		if (rc != KVP_OK) {
+			adopt_undo(c, done, got_k, got_v, 0);
+			goto out;
+		}
+	}
+	adopt_undo(c, done, got_k, got_v, m); /* holds past the shortest match */
+	for (i = 0; i < c->cfg.n_layers && m; i++) {
+		struct layer *L = &c->layers[i];
+		rc = cache_rows(c->ks, L->kref, L->kdata, 0, m);
+		if (rc == KVP_OK)
+			rc = cache_rows(c->vs, L->vref, L->vdata, 0, m);
+		if (rc != KVP_OK) /* published in another storage: not ours to read */
+			break;
+	}
+	if (rc != KVP_OK) {
+		for (i = 0; i < c->cfg.n_layers; i++)
+			got_k[i] = got_v[i] = m;
+		adopt_undo(c, c->cfg.n_layers, got_k, got_v, 0);
+		goto out;
+	}
+	for (i = 0; i < c->cfg.n_layers && m; i++) {
+		c->layers[i].n_blocks = m;
+		c->layers[i].len = m * c->block_size;
+	}
+	c->blocks_held += 2 * (size_t)m * c->cfg.n_layers;
+	*n_tokens = m * c->block_size;
+out:
+	kvp_sys_free(dk);
+	kvp_sys_free(got);
+	return rc;
+}
+
+int kvp_kvcache_publish(kvp_kvcache *c, const kvp_hash *keys, size_t n_keys, size_t *n_published)
+{
+	kvp_hash *dk;
+	size_t count = 0;
+	int rc = KVP_OK;
+
+	if (!c || (!keys && n_keys) || !n_published)
+		return KVP_EINVAL;
+	*n_published = 0;
+	dk = n_keys ? kvp_sys_alloc(n_keys * sizeof *dk, 64) : NULL;
+	if (n_keys && !dk)
+		return KVP_ENOMEM;
+	for (uint32_t i = 0; i < c->cfg.n_layers && rc == KVP_OK; i++) {
+		struct layer *L = &c->layers[i];
+		size_t full = L->len / c->block_size, n = n_keys < full ? n_keys : full;
+		for (int v = 0; v < 2 && rc == KVP_OK; v++) {
+			const kvp_ref *refs = v ? L->vref : L->kref;
+			rc = layer_keys(keys, n, i, v, dk);
+			for (size_t b = 0; b < n && rc == KVP_OK; b++) {
+				kvp_block_info info;
+				rc = kvp_block_get(c->pool, refs[b], &info);
+				if (rc != KVP_OK || info.published)
+					continue; /* adopted, or published before */
+				rc = kvp_prefix_publish(c->pool, refs[b], dk[b]);
+				if (rc == KVP_OK)
+					count++;
+				else if (rc == KVP_EEXIST) /* another block has that content */
+					rc = KVP_OK;
+			}
+		}
+	}
+	kvp_sys_free(dk);
+	*n_published = count;
+	return rc;
 }

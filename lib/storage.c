@@ -32,6 +32,13 @@
  * loaded the pointer may read it.  A buffer is replaced, never re-formatted
  * in place, when the block's format changes.
  *
+ * Prefix cache: a block published under a prefix key (kvpool/prefix.h)
+ * has fixed rows, shared by every holder: write checks `published` in the
+ * same kvp_block_get it already makes under the slot lock, so the check
+ * costs nothing more.  A cached block (published and free) keeps its
+ * buffer: release refuses it, and when eviction hands the block out again
+ * the next write reuses the buffer in place like any free block's.
+ *
  * Reclamation: an unpublished buffer (release, retire, format change) is
  * freed only when no reader protects it with its hazard pointer
  * (lib/storage_hazard.h: why not an epoch, and the proof).  Readers protect
@@ -343,6 +350,8 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
 	rc = kvp_block_get(s->pool, ref, &info);
 	if (rc == KVP_OK && !info.in_use)
 		rc = KVP_ENOENT;
+	if (rc == KVP_OK && info.published) /* its rows are shared: fixed */
+		rc = KVP_EINVAL;
 	if (rc == KVP_OK)
 		rc = kvp_codec_check(info.format, rows, n_rows, s->row_dim);
 	if (rc == KVP_OK && (!cur || cur->format != info.format) &&
@@ -515,7 +524,7 @@ int kvp_storage_release(kvp_storage *s, kvp_ref ref)
 	rc = kvp_block_get(s->pool, ref, &info);
 	if (rc != KVP_OK)
 		return rc;
-	if (info.in_use)
+	if (info.in_use || info.published) /* a cached block keeps its rows */
 		return KVP_EINVAL;
 	slot = slot_of(s, KVP_REF_ID(ref), false);
 	if (!slot)
@@ -523,7 +532,7 @@ int kvp_storage_release(kvp_storage *s, kvp_ref ref)
 	cur = slot_lock(slot);
 	/* again under the lock: the block may have been handed out meanwhile */
 	rc = kvp_block_get(s->pool, ref, &info);
-	if (rc == KVP_OK && info.in_use)
+	if (rc == KVP_OK && (info.in_use || info.published))
 		rc = KVP_EINVAL;
 	if (rc != KVP_OK) {
 		slot_unlock(slot, cur);

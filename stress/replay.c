@@ -39,8 +39,10 @@
 typedef struct rp_slot {
 	size_t idx; /* request index, also the pool owner id */
 	uint32_t prompt, output, decoded, tokens;
-	uint64_t need;   /* blocks reserved per stream */
-	uint64_t blocks; /* pool blocks it holds, K and V */
+	uint64_t need;    /* blocks reserved per stream (prefix: to allocate) */
+	uint64_t blocks;  /* pool blocks it holds, K and V */
+	uint32_t matched; /* prefix: full prompt blocks matched per stream */
+	uint64_t left[2]; /* prefix: blocks per stream still to allocate */
 	kvp_ref last[2];
 	void **ptrs; /* naive: every stored row, K and V interleaved */
 	size_t ptr_cap;
@@ -60,6 +62,7 @@ typedef struct rp_worker {
 	/* Plain: read after the join. */
 	_Alignas(64) uint64_t free_calls, set_used_calls, row_writes, blocks_allocated;
 	uint64_t expected_blocks, prompt_tokens, output_tokens, unexpected_exhausted, errors;
+	uint64_t prefix_blocks, prefix_matched, prefix_published, prefix_dup;
 	char first_error[256];
 	hist lat;
 } rp_worker;
@@ -84,6 +87,14 @@ typedef struct rp_engine {
 	_Atomic uint64_t admitted_pub, rejected_pub, in_system_pub, waits_pub;
 	_Atomic bool stop;
 	rp_worker *w;
+	/* Prefix cache.  pending[s]: blocks of stream s admitted requests have
+	 * still to allocate; a worker lowers it (release) after each allocation,
+	 * the scheduler reads it (acquire) before kvp_n_free, so it never sees
+	 * an allocation's pending drop without the allocation itself. */
+	_Atomic uint64_t pending[2];
+	uint32_t *matched; /* per request: blocks per stream matched at admission */
+	kvp_ref *mrefs[2]; /* the scheduler's match buffers */
+	uint64_t prefix_returned;
 } rp_engine;
 
 static uint64_t ld(_Atomic uint64_t *a)
@@ -100,6 +111,16 @@ static void st(_Atomic uint64_t *a, uint64_t v)
 static void bump(_Atomic uint64_t *a, int64_t d)
 {
 	st(a, ld(a) + (uint64_t)d);
+}
+
+/* Prefix: @n blocks of stream @si that @s had still to allocate are allocated. */
+static void allocated(rp_worker *w, rp_slot *s, int si, uint64_t n)
+{
+	if (!w->e->c->prefix)
+		return;
+	s->left[si] -= n;
+	/* release: the scheduler that sees the drop also sees the allocation */
+	atomic_fetch_sub_explicit(&w->e->pending[si], n, memory_order_release);
 }
 
 static void fail(rp_worker *w, const char *what, size_t idx, int rc)
@@ -164,24 +185,45 @@ static int pool_store_rows(rp_worker *w, int si, kvp_ref ref, uint32_t offset, u
 	return kvp_storage_write(e->c->storage[si], ref, offset, e->rows, n_rows);
 }
 
+/* Prefix: publish the request's full prompt blocks it computed itself:
+ * blocks matched .. n_keys - 1, which are refs[0 ..] of its prefill. */
+static void pool_publish(rp_worker *w, rp_slot *s, size_t n)
+{
+	const rp_config *c = w->e->c;
+	const kvp_hash *keys = c->keys + c->key_off[s->idx];
+	for (uint32_t j = s->matched; j < c->n_keys[s->idx] && j - s->matched < n; j++) {
+		int rc = kvp_prefix_publish(c->pool, w->refs[j - s->matched], keys[j]);
+		if (rc == KVP_OK)
+			w->prefix_published++;
+		else if (rc == KVP_EEXIST) /* another request computed it meanwhile */
+			w->prefix_dup++;
+		else
+			fail(w, "kvp_prefix_publish", s->idx, rc);
+	}
+}
+
 static int pool_prefill(rp_worker *w, rp_slot *s)
 {
 	const rp_config *c = w->e->c;
 	uint32_t bs = c->block_size;
-	for (int si = 0; si < 2; si++) {
+	uint32_t rest = s->prompt - s->matched * bs; /* matched blocks are full */
+	s->blocks += 2 * (uint64_t)s->matched;
+	bump(&w->blocks_held, 2 * (int64_t)s->matched);
+	for (int si = 0; si < 2 && rest > 0; si++) {
 		size_t n = 0;
-		int rc = pool_allocate(w, (kvp_stream)si, s->prompt, s->idx, &n);
+		int rc = pool_allocate(w, (kvp_stream)si, rest, s->idx, &n);
 		if (rc != KVP_OK) {
 			fail(w, "kvp_allocate (prompt)", s->idx, rc);
 			return -1;
 		}
+		allocated(w, s, si, n);
 		w->blocks_allocated += n;
 		s->blocks += n;
 		bump(&w->blocks_held, (int64_t)n);
 		s->last[si] = w->refs[n - 1];
 		if (c->storage[si] != NULL && c->write_rows) {
 			for (size_t b = 0; b < n; b++) {
-				uint32_t rows = b + 1 < n ? bs : s->prompt - (uint32_t)b * bs;
+				uint32_t rows = b + 1 < n ? bs : rest - (uint32_t)b * bs;
 				rc = pool_store_rows(w, si, w->refs[b], 0, rows);
 				if (rc != KVP_OK) {
 					fail(w, "kvp_storage_write (prompt)", s->idx, rc);
@@ -189,6 +231,8 @@ static int pool_prefill(rp_worker *w, rp_slot *s)
 				}
 			}
 		}
+		if (c->prefix) /* written: the full prompt blocks are final */
+			pool_publish(w, s, n);
 	}
 	return 0;
 }
@@ -206,6 +250,7 @@ static int pool_decode(rp_worker *w, rp_slot *s)
 				fail(w, "kvp_allocate (decode)", s->idx, rc);
 				return -1;
 			}
+			allocated(w, s, si, 1);
 			w->blocks_allocated++;
 			s->blocks++;
 			bump(&w->blocks_held, 1);
@@ -338,8 +383,12 @@ static void finish(rp_worker *w, rp_slot *s, bool ok)
 		w->output_tokens += s->output;
 		w->expected_blocks +=
 		    2 * (((uint64_t)s->tokens + e->c->block_size - 1) / e->c->block_size);
+		w->prefix_blocks += s->prompt / e->c->block_size;
+		w->prefix_matched += s->matched;
 		bump(&w->done, 1);
 	}
+	for (int si = 0; si < 2 && e->c->prefix; si++) /* a failed request's rest */
+		atomic_fetch_sub_explicit(&e->pending[si], s->left[si], memory_order_release);
 	pthread_mutex_lock(&e->mu);
 	e->reserved -= s->need;
 	e->in_system--;
@@ -384,7 +433,9 @@ static bool refill(rp_worker *w)
 		s->decoded = 0;
 		s->tokens = 0;
 		s->blocks = 0;
-		s->need = rp_blocks_needed(r, e->c->block_size);
+		s->matched = e->c->prefix ? e->matched[got[i]] : 0;
+		s->need = rp_blocks_needed(r, e->c->block_size) - s->matched;
+		s->left[0] = s->left[1] = s->need;
 		if (prefill(w, s) != 0) {
 			finish(w, s, false);
 			continue;
@@ -561,11 +612,54 @@ static uint64_t wall_ns(double ns, double speed)
 	return w >= 0x1p62 || w != w ? (uint64_t)1 << 62 : w <= 0 ? 0 : (uint64_t)w;
 }
 
+/* Prefix: match request @i's keyed prompt blocks in K and V for owner @i;
+ * keeps the shorter match in both streams and returns its length. */
+static uint32_t admit_match(rp_engine *e, size_t i, rp_result *res)
+{
+	const rp_config *c = e->c;
+	uint32_t nk = c->n_keys[i], m;
+	size_t got[2] = {0, 0};
+	if (nk == 0)
+		return 0;
+	for (int si = 0; si < 2; si++) {
+		int rc =
+		    kvp_prefix_match(c->pool, (kvp_stream)si, KVP_FP16, c->keys + c->key_off[i], nk,
+		                     i, e->mrefs[si], nk, &got[si]);
+		if (rc != KVP_OK) {
+			if (res->errors++ == 0)
+				snprintf(res->first_error, sizeof res->first_error,
+				         "request %zu: kvp_prefix_match: %s", i, kvp_strerror(rc));
+			got[si] = 0;
+		}
+	}
+	e->prefix_returned += got[0] + got[1];
+	m = (uint32_t)(got[0] < got[1] ? got[0] : got[1]);
+	for (int si = 0; si < 2; si++)
+		if (got[si] > m)
+			kvp_free_owned(c->pool, i, e->mrefs[si] + m, got[si] - m);
+	return m;
+}
+
+/* Prefix: do @newb more blocks per stream fit?  Free blocks (cached ones
+ * count: allocation evicts them) minus what admitted requests have still
+ * to allocate. */
+static bool prefix_fits(rp_engine *e, uint64_t newb)
+{
+	for (int si = 0; si < 2; si++) {
+		/* acquire, and before kvp_n_free: see rp_engine.pending */
+		uint64_t p = atomic_load_explicit(&e->pending[si], memory_order_acquire);
+		uint64_t f = kvp_n_free(e->c->pool, (kvp_stream)si);
+		if (f < p || f - p < newb)
+			return false;
+	}
+	return true;
+}
+
 static void schedule(rp_engine *e, rp_result *res)
 {
 	const rp_config *c = e->c;
 	size_t slots = (size_t)c->threads * c->batch;
-	bool blocked = false, slot_blocked = false;
+	bool blocked = false, slot_blocked = false, head_matched = false;
 	uint64_t blocked_since = 0;
 	pthread_mutex_lock(&e->mu);
 	for (size_t next = 0; next < c->n;) {
@@ -593,7 +687,27 @@ static void schedule(rp_engine *e, rp_result *res)
 			pthread_cond_wait(&e->sched_cv, &e->mu);
 			continue;
 		}
-		if (e->reserved + need > c->capacity) {
+		uint64_t newb = need;
+		bool fits;
+		if (c->prefix) {
+			if (!head_matched) /* once: its holds wait with it */
+				e->matched[next] = admit_match(e, next, res);
+			head_matched = true;
+			newb = need - e->matched[next];
+			fits = prefix_fits(e, newb);
+			if (!fits && e->in_system == 0) {
+				/* cannot happen if the pool counts right: say so, never hang */
+				if (res->errors++ == 0)
+					snprintf(res->first_error, sizeof res->first_error,
+					         "request %zu: %" PRIu64
+					         " blocks do not fit with nothing in flight",
+					         next, newb);
+				fits = true;
+			}
+		} else {
+			fits = e->reserved + need <= c->capacity;
+		}
+		if (!fits) {
 			if (!blocked) {
 				blocked = true;
 				blocked_since = now;
@@ -613,7 +727,10 @@ static void schedule(rp_engine *e, rp_result *res)
 		}
 		slot_blocked = false;
 		hist_record(&res->queue_delay, now - due);
-		e->reserved += need;
+		e->reserved += newb;
+		for (int si = 0; si < 2 && c->prefix; si++) /* its workers lower it */
+			atomic_fetch_add_explicit(&e->pending[si], newb, memory_order_relaxed);
+		head_matched = false;
 		if (e->reserved > e->peak_reserved)
 			e->peak_reserved = e->reserved;
 		e->in_system++;
@@ -649,12 +766,17 @@ static void collect(rp_engine *e, rp_result *res)
 		res->prompt_tokens += w->prompt_tokens;
 		res->output_tokens += w->output_tokens;
 		res->unexpected_exhausted += w->unexpected_exhausted;
+		res->prefix_blocks += w->prefix_blocks;
+		res->prefix_matched += w->prefix_matched;
+		res->prefix_published += w->prefix_published;
+		res->prefix_dup += w->prefix_dup;
 		if (w->errors > 0 && res->errors == 0)
 			memcpy(res->first_error, w->first_error, sizeof res->first_error);
 		res->errors += w->errors;
 		hist_merge(&res->alloc_lat, &w->lat);
 	}
 	res->peak_reserved = e->peak_reserved;
+	res->prefix_returned = e->prefix_returned;
 }
 
 static void engine_free(rp_engine *e)
@@ -671,6 +793,9 @@ static void engine_free(rp_engine *e)
 		}
 	}
 	free(e->w);
+	free(e->matched);
+	free(e->mrefs[0]);
+	free(e->mrefs[1]);
 	free(e->ready);
 	free(e->rows);
 	pthread_mutex_destroy(&e->mu);
@@ -683,7 +808,8 @@ int rp_run(const rp_config *c, rp_result *res, rp_live *live)
 	memset(res, 0, sizeof *res);
 	if (c->threads == 0 || c->batch == 0 || c->block_size == 0 || c->row_dim == 0 ||
 	    c->latency_every == 0 || (c->kind == RP_POOL && c->pool == NULL) ||
-	    !(c->speed >= 0 && c->speed <= 1e6) || !(c->step_ms >= 0 && c->step_ms <= 3600e3)) {
+	    !(c->speed >= 0 && c->speed <= 1e6) || !(c->step_ms >= 0 && c->step_ms <= 3600e3) ||
+	    (c->prefix && (c->kind != RP_POOL || !c->keys || !c->key_off || !c->n_keys))) {
 		snprintf(res->first_error, sizeof res->first_error, "bad replay configuration");
 		return -1;
 	}
@@ -703,6 +829,12 @@ int rp_run(const rp_config *c, rp_result *res, rp_live *live)
 			max_prompt_blocks = b;
 	}
 	bool ok = e.ready && e.w && e.rows;
+	if (ok && c->prefix && c->kind == RP_POOL) {
+		e.matched = calloc(c->n ? c->n : 1, sizeof *e.matched);
+		e.mrefs[0] = malloc(max_prompt_blocks * sizeof *e.mrefs[0]);
+		e.mrefs[1] = malloc(max_prompt_blocks * sizeof *e.mrefs[1]);
+		ok = e.matched && e.mrefs[0] && e.mrefs[1];
+	}
 	for (unsigned i = 0; ok && i < c->threads; i++) {
 		rp_worker *w = &e.w[i];
 		w->e = &e;
@@ -762,4 +894,35 @@ int rp_run(const rp_config *c, rp_result *res, rp_live *live)
 		atomic_store_explicit(&live->running, false, memory_order_relaxed);
 	engine_free(&e);
 	return res->errors == 0 && res->unexpected_exhausted == 0 ? 0 : -1;
+}
+
+/* --- prefix keys -------------------------------------------------------------------- */
+
+long rp_prefix_keys(const trace_request *r, const uint64_t *hash_ids, uint32_t block_size,
+                    kvp_hash *keys, size_t cap)
+{
+	uint64_t bs = block_size, full = r->prompt / bs,
+	         covered = (uint64_t)r->n_hash * TRACE_HASH_CHUNK;
+	uint8_t buf[8 + 8 * (KVP_MAX_BLOCK_SIZE / TRACE_HASH_CHUNK + 2)];
+	long n = 0;
+	for (uint64_t j = 0; j < full && (j + 1) * bs <= covered && (size_t)n < cap; j++) {
+		uint64_t t0 = j * bs, pos = t0 % TRACE_HASH_CHUNK;
+		size_t len = 0;
+		for (int b = 0; b < 4; b++) {
+			buf[len + (size_t)b] = (uint8_t)(pos >> (8 * b));
+			buf[len + 4 + (size_t)b] = (uint8_t)(bs >> (8 * b));
+		}
+		len = 8;
+		for (uint64_t h = t0 / TRACE_HASH_CHUNK; h <= (t0 + bs - 1) / TRACE_HASH_CHUNK;
+		     h++) {
+			uint64_t id = hash_ids[r->hash_off + h];
+			for (int b = 0; b < 8; b++)
+				buf[len + (size_t)b] = (uint8_t)(id >> (8 * b));
+			len += 8;
+		}
+		if (kvp_prefix_hash(j ? &keys[j - 1] : NULL, 0, buf, len, &keys[j]) != KVP_OK)
+			return -1;
+		n++;
+	}
+	return n;
 }

@@ -18,6 +18,17 @@
  * until finishing requests give blocks back.  A request that could never
  * fit (larger than the pool) is rejected with a message.
  *
+ * Prefix cache (rp_config.prefix, a pool with prefix_cache on): at
+ * admission the scheduler matches the request's full prompt blocks in K and
+ * V (kvp_prefix_match with its keys; the shorter of the two matches is
+ * kept), so prefill allocates only the rest; the worker publishes the full
+ * prompt blocks it computed right after prefill.  The admission arithmetic
+ * then reads the pool itself: a request fits when, in both streams, the
+ * free blocks (cached ones included: allocation evicts them) minus the
+ * blocks admitted requests have still to allocate cover the blocks it will
+ * allocate (its lifetime need minus its matched blocks).  Matched blocks
+ * are already there and cost nothing.
+ *
  * Threads: rp_run blocks its caller and starts T workers and one monitor;
  * the rp_live it is given may be read from any thread (the /metrics server)
  * while it runs.
@@ -56,6 +67,13 @@ typedef struct rp_config {
 	bool progress;           /* progress line on a terminal */
 	const char *label;       /* for the progress line */
 	FILE *log;               /* rejections and errors (NULL: stderr) */
+	/* Prefix cache (RP_POOL only): request i's full prompt blocks have the
+	 * keys keys[key_off[i] .. key_off[i] + n_keys[i]) (the leading blocks
+	 * the trace's hash ids cover; see rp_prefix_keys). */
+	bool prefix;
+	const kvp_hash *keys;
+	const size_t *key_off;
+	const uint32_t *n_keys;
 } rp_config;
 
 typedef struct rp_result {
@@ -82,6 +100,12 @@ typedef struct rp_result {
 	uint64_t peak_reserved;     /* max blocks per stream reserved by admission */
 	double frag_mean, frag_max; /* kvp_stats_fragmentation, sampled (pool) */
 	uint64_t samples;
+	/* Prefix cache, per stream unless said otherwise, over completed requests. */
+	uint64_t prefix_blocks;    /* full prompt blocks */
+	uint64_t prefix_matched;   /* of them, matched at admission and used */
+	uint64_t prefix_returned;  /* blocks the match calls returned, K + V (extras included) */
+	uint64_t prefix_published; /* blocks published, K + V */
+	uint64_t prefix_dup;       /* publishes refused: the key was published meanwhile (K + V) */
 } rp_result;
 
 /*
@@ -103,6 +127,26 @@ static inline uint64_t rp_blocks_needed(const trace_request *r, uint32_t block_s
 	uint64_t t = (uint64_t)r->prompt + r->output;
 	return (t + block_size - 1) / block_size;
 }
+
+/**
+ * rp_prefix_keys - the keys of a Mooncake request's full prompt blocks
+ * @r:          the request
+ * @hash_ids:   the trace's hash ids (trace.hash_ids)
+ * @block_size: tokens per block
+ * @keys:       out: up to @cap keys
+ * @cap:        capacity of @keys (>= prompt / block_size suffices)
+ *
+ * Hash id h of the request stands for its tokens [512 h, 512 (h + 1)).
+ * Block j (tokens [j bs, (j + 1) bs)) has a key when it is full and the
+ * hash ids cover it; its key is kvp_prefix_hash(j ? &key[j - 1] : NULL, 0,
+ * bytes), bytes = (j bs) mod 512 and bs as 4-byte little-endian each, then
+ * the hash ids of every 512-token chunk the block touches, 8 bytes
+ * little-endian each.  The chain makes the key a function of the whole
+ * prefix up to the block.  Returns how many keys (the leading keyed
+ * blocks), or -1 if hashing failed.
+ */
+long rp_prefix_keys(const trace_request *r, const uint64_t *hash_ids, uint32_t block_size,
+                    kvp_hash *keys, size_t cap);
 
 /**
  * rp_run - replay @c's requests; fills @res

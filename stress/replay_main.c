@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -29,7 +30,7 @@
 typedef struct opts {
 	const char *trace_path, *json_path, *workload;
 	trace_format format;
-	bool skip_bad, storage, naive, progress;
+	bool skip_bad, storage, naive, progress, prefix;
 	uint64_t limit, requests, seed, blocks, block_size, threads, batch, head_dim;
 	uint64_t latency_every, linger_s;
 	int metrics_port; /* -1: off */
@@ -74,6 +75,8 @@ static void usage(FILE *f)
 	    "  --step-ms D         trace-time length of a decode step when --speed > 0,\n"
 	    "                      0..3.6e6 (default 20)\n"
 	    "  --storage           write real fp16 K/V rows through kvp_storage\n"
+	    "  --prefix-cache      share prompt blocks by content (Mooncake hash_ids):\n"
+	    "                      match at admission, publish after prefill\n"
 	    "  --head-dim D        elements per K (and V) row (default 64)\n"
 	    "  --no-naive          skip the naive malloc-per-token baseline\n"
 	    "  --latency-every N   time one allocation call in N (default 1: all)\n"
@@ -113,6 +116,7 @@ static int parse_args(int argc, char **argv, opts *o)
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {"storage", no_argument, NULL, 0},
+	    {"prefix-cache", no_argument, NULL, 0},
 	    {"no-naive", no_argument, NULL, 0},
 	    {"no-progress", no_argument, NULL, 0},
 	    {"trace", required_argument, NULL, 0},
@@ -161,6 +165,8 @@ static int parse_args(int argc, char **argv, opts *o)
 		snprintf(a, sizeof a, "--%s", longopts[idx].name);
 		if (strcmp(a, "--storage") == 0) {
 			o->storage = true;
+		} else if (strcmp(a, "--prefix-cache") == 0) {
+			o->prefix = true;
 		} else if (strcmp(a, "--no-naive") == 0) {
 			o->naive = false;
 		} else if (strcmp(a, "--no-progress") == 0) {
@@ -270,6 +276,118 @@ static void fill_metrics(void *arg, mtext *t)
 	             atomic_load_explicit(&l->running, memory_order_relaxed) ? 1.0 : 0.0);
 }
 
+/* --- prefix cache: keys and the ideal hit rate ------------------------------------------ */
+
+typedef struct prefix_plan {
+	kvp_hash *keys; /* every request's keys, back to back (rp_prefix_keys) */
+	size_t *off;
+	uint32_t *n;
+	uint64_t full_blocks;  /* full prompt blocks of the requests that fit */
+	uint64_t ideal_hits;   /* of them, found by an unbounded cache */
+	double ideal_hit_rate; /* ideal_hits / full_blocks */
+	double build_s;        /* time to hash the keys */
+} prefix_plan;
+
+static void plan_free(prefix_plan *P)
+{
+	free(P->keys);
+	free(P->off);
+	free(P->n);
+}
+
+static int cmp_hash(const void *a, const void *b)
+{
+	const kvp_hash *x = a, *y = b;
+	if (x->lo != y->lo)
+		return x->lo < y->lo ? -1 : 1;
+	return x->hi < y->hi ? -1 : x->hi > y->hi;
+}
+
+/*
+ * The keys of every request's full prompt blocks, and the hit rate an
+ * unbounded cache would reach on the requests that fit the pool: with
+ * chained keys a block is found iff an earlier request had the same key,
+ * so the hits are the keys minus the distinct keys, whatever the order.
+ */
+struct plan_job {
+	const trace *t;
+	prefix_plan *P;
+	uint32_t bs;
+	size_t from, to;
+	int rc;
+};
+
+static void *plan_hash(void *arg)
+{
+	struct plan_job *j = arg;
+	for (size_t i = j->from; i < j->to && j->rc == 0; i++) {
+		long k = rp_prefix_keys(&j->t->req[i], j->t->hash_ids, j->bs,
+		                        j->P->keys + j->P->off[i], j->P->n[i]);
+		if (k != (long)j->P->n[i])
+			j->rc = -1;
+	}
+	return NULL;
+}
+
+static int plan_build(const trace *t, uint32_t bs, uint64_t capacity, unsigned threads,
+                      prefix_plan *P)
+{
+	uint64_t t0 = su_now_ns(), keyed = 0, distinct = 0;
+	size_t at = 0;
+	memset(P, 0, sizeof *P);
+	P->off = calloc(t->n, sizeof *P->off);
+	P->n = calloc(t->n, sizeof *P->n);
+	if (!P->off || !P->n)
+		return -1;
+	for (size_t i = 0; i < t->n; i++) { /* rp_prefix_keys' count, without hashing */
+		uint64_t full = t->req[i].prompt / bs;
+		uint64_t covered = (uint64_t)t->req[i].n_hash * TRACE_HASH_CHUNK / bs;
+		P->off[i] = at;
+		P->n[i] = (uint32_t)(full < covered ? full : covered);
+		at += P->n[i];
+	}
+	P->keys = malloc((at ? at : 1) * sizeof *P->keys);
+	if (!P->keys)
+		return -1;
+	/* hash on every worker thread: ~1 us a key, millions of keys */
+	struct plan_job jobs[64];
+	pthread_t tid[64];
+	unsigned nt = threads < 1 ? 1 : threads > 64 ? 64 : threads, started = 0;
+	for (unsigned k = 0; k < nt; k++)
+		jobs[k] = (struct plan_job){t, P, bs, t->n * k / nt, t->n * (k + 1) / nt, 0};
+	for (; started < nt; started++)
+		if (pthread_create(&tid[started], NULL, plan_hash, &jobs[started]) != 0)
+			break;
+	for (unsigned k = started; k < nt; k++)
+		plan_hash(&jobs[k]);
+	for (unsigned k = 0; k < started; k++)
+		pthread_join(tid[k], NULL);
+	for (unsigned k = 0; k < nt; k++)
+		if (jobs[k].rc != 0)
+			return -1;
+	kvp_hash *sorted = malloc((at ? at : 1) * sizeof *sorted);
+	if (!sorted)
+		return -1;
+	size_t ns = 0;
+	for (size_t i = 0; i < t->n; i++) {
+		if (rp_blocks_needed(&t->req[i], bs) > capacity)
+			continue; /* rejected: never runs */
+		P->full_blocks += t->req[i].prompt / bs;
+		keyed += P->n[i];
+		memcpy(sorted + ns, P->keys + P->off[i], P->n[i] * sizeof *sorted);
+		ns += P->n[i];
+	}
+	qsort(sorted, ns, sizeof *sorted, cmp_hash);
+	for (size_t i = 0; i < ns; i++)
+		if (i == 0 || cmp_hash(&sorted[i - 1], &sorted[i]) != 0)
+			distinct++;
+	free(sorted);
+	P->ideal_hits = keyed - distinct;
+	P->ideal_hit_rate = P->full_blocks ? (double)P->ideal_hits / (double)P->full_blocks : 0.0;
+	P->build_s = (double)(su_now_ns() - t0) / 1e9;
+	return 0;
+}
+
 /* --- the summary table --------------------------------------------------------------- */
 
 static const char *human(double v, char *buf, size_t cap)
@@ -313,7 +431,8 @@ static const char *ratio(double worse, double better, char *buf, size_t cap)
 }
 
 typedef struct summary {
-	const rp_result *p, *n; /* n NULL without the baseline */
+	const rp_result *p, *n;    /* n NULL without the baseline */
+	const prefix_plan *prefix; /* NULL without --prefix-cache */
 	kvp_stats st;
 	uint64_t n_req, block_bytes;
 } summary;
@@ -326,6 +445,42 @@ static double secs(uint64_t ns)
 static double per_s(uint64_t count, uint64_t ns)
 {
 	return ns ? (double)count / secs(ns) : 0;
+}
+
+static double prefix_rate(const rp_result *p)
+{
+	return p->prefix_blocks ? (double)p->prefix_matched / (double)p->prefix_blocks : 0.0;
+}
+
+static void print_prefix(const summary *S, const opts *o)
+{
+	const rp_result *p = S->p;
+	const prefix_plan *P = S->prefix;
+	char a[64], b[96], m1[32], m2[32];
+	printf("\n  prefix cache (--prefix-cache, %" PRIu64
+	       "-token blocks, 512 tokens per hash id)\n",
+	       o->block_size);
+	snprintf(a, sizeof a, "%.4f", prefix_rate(p));
+	snprintf(b, sizeof b, "(%s of %s full prompt blocks)",
+	         human((double)p->prefix_matched, m1, sizeof m1),
+	         human((double)p->prefix_blocks, m2, sizeof m2));
+	row("prefix hit rate", a, b, NULL);
+	snprintf(a, sizeof a, "%.4f", P->ideal_hit_rate);
+	row("ideal hit rate (unbounded cache)", a, "(the same trace rows, computed from the trace)",
+	    NULL);
+	snprintf(a, sizeof a, "%.1f%%",
+	         P->ideal_hit_rate > 0 ? 100.0 * prefix_rate(p) / P->ideal_hit_rate : 0.0);
+	row("  kept of the ideal", a, NULL, NULL);
+	row("prefill tokens saved",
+	    human((double)p->prefix_matched * (double)o->block_size, a, sizeof a), NULL, NULL);
+	row("blocks published (K + V)", human((double)p->prefix_published, a, sizeof a), NULL,
+	    NULL);
+	row("  refused, computed twice at once", human((double)p->prefix_dup, a, sizeof a), NULL,
+	    NULL);
+	row("cached blocks evicted", human((double)S->st.n_evictions, a, sizeof a), NULL, NULL);
+	row("blocks cached at the end", human((double)S->st.n_cached, a, sizeof a), NULL, NULL);
+	snprintf(a, sizeof a, "%.2f", P->build_s);
+	row("keys hashed (s)", a, NULL, NULL);
 }
 
 static void print_table(const summary *S, const opts *o)
@@ -423,6 +578,8 @@ static void print_table(const summary *S, const opts *o)
 	    n ? ratio((double)hist_percentile(&n->queue_delay, 0.99),
 	              (double)hist_percentile(&p->queue_delay, 0.99), r, sizeof r)
 	      : NULL);
+	if (S->prefix)
+		print_prefix(S, o);
 	char line[256];
 	printf("\n  pool: %s\n", kvp_stats_format(&S->st, line, sizeof line) > 0 ? line : "?");
 }
@@ -463,26 +620,58 @@ static void run_checks(checks *k, const app *A, const summary *S, uint64_t expec
 	      "kvpool: all blocks back (in use %" PRIu64 ", free K %zu + V %zu = %" PRIu64
 	      " managed)",
 	      kvp_stats_blocks_in_use(&st), free_k, free_v, st.n_blocks);
-	check(k,
-	      st.n_allocations == p->blocks_allocated &&
-	          p->blocks_allocated == p->expected_blocks && st.n_frees == st.n_allocations,
-	      "kvpool: block counts agree (pool allocations %" PRIu64 " = replay %" PRIu64
-	      " = 2 x sum ceil(tokens/%u) %" PRIu64 "; frees %" PRIu64 ")",
-	      st.n_allocations, p->blocks_allocated,
-	      A->o.block_size > 0 ? (unsigned)A->o.block_size : 0, p->expected_blocks, st.n_frees);
+	if (S->prefix == NULL)
+		check(k,
+		      st.n_allocations == p->blocks_allocated &&
+		          p->blocks_allocated == p->expected_blocks &&
+		          st.n_frees == st.n_allocations,
+		      "kvpool: block counts agree (pool allocations %" PRIu64 " = replay %" PRIu64
+		      " = 2 x sum ceil(tokens/%u) %" PRIu64 "; frees %" PRIu64 ")",
+		      st.n_allocations, p->blocks_allocated,
+		      A->o.block_size > 0 ? (unsigned)A->o.block_size : 0, p->expected_blocks,
+		      st.n_frees);
+	else /* a match of a cached block counts as a pool allocation too */
+		check(k,
+		      p->blocks_allocated + 2 * p->prefix_matched == p->expected_blocks &&
+		          st.n_allocations >= p->blocks_allocated && st.n_frees == st.n_allocations,
+		      "kvpool: block counts agree (allocated %" PRIu64 " + 2 x matched %" PRIu64
+		      " = 2 x sum ceil(tokens/%u) %" PRIu64 "; pool allocations %" PRIu64
+		      " = frees %" PRIu64 ")",
+		      p->blocks_allocated, p->prefix_matched,
+		      A->o.block_size > 0 ? (unsigned)A->o.block_size : 0, p->expected_blocks,
+		      st.n_allocations, st.n_frees);
 	check(k, p->prompt_tokens + p->output_tokens == expect_tokens,
 	      "kvpool: tokens stored %" PRIu64 " = trace tokens of admitted requests %" PRIu64,
 	      p->prompt_tokens + p->output_tokens, expect_tokens);
 	check(k, p->unexpected_exhausted == 0 && st.n_exhausted == 0,
 	      "kvpool: no exhaustion the admission arithmetic did not predict (%" PRIu64 ")",
 	      p->unexpected_exhausted + st.n_exhausted);
-	check(k,
-	      st.peak_blocks_in_use <= st.n_blocks && st.peak_blocks_in_use <= 2 * p->peak_reserved,
-	      "kvpool: peak blocks in use %" PRIu64 " <= %" PRIu64 " (2 x the %" PRIu64
-	      " blocks per stream reserved at peak)",
-	      st.peak_blocks_in_use, 2 * p->peak_reserved, p->peak_reserved);
+	if (S->prefix) /* matched blocks are reserved by nobody: no 2x bound */
+		check(k, st.peak_blocks_in_use <= st.n_blocks,
+		      "kvpool: peak blocks in use %" PRIu64 " <= %" PRIu64 " managed",
+		      st.peak_blocks_in_use, st.n_blocks);
+	else
+		check(k,
+		      st.peak_blocks_in_use <= st.n_blocks &&
+		          st.peak_blocks_in_use <= 2 * p->peak_reserved,
+		      "kvpool: peak blocks in use %" PRIu64 " <= %" PRIu64 " (2 x the %" PRIu64
+		      " blocks per stream reserved at peak)",
+		      st.peak_blocks_in_use, 2 * p->peak_reserved, p->peak_reserved);
 	check(k, p->errors == 0, "kvpool: no call failed%s%s", p->errors ? ": " : "",
 	      p->first_error);
+	if (S->prefix) {
+		check(k, st.n_prefix_hits == p->prefix_returned,
+		      "prefix: pool prefix hits %" PRIu64
+		      " = blocks the replay's matches returned %" PRIu64,
+		      st.n_prefix_hits, p->prefix_returned);
+		check(k,
+		      p->prefix_blocks == S->prefix->full_blocks &&
+		          p->prefix_matched <= S->prefix->ideal_hits,
+		      "prefix: full prompt blocks %" PRIu64 " = the trace's %" PRIu64
+		      ", matched %" PRIu64 " <= ideal %" PRIu64,
+		      p->prefix_blocks, S->prefix->full_blocks, p->prefix_matched,
+		      S->prefix->ideal_hits);
+	}
 	if (n != NULL) {
 		uint64_t ntok = n->prompt_tokens + n->output_tokens;
 		check(k, n->requests_done == p->requests_done && ntok == expect_tokens,
@@ -571,9 +760,10 @@ static int write_json(const char *path, const app *A, const summary *S, const ch
 	        "  \"config\": {\"requests\": %" PRIu64 ", \"threads\": %" PRIu64
 	        ", \"batch\": %" PRIu64 ", \"blocks\": %" PRIu64 ", \"block_size\": %" PRIu64
 	        ", \"speed\": %g, \"step_ms\": %g, \"storage\": %s, \"head_dim\": %" PRIu64
-	        ", \"latency_every\": %" PRIu64 "},\n",
+	        ", \"latency_every\": %" PRIu64 ", \"prefix_cache\": %s},\n",
 	        S->n_req, o->threads, o->batch, o->blocks, o->block_size, o->speed, o->step_ms,
-	        o->storage ? "true" : "false", o->head_dim, o->latency_every);
+	        o->storage ? "true" : "false", o->head_dim, o->latency_every,
+	        o->prefix ? "true" : "false");
 	fprintf(f,
 	        "  \"pool_stats\": {\"n_blocks\": %" PRIu64 ", \"n_allocations\": %" PRIu64
 	        ", \"n_frees\": %" PRIu64 ", \"n_reused\": %" PRIu64 ", \"n_exhausted\": %" PRIu64
@@ -583,6 +773,21 @@ static int write_json(const char *path, const app *A, const summary *S, const ch
 	        st->peak_blocks_in_use, kvp_stats_blocks_in_use(st),
 	        st->n_allocations ? (double)st->n_reused / (double)st->n_allocations : 0.0,
 	        st->peak_blocks_in_use * S->block_bytes);
+	if (S->prefix) {
+		const rp_result *p = S->p;
+		fprintf(f,
+		        "  \"prefix\": {\"prefix_hit_rate\": %.6f, \"prefix_ideal_hit_rate\": %.6f"
+		        ", \"full_prompt_blocks\": %" PRIu64 ", \"matched_blocks\": %" PRIu64
+		        ", \"ideal_matched_blocks\": %" PRIu64
+		        ", \"prefill_tokens_saved\": %" PRIu64 ", \"published\": %" PRIu64
+		        ", \"publish_refused\": %" PRIu64 ", \"evictions\": %" PRIu64
+		        ", \"cached_blocks_end\": %" PRIu64 ", \"prefix_queries\": %" PRIu64
+		        ", \"prefix_hits\": %" PRIu64 "},\n",
+		        prefix_rate(p), S->prefix->ideal_hit_rate, p->prefix_blocks,
+		        p->prefix_matched, S->prefix->ideal_hits, p->prefix_matched * o->block_size,
+		        p->prefix_published, p->prefix_dup, st->n_evictions, st->n_cached,
+		        st->n_prefix_queries, st->n_prefix_hits);
+	}
 	fprintf(f, "  \"checks\": {\"run\": %d, \"failed\": %d},\n", k->run, k->failed);
 	json_result(f, "kvpool", S->p, S->n == NULL);
 	if (S->n != NULL)
@@ -647,10 +852,23 @@ int main(int argc, char **argv)
 	if (load_requests(o, &t, source, sizeof source) != 0)
 		return 2;
 
+	if (o->prefix && (t.format != TRACE_MOONCAKE || t.n_hash_ids == 0)) {
+		fprintf(stderr,
+		        "kvpool_replay: --prefix-cache needs a Mooncake trace with hash_ids; %s "
+		        "carries no block hashes\n",
+		        o->trace_path == NULL        ? "the built-in workload"
+		        : t.format == TRACE_MOONCAKE ? "this Mooncake trace"
+		        : t.format == TRACE_AZURE    ? "an Azure trace"
+		                                     : "a Vidur trace");
+		trace_free(&t);
+		return 2;
+	}
 	kvp_pool_config pc;
 	kvp_pool_config_init(&pc);
 	pc.n_blocks = (uint32_t)o->blocks;
 	pc.block_size = (uint32_t)o->block_size;
+	pc.prefix_cache = o->prefix;
+	static prefix_plan plan;
 	int rc = kvp_pool_create(&pc, &A.pool);
 	if (rc == KVP_OK)
 		rc = kvp_bufcache_create(256u << 20, &A.cache);
@@ -671,6 +889,11 @@ int main(int argc, char **argv)
 			expect_tokens += (uint64_t)t.req[i].prompt + t.req[i].output;
 	}
 
+	if (o->prefix &&
+	    plan_build(&t, (uint32_t)o->block_size, capacity, (unsigned)o->threads, &plan) != 0) {
+		fprintf(stderr, "kvpool_replay: out of memory hashing the prefix keys\n");
+		goto setup_failed;
+	}
 	mhttp *srv = NULL;
 	if (o->metrics_port >= 0) {
 		char err[256];
@@ -707,14 +930,22 @@ int main(int argc, char **argv)
 	               .storage = {store[0], store[1]},
 	               .write_rows = o->storage,
 	               .progress = o->progress,
-	               .label = "kvpool"};
+	               .label = "kvpool",
+	               .prefix = o->prefix,
+	               .keys = plan.keys,
+	               .key_off = plan.off,
+	               .n_keys = plan.n};
 	static rp_result pres, nres;
 	rp_run(&c, &pres, &A.live);
-	summary S = {.p = &pres, .n_req = t.n, .block_bytes = o->block_size * 2 * o->head_dim};
+	summary S = {.p = &pres,
+	             .prefix = o->prefix ? &plan : NULL,
+	             .n_req = t.n,
+	             .block_bytes = o->block_size * 2 * o->head_dim};
 	kvp_pool_stats(A.pool, &S.st);
 	if (o->naive) {
 		c.kind = RP_NAIVE;
 		c.label = "naive";
+		c.prefix = false;
 		rp_run(&c, &nres, NULL);
 		S.n = &nres;
 	}
@@ -748,9 +979,11 @@ int main(int argc, char **argv)
 	kvp_pool_destroy(A.pool);
 	kvp_bufcache_destroy(A.cache);
 	trace_free(&t);
+	plan_free(&plan);
 	return status;
 
 setup_failed:
+	plan_free(&plan);
 	for (int i = 0; i < 2; i++)
 		kvp_storage_destroy(store[i]);
 	kvp_pool_destroy(A.pool);

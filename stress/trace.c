@@ -491,8 +491,78 @@ static int jtokens(jp *j, const char *key, uint32_t min, uint32_t *out)
 	return parse_tokens(s, n, key, min, out, j->why, j->whycap);
 }
 
-int trace_parse_mooncake_row(const char *line, int64_t *ts_ns, trace_request *r, char *why,
-                             size_t whycap)
+/* Append one hash id to @t's array. */
+static int push_hash(trace *t, uint64_t v)
+{
+	if (t->n_hash_ids >= UINT32_MAX) /* trace_request.hash_off is 32 bits */
+		return -1;
+	if (t->n_hash_ids == t->hash_cap) {
+		size_t nc = t->hash_cap ? t->hash_cap * 2 : 4096;
+		uint64_t *nh = realloc(t->hash_ids, nc * sizeof *nh);
+		if (nh == NULL)
+			return -1;
+		t->hash_ids = nh;
+		t->hash_cap = nc;
+	}
+	t->hash_ids[t->n_hash_ids++] = v;
+	return 0;
+}
+
+/* The array of "hash_ids" at '['; each element a non-negative integer below
+ * 2^64, appended to @t (when not NULL) and counted in r->n_hash. */
+static int jhash_ids(jp *j, trace *t, trace_request *r)
+{
+	char q[64], tmp[32];
+	j->p++; /* '[' */
+	jws(j);
+	if (*j->p == ']') {
+		j->p++;
+		return 0;
+	}
+	for (;;) {
+		const char *s;
+		size_t n;
+		bool integral;
+		jws(j);
+		if (jnumber(j, &s, &n, &integral) != 0)
+			return -1;
+		if (!integral || s[0] == '-' || n >= sizeof tmp) {
+			say(j->why, j->whycap,
+			    "hash_ids: element %u is not a non-negative integer below 2^64: %s",
+			    r->n_hash, quote(s, n, q, sizeof q));
+			return -1;
+		}
+		memcpy(tmp, s, n);
+		tmp[n] = '\0';
+		errno = 0;
+		unsigned long long v = strtoull(tmp, NULL, 10);
+		if (errno == ERANGE) {
+			say(j->why, j->whycap, "hash_ids: element %u is 2^64 or more: %s",
+			    r->n_hash, quote(s, n, q, sizeof q));
+			return -1;
+		}
+		if (t != NULL && push_hash(t, v) != 0) {
+			say(j->why, j->whycap, "hash_ids: out of memory (or 2^32 ids)");
+			return -1;
+		}
+		r->n_hash++;
+		jws(j);
+		if (*j->p == ',') {
+			j->p++;
+			continue;
+		}
+		if (*j->p == ']') {
+			j->p++;
+			return 0;
+		}
+		return jbad(j, "',' or ']'");
+	}
+}
+
+/* One Mooncake row; its hash ids go to @t when @t is not NULL (the caller
+ * drops them again if the row fails). */
+static int mooncake_row(const char *line, int64_t *ts_ns, trace_request *r, trace *t, char *why,
+                        size_t whycap)
 {
 	jp j = {.p = line, .why = why, .whycap = whycap};
 	bool have_ts = false, have_in = false, have_out = false, have_hash = false;
@@ -572,7 +642,8 @@ int trace_parse_mooncake_row(const char *line, int64_t *ts_ns, trace_request *r,
 					    jkind_name[k]);
 					return -1;
 				}
-				if (jskip(&j, 1) != 0)
+				r->hash_off = t != NULL ? (uint32_t)t->n_hash_ids : 0;
+				if (jhash_ids(&j, t, r) != 0)
 					return -1;
 			} else if (jskip(&j, 1) != 0) {
 				return -1;
@@ -606,6 +677,12 @@ int trace_parse_mooncake_row(const char *line, int64_t *ts_ns, trace_request *r,
 		return -1;
 	}
 	return 0;
+}
+
+int trace_parse_mooncake_row(const char *line, int64_t *ts_ns, trace_request *r, char *why,
+                             size_t whycap)
+{
+	return mooncake_row(line, ts_ns, r, NULL, why, whycap);
 }
 
 /* --- file reading --------------------------------------------------------------- */
@@ -788,13 +865,16 @@ int trace_load_stream(FILE *f, const char *name, const trace_opts *opts, trace *
 		}
 		trace_request r = {0};
 		int64_t t = 0;
+		size_t hash_mark = out->n_hash_ids;
 		int prc = out->format == TRACE_AZURE
 		              ? trace_parse_azure_row(line, &t, &r, why, sizeof why)
 		          : out->format == TRACE_MOONCAKE
-		              ? trace_parse_mooncake_row(line, &t, &r, why, sizeof why)
+		              ? mooncake_row(line, &t, &r, out, why, sizeof why)
 		              : trace_parse_vidur_row(line, &t, &r, why, sizeof why);
-		if (prc != 0)
+		if (prc != 0) {
+			out->n_hash_ids = hash_mark; /* drop the bad row's ids */
 			goto bad_row;
+		}
 		if (out->n == out->cap) {
 			size_t nc = out->cap ? out->cap * 2 : 1024;
 			trace_request *nr = realloc(out->req, nc * sizeof *nr);
@@ -885,6 +965,9 @@ void trace_free(trace *t)
 	if (t == NULL)
 		return;
 	free(t->req);
+	free(t->hash_ids);
 	t->req = NULL;
+	t->hash_ids = NULL;
 	t->n = t->cap = 0;
+	t->n_hash_ids = t->hash_cap = 0;
 }

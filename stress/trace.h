@@ -7,7 +7,9 @@
  *             "YYYY-MM-DD HH:MM:SS[.fraction]" (wall clock, up to 9 digits).
  *   mooncake  Mooncake JSONL: one object per line with "timestamp" (ms),
  *             "input_length", "output_length" and optional "hash_ids"
- *             (array of integers); other keys are ignored.
+ *             (array of non-negative integers below 2^64, each naming the
+ *             content of one 512-token chunk of the prompt, kept in
+ *             trace.hash_ids for --prefix-cache); other keys are ignored.
  *   vidur     Vidur length table, header starting
  *             "num_prefill_tokens,num_decode_tokens"; no arrival times
  *             (every request arrives at time 0).
@@ -42,7 +44,12 @@ typedef struct trace_request {
 	uint64_t arrival_ns; /* since the first request */
 	uint32_t prompt;     /* prompt tokens, >= 1 */
 	uint32_t output;     /* output tokens to decode, >= 0 */
+	uint32_t n_hash;     /* Mooncake hash_ids of the row (0: none) */
+	uint32_t hash_off;   /* they are trace.hash_ids[hash_off .. + n_hash) */
 } trace_request;
+
+/* Tokens each Mooncake hash id stands for. */
+#define TRACE_HASH_CHUNK 512u
 
 typedef struct trace {
 	trace_request *req;
@@ -51,6 +58,8 @@ typedef struct trace {
 	size_t n_skipped; /* malformed rows dropped (skip_bad) */
 	size_t n_lines;   /* lines read */
 	trace_format format;
+	uint64_t *hash_ids; /* every kept row's hash_ids, back to back */
+	size_t n_hash_ids, hash_cap;
 } trace;
 
 typedef struct trace_opts {

@@ -126,7 +126,7 @@ int wl_generate(const wl_preset *p, double rate, size_t n, uint64_t seed, trace 
 	memset(out, 0, sizeof *out);
 	if (n == 0)
 		return 0;
-	out->req = malloc(n * sizeof *out->req);
+	out->req = calloc(n, sizeof *out->req); /* no hash ids: zeros */
 	if (out->req == NULL)
 		return -1;
 	out->cap = n;

@@ -79,6 +79,47 @@ static void test_mooncake_valid(void)
 	trace_free(&t);
 }
 
+/* hash_ids are kept per row (out of order rows keep theirs), bad elements refused. */
+static void test_mooncake_hash_ids(void)
+{
+	trace t;
+	trace_opts o = {.skip_bad = true};
+	CHECK_EQ(load("{\"timestamp\": 5, \"input_length\": 600, \"output_length\": 1, "
+	              "\"hash_ids\": [7, 18446744073709551615]}\n"
+	              "{\"timestamp\": 1, \"input_length\": 2, \"output_length\": 1, "
+	              "\"hash_ids\": [3, 1.5]}\n" /* skipped: its ids must not stay */
+	              "{\"timestamp\": 2, \"input_length\": 2, \"output_length\": 1, "
+	              "\"hash_ids\": [ ]}\n"
+	              "{\"timestamp\": 3, \"input_length\": 9, \"output_length\": 1, "
+	              "\"hash_ids\": [0]}\n"
+	              "{\"timestamp\": 4, \"input_length\": 9, \"output_length\": 1}\n",
+	              &o, &t),
+	         0);
+	CHECK_EQ(t.n, 4);
+	CHECK_EQ(t.n_skipped, 1);
+	CHECK_EQ(t.n_hash_ids, 3);
+	CHECK_EQ(t.req[0].n_hash, 0); /* timestamp 2: empty array */
+	CHECK_EQ(t.req[1].n_hash, 1);
+	CHECK_EQ(t.hash_ids[t.req[1].hash_off], 0);
+	CHECK_EQ(t.req[2].n_hash, 0); /* no hash_ids */
+	CHECK_EQ(t.req[3].n_hash, 2); /* sorted last, its ids still its own */
+	CHECK(t.hash_ids[t.req[3].hash_off] == 7);
+	CHECK(t.hash_ids[t.req[3].hash_off + 1] == UINT64_MAX);
+	trace_free(&t);
+	expect_error("{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
+	             "\"hash_ids\": [1, -2]}\n",
+	             "t:1: hash_ids: element 1 is not a non-negative integer below 2^64: -2");
+	expect_error("{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
+	             "\"hash_ids\": [18446744073709551616]}\n",
+	             "t:1: hash_ids: element 0 is 2^64 or more");
+	expect_error("{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
+	             "\"hash_ids\": [\"a\"]}\n",
+	             "t:1: malformed JSON: expected a digit");
+	expect_error("{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
+	             "\"hash_ids\": [1 2]}\n",
+	             "t:1: malformed JSON: expected ',' or ']'");
+}
+
 static void test_vidur_valid(void)
 {
 	trace t;
@@ -312,6 +353,7 @@ int main(void)
 {
 	RUN(test_azure_valid);
 	RUN(test_mooncake_valid);
+	RUN(test_mooncake_hash_ids);
 	RUN(test_vidur_valid);
 	RUN(test_out_of_order_is_sorted);
 	RUN(test_truncated_lines);

@@ -41,8 +41,9 @@
  *   ---------------------------------  -----------------------------------------
  *   kvp_kvcache_create                 everything
  *   kvp_kvcache_append / trim /        nothing else on the same kvcache;
- *   reserve / release / destroy        anything on other kvcaches, the pool and
- *                                      the storages (including kvp_shrink)
+ *   reserve / release / destroy /      anything on other kvcaches, the pool and
+ *   adopt_prefix / publish             the storages (including kvp_shrink),
+ *                                      also kvcaches sharing its blocks
  *   kvp_kvcache_attend / gather /      each other on the same kvcache (read-only);
  *   len / blocks_held                  not append, trim, release, destroy
  *
@@ -64,6 +65,7 @@
 #include <stdint.h>
 
 #include <kvpool/pool.h>
+#include <kvpool/prefix.h>
 #include <kvpool/storage.h>
 
 #ifdef __cplusplus
@@ -149,9 +151,12 @@ int kvp_kvcache_gather(const kvp_kvcache *c, uint32_t layer, float *k_out, float
 /**
  * kvp_kvcache_trim - drop the last min(@n_tokens, len) tokens of every layer
  *
- * Blocks left empty go back to the pool (kvp_free); the new last block's
- * n_used is lowered to what it still holds (kvp_block_set_used).  Trimming
- * 0 tokens does nothing.  Returns KVP_OK, KVP_EINVAL (NULL @c), or the first
+ * Blocks left empty go back to the pool (kvp_free; kvp_free_owned for a
+ * block shared with other holders); the new last block's n_used is lowered
+ * to what it still holds (kvp_block_set_used).  Trimming 0 tokens does
+ * nothing.  Returns KVP_OK, KVP_EINVAL (NULL @c; or the cut falls inside a
+ * block published under a prefix key, whose rows are fixed: then nothing
+ * changed), or the first
  * error the pool reported (only when someone else freed this kvcache's
  * blocks behind its back).
  */
@@ -208,6 +213,83 @@ void kvp_kvcache_release(kvp_kvcache *c);
  * Returns KVP_OK, KVP_EINVAL (NULL @c) or KVP_ENOMEM (nothing changed).
  */
 int kvp_kvcache_reserve(kvp_kvcache *c, uint32_t n_tokens);
+
+/*
+ * Prefix cache (kvpool/prefix.h; the pool needs prefix_cache on).  A
+ * request can start from blocks an earlier request published for the same
+ * prompt prefix, and a decode loop then runs on those shared blocks exactly
+ * as on its own: attend and gather read a shared block's rows in place.
+ *
+ * Keys.  The caller passes *sequence keys*: keys[b] is the key of the
+ * prompt's tokens [b * block_size, (b + 1) * block_size), chained as
+ * kvp_prefix_hash(b ? &keys[b - 1] : NULL, salt, token bytes) (salt per
+ * model and tenant: the derived keys below do not separate models).  The
+ * kvcache derives the key of layer l's K or V block b as
+ *
+ *   kvp_prefix_hash(&keys[b], 0, bytes, 8), bytes = l as 4 bytes
+ *   little-endian, then 0 (K) or 1 (V) as 4 bytes little-endian
+ *
+ * so every layer and stream has its own keys (also without separate_kv,
+ * where K and V share one stream), and a block only matches a kvcache of
+ * the same format (the pool matches format).  Storage: a matched block's
+ * rows are read from the kvcache's own k_store / v_store, so requests that
+ * share blocks must share storages.
+ *
+ * A shared block is fixed: appends never write it (adopted blocks are
+ * full, so appends go to new blocks), and trim refuses to cut inside one.
+ * release, destroy and a trim of whole blocks drop this kvcache's holds
+ * only; other holders keep the block.
+ */
+
+/**
+ * kvp_kvcache_adopt_prefix - start an empty kvcache from published blocks
+ * @c:        the kvcache; every layer empty
+ * @keys:     sequence keys of the prompt's full blocks, in order (see above)
+ * @n_keys:   how many
+ * @n_tokens: out: tokens adopted per layer (a multiple of block_size)
+ *
+ * Matches the derived K and V keys of every layer (kvp_prefix_match for
+ * cfg->owner) and keeps the longest prefix m that every layer and stream
+ * matched: each layer then holds those m blocks per stream and has length
+ * m * block_size; holds on blocks matched past m are dropped again
+ * (kvp_free_owned: they stay cached).  m = 0 (nothing published, or no
+ * keys) is KVP_OK with *@n_tokens = 0 and the kvcache unchanged.  The
+ * caller appends the rest of the prompt after it.
+ *
+ * Returns KVP_OK; KVP_EINVAL (NULL @c or @n_tokens, NULL @keys with
+ * @n_keys > 0, a layer not empty, the pool's prefix cache off); KVP_EOWNER
+ * (the kvcache lost its owner's registration, see the top of this file);
+ * KVP_ENOENT (a matched block has no rows of this format in this
+ * kvcache's storages); KVP_ENOMEM.  On failure the kvcache is unchanged
+ * and holds nothing it matched.  Same threading as append.
+ */
+int kvp_kvcache_adopt_prefix(kvp_kvcache *c, const kvp_hash *keys, size_t n_keys,
+                             uint32_t *n_tokens);
+
+/**
+ * kvp_kvcache_publish - publish the kvcache's full blocks
+ * @c:           the kvcache
+ * @keys:        sequence keys of its blocks, in order (see above)
+ * @n_keys:      how many; blocks past min(@n_keys, a layer's full blocks)
+ *               are left alone
+ * @n_published: out: blocks (K and V, all layers) this call published
+ *
+ * Publishes block b of every layer and stream under its derived key, so
+ * that later requests can adopt it.  Blocks already published (adopted, or
+ * published by an earlier call) are skipped; a block whose key another
+ * block already has (KVP_EEXIST from kvp_prefix_publish: another request
+ * computed the same prefix at the same time) stays unpublished and is not
+ * an error.  Call it after the last append to those blocks: their rows
+ * are fixed from then on (kvp_storage_write refuses them).
+ *
+ * Returns KVP_OK; KVP_EINVAL (NULL @c or @n_published, NULL @keys with
+ * @n_keys > 0, the pool's prefix cache off while a block was to be
+ * published); KVP_ENOENT (a block was freed behind the kvcache's back);
+ * KVP_ENOMEM.  On an error the blocks published before it stay published
+ * (counted in *@n_published); calling again publishes the rest.  Same
+ * threading as append.
+ */
+int kvp_kvcache_publish(kvp_kvcache *c, const kvp_hash *keys, size_t n_keys, size_t *n_published);
 
 #ifdef __cplusplus
 }

@@ -76,6 +76,10 @@
  * in C11 terms); the owner of a block orders its own writes and reads.
  * A write's rows are visible to whoever next receives the block from the
  * pool (kvp_free happens-before the kvp_allocate that hands it out again).
+ * Prefix cache (kvpool/prefix.h): publish a block after its last write
+ * (a write racing kvp_prefix_publish of its block is the caller's to
+ * serialize, like two writes); every owner that then matches the block,
+ * also after it was cached, reads the published rows.
  *
  * Stale refs: every call validates @ref with kvp_block_get; a stale
  * generation, a retired block or an id never created is KVP_ENOENT and
@@ -154,7 +158,8 @@ void kvp_storage_destroy(kvp_storage *s);
  * was lower.
  *
  * Returns KVP_OK; KVP_EINVAL (NULL @s or @rows, @n_rows 0, a format without
- * codec, inf/NaN for int8/int4); KVP_ERANGE (@offset + @n_rows > block_size);
+ * codec, inf/NaN for int8/int4, or the block is published under a prefix
+ * key, kvpool/prefix.h: its rows are fixed); KVP_ERANGE (@offset + @n_rows > block_size);
  * KVP_ENOENT (stale ref, block not in use when the call checks it);
  * KVP_ENOMEM (no buffer).  On failure nothing changed.  A block freed by
  * another thread while the call runs, after its check: KVP_OK, the rows
@@ -222,7 +227,9 @@ size_t kvp_storage_resident_bytes(kvp_storage *s);
  * A free block without buffer is fine (KVP_OK, nothing to do).
  *
  * Returns KVP_OK; KVP_EINVAL (NULL @s, or the block is in use: release is
- * for free blocks only, a block's holder keeps its buffer); KVP_ENOENT
+ * for free blocks only, a block's holder keeps its buffer; or the block is
+ * cached under a prefix key, kvpool/prefix.h: it keeps its rows for a
+ * later match, and eviction reuses the buffer in place); KVP_ENOENT
  * (stale ref: the block was handed out again, retired, or never created).
  * Thread-safe; waits for the slot lock and for readers of that buffer.
  */

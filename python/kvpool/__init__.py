@@ -23,10 +23,12 @@ from .errors import (
     NotFoundError,
     OutOfRangeError,
     OwnerAlreadyActiveError,
+    PrefixKeyExistsError,
     strerror,
 )
 from .kvcache import AccountedKVCache, PooledKVCache, PooledKVCacheLayer, build_pooled_caches
 from .pool import FORMATS, Block, BlockPoolAllocator, PoolConfig
+from .prefix import PrefixKey, prefix_hash
 from .stats import AllocationStats
 from .storage import BlockStorage
 
@@ -49,9 +51,12 @@ __all__ = [
     "OutOfRangeError",
     "OwnerAlreadyActiveError",
     "PoolConfig",
+    "PrefixKey",
+    "PrefixKeyExistsError",
     "PooledKVCache",
     "PooledKVCacheLayer",
     "build_pooled_caches",
     "library_path",
+    "prefix_hash",
     "strerror",
 ]

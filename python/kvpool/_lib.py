@@ -71,6 +71,7 @@ KVP_EOWNER = -3
 KVP_ENOMEM = -4
 KVP_ERANGE = -5
 KVP_ENOENT = -6
+KVP_EEXIST = -7
 
 KVP_K, KVP_V, KVP_KV = 0, 1, 2
 KVP_N_FORMATS = 7
@@ -136,6 +137,12 @@ class StatsC(Structure):
     _fields_ = [(name, c_uint64) for name in STATS_FIELDS]
 
 
+class HashC(Structure):
+    """struct kvp_hash (kvpool/prefix.h)"""
+
+    _fields_ = [("lo", c_uint64), ("hi", c_uint64)]
+
+
 class KVCacheConfigC(Structure):
     """struct kvp_kvcache_config"""
 
@@ -188,6 +195,15 @@ PROTOTYPES = {
         c_int,
         [P(StatsC), c_char_p, c_char_p, c_size_t, P(c_size_t)],
     ),
+    # prefix.h
+    "kvp_prefix_hash": (c_int, [P(HashC), c_uint64, c_void_p, c_size_t, P(HashC)]),
+    "kvp_prefix_match": (
+        c_int,
+        [c_void_p, c_int, c_int, P(HashC), c_size_t, c_uint64, c_uint64_p, c_size_t, P(c_size_t)],
+    ),
+    "kvp_prefix_publish": (c_int, [c_void_p, c_uint64, HashC]),
+    "kvp_free_owned": (c_int, [c_void_p, c_uint64, c_uint64_p, c_size_t]),
+    "kvp_prefix_reset": (c_size_t, [c_void_p]),
     # storage.h
     "kvp_storage_create": (c_int, [c_void_p, c_uint32, c_void_p, P(c_void_p)]),
     "kvp_storage_destroy": (None, [c_void_p]),

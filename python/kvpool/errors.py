@@ -9,6 +9,7 @@ KVP_EEXHAUSTED BlockPoolExhaustedError            -
 KVP_EOWNER     OwnerAlreadyActiveError            -
 KVP_ENOENT     NotFoundError                      LookupError
 KVP_ENOMEM     KVPoolMemoryError                  MemoryError
+KVP_EEXIST     PrefixKeyExistsError               -
 anything else  KVPoolError                        -
 =============  =================================  ==========================
 
@@ -63,6 +64,11 @@ class KVPoolMemoryError(KVPoolError, MemoryError):
     """The system allocator failed (KVP_ENOMEM)."""
 
 
+class PrefixKeyExistsError(KVPoolError):
+    """publish of a key another block of the stream is published under
+    (KVP_EEXIST); the block stays unpublished."""
+
+
 _BY_STATUS = {
     _lib.KVP_EINVAL: InvalidArgumentError,
     _lib.KVP_ERANGE: OutOfRangeError,
@@ -70,6 +76,7 @@ _BY_STATUS = {
     _lib.KVP_EOWNER: OwnerAlreadyActiveError,
     _lib.KVP_ENOENT: NotFoundError,
     _lib.KVP_ENOMEM: KVPoolMemoryError,
+    _lib.KVP_EEXIST: PrefixKeyExistsError,
 }
 
 

@@ -13,6 +13,7 @@ from typing import Iterable, Optional
 from . import _lib
 from ._handle import Handle
 from .errors import InvalidArgumentError, check
+from .prefix import key_to_c
 from .stats import AllocationStats
 
 fn = _lib.fn
@@ -88,6 +89,9 @@ class PoolConfig:
     thread_cache: per-thread cached free blocks per stream; None is the
         library's default, 0 none.  (Added; not in the seed.)
     history_len: snapshots kept in ``pool.history``.  (Added; not in the seed.)
+    prefix_cache: blocks shared by content across requests (kvpool/prefix.h):
+        ``publish``, ``match_prefix``, ``free_owned``, ``reset_prefix_cache``.
+        Off by default; the pool then behaves exactly as without it.
 
     Bad values raise ValueError (InvalidArgumentError), values of the wrong
     type TypeError, when the config is made and again when a pool is made
@@ -101,6 +105,7 @@ class PoolConfig:
     max_blocks: Optional[int] = None
     thread_cache: Optional[int] = None
     history_len: int = 256
+    prefix_cache: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -121,6 +126,7 @@ class PoolConfig:
         if self.thread_cache is not None:
             to_int(self.thread_cache, "PoolConfig.thread_cache", 0, _lib.KVP_MAX_THREAD_CACHE)
         to_int(self.history_len, "PoolConfig.history_len", 0, _lib.UINT32_MAX)
+        _check_bool(self.prefix_cache, "PoolConfig.prefix_cache")
 
     def _to_c(self) -> _lib.PoolConfigC:
         c = _lib.PoolConfigC()
@@ -133,6 +139,7 @@ class PoolConfig:
         if self.thread_cache is not None:
             c.thread_cache = self.thread_cache
         c.history_len = self.history_len
+        c.prefix_cache = self.prefix_cache
         return c
 
 
@@ -269,6 +276,23 @@ class Block:
         n = to_int(value, "n_used", 0, _lib.UINT32_MAX)
         with self._pool._handle.use() as p:
             check(fn.kvp_block_set_used(p, self._ref, n), f"Block {self._block_id}: set n_used")
+
+    @property
+    def n_holders(self) -> int:
+        """Owners holding the block (prefix cache: several may); 0 when free."""
+        if self._pool is None:
+            return 0 if self._owner is None else 1
+        info = self._info()
+        return info.n_holders if info is not None and info.in_use else 0
+
+    @property
+    def published(self) -> bool:
+        """True while the block is published under a prefix key (in use or
+        cached); False for a stale handle."""
+        if self._pool is None:
+            return False
+        info = self._info()
+        return bool(info is not None and info.published)
 
     @property
     def ever_allocated(self) -> bool:
@@ -505,6 +529,62 @@ class BlockPoolAllocator:
         with self._handle.use() as p:
             check(fn.kvp_shrink(p, s, t, ctypes.byref(retired)), "shrink")
         return retired.value
+
+    # -- prefix cache (PoolConfig.prefix_cache; kvpool/prefix.h)
+    def match_prefix(self, stream: str, keys, owner: int, format: str = "fp16") -> list:
+        """Take holds on the published blocks of ``keys`` (PrefixKeys, in
+        sequence order) for ``owner``; returns the matched Blocks, a prefix
+        of ``keys`` (the lookup stops at the first key not found; [] when
+        none matched).  Only blocks of ``format`` match.  A block the owner
+        already holds is returned again without a second hold.  Matched
+        blocks are full and follow the owner's earlier ones in
+        ``blocks_for``.  Raises ValueError when the pool has no prefix cache.
+        """
+        s = self._stream(stream)
+        o = owner_to_c(owner)
+        f = format_to_c(format)
+        ks = [key_to_c(k, f"keys[{i}]") for i, k in enumerate(keys)]
+        n = len(ks)
+        arr = (_lib.HashC * n)(*ks)
+        refs = (ctypes.c_uint64 * max(n, 1))()
+        got = ctypes.c_size_t()
+        with self._handle.use() as p:
+            check(fn.kvp_prefix_match(p, s, f, arr, n, o, refs, n, ctypes.byref(got)),
+                  "match_prefix")
+        name = STREAM_NAMES[s]
+        return [Block._live(self, refs[i], name, format) for i in range(got.value)]
+
+    def publish(self, block: Block, key) -> None:
+        """Make a full block, in use and not yet published, findable under
+        ``key`` (a PrefixKey).  Its rows are fixed from then on.  Raises
+        PrefixKeyExistsError when another block of the stream is published
+        under ``key`` (this one stays unpublished), NotFoundError for a stale
+        handle, ValueError when the block is free, not full or already
+        published, or the pool has no prefix cache."""
+        refs, _ = self._refs([block])
+        k = key_to_c(key)
+        with self._handle.use() as p:
+            check(fn.kvp_prefix_publish(p, refs[0], k), f"publish block {block.block_id}")
+
+    def free_owned(self, owner: int, blocks: Iterable[Block]) -> None:
+        """Drop ``owner``'s hold on each block; a block whose last hold goes is
+        freed (cached if published).  Blocks stale, free or not held by
+        ``owner`` are skipped (counted in ``stats.n_stale_frees``).  Raises
+        NotFoundError for an id the pool never created (nothing is freed),
+        ValueError when the pool has no prefix cache."""
+        if isinstance(blocks, Block):
+            blocks = [blocks]
+        o = owner_to_c(owner)
+        refs, n = self._refs(blocks)
+        with self._handle.use() as p:
+            check(fn.kvp_free_owned(p, o, refs, n), "free_owned")
+
+    def reset_prefix_cache(self) -> int:
+        """Forget every key: evict cached blocks, unpublish held ones (they
+        stay held).  Returns the number of keys dropped (0 without a prefix
+        cache)."""
+        with self._handle.use() as p:
+            return fn.kvp_prefix_reset(p)
 
     @property
     def stats(self) -> AllocationStats:

@@ -13,7 +13,8 @@ the sanitizer runtime; see pyembed.c), with
 - asan: LeakSanitizer on, allocation stacks cut to the innermost frames and
   the interpreter's own allocations suppressed (lsan.supp), so a leak of
   memory the C library allocated is still reported;
-- tsan: the options Bazel's test environment sets (.bazelrc).
+- tsan: the options Bazel's test environment sets (.bazelrc), plus the
+  suppressions of tsan.supp (liburcu-cds, which is not instrumented).
 """
 
 import os
@@ -52,6 +53,10 @@ def main(argv):
             env["ASAN_OPTIONS"] = ":".join(filter(None, [opts] + extra))
             supp = os.path.join(tests_dir, "lsan.supp")
             env["LSAN_OPTIONS"] = f"suppressions={supp}:print_suppressions=0"
+        else:  # liburcu-cds is not instrumented: see tsan.supp
+            supp = os.path.join(tests_dir, "tsan.supp")
+            opts = env.get("TSAN_OPTIONS", "")
+            env["TSAN_OPTIONS"] = ":".join(filter(None, [opts, f"suppressions={supp}"]))
 
     args = [interp, "-m", "pytest", tests_dir, "-p", "no:cacheprovider", "-ra", "-v"]
     xml = os.environ.get("XML_OUTPUT_FILE")

@@ -14,6 +14,7 @@ MAPPING = [
     (-4, kvpool.KVPoolMemoryError, (MemoryError,)),
     (-5, kvpool.OutOfRangeError, (ValueError, kvpool.InvalidArgumentError)),
     (-6, kvpool.NotFoundError, (LookupError,)),
+    (-7, kvpool.PrefixKeyExistsError, ()),
 ]
 
 

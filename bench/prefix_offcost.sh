@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# bench/prefix_offcost.sh - what the prefix cache costs plain allocate/free.
+#
+# Builds bench/prefix_alloc.c three ways with the same compiler and flags
+# (clang -O2, as the Bazel build):
+#   before   against the tree of BASE, the last commit without lib/prefix.c
+#            (default: the parent of the commit that added it)
+#   off      against the current tree, prefix_cache false
+#   on       against the current tree, prefix_cache true (no key published)
+# and runs them in turns, ROUNDS times per thread count, so that load on a
+# shared machine hits all three alike.  Prints the median allocate+free
+# pairs per CPU-second of each and the ratios off/before and on/before
+# (1.00 = no cost).
+#
+#   bench/prefix_offcost.sh [ROUNDS [SECONDS [BASE]]]      (from the repository root)
+set -euo pipefail
+rounds=${1:-7}
+secs=${2:-0.5}
+repo=$(git rev-parse --show-toplevel)
+base=${3:-$(git -C "$repo" log --diff-filter=A --format=%H -- lib/prefix.c | tail -1)^}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+flags=(-O2 -std=c11 -D_POSIX_C_SOURCE=200809L -w)
+libs=(-lurcu-bp -lurcu-cds -lurcu-common -lcrypto -lpthread -lm)
+mkdir -p "$tmp/before"
+git -C "$repo" archive "$base" lib include | tar -x -C "$tmp/before"
+clang "${flags[@]}" -I"$tmp/before/include" -I"$tmp/before" "$tmp"/before/lib/*.c \
+	"$repo/bench/prefix_alloc.c" -o "$tmp/before.bin" "${libs[@]}"
+clang "${flags[@]}" -DHAVE_PREFIX -I"$repo/include" -I"$repo" "$repo"/lib/*.c \
+	"$repo/bench/prefix_alloc.c" -o "$tmp/now.bin" "${libs[@]}"
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+echo "allocate+free pairs per CPU-second, median of $rounds runs of $secs s"
+echo "before = $(git -C "$repo" rev-parse --short "$base"), now = $(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet || echo ' + uncommitted changes')"
+printf '%-8s %14s %14s %14s %10s %10s\n' threads before off on off/before on/before
+for t in 1 2 4; do
+	: >"$tmp/b" && : >"$tmp/f" && : >"$tmp/o"
+	for ((r = 0; r < rounds; r++)); do
+		"$tmp/before.bin" "$t" "$secs" >>"$tmp/b"
+		"$tmp/now.bin" "$t" "$secs" off >>"$tmp/f"
+		"$tmp/now.bin" "$t" "$secs" on >>"$tmp/o"
+	done
+	b=$(median <"$tmp/b") f=$(median <"$tmp/f") o=$(median <"$tmp/o")
+	printf '%-8s %14s %14s %14s %9.3fx %9.3fx\n' "$t" "$b" "$f" "$o" \
+		"$(echo "$f / $b" | bc -l)" "$(echo "$o / $b" | bc -l)"
+done
