@@ -5,7 +5,7 @@
  * a pool (block_size 16, fp32 by default), and the same K and V rows are
  * copied into one contiguous (len, n_kv_heads, head_dim) array each.  The
  * paged side is kvp_kvcache_attend, reading the blocks where they lie; the
- * contiguous side is the very same kernel (lib/kvcache_attend.h) given the
+ * contiguous side is the very same kernel (lib/kvcache/kvcache_attend.h) given the
  * array as a single block - so the ratio is the cost of paging alone
  * (scattered 32 KiB block buffers, one pointer per block), not of two
  * different implementations.  The two outputs are compared bit for bit.
@@ -29,8 +29,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "lib/codec.h"
-#include "lib/kvcache_attend.h"
+#include "lib/testing/codec.h"
+#include "lib/testing/attend.h"
 
 enum { NH = 32, KVH = 8, HD = 64, ROW = KVH * HD, MAX_BATCHES = 15 };
 

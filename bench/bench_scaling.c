@@ -34,7 +34,7 @@
 
 #include "bench/cases.h"
 #include "bench/suite.h"
-#include "lib/pool_internal.h"
+#include "lib/testing/pool_peek.h"
 
 #define BENCH     "scaling"
 #define MAX_SIZES 5

@@ -18,7 +18,7 @@ tree=$(cd "${1:-.}" && pwd)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 (cd "$tree" && clang -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -D_FORTIFY_SOURCE=2 \
-	-fstack-protector -fno-omit-frame-pointer -Iinclude -I. lib/*.c "$here/bench/pair_count.c" \
+	-fstack-protector -fno-omit-frame-pointer -Iinclude -I. $(find lib -name "*.c") "$here/bench/pair_count.c" \
 	-o "$out/pc" -lurcu-bp -lurcu-common -lpthread -lm)
 n=100000
 for mode in full raw; do

@@ -3,7 +3,7 @@
 #
 # Builds bench/prefix_alloc.c three ways with the same compiler and flags
 # (clang -O2, as the Bazel build):
-#   before   against the tree of BASE, the last commit without lib/prefix.c
+#   before   against the tree of BASE, the last commit without lib/prefix/prefix.c
 #            (default: the parent of the commit that added it)
 #   off      against the current tree, prefix_cache false
 #   on       against the current tree, prefix_cache true (no key published)
@@ -17,7 +17,7 @@ set -euo pipefail
 rounds=${1:-7}
 secs=${2:-0.5}
 repo=$(git rev-parse --show-toplevel)
-base=${3:-$(git -C "$repo" log --diff-filter=A --format=%H -- lib/prefix.c | tail -1)^}
+base=${3:-$(git -C "$repo" log --diff-filter=A --format=%H -- lib/prefix/prefix.c | tail -1)^}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -25,9 +25,9 @@ flags=(-O2 -std=c11 -D_POSIX_C_SOURCE=200809L -w)
 libs=(-lurcu-bp -lurcu-cds -lurcu-common -lcrypto -lpthread -lm)
 mkdir -p "$tmp/before"
 git -C "$repo" archive "$base" lib include | tar -x -C "$tmp/before"
-clang "${flags[@]}" -I"$tmp/before/include" -I"$tmp/before" "$tmp"/before/lib/*.c \
+clang "${flags[@]}" -I"$tmp/before/include" -I"$tmp/before" $(find "$tmp/before/lib" -name "*.c") \
 	"$repo/bench/prefix_alloc.c" -o "$tmp/before.bin" "${libs[@]}"
-clang "${flags[@]}" -DHAVE_PREFIX -I"$repo/include" -I"$repo" "$repo"/lib/*.c \
+clang "${flags[@]}" -DHAVE_PREFIX -I"$repo/include" -I"$repo" $(find "$repo/lib" -name "*.c") \
 	"$repo/bench/prefix_alloc.c" -o "$tmp/now.bin" "${libs[@]}"
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }

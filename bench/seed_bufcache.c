@@ -9,7 +9,7 @@
 
 #include <kvpool/bufcache.h>
 
-#include "lib/sysmem.h"
+#include "lib/testing/fault.h"
 
 #include <pthread.h>
 #include <string.h>

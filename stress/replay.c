@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/codec.h"
+#include "lib/testing/codec.h"
 #include "stress/progress.h"
 #include "stress/util.h"
 

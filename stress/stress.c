@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/sysmem.h"
+#include "lib/testing/fault.h"
 #include "stress/util.h"
 
 #define SHARED_BASE 0xC0FFEE0000000000ull

@@ -22,7 +22,7 @@
 
 #include <kvpool/kvpool.h>
 
-#include "lib/sysmem.h"
+#include "lib/testing/fault.h"
 #include "stress/metrics_http.h"
 #include "stress/progress.h"
 #include "stress/stress.h"

@@ -6,7 +6,7 @@
  * bc_bitmap_find(from) must equal a linear scan of the reference for every
  * probed `from`.  Also the size helpers: units for a request.
  */
-#include "lib/bufcache_class.h"
+#include "lib/testing/bufcache_class.h"
 #include "tests/testutil.h"
 
 #include <stdlib.h>

@@ -18,7 +18,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "lib/sysmem.h"
+#include "lib/testing/fault.h"
 #include "tests/testutil.h"
 
 #define N   64

@@ -13,7 +13,7 @@
  */
 #include <kvpool/bufcache.h>
 
-#include "lib/sysmem.h"
+#include "lib/testing/fault.h"
 #include "tests/testutil.h"
 
 static kvp_bufcache_stats stats(kvp_bufcache *c)

@@ -32,8 +32,8 @@
  */
 #include <kvpool/bufcache.h>
 
-#include "lib/bufcache_front.h"
-#include "lib/sysmem.h"
+#include "lib/testing/bufcache_peek.h"
+#include "lib/testing/fault.h"
 #include "tests/testutil.h"
 
 #include <pthread.h>

@@ -14,7 +14,7 @@
 #include <kvpool/bufcache.h>
 
 #include "bench/seed_bufcache.h"
-#include "lib/sysmem.h"
+#include "lib/testing/fault.h"
 #include "tests/testutil.h"
 
 #include <string.h>

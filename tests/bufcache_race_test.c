@@ -9,7 +9,7 @@
  * with the wrong capacity breaks a canary (and is a data race under TSan).
  * A watcher thread meanwhile reads cached bytes and stats (never above the
  * budget, at any instant) and clears the cache now and then.  Every worker
- * has its own front (lib/bufcache_front.h): the watcher's clears, and the
+ * has its own front (lib/bufcache/bufcache_front.h): the watcher's clears, and the
  * workers' evictions when their front and the shared tier are empty, claim
  * fronts whose owners are running, and workers exit with non-empty fronts.
  *

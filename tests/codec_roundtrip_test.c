@@ -1,11 +1,11 @@
 /*
- * tests/codec_roundtrip_test.c - the row codecs of lib/codec.h.
+ * tests/codec_roundtrip_test.c - the row codecs of lib/storage/codec.h.
  *
  * fp16 and bf16 are checked against an independent reference (nearest
  * representable value from a sorted table of every finite code, ties to the
  * even code) on random values, on every midpoint between neighbours and on
  * every code; then against the stated error bounds.  int8/int4 are checked
- * against the bound derived in lib/codec.c:
+ * against the bound derived in lib/storage/codec.c:
  *   |decoded - x| <= absmax / (2 qmax) * (1 + 2^-12)
  * (scale <= absmax/qmax * (1 + 2^-23), code error 0.5 + 2^-23 qmax, decode
  * rounding 2^-24 absmax: 1 + 4.6e-5 for int8, well below 1 + 2^-12).
@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "lib/codec.h"
+#include "lib/testing/codec.h"
 #include "tests/testutil.h"
 
 /* --- reference rounding: nearest finite code from a sorted table, ties to even --- */

@@ -21,7 +21,7 @@
 
 #include <string.h>
 
-#include "lib/sysmem.h"
+#include "lib/testing/fault.h"
 #include "tests/testutil.h"
 
 enum { BS = 4, H = 2, D = 4, DIM = H * D };

@@ -13,7 +13,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "lib/sysmem.h"
+#include "lib/testing/fault.h"
 #include "tests/kvcache_ref.h"
 #include "tests/testutil.h"
 
@@ -197,7 +197,7 @@ static void test_formats_attend_and_roundtrip(void)
 		kref_init(&r, KVH, HD, LEN);
 		append_random(c, &r, 0, LEN, 11, &seed);
 		CHECK_EQ(kvp_kvcache_gather(c, 0, gk, gv), KVP_OK);
-		/* round trip within the format's bound (lib/codec.h), values in [-3, 3] */
+		/* round trip within the format's bound (lib/storage/codec.h), values in [-3, 3] */
 		ref_heads_major(&r, r.k, wk);
 		for (i = 0; i < n; i++) {
 			double x = wk[i], err = fabs((double)gk[i] - x);

@@ -9,7 +9,7 @@
 
 #include <urcu/urcu-bp.h>
 
-#include "lib/sysmem.h"
+#include "lib/testing/fault.h"
 #include "tests/testutil.h"
 
 static kvp_pool *mkpool(uint32_t bs, uint32_t n, bool sep, bool grow, uint32_t max, uint32_t tc)

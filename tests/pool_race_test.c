@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/pool_internal.h"
-#include "lib/tsan.h"
+#include "lib/testing/pool_peek.h"
+#include "lib/testing/tsan.h"
 #include "tests/testutil.h"
 
 #ifdef KVP_TSAN

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/sysmem.h"
+#include "lib/testing/fault.h"
 #include "tests/testutil.h"
 
 #define BS 4u

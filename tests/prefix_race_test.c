@@ -16,7 +16,7 @@
  *
  * Eviction order: with blocks cached in a known order and then many
  * threads evicting at once (nothing cached meanwhile), exactly the least
- * recently cached blocks are gone (the guarantee lib/prefix_lru.c states).
+ * recently cached blocks are gone (the guarantee lib/prefix/prefix_lru.c states).
  *
  * The race windows are widened: the index lookup, a match's CAS out of
  * CACHED and the LRU unlink of a revived block are wrapped (-Wl,--wrap) to

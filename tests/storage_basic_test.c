@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "lib/codec.h"
+#include "lib/testing/codec.h"
 #include "tests/testutil.h"
 
 enum { BS = 8, DIM = 12 };
@@ -211,7 +211,7 @@ static void test_formats(void)
 		CHECK_EQ(kvp_storage_read_f32(s, r, out, BS, &n), KVP_OK);
 		for (i = 0; i < BS * DIM; i++) {
 			double x = rows[i], err = fabs((double)out[i] - x);
-			/* bounds from lib/codec.h; |x| <= 2 so absmax <= 2 */
+			/* bounds from lib/storage/codec.h; |x| <= 2 so absmax <= 2 */
 			double bound = f == KVP_FP16   ? ldexp(fabs(x), -11) + 0x1p-25
 			               : f == KVP_BF16 ? ldexp(fabs(x), -8)
 			               : f == KVP_INT8 ? 2.0 / 254 * (1 + 0x1p-12)

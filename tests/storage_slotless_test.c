@@ -16,8 +16,8 @@
 #include <pthread.h>
 #include <sched.h>
 
-#include "lib/pool_internal.h"
-#include "lib/sysmem.h"
+#include "lib/testing/pool_peek.h"
+#include "lib/testing/fault.h"
 #include "tests/testutil.h"
 
 #define ROW 4

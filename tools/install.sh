@@ -94,13 +94,13 @@ for f in "$archive" "$shared" "$headers"/kvpool.h "$headers"/version.h; do
 	[ -e "$f" ] || { echo "install.sh: missing $f" >&2; exit 1; }
 done
 
-# Every lib/*.c must be in the archive (Bazel names members x.o or x.pic.o).
-if [ -d "$root/lib" ] && ls "$root"/lib/*.c >/dev/null 2>&1; then
+# Every lib/**/*.c must be in the archive (Bazel names members x.o or x.pic.o).
+if [ -d "$root/lib" ] && [ -n "$(find "$root/lib" -name '*.c' -print -quit)" ]; then
 	members=$(ar t "$archive" | sed -E 's/(\.pic)?\.o$//' | sort)
-	for c in "$root"/lib/*.c; do
+	for c in $(find "$root/lib" -name '*.c' | sort); do
 		n=$(basename "$c" .c)
 		grep -qxF "$n" <<<"$members" || {
-			echo "install.sh: $archive lacks lib/$n.c's object" >&2
+			echo "install.sh: $archive lacks ${c#"$root"/}'s object" >&2
 			exit 1
 		}
 	done

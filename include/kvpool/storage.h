@@ -92,7 +92,7 @@
  * block, then releases or retires it) never touches freed memory: a reader
  * protects the buffer with a hazard pointer before it validates, and a
  * buffer taken out of the table is freed only once no reader protects it
- * (lib/storage_hazard.h has the argument).  read_f32 re-validates after
+ * (lib/storage/storage_hazard.h has the argument).  read_f32 re-validates after
  * its copy and then returns KVP_ENOENT.  The one remaining overlap is
  * benign by construction but still a C11 data race: a stale reader
  * copying a block that was handed out again while its new owner writes it

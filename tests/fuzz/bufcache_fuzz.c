@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "bench/seed_bufcache.h"
-#include "lib/sysmem.h"
+#include "lib/testing/fault.h"
 #include "tests/fuzz/fuzz_util.h"
 
 #define MAX_BUFS 2048

@@ -1,0 +1,69 @@
+/*
+ * lib/base/rcu.c - liburcu-bp wrapper.
+ *
+ * One process-wide sync address stands for "a grace period": every reader
+ * releases on it when it leaves its section and synchronize acquires on it
+ * after the grace period.  Under TSan this turns liburcu's invisible
+ * ordering into a happens-before edge from every finished reader to the
+ * code that frees what readers saw; elsewhere it compiles to nothing.
+ */
+#include "lib/base/rcu.h"
+
+#include <stddef.h>
+#include <urcu/urcu-bp.h>
+
+#include "lib/base/sysmem.h"
+#include "lib/base/tsan.h"
+
+_Static_assert(sizeof(struct rcu_head) <= KVP_RCU_HEAD_BYTES, "rcu_head must fit its room");
+
+static char grace_sync;
+
+void kvp_rcu_read_lock(void)
+{
+	urcu_bp_read_lock();
+}
+
+void kvp_rcu_read_unlock(void)
+{
+	KVP_TSAN_RELEASE(&grace_sync);
+	urcu_bp_read_unlock();
+}
+
+void kvp_rcu_synchronize(void)
+{
+	urcu_bp_synchronize_rcu();
+	KVP_TSAN_ACQUIRE(&grace_sync);
+}
+
+bool kvp_rcu_read_ongoing(void)
+{
+	return urcu_bp_read_ongoing() != 0;
+}
+
+/* Runs on liburcu's call_rcu thread once every reader that could see the
+ * memory has left its section. */
+static void free_cb(struct rcu_head *head)
+{
+	KVP_TSAN_ACQUIRE(&grace_sync);
+	kvp_sys_free(head);
+}
+
+void kvp_rcu_free_deferred(void *p)
+{
+	urcu_bp_call_rcu((struct rcu_head *)p, free_cb);
+}
+
+static void call_cb(struct rcu_head *head)
+{
+	struct kvp_rcu_cb *cb = (struct kvp_rcu_cb *)head;
+	KVP_TSAN_ACQUIRE(&grace_sync);
+	cb->fn(cb);
+}
+
+void kvp_rcu_call(struct kvp_rcu_cb *cb, void (*fn)(struct kvp_rcu_cb *cb))
+{
+	_Static_assert(sizeof(cb->head) >= sizeof(struct rcu_head), "rcu_head must fit its room");
+	cb->fn = fn;
+	urcu_bp_call_rcu((struct rcu_head *)cb->head, call_cb);
+}

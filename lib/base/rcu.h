@@ -1,0 +1,63 @@
+/*
+ * lib/base/rcu.h - the pool's RCU: liburcu's bulletproof flavor, TSan-annotated.
+ *
+ * The bp flavor registers a reader thread on its first read-side section
+ * and unregisters it at thread exit by itself, so callers of kvpool never
+ * see a registration step.  Read-side sections may nest and may block on a
+ * mutex; kvp_rcu_synchronize must never be called inside one, nor while
+ * holding a lock that a reader may wait for inside one.
+ *
+ *   function              who may call                 cost
+ *   --------------------  ---------------------------  -----------------
+ *   kvp_rcu_read_lock     any thread                   a few ns, no fence
+ *   kvp_rcu_read_unlock   the thread that locked       a few ns
+ *   kvp_rcu_synchronize   any thread outside sections  waits for readers
+ *                         and holding no lock a
+ *                         reader may wait for
+ *   kvp_rcu_free_deferred any thread, anywhere         never waits (call_rcu)
+ *   kvp_rcu_call          any thread, anywhere         never waits (call_rcu)
+ *
+ * The block pool's own paths use none of these: its block table never
+ * moves, so nothing a pool call reads is freed before kvp_pool_destroy.
+ * The prefix cache (lib/prefix*.c, pools made with prefix_cache) uses them
+ * for its key index.  Note that liburcu-bp registers a thread on its first
+ * read-side section or read_ongoing query by mapping memory, and that the
+ * first call_rcu starts a worker thread; liburcu aborts the process if
+ * either fails.
+ */
+#ifndef KVPOOL_LIB_RCU_H
+#define KVPOOL_LIB_RCU_H
+
+#include <stdbool.h>
+
+void kvp_rcu_read_lock(void);
+void kvp_rcu_read_unlock(void);
+void kvp_rcu_synchronize(void);
+
+/** kvp_rcu_read_ongoing - whether the calling thread is inside a read-side section */
+bool kvp_rcu_read_ongoing(void);
+
+/**
+ * kvp_rcu_free_deferred - free @p (from kvp_sys_alloc) after a grace period
+ *
+ * Never blocks, so it may be called anywhere, a read-side section included.
+ * @p must start with KVP_RCU_HEAD_BYTES bytes the callback may use.
+ */
+#define KVP_RCU_HEAD_BYTES 16
+void kvp_rcu_free_deferred(void *p);
+
+/* Room for liburcu's rcu_head and the function to run after a grace period. */
+struct kvp_rcu_cb {
+	void *head[KVP_RCU_HEAD_BYTES / sizeof(void *)];
+	void (*fn)(struct kvp_rcu_cb *cb);
+};
+
+/**
+ * kvp_rcu_call - run @fn(@cb) on liburcu's call_rcu thread after a grace period
+ *
+ * Never blocks.  TSan is told that every read-side section that ended
+ * before the grace period happens-before @fn.
+ */
+void kvp_rcu_call(struct kvp_rcu_cb *cb, void (*fn)(struct kvp_rcu_cb *cb));
+
+#endif /* KVPOOL_LIB_RCU_H */

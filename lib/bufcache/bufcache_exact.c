@@ -1,0 +1,136 @@
+/*
+ * lib/bufcache/bufcache_exact.c - exact size classes: bitmap-indexed Michael-Scott queues.
+ *
+ * Why one class per capacity instead of TLSF's logarithmic classes: the
+ * seed's contract is exact best fit (the smallest cached capacity >= the
+ * request).  A class that mixes capacities would have to be kept sorted,
+ * which no single-CAS structure does; one capacity per class makes "first
+ * non-empty class at or above the request" the exact answer, found in O(1)
+ * through the three-level bitmap.  The cost is memory for the class heads,
+ * which is why groups of 64 classes (4 KiB) are created only for capacities
+ * that have actually been allocated.
+ */
+#include "lib/bufcache/bufcache_exact.h"
+#include "lib/base/sysmem.h"
+
+int bc_exact_init(struct bc_exact *ex)
+{
+	atomic_init(&ex->n_groups, 0);
+	if (bc_bitmap_init(&ex->bm))
+		return -1;
+	/* Zeroed memory is a valid array of NULL atomic pointers on this ABI. */
+	ex->dir = kvp_sys_calloc(BC_N_GROUPS, sizeof(*ex->dir), 64);
+	if (!ex->dir || pthread_mutex_init(&ex->group_lock, NULL)) {
+		kvp_sys_free((void *)ex->dir);
+		bc_bitmap_destroy(&ex->bm);
+		return -1;
+	}
+	return 0;
+}
+
+void bc_exact_destroy(struct bc_exact *ex)
+{
+	for (size_t g = 0; g < BC_N_GROUPS; g++)
+		kvp_sys_free(atomic_load_explicit(&ex->dir[g], memory_order_relaxed));
+	kvp_sys_free((void *)ex->dir);
+	bc_bitmap_destroy(&ex->bm);
+	pthread_mutex_destroy(&ex->group_lock);
+}
+
+/* Take @cnt free nodes into @out, growing the slab if needed; 0 or -1 (then none taken). */
+static int take_nodes(struct bc_nodes *n, uint32_t *out, unsigned cnt)
+{
+	for (unsigned i = 0; i < cnt; i++) {
+		out[i] = bc_nodes_pop(n);
+		if (out[i] == BC_NIL && (bc_nodes_grow(n, bc_nodes_total(n) + cnt) ||
+		                         (out[i] = bc_nodes_pop(n)) == BC_NIL)) {
+			while (i--)
+				bc_nodes_push(n, out[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int bc_exact_ensure_group(struct bc_exact *ex, struct bc_nodes *n, size_t cls)
+{
+	size_t g = cls >> BC_GROUP_BITS;
+	uint32_t dummies[BC_GROUP_SIZE];
+	struct bc_group *grp;
+	int rc = 0;
+
+	if (bc_exact_ready(ex, cls))
+		return 0;
+	pthread_mutex_lock(&ex->group_lock);
+	if (atomic_load_explicit(&ex->dir[g], memory_order_relaxed))
+		goto out;
+	rc = -1;
+	grp = kvp_sys_alloc(sizeof(*grp), 64);
+	if (!grp)
+		goto out;
+	if (take_nodes(n, dummies, BC_GROUP_SIZE)) {
+		kvp_sys_free(grp);
+		goto out;
+	}
+	for (unsigned i = 0; i < BC_GROUP_SIZE; i++)
+		bc_queue_init(n, &grp->q[i], dummies[i]);
+	/* Release: the queues' initial state is visible to whoever finds the group. */
+	atomic_store_explicit(&ex->dir[g], grp, memory_order_release);
+	atomic_fetch_add_explicit(&ex->n_groups, 1, memory_order_relaxed);
+	rc = 0;
+out:
+	pthread_mutex_unlock(&ex->group_lock);
+	return rc;
+}
+
+uint64_t bc_exact_count(struct bc_exact *ex)
+{
+	int64_t sum = 0;
+
+	for (size_t g = 0; g < BC_N_GROUPS; g++) {
+		struct bc_group *grp = atomic_load_explicit(&ex->dir[g], memory_order_acquire);
+		for (unsigned i = 0; grp && i < BC_GROUP_SIZE; i++)
+			sum += atomic_load_explicit(&grp->q[i].count, memory_order_relaxed);
+	}
+	return sum > 0 ? (uint64_t)sum : 0;
+}
+
+static inline struct bc_queue *queue_of(struct bc_exact *ex, size_t cls)
+{
+	struct bc_group *grp =
+	    atomic_load_explicit(&ex->dir[cls >> BC_GROUP_BITS], memory_order_acquire);
+	return &grp->q[cls & (BC_GROUP_SIZE - 1)];
+}
+
+void bc_exact_put(struct bc_exact *ex, struct bc_nodes *n, size_t cls, uint32_t idx)
+{
+	struct bc_queue *q = queue_of(ex, cls);
+
+	/* seq_cst: part of the count/bitmap protocol (see bufcache_class.h). */
+	if (atomic_fetch_add_explicit(&q->count, 1, memory_order_seq_cst) == 0)
+		bc_bitmap_set(&ex->bm, cls);
+	bc_queue_enqueue(n, q, idx);
+}
+
+int bc_exact_take(struct bc_exact *ex, struct bc_nodes *n, size_t from, void **ptr, size_t *cap)
+{
+	for (;;) {
+		long cls = bc_bitmap_find(&ex->bm, from);
+		struct bc_queue *q;
+		uint32_t spare;
+
+		if (cls < 0)
+			return 0;
+		q = queue_of(ex, (size_t)cls);
+		if (bc_queue_dequeue(n, q, ptr, cap, &spare)) {
+			bc_nodes_push(n, spare);
+			if (atomic_fetch_sub_explicit(&q->count, 1, memory_order_seq_cst) == 1) {
+				bc_bitmap_clear(&ex->bm, (size_t)cls);
+				if (atomic_load_explicit(&q->count, memory_order_seq_cst) > 0)
+					bc_bitmap_set(&ex->bm, (size_t)cls);
+			}
+			return 1;
+		}
+		from = (size_t)cls + 1;
+	}
+}

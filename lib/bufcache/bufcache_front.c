@@ -1,0 +1,338 @@
+/*
+ * lib/bufcache/bufcache_front.c - finding a thread's front, claiming fronts, giving them back.
+ *
+ * A thread keeps a short list of {cache, uid, front} entries in thread-local
+ * storage; the first entry is found with two comparisons in the common case
+ * of one cache.  The uid guards against a cache destroyed and another
+ * created at the same address.
+ *
+ * Thread exit against cache destruction: a process-wide registry of live
+ * caches, under one mutex, decides (as for the block pool's slots).  The
+ * thread-exit destructor holds the registry lock while it empties its
+ * fronts of the caches still alive; kvp_bufcache_destroy takes the cache out
+ * of the registry under the same lock before freeing anything.  Neither is
+ * on the hit path: the lock is taken once per thread per cache at first use,
+ * and at thread exit.
+ */
+#define _GNU_SOURCE
+#include "lib/bufcache/bufcache_front.h"
+
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "lib/bufcache/bufcache_internal.h"
+#include "lib/base/sysmem.h"
+
+/* initial-exec: one instruction to reach it (see lib/pool/tslot.c). */
+__thread struct bc_tls_ent *bc_tls_head __attribute__((tls_model("initial-exec")));
+/* The cache for which this thread last failed to make a front: not retried per call. */
+static __thread uint64_t nofront_uid __attribute__((tls_model("initial-exec")));
+
+#ifndef KVP_TSAN
+int bc_front_asym;
+#endif
+
+static pthread_key_t tls_key;
+static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+static int tls_key_ok;
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static kvp_bufcache *reg_head;
+
+static void tls_destructor(void *unused);
+
+static void setup(void)
+{
+	tls_key_ok = kvp_sys_key_create(&tls_key, tls_destructor) == 0;
+#ifndef KVP_TSAN
+	bc_front_asym =
+	    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+#endif
+}
+
+void bc_front_setup(void)
+{
+	pthread_once(&setup_once, setup);
+}
+
+void bc_front_registry_add(kvp_bufcache *c)
+{
+	pthread_mutex_lock(&reg_lock);
+	c->reg_next = reg_head;
+	reg_head = c;
+	pthread_mutex_unlock(&reg_lock);
+}
+
+void bc_front_registry_remove(kvp_bufcache *c)
+{
+	pthread_mutex_lock(&reg_lock);
+	kvp_bufcache **pp = &reg_head;
+	while (*pp && *pp != c)
+		pp = &(*pp)->reg_next;
+	if (*pp)
+		*pp = c->reg_next;
+	pthread_mutex_unlock(&reg_lock);
+}
+
+/* Registry lock held. */
+static int registry_alive(const kvp_bufcache *c, uint64_t uid)
+{
+	for (kvp_bufcache *p = reg_head; p; p = p->reg_next)
+		if (p == c && p->uid == uid)
+			return 1;
+	return 0;
+}
+
+struct bc_front *bc_front_alloc(void)
+{
+	struct bc_front *f = kvp_sys_calloc(1, sizeof(*f), 64);
+
+	/* Zeroed memory: IDLE, unclaimed, empty, untaken (valid atomics on this ABI). */
+	return f;
+}
+
+/* Full barrier on every CPU running one of our threads (asymmetric protocol). */
+static void barrier_all(void)
+{
+#ifndef KVP_TSAN
+	if (bc_front_asym)
+		syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+#endif
+}
+
+/* A short pause while an owner finishes a few dozen instructions. */
+static void pause_a_little(unsigned *spins)
+{
+	if (++*spins < 128) {
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#endif
+	} else {
+		sched_yield();
+	}
+}
+
+/*
+ * Empty a held front: buffers (with @buffers) to the shared tier, the unused
+ * reservation back to the budget.  Buffers that find no shared node are
+ * chained on *@rejects (through their first word) for the caller to give
+ * back to the system once it holds no front.  Returns buffers moved + 1 if
+ * a reservation came back.
+ */
+static uint64_t empty_front(kvp_bufcache *c, struct bc_front *f, int buffers, void **rejects)
+{
+	uint64_t moved = 0;
+	size_t res = bc_front_get(&f->reserve);
+
+	while (buffers && f->l1) {
+		long cls = bc_front_find(f, 0);
+		void *p = bc_front_pop(f, (size_t)cls);
+		if (!bc_shared_put(c, p, bc_front_cap((size_t)cls))) {
+			((void **)p)[0] = *rejects; /* the chain and the capacity, in the buffer */
+			((size_t *)p)[1] = bc_front_cap((size_t)cls);
+			*rejects = p;
+		}
+		moved++;
+	}
+	if (res) {
+		bc_unreserve(c, res);
+		bc_front_set(&f->reserve, 0);
+		moved++;
+	}
+	return moved;
+}
+
+/* Give back buffers chained by empty_front (their bytes are still reserved). */
+static void release_rejects(kvp_bufcache *c, struct bc_front *me, void *p)
+{
+	while (p) {
+		void *next = *(void **)p;
+		/* The capacity travels in the second word (empty_front). */
+		size_t cap = ((size_t *)p)[1];
+		bc_unreserve(c, cap);
+		bc_release_to_system(c, me, p, cap);
+		p = next;
+	}
+}
+
+static int worth_claiming(struct bc_front *f, int buffers)
+{
+	/* Relaxed: a hint; a buffer put in after this look is a later free. */
+	return (buffers && atomic_load_explicit(&f->nbufs, memory_order_relaxed)) ||
+	       bc_front_get(&f->reserve);
+}
+
+uint64_t bc_fronts_drain(kvp_bufcache *c, struct bc_front *me, int buffers)
+{
+	/* Acquire: see each front's initial state as published by its push. */
+	struct bc_front *head = atomic_load_explicit(&c->fronts, memory_order_acquire), *f;
+	uint64_t moved = 0;
+	void *rejects = NULL;
+	int any = 0, busy_elsewhere = 0;
+	uintptr_t token = (uintptr_t)&rejects; /* unique among live drainers */
+
+	for (f = head; f; f = f->next) {
+		uintptr_t exp = 0;
+		if (!worth_claiming(f, buffers))
+			continue;
+		/* seq_cst: the claimer's store half of the Dekker pair (see the header). */
+		if (atomic_compare_exchange_strong_explicit(
+		        &f->claim, &exp, token, memory_order_seq_cst, memory_order_relaxed)) {
+			any = 1;
+		} else {
+			busy_elsewhere = 1;
+		}
+	}
+	if (any)
+		barrier_all();
+	for (f = head; f; f = f->next) {
+		unsigned spins = 0;
+		/* Relaxed: only our own CAS above stored our token. */
+		if (atomic_load_explicit(&f->claim, memory_order_relaxed) != token)
+			continue;
+		/* seq_cst: the claimer's load half; acquire: the owner's last writes. */
+		while (atomic_load_explicit(&f->state, memory_order_seq_cst) != BC_FRONT_IDLE)
+			pause_a_little(&spins);
+		moved += empty_front(c, f, buffers, &rejects);
+		/* Release: the owner's next enter (acquire) sees the emptied front. */
+		atomic_store_explicit(&f->claim, 0, memory_order_release);
+	}
+	/* Fronts another drainer held: wait until it is done, holding nothing ourselves. */
+	for (f = head; busy_elsewhere && f; f = f->next) {
+		unsigned spins = 0;
+		while (atomic_load_explicit(&f->claim, memory_order_acquire))
+			pause_a_little(&spins);
+	}
+	release_rejects(c, me, rejects);
+	return moved;
+}
+
+size_t bc_fronts_reserve_sum(kvp_bufcache *c, struct bc_front *me)
+{
+	size_t sum = 0;
+
+	for (struct bc_front *f = atomic_load_explicit(&c->fronts, memory_order_acquire); f;
+	     f = f->next)
+		if (f != me)
+			sum += bc_front_get(&f->reserve);
+	return sum;
+}
+
+/*
+ * The owner gives its front back at thread exit: contents to the shared
+ * tier, reservation to the budget, the front to the next new thread.
+ * Registry lock held and the cache alive.
+ */
+static void front_release(kvp_bufcache *c, struct bc_front *f)
+{
+	void *rejects = NULL;
+	unsigned spins = 0;
+
+	while (!bc_front_enter(f)) /* a drainer holds it for a moment: wait */
+		pause_a_little(&spins);
+	empty_front(c, f, 1, &rejects);
+	bc_front_leave(f);
+	release_rejects(c, f, rejects);
+	/* Release: the thread that takes the front next (acquire CAS) sees it empty
+	 * and our final counter values. */
+	atomic_store_explicit(&f->taken, 0, memory_order_release);
+}
+
+static void tls_destructor(void *unused)
+{
+	struct bc_tls_ent *e = bc_tls_head;
+
+	(void)unused;
+	bc_tls_head = NULL;
+	pthread_mutex_lock(&reg_lock);
+	while (e) {
+		struct bc_tls_ent *next = e->next;
+		if (registry_alive(e->c, e->uid))
+			front_release(e->c, e->f);
+		kvp_sys_free(e);
+		e = next;
+	}
+	pthread_mutex_unlock(&reg_lock);
+}
+
+/* Drop entries of caches that no longer exist. */
+static void tls_prune(void)
+{
+	pthread_mutex_lock(&reg_lock);
+	struct bc_tls_ent **pp = &bc_tls_head;
+	while (*pp) {
+		struct bc_tls_ent *e = *pp;
+		if (!registry_alive(e->c, e->uid)) {
+			*pp = e->next;
+			kvp_sys_free(e);
+		} else {
+			pp = &e->next;
+		}
+	}
+	pthread_mutex_unlock(&reg_lock);
+}
+
+/* Take a front another thread gave up, or make one and add it to the list. */
+static struct bc_front *front_take(kvp_bufcache *c)
+{
+	struct bc_front *f, *head;
+
+	/* Acquire: see the fronts' contents as published by their push. */
+	for (f = atomic_load_explicit(&c->fronts, memory_order_acquire); f; f = f->next) {
+		int exp = 0;
+		/* Acquire: pairs with the release in front_release. */
+		if (atomic_load_explicit(&f->taken, memory_order_relaxed) == 0 &&
+		    atomic_compare_exchange_strong_explicit(
+		        &f->taken, &exp, 1, memory_order_acquire, memory_order_relaxed))
+			return f;
+	}
+	f = bc_front_alloc();
+	if (!f)
+		return NULL;
+	atomic_init(&f->taken, 1);
+	head = atomic_load_explicit(&c->fronts, memory_order_relaxed);
+	do {
+		f->next = head;
+		/* Release: a drainer that finds the front sees it initialised. */
+	} while (!atomic_compare_exchange_weak_explicit(&c->fronts, &head, f, memory_order_release,
+	                                                memory_order_relaxed));
+	return f;
+}
+
+struct bc_front *bc_front_get_slow(kvp_bufcache *c, uint64_t uid)
+{
+	struct bc_tls_ent *e;
+	struct bc_front *f;
+
+	for (e = bc_tls_head; e; e = e->next)
+		if (e->c == c && e->uid == uid)
+			return e->f;
+	if (nofront_uid == uid)
+		return NULL;
+	bc_front_setup();
+	if (!tls_key_ok)
+		goto fail;
+	tls_prune();
+	e = kvp_sys_alloc(sizeof(*e), 8);
+	if (!e)
+		goto fail;
+	f = front_take(c);
+	if (!f) {
+		kvp_sys_free(e);
+		goto fail;
+	}
+	e->c = c;
+	e->uid = uid;
+	e->f = f;
+	e->next = bc_tls_head;
+	bc_tls_head = e;
+	/* Any non-NULL value makes the destructor run at thread exit. */
+	pthread_setspecific(tls_key, (void *)1);
+	return f;
+fail:
+	nofront_uid = uid;
+	return NULL;
+}

@@ -1,0 +1,133 @@
+/*
+ * lib/bufcache/bufcache_node.c - node slab and sharded Treiber free lists.
+ *
+ * Free lists are Treiber stacks whose head is one 64-bit word {tag, index}:
+ * every successful CAS bumps the tag, so a pop that read a head, slept while
+ * the node was popped and pushed back, and then tries its CAS fails instead
+ * of installing a stale successor (ABA).  The successor is read from a node
+ * that another thread may be reusing at that moment; the read is atomic
+ * (relaxed) and its value is only used if the tagged CAS proves nothing
+ * changed.  Push uses release and pop acquire, so whatever a thread wrote
+ * into a node before pushing it is visible to the thread that pops it.
+ *
+ * Growth happens only on the miss path (the caller is about to go to the
+ * system allocator anyway), under a mutex that guards nothing but growth:
+ * hits and frees never take it.
+ */
+#include "lib/bufcache/bufcache_node.h"
+#include "lib/base/sysmem.h"
+
+#include <string.h>
+
+int bc_nodes_init(struct bc_nodes *n)
+{
+	memset(n, 0, sizeof(*n));
+	for (int i = 0; i < BC_NODE_SEGS; i++)
+		atomic_init(&n->seg[i], NULL);
+	atomic_init(&n->total, 0);
+	for (int i = 0; i < BC_SHARDS; i++)
+		atomic_init(&n->shard[i].head, bc_tagged(BC_NIL, 0));
+	return pthread_mutex_init(&n->grow_lock, NULL) ? -1 : 0;
+}
+
+void bc_nodes_destroy(struct bc_nodes *n)
+{
+	for (int i = 0; i < BC_NODE_SEGS; i++)
+		kvp_sys_free(atomic_load_explicit(&n->seg[i], memory_order_relaxed));
+	pthread_mutex_destroy(&n->grow_lock);
+}
+
+_Thread_local unsigned bc_shard_plus1;
+
+unsigned bc_thread_shard_assign(void)
+{
+	/* Round-robin assignment at a thread's first call; relaxed: any value works. */
+	static _Atomic unsigned next_shard;
+
+	bc_shard_plus1 =
+	    1 + atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % BC_SHARDS;
+	return bc_shard_plus1 - 1;
+}
+
+/* Push the chain @first..@last (already linked through free_next) onto shard @s. */
+static void push_chain(struct bc_nodes *n, unsigned s, uint32_t first, uint32_t last)
+{
+	_Atomic uint64_t *head = &n->shard[s].head;
+	uint64_t old = atomic_load_explicit(head, memory_order_relaxed);
+	struct bc_node *l = bc_node(n, last);
+
+	do {
+		atomic_store_explicit(&l->free_next, bc_idx(old), memory_order_relaxed);
+		/* Release: publishes free_next and everything written to the nodes before. */
+	} while (
+	    !atomic_compare_exchange_weak_explicit(head, &old, bc_tagged(first, bc_tag(old) + 1),
+	                                           memory_order_release, memory_order_relaxed));
+}
+
+void bc_nodes_push(struct bc_nodes *n, uint32_t idx)
+{
+	push_chain(n, bc_thread_shard(), idx, idx);
+}
+
+static uint32_t pop_shard(struct bc_nodes *n, unsigned s)
+{
+	_Atomic uint64_t *head = &n->shard[s].head;
+	/* Acquire: pairs with push's release so the node's fields are visible. */
+	uint64_t old = atomic_load_explicit(head, memory_order_acquire);
+
+	while (bc_idx(old) != BC_NIL) {
+		uint32_t nx =
+		    atomic_load_explicit(&bc_node(n, bc_idx(old))->free_next, memory_order_relaxed);
+		if (atomic_compare_exchange_weak_explicit(
+		        head, &old, bc_tagged(nx, bc_tag(old) + 1), memory_order_acquire,
+		        memory_order_acquire))
+			return bc_idx(old);
+	}
+	return BC_NIL;
+}
+
+uint32_t bc_nodes_pop(struct bc_nodes *n)
+{
+	unsigned s = bc_thread_shard();
+
+	for (unsigned i = 0; i < BC_SHARDS; i++) {
+		uint32_t idx = pop_shard(n, (s + i) % BC_SHARDS);
+		if (idx != BC_NIL)
+			return idx;
+	}
+	return BC_NIL;
+}
+
+int bc_nodes_grow(struct bc_nodes *n, uint64_t want)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&n->grow_lock);
+	while (atomic_load_explicit(&n->total, memory_order_relaxed) < want) {
+		unsigned k = n->nsegs;
+		size_t cnt = (size_t)BC_SEG0 << k, base = (size_t)BC_SEG0 * (((size_t)1 << k) - 1);
+		struct bc_node *s;
+
+		if (k >= BC_NODE_SEGS) {
+			rc = -1;
+			break;
+		}
+		s = kvp_sys_calloc(cnt, sizeof(*s), 64);
+		if (!s) {
+			rc = -1;
+			break;
+		}
+		for (size_t i = 0; i < cnt; i++) {
+			atomic_init(&s[i].next, bc_tagged(BC_NIL, 0));
+			atomic_init(&s[i].free_next, (uint32_t)(base + i + 1));
+			s[i].lprev = s[i].lnext = BC_NIL;
+		}
+		/* Release: the initialised segment is visible to every bc_node() that finds it. */
+		atomic_store_explicit(&n->seg[k], s, memory_order_release);
+		n->nsegs = k + 1;
+		atomic_store_explicit(&n->total, base + cnt, memory_order_relaxed);
+		push_chain(n, bc_thread_shard(), (uint32_t)base, (uint32_t)(base + cnt - 1));
+	}
+	pthread_mutex_unlock(&n->grow_lock);
+	return rc;
+}

@@ -1,0 +1,62 @@
+/*
+ * lib/bufcache/bufcache_queue.h - lock-free FIFO of cached buffers for one exact size class.
+ *
+ * A Michael-Scott queue (PODC 1996) over bufcache_node.h's type-stable nodes,
+ * with counted links: head, tail and every node's next are 64-bit words
+ * {32-bit tag, 32-bit index} changed by single CAS, each success bumping the
+ * tag.  The queue always holds one dummy node; a dequeue returns the first
+ * real node's buffer, makes that node the new dummy and hands the old dummy
+ * back to the caller to free.
+ *
+ * FIFO is what the cache needs: within one capacity, both a hit and an
+ * eviction take the least recently cached buffer, and the linearisation
+ * order of enqueues is exactly "order of caching".
+ *
+ * Synchronization:
+ *
+ *   operation          may run concurrently with   progress
+ *   -----------------  --------------------------  ---------
+ *   bc_queue_enqueue   enqueue, dequeue            lock-free
+ *   bc_queue_dequeue   enqueue, dequeue            lock-free
+ *   bc_queue_init      nothing (before publication)
+ *
+ * Memory order: the link CAS in enqueue is release, dequeue's loads of links
+ * are acquire: the enqueuer's writes to the node (ptr, cap) and, through the
+ * free() that cached the buffer, the user's writes to the buffer itself,
+ * happen before the dequeuer hands the buffer out.  The head CAS is acq_rel,
+ * so each dequeuer synchronises with the one before it and never follows a
+ * stale link of a node that was recycled and enqueued again.
+ */
+#ifndef KVPOOL_LIB_BUFCACHE_QUEUE_H
+#define KVPOOL_LIB_BUFCACHE_QUEUE_H
+
+#include "lib/bufcache/bufcache_node.h"
+
+struct bc_queue {
+	_Alignas(64) _Atomic uint64_t head; /* tagged index of the dummy */
+	_Atomic uint64_t tail;              /* tagged index of the last node (may lag by one) */
+	_Atomic int64_t count;              /* buffers in the queue (+ enqueues in flight) */
+};
+
+/* bc_queue_init - empty queue whose dummy is node @dummy */
+void bc_queue_init(struct bc_nodes *n, struct bc_queue *q, uint32_t dummy);
+
+/* bc_queue_enqueue - append node @idx, whose ptr and cap the caller has set */
+void bc_queue_enqueue(struct bc_nodes *n, struct bc_queue *q, uint32_t idx);
+
+/*
+ * bc_queue_dequeue - take the oldest buffer
+ * On success stores its pointer and capacity, stores in *@spare the index of a
+ * node the caller must free (bc_nodes_push), and returns 1.  Returns 0 when
+ * the queue is empty.
+ */
+int bc_queue_dequeue(struct bc_nodes *n, struct bc_queue *q, void **ptr, size_t *cap,
+                     uint32_t *spare);
+
+/* bc_queue_dummy - the current dummy (only when no other thread uses the queue) */
+static inline uint32_t bc_queue_dummy(struct bc_queue *q)
+{
+	return bc_idx(atomic_load_explicit(&q->head, memory_order_relaxed));
+}
+
+#endif /* KVPOOL_LIB_BUFCACHE_QUEUE_H */

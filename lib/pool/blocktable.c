@@ -1,0 +1,68 @@
+/*
+ * lib/pool/blocktable.c - segment 0 plus geometric growth segments.
+ *
+ * Growth never moves a block and never replaces anything a reader may be
+ * looking at: it only fills the next empty pointer of the table's inline
+ * segment array.  So the table needs no read-side section, no RCU and no
+ * deferred freeing; segments are freed by kvp_bt_destroy alone.
+ *
+ * Segments are allocated without clearing: the pool initialises every
+ * block it creates (seed, growth), so a large growth segment costs only the
+ * pages of the blocks actually created.
+ */
+#include "lib/pool/blocktable.h"
+
+#include <string.h>
+
+#include "lib/base/sysmem.h"
+
+#define KVP_CACHELINE 64
+
+int kvp_bt_init(struct kvp_blocktable *bt, uint32_t n0)
+{
+	memset(bt, 0, sizeof(*bt));
+	bt->seg0 = kvp_sys_alloc((size_t)(n0 ? n0 : 1) * sizeof(struct kvp_block), KVP_CACHELINE);
+	if (!bt->seg0)
+		return -1;
+	bt->n0 = n0;
+	bt->cap = n0;
+	return 0;
+}
+
+int kvp_bt_extend(struct kvp_blocktable *bt, uint32_t n_ids)
+{
+	while (bt->cap < n_ids) {
+		uint32_t k = 0;
+		/* relaxed: only the grow-mutex holder stores segment pointers. */
+		while (k < KVP_BT_MAX_SEGS &&
+		       atomic_load_explicit(&bt->seg[k], memory_order_relaxed))
+			k++;
+		if (k >= KVP_BT_MAX_SEGS - KVP_BT_BASE_SHIFT)
+			return -1; /* past 2^32 ids: cannot happen below KVP_MAX_BLOCKS */
+		size_t n = (size_t)KVP_BT_BASE << k;
+		struct kvp_block *s = kvp_sys_alloc(n * sizeof(struct kvp_block), KVP_CACHELINE);
+		if (!s)
+			return -1;
+		/* relaxed: published by the later release of the new ids. */
+		atomic_store_explicit(&bt->seg[k], s, memory_order_relaxed);
+		uint64_t cap = (uint64_t)bt->cap + n;
+		bt->cap = cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
+	}
+	return 0;
+}
+
+void kvp_bt_destroy(struct kvp_blocktable *bt)
+{
+	kvp_sys_free(bt->seg0);
+	bt->seg0 = NULL;
+	for (int k = 0; k < KVP_BT_MAX_SEGS; k++) {
+		kvp_sys_free(atomic_load_explicit(&bt->seg[k], memory_order_relaxed));
+		atomic_store_explicit(&bt->seg[k], NULL, memory_order_relaxed);
+	}
+	bt->n0 = bt->cap = 0;
+}
+
+uint64_t kvp_bt_bytes(const struct kvp_blocktable *bt)
+{
+	return (uint64_t)bt->cap * sizeof(struct kvp_block) + sizeof(*bt);
+}

@@ -1,0 +1,165 @@
+/*
+ * lib/pool/blocktable.h - the pool's block table: segments that never move.
+ *
+ * Block metadata lives in segments whose addresses are fixed once made.
+ * Segment 0 holds the n0 blocks the pool was created with; growth segment
+ * k (k = 0 .. KVP_BT_MAX_SEGS-1) holds KVP_BT_BASE << k blocks and covers
+ * the ids from n0 + KVP_BT_BASE * (2^k - 1) up.  An id finds its block in
+ * two loads and no read-side section: for id >= n0, v = id - n0 +
+ * KVP_BT_BASE, k = floor(log2 v) - log2 KVP_BT_BASE (one clz), offset =
+ * v - 2^floor(log2 v).  Every segment pointer sits in the table itself
+ * (an inline array), so nothing is ever replaced or freed before the pool
+ * is destroyed: a block pointer stays valid for the pool's life.
+ *
+ * Synchronization:
+ *
+ *   operation            who                          ordering
+ *   -------------------  ---------------------------  -----------------------
+ *   kvp_bt_block         any thread, for an id it     relaxed load of the
+ *                        knows was created            segment pointer: the id
+ *                                                     reached the caller
+ *                                                     through a release/acquire
+ *                                                     chain from the grower
+ *                                                     (n_ids, a free-stack
+ *                                                     push/pop), which orders
+ *                                                     the segment store first
+ *   kvp_bt_extend        grow mutex held              relaxed store of the
+ *                        (or single-threaded)         pointer; published as
+ *                                                     above
+ *   kvp_bt_destroy       single-threaded              -
+ *
+ * One block's metadata is 32 bytes:
+ *
+ *   state      64-bit word changed only by CAS or by the block's exclusive
+ *              holder: generation (32) | n_used (16) | in_use | ever_allocated
+ *              | retired | raw (no owner) | stream (2) | format (4); in prefix
+ *              mode also published, cached, evicting
+ *   owner      the owner id while in use (relaxed; validated by the state)
+ *   free_next  link of the free stack (atomic: read by racing poppers)
+ *   own_prev/own_next  links of the owner's list, under the owner's
+ *              exclusion (its shard lock, or the thread it is biased to)
+ *   pad        unused by the block layer
+ */
+#ifndef KVPOOL_LIB_BLOCKTABLE_H
+#define KVPOOL_LIB_BLOCKTABLE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define KVP_BT_BASE_SHIFT 10
+#define KVP_BT_BASE       (1u << KVP_BT_BASE_SHIFT)
+#define KVP_BT_MAX_SEGS   32
+#define KVP_NO_ID         UINT32_MAX
+/* Segment size of side tables indexed by block id (lib/prefix/prefix.c); the block
+ * table itself is laid out by KVP_BT_BASE. */
+#define KVP_SEG_SHIFT  10
+#define KVP_SEG_BLOCKS (1u << KVP_SEG_SHIFT)
+#define KVP_SEG_MASK   (KVP_SEG_BLOCKS - 1)
+
+struct kvp_block {
+	_Atomic uint64_t state;
+	_Atomic uint64_t owner;
+	_Atomic uint32_t free_next;
+	uint32_t own_prev;
+	uint32_t own_next;
+	uint32_t pad;
+};
+
+_Static_assert(sizeof(struct kvp_block) == 32, "block metadata must stay 32 bytes");
+
+/* State word layout. */
+#define KVP_ST_USED_SHIFT   32
+#define KVP_ST_USED_MASK    (0xffffull << KVP_ST_USED_SHIFT)
+#define KVP_ST_IN_USE       (1ull << 48)
+#define KVP_ST_EVER         (1ull << 49)
+#define KVP_ST_RETIRED      (1ull << 50)
+#define KVP_ST_RAW          (1ull << 51)
+#define KVP_ST_STREAM_SHIFT 52
+/* Prefix cache only (lib/prefix/prefix_internal.h): findable by key, cached (free
+ * and on an LRU list), taken off the LRU by an evictor. */
+#define KVP_ST_PUBLISHED    (1ull << 54)
+#define KVP_ST_CACHED       (1ull << 55)
+#define KVP_ST_EVICTING     (1ull << 60)
+#define KVP_ST_FORMAT_SHIFT 56
+
+static inline uint32_t kvp_st_gen(uint64_t st)
+{
+	return (uint32_t)st;
+}
+
+static inline uint32_t kvp_st_used(uint64_t st)
+{
+	return (uint32_t)((st & KVP_ST_USED_MASK) >> KVP_ST_USED_SHIFT);
+}
+
+static inline uint32_t kvp_st_stream(uint64_t st)
+{
+	return (uint32_t)(st >> KVP_ST_STREAM_SHIFT) & 3u;
+}
+
+static inline uint32_t kvp_st_format(uint64_t st)
+{
+	return (uint32_t)(st >> KVP_ST_FORMAT_SHIFT) & 15u;
+}
+
+static inline uint64_t kvp_st_with_used(uint64_t st, uint32_t used)
+{
+	return (st & ~KVP_ST_USED_MASK) | ((uint64_t)used << KVP_ST_USED_SHIFT);
+}
+
+static inline uint64_t kvp_st_make(uint32_t gen, uint32_t used, uint64_t flags, uint32_t stream,
+                                   uint32_t format)
+{
+	return (uint64_t)gen | ((uint64_t)used << KVP_ST_USED_SHIFT) | flags |
+	       ((uint64_t)stream << KVP_ST_STREAM_SHIFT) |
+	       ((uint64_t)format << KVP_ST_FORMAT_SHIFT);
+}
+
+struct kvp_blocktable {
+	struct kvp_block *seg0; /* ids [0, n0); set before the pool is shared */
+	uint32_t n0;
+	uint32_t cap; /* ids covered by allocated segments; grow mutex */
+	_Atomic(struct kvp_block *) seg[KVP_BT_MAX_SEGS];
+};
+
+/**
+ * kvp_bt_block - the metadata of block @id
+ *
+ * The caller knows @id was created (below kvp_pool_n_ids read with acquire,
+ * or obtained from a free stack or a ref).  Two loads, no fence.
+ */
+static inline struct kvp_block *kvp_bt_block(struct kvp_blocktable *bt, uint32_t id)
+{
+	if (__builtin_expect(id < bt->n0, 1))
+		return &bt->seg0[id];
+	uint32_t v = id - bt->n0 + KVP_BT_BASE;
+	uint32_t msb = 31u - (uint32_t)__builtin_clz(v);
+	/* relaxed: see the table above (the id's publication orders it). */
+	struct kvp_block *s =
+	    atomic_load_explicit(&bt->seg[msb - KVP_BT_BASE_SHIFT], memory_order_relaxed);
+	return &s[v - (1u << msb)];
+}
+
+/**
+ * kvp_bt_init - a table with segment 0 of @n0 blocks (contents undefined:
+ * the caller initialises every block it creates).  Returns 0 or -1 (no memory).
+ */
+int kvp_bt_init(struct kvp_blocktable *bt, uint32_t n0);
+
+/**
+ * kvp_bt_extend - make room for ids below @n_ids
+ *
+ * Grow mutex held (or single-threaded).  Adds growth segments; never moves
+ * or frees one, so it never waits for readers.  Returns 0, or -1 when memory
+ * ran out (segments already added stay; ids they do not cover stay absent).
+ */
+int kvp_bt_extend(struct kvp_blocktable *bt, uint32_t n_ids);
+
+/** kvp_bt_destroy - free every segment (single-threaded) */
+void kvp_bt_destroy(struct kvp_blocktable *bt);
+
+/** kvp_bt_bytes - bytes of metadata the table holds (grow mutex or quiescent) */
+uint64_t kvp_bt_bytes(const struct kvp_blocktable *bt);
+
+#endif /* KVPOOL_LIB_BLOCKTABLE_H */

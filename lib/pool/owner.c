@@ -1,0 +1,222 @@
+/*
+ * lib/pool/owner.c - sharded owner hash table and per-owner block lists.
+ *
+ * Each shard is a chained hash table under its own mutex.  The bucket array
+ * doubles when the shard holds more records than buckets; if that
+ * allocation fails the table just stays denser.  Removed records go to the
+ * removing thread's small cache, and in batches to a list shared by the
+ * pool (lib/pool/owner.h), so a steady stream of requests (an owner made per
+ * request, released when it ends) allocates no memory once the pool has
+ * seen its peak number of live owners.
+ */
+#include "lib/pool/owner.h"
+
+#include <string.h>
+
+#include "lib/base/sysmem.h"
+
+#define KVP_OWNER_BUCKETS0 8u
+
+#define owner_hash kvp_owner_hash
+
+int kvp_owners_init(struct kvp_owners *o)
+{
+	memset(o, 0, sizeof(*o));
+	if (pthread_mutex_init(&o->spare_lock, NULL) != 0)
+		return -1;
+	for (uint32_t i = 0; i < KVP_OWNER_SHARDS; i++) {
+		struct kvp_oshard *sh = &o->shard[i];
+		sh->buckets = kvp_sys_calloc(KVP_OWNER_BUCKETS0, sizeof(*sh->buckets), 64);
+		if (!sh->buckets || pthread_mutex_init(&sh->lock, NULL) != 0) {
+			kvp_sys_free(sh->buckets);
+			sh->buckets = NULL;
+			for (uint32_t j = 0; j < i; j++) {
+				pthread_mutex_destroy(&o->shard[j].lock);
+				kvp_sys_free(o->shard[j].buckets);
+			}
+			/* Leave every shard empty, so kvp_owners_destroy is safe. */
+			pthread_mutex_destroy(&o->spare_lock);
+			memset(o, 0, sizeof(*o));
+			pthread_mutex_init(&o->spare_lock, NULL);
+			return -1;
+		}
+		sh->nbuckets = KVP_OWNER_BUCKETS0;
+	}
+	return 0;
+}
+
+static void free_chain(struct kvp_orec *r)
+{
+	while (r) {
+		struct kvp_orec *next = r->next;
+		kvp_sys_free(r);
+		r = next;
+	}
+}
+
+void kvp_owners_destroy(struct kvp_owners *o)
+{
+	for (uint32_t i = 0; i < KVP_OWNER_SHARDS; i++) {
+		struct kvp_oshard *sh = &o->shard[i];
+		for (uint32_t b = 0; b < sh->nbuckets; b++)
+			free_chain(sh->buckets[b]);
+		kvp_sys_free(sh->buckets);
+		if (sh->nbuckets)
+			pthread_mutex_destroy(&sh->lock);
+		sh->buckets = NULL;
+		sh->nbuckets = 0;
+	}
+	free_chain(o->spare);
+	o->spare = NULL;
+	pthread_mutex_destroy(&o->spare_lock);
+}
+
+struct kvp_oshard *kvp_owners_shard(struct kvp_owners *o, kvp_owner key)
+{
+	return kvp_owners_shard_h(o, owner_hash(key));
+}
+
+static struct kvp_orec **bucket_of(struct kvp_oshard *sh, kvp_owner key)
+{
+	return &sh->buckets[owner_hash(key) & (sh->nbuckets - 1)];
+}
+
+struct kvp_orec *kvp_oshard_find_h(struct kvp_oshard *sh, kvp_owner key, uint64_t h)
+{
+	for (struct kvp_orec *r = sh->buckets[h & (sh->nbuckets - 1)]; r; r = r->next)
+		if (r->key == key)
+			return r;
+	return NULL;
+}
+
+struct kvp_orec *kvp_oshard_find(struct kvp_oshard *sh, kvp_owner key)
+{
+	return kvp_oshard_find_h(sh, key, owner_hash(key));
+}
+
+/* Double the bucket array; on no memory keep the old one. */
+static void rehash(struct kvp_oshard *sh)
+{
+	uint32_t nb = sh->nbuckets * 2;
+	struct kvp_orec **nbk = kvp_sys_calloc(nb, sizeof(*nbk), 64);
+	if (!nbk)
+		return;
+	for (uint32_t b = 0; b < sh->nbuckets; b++) {
+		struct kvp_orec *r = sh->buckets[b];
+		while (r) {
+			struct kvp_orec *next = r->next;
+			struct kvp_orec **dst = &nbk[owner_hash(r->key) & (nb - 1)];
+			r->next = *dst;
+			*dst = r;
+			r = next;
+		}
+	}
+	kvp_sys_free(sh->buckets);
+	sh->buckets = nbk;
+	sh->nbuckets = nb;
+}
+
+/* An unused record: from the thread's cache, refilled from the pool's
+ * shared list a batch at a time, else new from the system. */
+static struct kvp_orec *record_get(struct kvp_owners *o, struct kvp_rec_cache *rc)
+{
+	if (!rc->head) {
+		pthread_mutex_lock(&o->spare_lock);
+		for (uint32_t i = 0; i < KVP_REC_BATCH && o->spare; i++) {
+			struct kvp_orec *r = o->spare;
+			o->spare = r->next;
+			r->next = rc->head;
+			rc->head = r;
+			rc->n++;
+		}
+		pthread_mutex_unlock(&o->spare_lock);
+	}
+	struct kvp_orec *r = rc->head;
+	if (r) {
+		rc->head = r->next;
+		rc->n--;
+		return r;
+	}
+	r = kvp_sys_calloc(1, sizeof(*r), 8);
+	if (r)
+		atomic_init(&r->bias, 0);
+	return r;
+}
+
+/* Keep @r in the thread's cache; past two batches, give one batch back. */
+static void record_put(struct kvp_owners *o, struct kvp_rec_cache *rc, struct kvp_orec *r)
+{
+	r->next = rc->head;
+	rc->head = r;
+	if (++rc->n <= 2 * KVP_REC_BATCH)
+		return;
+	struct kvp_orec *first = rc->head, *last = first;
+	for (uint32_t i = 1; i < KVP_REC_BATCH; i++)
+		last = last->next;
+	rc->head = last->next;
+	rc->n -= KVP_REC_BATCH;
+	pthread_mutex_lock(&o->spare_lock);
+	last->next = o->spare;
+	o->spare = first;
+	pthread_mutex_unlock(&o->spare_lock);
+}
+
+void kvp_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc)
+{
+	if (!rc->head)
+		return;
+	struct kvp_orec *last = rc->head;
+	while (last->next)
+		last = last->next;
+	pthread_mutex_lock(&o->spare_lock);
+	last->next = o->spare;
+	o->spare = rc->head;
+	pthread_mutex_unlock(&o->spare_lock);
+	rc->head = NULL;
+	rc->n = 0;
+}
+
+void kvp_rec_cache_free(struct kvp_rec_cache *rc)
+{
+	free_chain(rc->head);
+	rc->head = NULL;
+	rc->n = 0;
+}
+
+struct kvp_orec *kvp_oshard_insert(struct kvp_owners *o, struct kvp_oshard *sh,
+                                   struct kvp_rec_cache *rc, kvp_owner key)
+{
+	struct kvp_orec *r = record_get(o, rc);
+	if (!r)
+		return NULL;
+	r->key = key;
+	r->head = r->tail = KVP_NO_ID;
+	r->count = 0;
+	r->registered = false;
+	r->revokes = 0;
+	r->epoch++;
+	/* relaxed: bias is written under the shard lock only, which we hold;
+	 * a thread whose stale cache entry names this record reads it
+	 * racily and acts only on its own slot's value. */
+	atomic_store_explicit(&r->bias, 0, memory_order_relaxed);
+	if (sh->n >= sh->nbuckets)
+		rehash(sh);
+	struct kvp_orec **b = bucket_of(sh, key);
+	r->next = *b;
+	*b = r;
+	sh->n++;
+	return r;
+}
+
+void kvp_oshard_remove(struct kvp_owners *o, struct kvp_oshard *sh, struct kvp_rec_cache *rc,
+                       struct kvp_orec *r)
+{
+	struct kvp_orec **pp = bucket_of(sh, r->key);
+	while (*pp != r)
+		pp = &(*pp)->next;
+	*pp = r->next;
+	sh->n--;
+	/* relaxed: as in kvp_oshard_insert. */
+	atomic_store_explicit(&r->bias, 0, memory_order_relaxed);
+	record_put(o, rc, r);
+}

@@ -1,0 +1,196 @@
+/*
+ * lib/pool/owner.h - the pool's owner table: sharded hash of request owners.
+ *
+ * An owner record holds the owner's blocks as a doubly linked list through
+ * the block table (own_prev/own_next), in allocation order, so appending and
+ * unlinking a block are O(1) and allocate nothing.  Records live in
+ * KVP_OWNER_SHARDS shards chosen by a hash of the owner id; each shard has
+ * its own mutex that guards its buckets, its records, and the list links of
+ * every block its owners hold.
+ *
+ * Why a lock per shard and not a lock-free table: every operation on one
+ * owner (extend, free, free_all, blocks_for) must see and change that
+ * owner's list atomically, and kvp_register_owner must detect a collision
+ * exactly; a per-owner critical section is needed anyway.  Sharding makes
+ * two threads contend only when their owners hash to the same shard (1 in
+ * KVP_OWNER_SHARDS), and a thread holds a shard lock for O(blocks in the
+ * call), never across a system call or another lock.
+ *
+ * Synchronization:
+ *
+ *   function              caller holds                progress
+ *   --------------------  --------------------------  ----------------------
+ *   kvp_owners_shard      nothing                     wait-free (hash)
+ *   kvp_oshard_find       the shard's lock            O(chain)
+ *   kvp_oshard_insert     the shard's lock            the spare lock (leaf) once
+ *                                                     per KVP_REC_BATCH; may
+ *                                                     allocate (records, bucket
+ *                                                     array growth)
+ *   kvp_oshard_remove     the shard's lock            O(chain); the spare lock
+ *                                                     once per KVP_REC_BATCH
+ *   kvp_orec_append/unlink  the owner's exclusion     O(1)
+ *
+ * Biased records.  A record made by a thread (allocate or register) is
+ * biased to that thread's slot ('bias' = the slot): while it stays biased,
+ * that thread alone changes the record's list and count, without the shard
+ * lock, inside an owner op (lib/pool/pool_internal.h, kvp_bias_enter/leave: a
+ * plain store of the slot's in_owner_op word and a load of 'bias', no
+ * locked instruction in asym mode).  Any other thread that must touch the
+ * record (a free of its blocks from elsewhere, free_all, blocks_for,
+ * release, an allocate from another thread) takes the shard lock and
+ * revokes the bias first: 'bias' = 0 (seq_cst), the heavy barrier
+ * (membarrier, 0.13-0.8 us here; nothing in the seq_cst fallback), then a
+ * wait while the biased slot's in_owner_op names the record (a few dozen
+ * instructions unless that thread is preempted inside its op).  From then on
+ * the record is shard-locked as any other.  Re-biasing: an allocate under
+ * the shard lock that finds the record unbiased biases it to its own
+ * thread, at most KVP_BIAS_MAX_REVOKES times per record life (so two threads
+ * sharing one owner settle on the lock instead of ping-ponging); a record
+ * made again (the owner released and allocated or registered anew) starts
+ * biased to its maker.  The fields 'bias' (written under the shard lock
+ * only), 'key' and 'epoch' are what a thread's owner cache validates:
+ * 'epoch' grows each time the record is (re)inserted, so a cache entry made
+ * for an earlier life of a recycled record never matches.
+ */
+#ifndef KVPOOL_LIB_OWNER_H
+#define KVPOOL_LIB_OWNER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <kvpool/pool.h>
+
+#include "lib/pool/blocktable.h"
+
+#define KVP_OWNER_SHARD_BITS 8u
+#define KVP_OWNER_SHARDS     (1u << KVP_OWNER_SHARD_BITS)
+
+#define KVP_BIAS_MAX_REVOKES 2u
+
+struct kvp_orec {
+	struct kvp_orec *next; /* bucket chain or shard free list */
+	kvp_owner key;
+	uint32_t head, tail;    /* block ids, KVP_NO_ID when empty */
+	uint64_t count;         /* blocks held */
+	_Atomic uintptr_t bias; /* the slot it is biased to, or 0 */
+	uint32_t epoch;         /* bumped at each insertion */
+	uint8_t revokes;        /* revocations in this life */
+	bool registered;        /* by kvp_register_owner, not yet released */
+};
+
+struct kvp_oshard {
+	pthread_mutex_t lock;
+	struct kvp_orec **buckets;
+	uint32_t nbuckets; /* power of two */
+	uint32_t n;        /* records in the table */
+} __attribute__((aligned(64)));
+
+/*
+ * Unused owner records.  Each thread keeps a few (struct kvp_rec_cache in
+ * its slot) and trades them with the pool's shared list in batches, under
+ * a leaf mutex taken once per KVP_REC_BATCH owner creations or removals.
+ * Records are freed only by kvp_pool_destroy, so the pool never holds more
+ * than its peak of live owners plus the threads' caches, and a server that
+ * makes an owner per request allocates nothing once it has seen its peak.
+ */
+#define KVP_REC_BATCH 8u
+
+struct kvp_rec_cache {
+	struct kvp_orec *head;
+	uint32_t n;
+};
+
+struct kvp_owners {
+	struct kvp_oshard shard[KVP_OWNER_SHARDS];
+	pthread_mutex_t spare_lock;
+	struct kvp_orec *spare;
+};
+
+/** kvp_owners_init - empty table; 0 or -1 (no memory) */
+int kvp_owners_init(struct kvp_owners *o);
+
+/** kvp_owners_destroy - free every record (single-threaded) */
+void kvp_owners_destroy(struct kvp_owners *o);
+
+/** kvp_owner_hash - splitmix64's finalizer: every bit of the id reaches shard and bucket */
+static inline uint64_t kvp_owner_hash(kvp_owner key)
+{
+	uint64_t z = key + 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/** kvp_owners_shard_h - the shard of the owner whose hash is @h */
+static inline struct kvp_oshard *kvp_owners_shard_h(struct kvp_owners *o, uint64_t h)
+{
+	return &o->shard[h >> (64 - KVP_OWNER_SHARD_BITS)];
+}
+
+/** kvp_owners_shard - the shard of @key */
+struct kvp_oshard *kvp_owners_shard(struct kvp_owners *o, kvp_owner key);
+
+/** kvp_oshard_find - the record of @key, or NULL */
+struct kvp_orec *kvp_oshard_find(struct kvp_oshard *sh, kvp_owner key);
+
+/** kvp_oshard_find_h - kvp_oshard_find with the key's hash @h already known */
+struct kvp_orec *kvp_oshard_find_h(struct kvp_oshard *sh, kvp_owner key, uint64_t h);
+
+/**
+ * kvp_oshard_insert - a new empty, unbiased record for @key (not present)
+ * @rc: the calling thread's record cache, refilled from @o when empty
+ * Returns the record (its epoch bumped), or NULL when no memory could be had.
+ */
+struct kvp_orec *kvp_oshard_insert(struct kvp_owners *o, struct kvp_oshard *sh,
+                                   struct kvp_rec_cache *rc, kvp_owner key);
+
+/** kvp_oshard_remove - take @r (not biased to another thread) out of the
+ * table, clear its bias, and keep it in @rc (or @o) */
+void kvp_oshard_remove(struct kvp_owners *o, struct kvp_oshard *sh, struct kvp_rec_cache *rc,
+                       struct kvp_orec *r);
+
+/** kvp_rec_cache_drain - give every record in @rc back to @o (thread exit) */
+void kvp_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc);
+
+/** kvp_rec_cache_free - free the records in @rc (pool destroy) */
+void kvp_rec_cache_free(struct kvp_rec_cache *rc);
+
+/** kvp_orec_append - link block @id at the tail of @r's list */
+static inline void kvp_orec_append(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
+{
+	struct kvp_block *b = kvp_bt_block(bt, id);
+	b->own_prev = r->tail;
+	b->own_next = KVP_NO_ID;
+	if (r->tail == KVP_NO_ID)
+		r->head = id;
+	else
+		kvp_bt_block(bt, r->tail)->own_next = id;
+	r->tail = id;
+	r->count++;
+}
+
+/** kvp_orec_unlink - take block @id (on @r's list) off it */
+static inline void kvp_orec_unlink(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
+{
+	struct kvp_block *b = kvp_bt_block(bt, id);
+	if (b->own_prev == KVP_NO_ID)
+		r->head = b->own_next;
+	else
+		kvp_bt_block(bt, b->own_prev)->own_next = b->own_next;
+	if (b->own_next == KVP_NO_ID)
+		r->tail = b->own_prev;
+	else
+		kvp_bt_block(bt, b->own_next)->own_prev = b->own_prev;
+	r->count--;
+}
+
+/** kvp_ocache_index - slot of @key in a thread's owner cache of 2^@bits entries
+ * (one multiply: the cache needs spread, not the shard hash's mixing) */
+static inline uint32_t kvp_ocache_index(kvp_owner key, unsigned bits)
+{
+	return (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> (64 - bits));
+}
+
+#endif /* KVPOOL_LIB_OWNER_H */

@@ -1,0 +1,370 @@
+/*
+ * lib/pool/pool_internal.h - the pool object and the functions its .c files share.
+ *
+ * Locks and waits, in the order they nest (outer first):
+ *   fallback_lock (only a thread without a slot) -> owner shard lock
+ *     -> [waits for a biased thread to leave its owner op] -> owner op
+ *     -> grow_lock -> hist_lock
+ *   registry lock (thread exit) -> [waits for a drainer's claim]
+ * An owner op (a thread inside its own biased owner record, lib/pool/owner.h)
+ * takes no shard lock while inside, so a revoker that holds a shard lock
+ * and waits for it closes no cycle.  A drainer waits for magazines whose
+ * owners are inside a block-path call (in_call), which never waits for any
+ * lock; a thread entering its magazine never waits at all (it sees the
+ * stream starving and leaves the magazine alone).
+ */
+#ifndef KVPOOL_LIB_POOL_INTERNAL_H
+#define KVPOOL_LIB_POOL_INTERNAL_H
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <kvpool/pool.h>
+
+#include "lib/pool/blocktable.h"
+#include "lib/pool/freestack.h"
+#include "lib/pool/owner.h"
+#include "lib/pool/tslot.h"
+
+struct kvp_retire_hook {
+	kvp_retire_fn fn;
+	void *arg;
+};
+
+struct kvp_pool {
+	/* Read-mostly configuration. */
+	uint32_t block_size;
+	int32_t bs_shift;    /* log2(block_size) when a power of two, else -1 */
+	bool asym;           /* membarrier-based asymmetric protocols (else seq_cst) */
+	uint32_t max_blocks; /* resolved: never 0 */
+	uint32_t thread_cache;
+	uint32_t history_len;
+	uint32_t n_streams; /* 2 with separate_kv, else 1 */
+	bool separate_kv;
+	bool grow;    /* false in prefix mode: that layer grows after eviction */
+	uint64_t uid; /* unique for the process's life; names the pool in TLS */
+
+	struct kvp_blocktable bt;
+	_Atomic uint32_t n_ids; /* blocks ever created; release-published */
+
+	struct kvp_freestack fs[2];
+	/* Raised by drainers (seq_cst RMW) before their heavy barrier; read
+	 * by owners entering a magazine.  See the protocol in lib/pool/tslot.h. */
+	_Atomic uint32_t starving[2] __attribute__((aligned(64)));
+
+	/* Blocks managed (created - retired), per stream and total; grow_lock. */
+	_Atomic uint64_t managed_stream[2] __attribute__((aligned(64)));
+	_Atomic uint64_t managed;
+
+	/* In-use count published in batches by the threads, and its peak. */
+	_Atomic int64_t in_use __attribute__((aligned(64)));
+	_Atomic uint64_t peak;
+
+	/* Per-thread slots: add-only lock-free list. */
+	_Atomic(struct kvp_tslot *) slots __attribute__((aligned(64)));
+	struct kvp_tslot *fallback;
+	pthread_mutex_t fallback_lock;
+
+	struct kvp_owners owners;
+
+	pthread_mutex_t grow_lock; /* growth, shrink, retire hooks */
+	struct kvp_retire_hook hooks[KVP_MAX_RETIRE_HOOKS];
+	/* Retired ids, linked by free_next, for growth to reuse; grow_lock. */
+	uint32_t retired_head;
+	_Atomic uint32_t n_retired_ids; /* written under grow_lock, read anywhere */
+
+	pthread_mutex_t hist_lock;
+	kvp_stats *hist;
+	size_t hist_head, hist_n;
+	_Atomic int hist_started;
+
+	struct kvp_pool *reg_next; /* registry of live pools (lib/pool/tslot.c) */
+
+	/* Prefix cache (lib/prefix/prefix_internal.h); NULL when the pool has it off. */
+	struct kvp_prefix *prefix;
+};
+
+/* Stream index of @stream for this pool, or -1 if not valid for its layout. */
+static inline int kvp_stream_index(const struct kvp_pool *p, kvp_stream stream)
+{
+	if (!p->separate_kv)
+		return (unsigned)stream <= KVP_KV ? 0 : -1;
+	return (stream == KVP_K || stream == KVP_V) ? (int)stream : -1;
+}
+
+/* Stream tag stored in a block of stream index @si. */
+static inline uint32_t kvp_stream_tag(const struct kvp_pool *p, int si)
+{
+	return p->separate_kv ? (uint32_t)si : (uint32_t)KVP_KV;
+}
+
+/**
+ * kvp_tslot_get - the calling thread's slot for @p
+ *
+ * The first thread-local entry is the common case (one pool per thread);
+ * otherwise the slow path searches, takes a free slot from the pool's list,
+ * or allocates one.  If memory runs out it returns the pool's shared
+ * fallback slot with its mutex held (kvp_tslot_put releases it).  Never
+ * NULL.
+ */
+static inline struct kvp_tslot *kvp_tslot_get(struct kvp_pool *p)
+{
+	struct kvp_tls_ent *e = kvp_tls_head;
+	if (e && e->pool == p && e->uid == p->uid)
+		return e->slot;
+	return kvp_tslot_get_slow(p);
+}
+
+/** kvp_tslot_is_fallback - whether @s is the pool's shared fallback slot */
+static inline bool kvp_tslot_is_fallback(const struct kvp_pool *p, const struct kvp_tslot *s)
+{
+	return s == p->fallback;
+}
+
+/** kvp_tslot_put - end of a call: releases the fallback slot's mutex if it was taken */
+static inline void kvp_tslot_put(struct kvp_pool *p, struct kvp_tslot *s)
+{
+	if (s == p->fallback)
+		kvp_tslot_put_fallback(p);
+}
+
+/*
+ * The two asymmetric Dekker pairs (magazine entry vs drainer, owner op vs
+ * bias revoker).  The frequent side stores its "inside" word and then loads
+ * the other side's word; the rare side stores its word, issues the heavy
+ * barrier, then loads the frequent side's word.
+ *
+ * asym mode: the frequent side's store (release) and load (relaxed or
+ * acquire) are plain moves on x86, with a compiler barrier between them, and the heavy barrier is
+ * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED): it runs a full fence on
+ * every CPU running a thread of the process before it returns, so either
+ * the frequent thread's store had left its store buffer before the rare
+ * side's load (which then sees it), or the frequent thread's load runs
+ * after the fence and sees the rare side's store, made before the syscall.
+ * fallback mode: all four accesses are seq_cst and the heavy barrier is
+ * empty: in the single total order of seq_cst operations one of the two
+ * stores precedes the other side's load.
+ */
+static inline void kvp_light_store(const struct kvp_pool *p, _Atomic uintptr_t *w, uintptr_t v)
+{
+	if (p->asym) {
+		/* release (a plain store on x86 and, unlike a relaxed one, a
+		 * synchronisation point for whoever reads it) + compiler
+		 * barrier: the heavy side's membarrier supplies the fence. */
+		atomic_store_explicit(w, v, memory_order_release);
+		atomic_signal_fence(memory_order_seq_cst);
+	} else {
+		/* seq_cst: the store half of the symmetric Dekker pair. */
+		atomic_store_explicit(w, v, memory_order_seq_cst);
+	}
+}
+
+/* The heavy side's barrier, after its seq_cst store (lib/pool/pool.c). */
+void kvp_heavy_barrier(const struct kvp_pool *p);
+
+/*
+ * kvp_mag_enter - the owner enters magazine @m of stream @si
+ *
+ * Returns false, leaving the magazine alone, when the stream is starving
+ * (a drainer may hold the magazine).  On true the caller holds it until
+ * kvp_mag_leave.
+ */
+static inline bool kvp_mag_enter(struct kvp_pool *p, struct kvp_mag *m, int si)
+{
+	uint32_t st;
+	kvp_light_store(p, &m->in_call, 1);
+	if (p->asym)
+		/* acquire: a drainer's release decrement of starving makes its
+		 * writes to this magazine visible once we read the count it left. */
+		st = atomic_load_explicit(&p->starving[si], memory_order_acquire);
+	else
+		/* seq_cst: the load half of the symmetric Dekker pair. */
+		st = atomic_load_explicit(&p->starving[si], memory_order_seq_cst);
+	if (__builtin_expect(st == 0, 1))
+		return true;
+	/* release: nothing touched; lets a waiting drainer go on. */
+	atomic_store_explicit(&m->in_call, 0, memory_order_release);
+	return false;
+}
+
+/** kvp_mag_leave - the owner leaves its magazine */
+static inline void kvp_mag_leave(struct kvp_mag *m)
+{
+	/* release: a drainer that reads 0 (acquire) sees the ids and count. */
+	atomic_store_explicit(&m->in_call, 0, memory_order_release);
+}
+
+/** kvp_ocache_ent_of - @owner's entry in @s's owner cache */
+static inline struct kvp_ocache_ent *kvp_ocache_ent_of(struct kvp_tslot *s, kvp_owner owner)
+{
+	_Static_assert((KVP_OCACHE_N & (KVP_OCACHE_N - 1)) == 0, "power of two");
+	return &s->ocache[kvp_ocache_index(owner, __builtin_ctz(KVP_OCACHE_N))];
+}
+
+/*
+ * kvp_bias_enter - enter @owner's record as the thread it is biased to
+ *
+ * Looks the owner up in the slot's owner cache; if the cached record is
+ * still biased to this slot and still @owner's (key and epoch), the thread
+ * is inside an owner op on it until kvp_bias_leave and may change its list
+ * and count without a lock.  Returns the record or NULL (use the locked
+ * path).  Never for the fallback slot.
+ */
+static inline struct kvp_orec *kvp_bias_enter(struct kvp_pool *p, struct kvp_tslot *s,
+                                              kvp_owner owner)
+{
+	struct kvp_ocache_ent *e = kvp_ocache_ent_of(s, owner);
+	struct kvp_orec *r = e->rec;
+	if (!r || e->key != owner)
+		return NULL;
+	kvp_light_store(p, &s->in_owner_op, (uintptr_t)r);
+	/* relaxed (asym) / seq_cst (fallback): the load half of the Dekker
+	 * pair with kvp_bias_revoke.  Only the value 's' matters, which only
+	 * this slot's thread ever stores. */
+	uintptr_t b =
+	    atomic_load_explicit(&r->bias, p->asym ? memory_order_relaxed : memory_order_seq_cst);
+	/* The record is ours while biased to us: key and epoch are stable. */
+	if (b == (uintptr_t)s && r->key == owner && r->epoch == e->epoch)
+		return r;
+	/* release: we touched nothing; a revoker waiting on us goes on. */
+	atomic_store_explicit(&s->in_owner_op, 0, memory_order_release);
+	return NULL;
+}
+
+/** kvp_bias_leave - end the owner op begun by kvp_bias_enter */
+static inline void kvp_bias_leave(struct kvp_tslot *s)
+{
+	/* release: a revoker that reads 0 (acquire) sees our list changes. */
+	atomic_store_explicit(&s->in_owner_op, 0, memory_order_release);
+}
+
+/*
+ * kvp_bias_revoke - make @r an ordinary shard-locked record
+ *
+ * Caller holds @r's shard lock.  If @r is biased to another slot, clears the
+ * bias, issues the heavy barrier and waits until that slot's thread is not
+ * inside an owner op on @r.  A record biased to the caller's own slot @s is
+ * left biased (its thread is here, not inside an op).  lib/pool/pool_alloc.c.
+ */
+void kvp_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r);
+
+/*
+ * kvp_bias_adopt - bias @r (shard lock held, not biased to another slot)
+ * to slot @s and cache it there, unless @s is the fallback slot or @r was
+ * revoked too often to be worth it.
+ */
+void kvp_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r);
+
+/** kvp_use_magazine - whether slot @s caches free blocks */
+static inline bool kvp_use_magazine(const struct kvp_pool *p, const struct kvp_tslot *s)
+{
+	return p->thread_cache != 0 && !kvp_tslot_is_fallback(p, s);
+}
+
+/*
+ * kvp_get_one_fast - take one block of stream @si from the thread's own
+ * magazine into *@id; false when it is empty or the stream is starving
+ * (then kvp_get_blocks does the rest).
+ */
+static inline bool kvp_get_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id)
+{
+	if (!kvp_use_magazine(p, s))
+		return false;
+	struct kvp_mag *m = &s->mag[si];
+	if (!kvp_mag_enter(p, m, si))
+		return false;
+	/* relaxed: we hold the magazine (see lib/pool/tslot.h). */
+	uint32_t cnt = atomic_load_explicit(&m->count, memory_order_relaxed);
+	bool hit = cnt != 0;
+	if (hit) {
+		*id = m->ids[cnt - 1];
+		atomic_store_explicit(&m->count, cnt - 1, memory_order_relaxed);
+	}
+	kvp_mag_leave(m);
+	return hit;
+}
+
+/*
+ * kvp_put_one_fast - give block @id of stream @si to the thread's own
+ * magazine; false when it is full or the stream is starving (then
+ * kvp_put_blocks does the rest).
+ */
+static inline bool kvp_put_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t id)
+{
+	if (!kvp_use_magazine(p, s))
+		return false;
+	struct kvp_mag *m = &s->mag[si];
+	if (!kvp_mag_enter(p, m, si))
+		return false;
+	/* relaxed: we hold the magazine. */
+	uint32_t cnt = atomic_load_explicit(&m->count, memory_order_relaxed);
+	bool room = cnt < p->thread_cache;
+	if (room) {
+		m->ids[cnt] = id;
+		atomic_store_explicit(&m->count, cnt + 1, memory_order_relaxed);
+	}
+	kvp_mag_leave(m);
+	return room;
+}
+
+/* lib/pool/pool_blocks.c: the block path. */
+int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t k);
+void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
+                    uint32_t k);
+void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
+                   uint32_t k);
+/* Drain stream @si's magazines into its global stack: until @want blocks are
+ * reservable (idle magazines first), or all of them (@want 0).  The caller
+ * has raised starving[si] (seq_cst). */
+void kvp_drain_magazines(struct kvp_pool *p, int si, uint32_t want);
+void kvp_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d);
+
+/*
+ * kvp_account_in_use - note @d blocks more (or fewer) in use by this thread
+ *
+ * The common case stays thread-local: a small positive delta that does not
+ * raise the thread's estimate above the pool's peak.  See the slow path for
+ * the rules that keep the peak honest.
+ */
+static inline void kvp_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
+{
+	int64_t nd = s->delta_in_use + d;
+	if (nd >= 0 && nd < (int64_t)KVP_PEAK_BATCH && !kvp_tslot_is_fallback(p, s)) {
+		/* relaxed: statistics; the slow path explains the estimate. */
+		int64_t est = atomic_load_explicit(&p->in_use, memory_order_relaxed) + nd;
+		if (d <= 0 ||
+		    est <= (int64_t)atomic_load_explicit(&p->peak, memory_order_relaxed)) {
+			s->delta_in_use = nd;
+			return;
+		}
+	}
+	kvp_account_in_use_slow(p, s, d);
+}
+
+/* lib/pool/pool_resize.c: growth (grow_lock held). */
+int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, uint32_t *ids);
+/* kvp_shrink of stream @si, arguments checked (prefix mode retires in two steps). */
+int kvp_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
+
+/* lib/pool/pool_stats.c */
+void kvp_stats_sum(struct kvp_pool *p, kvp_stats *out);
+void kvp_history_record(struct kvp_pool *p);
+void kvp_history_tick_slow(struct kvp_pool *p, uint32_t calls);
+
+/*
+ * kvp_history_tick - count a mutating call; on a slot's first call and every
+ * KVP_HISTORY_EVERY-th one, see whether a snapshot is due (the pool's first
+ * mutating call, or this thread's cadence).
+ */
+static inline void kvp_history_tick(struct kvp_pool *p, struct kvp_tslot *s)
+{
+	_Static_assert((KVP_HISTORY_EVERY & (KVP_HISTORY_EVERY - 1)) == 0, "power of two");
+	uint32_t calls = s->calls++;
+	if ((calls & (KVP_HISTORY_EVERY - 1)) == 0)
+		kvp_history_tick_slow(p, calls);
+}
+
+#endif /* KVPOOL_LIB_POOL_INTERNAL_H */

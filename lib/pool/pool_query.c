@@ -1,0 +1,197 @@
+/*
+ * lib/pool/pool_query.c - owner registration, owner listing, and per-block calls.
+ *
+ * kvp_block_get reads a block's state word, then its owner, then the state
+ * again (a seqlock without a writer lock): the state word carries the
+ * generation, so an unchanged word proves the owner read in between belongs
+ * to the same hand-out.  kvp_block_set_used is one CAS on the state word.
+ */
+#include "lib/pool/pool_internal.h"
+#include "lib/prefix/prefix_internal.h"
+
+int kvp_register_owner(kvp_pool *p, kvp_owner owner)
+{
+	if (!p)
+		return KVP_EINVAL;
+	if (p->prefix)
+		return kvp_pfx_register_owner(p, owner);
+	struct kvp_tslot *s = kvp_tslot_get(p);
+	uint64_t h = kvp_owner_hash(owner);
+	struct kvp_oshard *sh = kvp_owners_shard_h(&p->owners, h);
+	int rc = KVP_OK;
+	pthread_mutex_lock(&sh->lock);
+	struct kvp_orec *r = kvp_oshard_find_h(sh, owner, h);
+	if (r) {
+		rc = KVP_EOWNER; /* nothing of the record is touched: no revocation */
+	} else if (!(r = kvp_oshard_insert(&p->owners, sh, &s->recs, owner))) {
+		rc = KVP_ENOMEM;
+	} else {
+		r->registered = true;
+		kvp_bias_adopt(p, s, r); /* biased to its registering thread */
+	}
+	pthread_mutex_unlock(&sh->lock);
+	kvp_tslot_put(p, s);
+	return rc;
+}
+
+int kvp_release_owner(kvp_pool *p, kvp_owner owner)
+{
+	if (!p)
+		return KVP_EINVAL;
+	if (p->prefix)
+		return kvp_pfx_release_owner(p, owner);
+	struct kvp_tslot *s = kvp_tslot_get(p);
+	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
+	int rc = KVP_OK;
+	pthread_mutex_lock(&sh->lock);
+	struct kvp_orec *r = kvp_oshard_find(sh, owner);
+	if (!r) {
+		rc = KVP_ENOENT;
+	} else {
+		kvp_bias_revoke(p, s, r);
+		r->registered = false;
+		if (r->count == 0)
+			kvp_oshard_remove(&p->owners, sh, &s->recs, r);
+	}
+	pthread_mutex_unlock(&sh->lock);
+	kvp_tslot_put(p, s);
+	return rc;
+}
+
+int kvp_blocks_for(kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size_t *n)
+{
+	if (!p || !n || (!refs && cap))
+		return KVP_EINVAL;
+	*n = 0;
+	if (p->prefix)
+		return kvp_pfx_blocks_for(p, owner, refs, cap, n);
+	struct kvp_tslot *s = kvp_tslot_get(p);
+	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
+	int rc = KVP_OK;
+	pthread_mutex_lock(&sh->lock);
+	struct kvp_orec *r = kvp_oshard_find(sh, owner);
+	if (r)
+		kvp_bias_revoke(p, s, r); /* its list must hold still */
+	if (!r) {
+		rc = KVP_ENOENT;
+	} else if (r->count > cap) {
+		*n = r->count;
+		rc = KVP_ERANGE;
+	} else {
+		size_t i = 0;
+		for (uint32_t id = r->head; id != KVP_NO_ID; i++) {
+			struct kvp_block *b = kvp_bt_block(&p->bt, id);
+			/* relaxed: the shard lock orders the stamp of every block
+			 * on the list before us; the generation is stable while
+			 * the block is on it. */
+			uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
+			refs[i] = KVP_MAKE_REF(id, kvp_st_gen(st));
+			id = b->own_next;
+		}
+		*n = i;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	kvp_tslot_put(p, s);
+	return rc;
+}
+
+size_t kvp_n_free(kvp_pool *p, kvp_stream stream)
+{
+	if (!p)
+		return 0;
+	int si = kvp_stream_index(p, stream);
+	if (si < 0)
+		return 0;
+	/* relaxed: a count, exact when quiescent; see the header. */
+	int64_t n = atomic_load_explicit(&p->fs[si].avail, memory_order_relaxed);
+	for (struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_acquire); s;
+	     s = s->next)
+		n += atomic_load_explicit(&s->mag[si].count, memory_order_relaxed);
+	if (p->prefix) /* cached blocks are free too */
+		n += (int64_t)kvp_pfx_n_cached(p->prefix, si);
+	return n > 0 ? (size_t)n : 0;
+}
+
+/* The block of @ref if its id was created, else NULL. */
+static struct kvp_block *ref_block(struct kvp_pool *p, kvp_ref ref)
+{
+	if (KVP_REF_ID(ref) >= kvp_pool_n_ids(p))
+		return NULL;
+	return kvp_bt_block(&p->bt, KVP_REF_ID(ref));
+}
+
+int kvp_block_get(kvp_pool *p, kvp_ref ref, kvp_block_info *out)
+{
+	if (!p || !out)
+		return KVP_EINVAL;
+	if (p->prefix)
+		return kvp_pfx_block_get(p, ref, out);
+	int rc = KVP_ENOENT;
+	struct kvp_block *b = ref_block(p, ref);
+	if (b) {
+		uint64_t st, st2;
+		kvp_owner owner;
+		do {
+			/* acquire: pairs with stamp_block's release store. */
+			st = atomic_load_explicit(&b->state, memory_order_acquire);
+			owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
+			/* acquire fence: keeps the owner load before the re-read. */
+			atomic_thread_fence(memory_order_acquire);
+			st2 = atomic_load_explicit(&b->state, memory_order_relaxed);
+		} while (st != st2);
+		if (kvp_st_gen(st) == KVP_REF_GEN(ref) && !(st & KVP_ST_RETIRED)) {
+			out->id = KVP_REF_ID(ref);
+			out->stream = (kvp_stream)kvp_st_stream(st);
+			out->format = (kvp_format)kvp_st_format(st);
+			out->n_used = kvp_st_used(st);
+			out->in_use = (st & KVP_ST_IN_USE) != 0;
+			out->ever_allocated = (st & KVP_ST_EVER) != 0;
+			out->owner = out->in_use ? owner : 0;
+			out->n_holders = out->in_use ? 1u : 0u;
+			out->published = false;
+			rc = KVP_OK;
+		}
+	}
+	return rc;
+}
+
+int kvp_block_set_used(kvp_pool *p, kvp_ref ref, uint32_t n_used)
+{
+	if (!p)
+		return KVP_EINVAL;
+	struct kvp_tslot *s = kvp_tslot_get(p);
+	int rc = KVP_ENOENT;
+	struct kvp_block *b = ref_block(p, ref);
+	if (b) {
+		/* acquire: see the state as its last writer left it. */
+		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+		for (;;) {
+			if (kvp_st_gen(st) != KVP_REF_GEN(ref) || !(st & KVP_ST_IN_USE)) {
+				rc = KVP_ENOENT;
+				break;
+			}
+			if (st & KVP_ST_PUBLISHED) { /* prefix mode: contents fixed */
+				rc = KVP_EINVAL;
+				break;
+			}
+			if (n_used > p->block_size) {
+				rc = KVP_ERANGE;
+				break;
+			}
+			/* release: a later free (acq_rel CAS) orders after this;
+			 * acquire on failure re-reads a coherent word. */
+			if (atomic_compare_exchange_weak_explicit(
+			        &b->state, &st, kvp_st_with_used(st, n_used), memory_order_release,
+			        memory_order_acquire)) {
+				bool was = kvp_st_used(st) < p->block_size;
+				bool now = n_used < p->block_size;
+				kvp_ctr_add(s, KVP_C_NOT_FULL,
+				            (uint64_t)((int64_t)now - (int64_t)was));
+				rc = KVP_OK;
+				break;
+			}
+		}
+	}
+	kvp_tslot_put(p, s);
+	return rc;
+}

@@ -1,0 +1,207 @@
+/*
+ * lib/pool/pool_report.c - a live pool's figures for people and monitoring:
+ * per-stream counts, the Prometheus exposition of a pool, kvp_pool_dump and
+ * the KVPOOL_SHOW_STATS report at kvp_pool_destroy.
+ *
+ * Everything here reads what kvp_pool_stats and kvp_n_free read, plus the
+ * per-stream managed counters (relaxed loads: each is a statistic exact at
+ * some instant, nothing is ordered by it).  No lock, no allocation.
+ */
+#include <kvpool/report.h>
+#include <kvpool/version.h>
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/pool/pool_internal.h"
+#include "lib/pool/pool_report.h"
+
+size_t kvp_pool_n_managed(kvp_pool *p, kvp_stream stream)
+{
+	if (!p)
+		return 0;
+	int si = kvp_stream_index(p, stream);
+	if (si < 0)
+		return 0;
+	/* relaxed: a statistic; written under grow_lock, read without it. */
+	return (size_t)atomic_load_explicit(&p->managed_stream[si], memory_order_relaxed);
+}
+
+/* The pool's streams as reported: names and kvp_stream values. */
+struct stream_fig {
+	const char *name;
+	size_t managed, free, in_use;
+};
+
+static size_t stream_figs(kvp_pool *p, struct stream_fig out[2])
+{
+	static const kvp_stream sep[2] = {KVP_K, KVP_V};
+	size_t n = kvp_pool_separate_kv(p) ? 2 : 1;
+	for (size_t i = 0; i < n; i++) {
+		kvp_stream st = n == 2 ? sep[i] : KVP_KV;
+		out[i].name = n == 2 ? (i == 0 ? "k" : "v") : "kv";
+		out[i].managed = kvp_pool_n_managed(p, st);
+		out[i].free = kvp_n_free(p, st);
+		/* Read at different instants: clamp, never report a negative count. */
+		out[i].in_use = out[i].managed > out[i].free ? out[i].managed - out[i].free : 0;
+	}
+	return n;
+}
+
+/* Appends to a buffer that may be too small, counting the length needed. */
+struct textbuf {
+	char *buf;
+	size_t cap, len;
+};
+
+static void tb_printf(struct textbuf *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void tb_printf(struct textbuf *t, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	size_t room = t->len < t->cap ? t->cap - t->len : 0;
+	int n = vsnprintf(room ? t->buf + t->len : NULL, room, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		t->len += (size_t)n;
+}
+
+int kvp_pool_to_prometheus(kvp_pool *p, const char *prefix, char *buf, size_t cap, size_t *len)
+{
+	if (!p || !len || (!buf && cap))
+		return KVP_EINVAL;
+	if (!prefix)
+		prefix = "kvpool_block_pool";
+	kvp_stats s;
+	int rc = kvp_pool_stats(p, &s);
+	if (rc != KVP_OK)
+		return rc;
+	size_t n = 0;
+	rc = kvp_stats_to_prometheus(&s, prefix, buf, cap, &n);
+	if (rc != KVP_OK && rc != KVP_ERANGE)
+		return rc; /* an invalid prefix */
+	struct textbuf t = {buf, cap, n};
+	struct stream_fig f[2];
+	size_t ns = stream_figs(p, f);
+	tb_printf(
+	    &t,
+	    "# HELP %s_stream_blocks_in_use Blocks of a stream handed out and not yet freed.\n"
+	    "# TYPE %s_stream_blocks_in_use gauge\n",
+	    prefix, prefix);
+	for (size_t i = 0; i < ns; i++)
+		tb_printf(&t, "%s_stream_blocks_in_use{stream=\"%s\"} %zu\n", prefix, f[i].name,
+		          f[i].in_use);
+	tb_printf(&t,
+	          "# HELP %s_stream_blocks_free Free blocks of a stream, thread caches included.\n"
+	          "# TYPE %s_stream_blocks_free gauge\n",
+	          prefix, prefix);
+	for (size_t i = 0; i < ns; i++)
+		tb_printf(&t, "%s_stream_blocks_free{stream=\"%s\"} %zu\n", prefix, f[i].name,
+		          f[i].free);
+	tb_printf(&t,
+	          "# HELP %s_build_info The kvpool library serving these figures.\n"
+	          "# TYPE %s_build_info gauge\n%s_build_info{version=\"%s\"} 1\n",
+	          prefix, prefix, prefix, kvp_version());
+	*len = t.len;
+	if (t.len + 1 > cap)
+		return KVP_ERANGE;
+	return KVP_OK;
+}
+
+static double ratio(uint64_t a, uint64_t b)
+{
+	return b ? (double)a / (double)b : 0.0;
+}
+
+static void dump_text(struct textbuf *t, kvp_pool *p, const kvp_stats *s,
+                      const struct stream_fig *f, size_t ns)
+{
+	uint64_t in_use = kvp_stats_blocks_in_use(s);
+	tb_printf(t, "kvpool %s pool report\n", kvp_version());
+	tb_printf(t, "  layout            %s, block_size %u, thread_cache %u\n",
+	          ns == 2 ? "separate K/V streams" : "one K+V stream", p->block_size,
+	          p->thread_cache);
+	tb_printf(t, "  growth            %s, max_blocks %u\n", p->grow ? "on" : "off",
+	          p->max_blocks);
+	tb_printf(t, "  blocks managed    %llu", (unsigned long long)s->n_blocks);
+	for (size_t i = 0; i < ns; i++)
+		tb_printf(t, "%s%s %zu", i ? ", " : " (", f[i].name, f[i].managed);
+	tb_printf(t, ")\n  blocks in use     %llu", (unsigned long long)in_use);
+	for (size_t i = 0; i < ns; i++)
+		tb_printf(t, "%s%s %zu", i ? ", " : " (", f[i].name, f[i].in_use);
+	tb_printf(t, "), peak %llu\n  blocks free      ",
+	          (unsigned long long)s->peak_blocks_in_use);
+	for (size_t i = 0; i < ns; i++)
+		tb_printf(t, "%s%s %zu", i ? ", " : " ", f[i].name, f[i].free);
+	tb_printf(t, "\n  usage ratio       %.3f (in use / managed)\n", ratio(in_use, s->n_blocks));
+	tb_printf(t, "  fragmentation     %.3f (in use and not full / managed)\n",
+	          kvp_stats_fragmentation(s));
+	tb_printf(t, "  blocks allocated  %llu (cumulative), reused %llu\n",
+	          (unsigned long long)s->n_allocations, (unsigned long long)s->n_reused);
+	tb_printf(t, "  blocks freed      %llu (cumulative), stale frees skipped %llu\n",
+	          (unsigned long long)s->n_frees, (unsigned long long)s->n_stale_frees);
+	tb_printf(t, "  exhausted calls   %llu (allocate calls refused for want of blocks)\n",
+	          (unsigned long long)s->n_exhausted);
+	tb_printf(t, "  grown / retired   %llu / %llu blocks\n", (unsigned long long)s->n_grown,
+	          (unsigned long long)s->n_retired);
+}
+
+static void dump_json(struct textbuf *t, kvp_pool *p, const kvp_stats *s,
+                      const struct stream_fig *f, size_t ns)
+{
+	uint64_t in_use = kvp_stats_blocks_in_use(s);
+	tb_printf(t,
+	          "{\"version\":\"%s\",\"block_size\":%u,\"separate_kv\":%s,"
+	          "\"thread_cache\":%u,\"grow_on_exhaustion\":%s,\"max_blocks\":%u,"
+	          "\"blocks_managed\":%llu,\"blocks_in_use\":%llu,\"peak_blocks_in_use\":%llu,"
+	          "\"usage_ratio\":%.6f,\"fragmentation\":%.6f,\"allocations\":%llu,"
+	          "\"frees\":%llu,\"reused\":%llu,\"exhausted\":%llu,\"grown\":%llu,"
+	          "\"retired\":%llu,\"stale_frees\":%llu,\"streams\":{",
+	          kvp_version(), p->block_size, ns == 2 ? "true" : "false", p->thread_cache,
+	          p->grow ? "true" : "false", p->max_blocks, (unsigned long long)s->n_blocks,
+	          (unsigned long long)in_use, (unsigned long long)s->peak_blocks_in_use,
+	          ratio(in_use, s->n_blocks), kvp_stats_fragmentation(s),
+	          (unsigned long long)s->n_allocations, (unsigned long long)s->n_frees,
+	          (unsigned long long)s->n_reused, (unsigned long long)s->n_exhausted,
+	          (unsigned long long)s->n_grown, (unsigned long long)s->n_retired,
+	          (unsigned long long)s->n_stale_frees);
+	for (size_t i = 0; i < ns; i++)
+		tb_printf(t, "%s\"%s\":{\"managed\":%zu,\"in_use\":%zu,\"free\":%zu}", i ? "," : "",
+		          f[i].name, f[i].managed, f[i].in_use, f[i].free);
+	tb_printf(t, "}}\n");
+}
+
+int kvp_pool_dump(kvp_pool *p, FILE *f, unsigned flags)
+{
+	if (!p || !f || (flags & ~KVP_DUMP_JSON))
+		return KVP_EINVAL;
+	kvp_stats s;
+	int rc = kvp_pool_stats(p, &s);
+	if (rc != KVP_OK)
+		return rc;
+	struct stream_fig fig[2];
+	size_t ns = stream_figs(p, fig);
+	char buf[2048]; /* either report of the largest figures is under 1 KiB */
+	struct textbuf t = {buf, sizeof buf, 0};
+	if (flags & KVP_DUMP_JSON)
+		dump_json(&t, p, &s, fig, ns);
+	else
+		dump_text(&t, p, &s, fig, ns);
+	if (t.len >= sizeof buf)
+		return KVP_ENOMEM; /* cannot happen with 64-bit figures; never a partial report */
+	if (fwrite(buf, 1, t.len, f) != t.len || fflush(f) != 0)
+		return KVP_ERANGE;
+	return KVP_OK;
+}
+
+void kvp_pool_report_at_destroy(kvp_pool *p)
+{
+	const char *v = getenv("KVPOOL_SHOW_STATS");
+	if (!p || !v || !*v || strcmp(v, "0") == 0)
+		return;
+	(void)kvp_pool_dump(p, stderr, strcmp(v, "json") == 0 ? KVP_DUMP_JSON : 0);
+}

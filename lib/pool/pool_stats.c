@@ -1,0 +1,119 @@
+/*
+ * lib/pool/pool_stats.c - summing the per-thread counters, and the history ring.
+ *
+ * Counters live in the threads' slots (lib/pool/tslot.h) and are summed here;
+ * nothing on the allocate/free path writes shared memory for statistics
+ * except the in-use count, published in batches of KVP_PEAK_BATCH blocks.
+ * The history ring is the only statistics structure under a lock, and the
+ * allocate/free path reaches it only on the rare events the header lists.
+ */
+#include <string.h>
+
+#include "lib/pool/pool_internal.h"
+#include "lib/prefix/prefix_internal.h"
+
+static void sum_slot(const struct kvp_tslot *s, uint64_t *acc, bool allocs)
+{
+	for (int c = 0; c < KVP_N_CTR; c++)
+		if ((c == KVP_C_ALLOCS) == allocs)
+			/* acquire: each counter has one writer (lib/pool/tslot.h); acquire
+			 * keeps the second pass's loads after the first pass's. */
+			acc[c] += atomic_load_explicit(&((struct kvp_tslot *)s)->ctr[c],
+			                               memory_order_acquire);
+}
+
+void kvp_stats_sum(struct kvp_pool *p, kvp_stats *out)
+{
+	uint64_t acc[KVP_N_CTR] = {0};
+
+	/*
+	 * Two passes: every slot's allocation count first, then the frees and
+	 * the rest.  A block freed by one thread and handed out by another
+	 * while we read is then never counted as allocated twice: its second
+	 * allocation is counted only if it happened before the first pass read
+	 * that slot, and then the free before it (counted before the block went
+	 * back, lib/pool/pool_alloc.c) is seen by the second pass.  So
+	 * allocations - frees never exceeds what was in use during the read.
+	 */
+	for (int pass = 0; pass < 2; pass++) {
+		for (struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_acquire); s;
+		     s = s->next)
+			sum_slot(s, acc, pass == 0);
+		sum_slot(p->fallback, acc, pass == 0);
+	}
+	memset(out, 0, sizeof(*out));
+	out->n_blocks = atomic_load_explicit(&p->managed, memory_order_relaxed);
+	out->n_allocations = acc[KVP_C_ALLOCS];
+	out->n_frees = acc[KVP_C_FREES];
+	out->n_reused = acc[KVP_C_REUSED];
+	out->n_exhausted = acc[KVP_C_EXHAUSTED];
+	out->n_grown = acc[KVP_C_GROWN];
+	out->n_retired = acc[KVP_C_RETIRED];
+	out->n_stale_frees = acc[KVP_C_STALE];
+	out->n_prefix_queries = acc[KVP_C_PQUERIES];
+	out->n_prefix_hits = acc[KVP_C_PHITS];
+	out->n_evictions = acc[KVP_C_EVICTIONS];
+	if (p->prefix)
+		for (uint32_t si = 0; si < p->n_streams; si++)
+			out->n_cached += kvp_pfx_n_cached(p->prefix, (int)si);
+	/* Summed mid-flight the signed counter can dip below zero for a moment. */
+	out->n_not_full = (int64_t)acc[KVP_C_NOT_FULL] < 0 ? 0 : acc[KVP_C_NOT_FULL];
+	/* Slots are read one after another, not at one instant: a block that
+	 * moves between threads during the read can be counted twice, so the
+	 * in-use figure is clamped to what the pool manages before it may
+	 * raise the peak.  Quiescent, every figure is exact. */
+	uint64_t in_use =
+	    out->n_allocations >= out->n_frees ? out->n_allocations - out->n_frees : 0;
+	if (in_use > out->n_blocks)
+		in_use = out->n_blocks;
+	uint64_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);
+	out->peak_blocks_in_use = peak > in_use ? peak : in_use;
+}
+
+int kvp_pool_stats(kvp_pool *p, kvp_stats *out)
+{
+	if (!p || !out)
+		return KVP_EINVAL;
+	kvp_stats_sum(p, out);
+	return KVP_OK;
+}
+
+void kvp_history_record(struct kvp_pool *p)
+{
+	if (!p->history_len)
+		return;
+	/* The snapshot is taken under the lock, so the ring is in order. */
+	pthread_mutex_lock(&p->hist_lock);
+	kvp_stats_sum(p, &p->hist[(p->hist_head + p->hist_n) % p->history_len]);
+	if (p->hist_n < p->history_len)
+		p->hist_n++;
+	else
+		p->hist_head = (p->hist_head + 1) % p->history_len;
+	pthread_mutex_unlock(&p->hist_lock);
+}
+
+void kvp_history_tick_slow(struct kvp_pool *p, uint32_t calls)
+{
+	/* relaxed: a once-flag; the record itself is under hist_lock. */
+	if (!atomic_load_explicit(&p->hist_started, memory_order_relaxed) &&
+	    !atomic_exchange_explicit(&p->hist_started, 1, memory_order_relaxed)) {
+		kvp_history_record(p); /* the pool's first mutating call */
+		return;
+	}
+	if (calls != 0)
+		kvp_history_record(p); /* this thread's KVP_HISTORY_EVERY-th call */
+}
+
+size_t kvp_pool_history(kvp_pool *p, kvp_stats *out, size_t cap)
+{
+	if (!p || (!out && cap))
+		return 0;
+	pthread_mutex_lock(&p->hist_lock);
+	size_t n = p->hist_n < cap ? p->hist_n : cap;
+	/* The newest n, oldest first. */
+	size_t skip = p->hist_n - n;
+	for (size_t i = 0; i < n; i++)
+		out[i] = p->hist[(p->hist_head + skip + i) % p->history_len];
+	pthread_mutex_unlock(&p->hist_lock);
+	return n;
+}

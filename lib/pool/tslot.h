@@ -1,0 +1,126 @@
+/*
+ * lib/pool/tslot.h - per-thread pool state: magazines of free blocks and stats.
+ *
+ * Each thread that calls a pool gets one slot for that pool: a magazine of
+ * up to thread_cache free block ids per stream, and its statistics
+ * counters.  Slots sit on a lock-free, add-only list owned by the pool;
+ * a slot is never freed before the pool, and a slot given up by an exiting
+ * thread is reused by the next new thread.
+ *
+ * Magazine protocol (one magazine per stream per slot):
+ *
+ *   in_call   written only by the slot's thread: 1 while it is inside a
+ *             block-path call that may touch the magazine, else 0;
+ *   claimed   taken by a drainer (or the exiting owner) with a CAS, 0 -> 1,
+ *             among threads that are not the magazine's owner;
+ *   starving  (per stream, in the pool) raised by every drainer, seq_cst,
+ *             for the whole drain.
+ *
+ * The owner enters by storing in_call = 1 and then loading starving; if it
+ * is not 0 it stores in_call = 0 and leaves the magazine alone (the global
+ * stack serves it).  A drainer raises starving, issues the heavy barrier
+ * (membarrier in asym mode, nothing in the seq_cst fallback: see
+ * kvp_light_store in lib/pool/pool_internal.h), then for each magazine loads
+ * in_call: at 0 it claims the magazine and empties it into the global
+ * stack, at 1 it skips it or waits for 0.  By the Dekker argument, an owner
+ * that loaded starving == 0 has its in_call == 1 seen by every drainer that
+ * raised starving before, and an owner that entered after a drainer's
+ * barrier sees starving != 0: the owner and a drainer are never inside the
+ * same magazine.  Drainers exclude each other with 'claimed'.  So after one
+ * pass that waited for every in_call == 1, each free block of the stream is
+ * on the global stack or in transit in a call about to push it there.  The
+ * owner never executes a locked instruction for its magazine in asym mode.
+ *
+ * Statistics counters have one writer, the slot's thread, which stores
+ * load+delta with relaxed order (no locked instruction); readers sum them
+ * with relaxed loads.  Relaxed suffices: each counter is exact on its own,
+ * and no other memory is published through them.
+ */
+#ifndef KVPOOL_LIB_TSLOT_H
+#define KVPOOL_LIB_TSLOT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lib/pool/owner.h"
+
+struct kvp_mag {
+	_Atomic uintptr_t in_call; /* owner only writes; drainers read */
+	_Atomic uint32_t claimed;  /* drainers' (and thread exit's) CAS */
+	_Atomic uint32_t count;    /* written by the holder; read racily by kvp_n_free */
+	uint32_t *ids;             /* ids[count-1] is the most recently freed */
+};
+
+/* The slot's owner cache: recent owner ids -> records (lib/pool/owner.h). */
+#define KVP_OCACHE_N 64u
+struct kvp_ocache_ent {
+	kvp_owner key;
+	struct kvp_orec *rec;
+	uint32_t epoch;
+};
+
+enum kvp_ctr {
+	KVP_C_ALLOCS,
+	KVP_C_FREES,
+	KVP_C_REUSED,
+	KVP_C_EXHAUSTED,
+	KVP_C_GROWN,
+	KVP_C_RETIRED,
+	KVP_C_STALE,
+	KVP_C_NOT_FULL,  /* signed delta, two's complement */
+	KVP_C_PQUERIES,  /* prefix cache: keys asked for by kvp_prefix_match */
+	KVP_C_PHITS,     /* prefix cache: blocks kvp_prefix_match handed out */
+	KVP_C_EVICTIONS, /* prefix cache: cached blocks evicted */
+	KVP_N_CTR
+};
+
+struct kvp_tslot {
+	struct kvp_tslot *next; /* immutable once on the list */
+	_Atomic int taken;      /* 1 while a live thread owns the slot */
+	struct kvp_mag mag[2];
+	/* The record this slot's thread is inside an owner op on, or 0;
+	 * written only by that thread (kvp_bias_enter/leave). */
+	_Atomic uintptr_t in_owner_op;
+	_Atomic uint64_t ctr[KVP_N_CTR];
+	struct kvp_ocache_ent ocache[KVP_OCACHE_N]; /* owner only */
+	struct kvp_rec_cache recs; /* owner only: spare owner records (lib/pool/owner.h) */
+	int64_t delta_in_use;      /* owner only: blocks not yet added to pool->in_use */
+	uint32_t calls;            /* owner only: mutating calls, for history cadence */
+	uint32_t ids[] __attribute__((aligned(64)));
+} __attribute__((aligned(64)));
+
+struct kvp_pool;
+
+/* Add @d to counter @c of @s; only the slot's thread may call it. */
+static inline void kvp_ctr_add(struct kvp_tslot *s, enum kvp_ctr c, uint64_t d)
+{
+	uint64_t v = atomic_load_explicit(&s->ctr[c], memory_order_relaxed);
+	atomic_store_explicit(&s->ctr[c], v + d, memory_order_relaxed);
+}
+
+/* A thread's {pool, slot} entries, most recently made first. */
+struct kvp_tls_ent {
+	struct kvp_tls_ent *next;
+	struct kvp_pool *pool;
+	uint64_t uid;
+	struct kvp_tslot *slot;
+};
+
+extern __thread struct kvp_tls_ent *kvp_tls_head
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
+
+struct kvp_tslot *kvp_tslot_get_slow(struct kvp_pool *pool);
+void kvp_tslot_put_fallback(struct kvp_pool *pool);
+
+/**
+ * kvp_tslot_alloc - a zeroed slot with magazines of @cap ids per stream
+ * (used for the fallback slot at pool creation too).  NULL on no memory.
+ */
+struct kvp_tslot *kvp_tslot_alloc(uint32_t cap);
+
+/** kvp_registry_add / kvp_registry_remove - the live-pool registry (thread exit vs destroy) */
+void kvp_registry_add(struct kvp_pool *pool);
+void kvp_registry_remove(struct kvp_pool *pool);
+
+#endif /* KVPOOL_LIB_TSLOT_H */

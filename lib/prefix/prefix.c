@@ -1,0 +1,361 @@
+/*
+ * lib/prefix/prefix.c - the public prefix-cache calls (kvpool/prefix.h), and the
+ * prefix state's life cycle.  lib/prefix/prefix_internal.h has the design.
+ *
+ * Matching: each key is looked up in the index with no lock; the block the
+ * node names is then locked by its stripe mutex and checked (still
+ * published under that very node, right format).  An in-use block gains a
+ * hold; a cached one is taken by a CAS CACHED -> IN_USE with a new
+ * generation, which an evictor's CAS CACHED -> EVICTING may beat (then the
+ * key is a miss).  The whole call holds the owner's shard mutex, so the
+ * owner's hold array takes the matched blocks in order.
+ */
+#include <string.h>
+
+#include "lib/prefix/prefix_internal.h"
+#include "lib/base/sysmem.h"
+
+int kvp_pfx_extend(struct kvp_prefix *pf, uint32_t n_ids)
+{
+	uint32_t n_segs = (n_ids + KVP_SEG_BLOCKS - 1) / KVP_SEG_BLOCKS;
+	for (uint32_t g = 0; g < n_segs; g++) {
+		uint32_t t = g >> KVP_PFX_MID_SHIFT, m = g & (KVP_PFX_MID - 1);
+		/* relaxed: only the grow_lock holder writes these pointers. */
+		_Atomic(struct kvp_pside *) *mid =
+		    atomic_load_explicit(&pf->top[t], memory_order_relaxed);
+		if (!mid) {
+			mid = kvp_sys_calloc(KVP_PFX_MID, sizeof(*mid), 64);
+			if (!mid)
+				return -1;
+			/* release: readers (acquire) see the zeroed directory. */
+			atomic_store_explicit(&pf->top[t], mid, memory_order_release);
+		}
+		if (atomic_load_explicit(&mid[m], memory_order_relaxed))
+			continue;
+		struct kvp_pside *seg = kvp_sys_calloc(KVP_SEG_BLOCKS, sizeof(*seg), 64);
+		if (!seg)
+			return -1;
+		for (uint32_t i = 0; i < KVP_SEG_BLOCKS; i++)
+			seg[i].lru_prev = seg[i].lru_next = KVP_NO_ID;
+		/* release: readers (acquire) see the initialised entries. */
+		atomic_store_explicit(&mid[m], seg, memory_order_release);
+	}
+	return 0;
+}
+
+static void side_destroy(struct kvp_prefix *pf)
+{
+	for (uint32_t t = 0; t < KVP_PFX_TOP; t++) {
+		_Atomic(struct kvp_pside *) *mid =
+		    atomic_load_explicit(&pf->top[t], memory_order_relaxed);
+		if (!mid)
+			continue;
+		for (uint32_t m = 0; m < KVP_PFX_MID; m++) {
+			struct kvp_pside *seg = atomic_load_explicit(&mid[m], memory_order_relaxed);
+			if (!seg)
+				continue;
+			for (uint32_t i = 0; i < KVP_SEG_BLOCKS; i++)
+				for (struct kvp_pnode *n = seg[i].spare, *nx; n; n = nx) {
+					nx = n->spare;
+					kvp_sys_free(n);
+				}
+			kvp_sys_free(seg);
+		}
+		kvp_sys_free(mid);
+	}
+}
+
+int kvp_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
+{
+	struct kvp_prefix *pf = kvp_sys_calloc(1, sizeof(*pf), 64);
+	if (!pf)
+		return -1;
+	p->prefix = pf;
+	/* The prefix layer grows the pool itself, after eviction. */
+	pf->grow = cfg->grow_on_exhaustion;
+	p->grow = false;
+	/* No per-thread magazines: in a warm cache nearly every free block is
+	 * cached, so most allocations evict, and "uncached blocks first" would
+	 * make each of them drain every thread's magazine (waiting for busy
+	 * ones).  Without magazines every uncached free block is on the global
+	 * stack: the order is exact and nothing waits. */
+	p->thread_cache = 0;
+	for (uint32_t i = 0; i < KVP_PFX_STRIPES; i++)
+		pthread_mutex_init(&pf->stripe[i], NULL);
+	kvp_pfx_lru_init(pf);
+	if (kvp_pfx_owners_init(pf) != 0 || kvp_pfx_index_init(pf) != 0 ||
+	    kvp_pfx_extend(pf, cfg->n_blocks) != 0)
+		return -1;
+	return 0;
+}
+
+void kvp_pfx_destroy(struct kvp_pool *p)
+{
+	struct kvp_prefix *pf = p->prefix;
+	if (!pf)
+		return;
+	kvp_pfx_index_destroy(pf);
+	side_destroy(pf);
+	kvp_pfx_owners_destroy(pf);
+	kvp_pfx_lru_destroy(pf);
+	for (uint32_t i = 0; i < KVP_PFX_STRIPES; i++)
+		pthread_mutex_destroy(&pf->stripe[i]);
+	kvp_sys_free(pf);
+	p->prefix = NULL;
+}
+
+/*
+ * Take @owner's hold on the block @n names, if it is still published under
+ * @n in @format.  Returns false for a miss.  Owner shard mutex held.
+ */
+static bool take_hold(struct kvp_pool *p, struct kvp_porec *r, struct kvp_pnode *n,
+                      kvp_format format, kvp_owner owner, kvp_ref *out, uint64_t *revived)
+{
+	struct kvp_prefix *pf = p->prefix;
+	uint32_t id = n->id;
+	struct kvp_block *b = kvp_bt_block(&p->bt, id);
+	struct kvp_pside *e = kvp_pfx_side(pf, id);
+	pthread_mutex_t *lk = kvp_pfx_stripe(pf, id);
+	bool ok = false;
+
+	pthread_mutex_lock(lk);
+	/* acquire: see the publisher's or last holder's writes. */
+	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+	if (e->pub != n || !(st & KVP_ST_PUBLISHED) || kvp_st_format(st) != (uint32_t)format)
+		goto out;
+	if (st & KVP_ST_IN_USE) {
+		/* relaxed: under the stripe mutex. */
+		uint32_t h = atomic_load_explicit(&e->holders, memory_order_relaxed);
+		bool mine = h == 1 ? atomic_load_explicit(&b->owner, memory_order_relaxed) == owner
+		                   : kvp_pfx_ofind_pos(pf, r, id) >= 0;
+		if (!mine) {
+			atomic_store_explicit(&e->holders, h + 1, memory_order_relaxed);
+			atomic_store_explicit(
+			    &e->owner_xor,
+			    atomic_load_explicit(&e->owner_xor, memory_order_relaxed) ^ owner,
+			    memory_order_relaxed);
+			kvp_pfx_oappend(pf, r, id);
+		}
+		*out = KVP_MAKE_REF(id, kvp_st_gen(st));
+		ok = true;
+	} else if (st & KVP_ST_CACHED) {
+		uint32_t gen = kvp_st_gen(st) + 1;
+		if (gen == 0)
+			gen = 1;
+		uint64_t nst =
+		    kvp_st_make(gen, p->block_size, KVP_ST_IN_USE | KVP_ST_EVER | KVP_ST_PUBLISHED,
+		                kvp_st_stream(st), (uint32_t)format);
+		/* The one CAS that settles a race with an evictor. */
+		if (kvp_pfx_leave_cached(b, st, nst)) {
+			/* relaxed: under the stripe mutex. */
+			atomic_store_explicit(&e->holders, 1, memory_order_relaxed);
+			atomic_store_explicit(&e->owner_xor, owner, memory_order_relaxed);
+			atomic_store_explicit(&b->owner, owner, memory_order_relaxed);
+			kvp_pfx_lru_unlink(pf, kvp_pfx_si(p, st), id);
+			kvp_pfx_oappend(pf, r, id);
+			*out = KVP_MAKE_REF(id, gen);
+			*revived += 1;
+			ok = true;
+		}
+	}
+out:
+	pthread_mutex_unlock(lk);
+	return ok;
+}
+
+int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kvp_hash *keys,
+                     size_t n_keys, kvp_owner owner, kvp_ref *refs, size_t refs_cap,
+                     size_t *n_matched)
+{
+	if (!n_matched)
+		return KVP_EINVAL;
+	*n_matched = 0;
+	if (!p || !p->prefix || (!keys && n_keys) || (!refs && refs_cap) ||
+	    (unsigned)format >= KVP_N_FORMATS)
+		return KVP_EINVAL;
+	int si = kvp_stream_index(p, stream);
+	if (si < 0)
+		return KVP_EINVAL;
+	if (refs_cap < n_keys) {
+		*n_matched = n_keys;
+		return KVP_ERANGE;
+	}
+	if (n_keys == 0)
+		return KVP_OK;
+	if (n_keys > UINT32_MAX)
+		return KVP_ENOMEM;
+
+	struct kvp_prefix *pf = p->prefix;
+	struct kvp_tslot *s = kvp_tslot_get(p);
+	struct kvp_poshard *sh = kvp_pfx_oshard(pf, owner);
+	uint32_t tag = kvp_stream_tag(p, si);
+	uint64_t revived = 0;
+	size_t i = 0;
+
+	kvp_rcu_read_lock();
+	pthread_mutex_lock(&sh->lock);
+	struct kvp_porec *r = kvp_pfx_ofind(sh, owner);
+	bool made = false;
+	if (!r) {
+		r = kvp_pfx_oinsert(sh, owner);
+		made = true;
+	}
+	if (!r || kvp_pfx_oreserve(pf, r, (uint32_t)n_keys) != 0) {
+		if (r && made)
+			kvp_pfx_oremove(sh, r);
+		pthread_mutex_unlock(&sh->lock);
+		kvp_rcu_read_unlock();
+		kvp_tslot_put(p, s);
+		return KVP_ENOMEM;
+	}
+	for (; i < n_keys; i++) {
+		struct kvp_pnode *n = kvp_pfx_index_lookup(pf, tag, &keys[i]);
+		if (!n || !take_hold(p, r, n, format, owner, &refs[i], &revived))
+			break;
+	}
+	if (r->count == 0 && made)
+		kvp_pfx_oremove(sh, r);
+	pthread_mutex_unlock(&sh->lock);
+	kvp_ctr_add(s, KVP_C_PQUERIES, n_keys);
+	kvp_ctr_add(s, KVP_C_PHITS, i);
+	kvp_ctr_add(s, KVP_C_ALLOCS, revived);
+	kvp_ctr_add(s, KVP_C_REUSED, revived);
+	if (revived)
+		kvp_account_in_use(p, s, (int64_t)revived);
+	kvp_rcu_read_unlock();
+	if (i)
+		kvp_history_tick(p, s);
+	kvp_tslot_put(p, s);
+	*n_matched = i;
+	return KVP_OK;
+}
+
+int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
+{
+	if (!p || !p->prefix)
+		return KVP_EINVAL;
+	uint32_t id = KVP_REF_ID(ref);
+	if (id >= kvp_pool_n_ids(p))
+		return KVP_ENOENT;
+	struct kvp_prefix *pf = p->prefix;
+	int rc = KVP_OK;
+
+	kvp_rcu_read_lock();
+	struct kvp_block *b = kvp_bt_block(&p->bt, id);
+	struct kvp_pside *e = kvp_pfx_side(pf, id);
+	pthread_mutex_t *lk = kvp_pfx_stripe(pf, id);
+	pthread_mutex_lock(lk);
+	/* acquire: see the hand-out's fields. */
+	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+	if (kvp_st_gen(st) != KVP_REF_GEN(ref) || (st & KVP_ST_RETIRED)) {
+		rc = KVP_ENOENT;
+	} else if (!(st & KVP_ST_IN_USE) || (st & (KVP_ST_RAW | KVP_ST_PUBLISHED)) ||
+	           kvp_st_used(st) != p->block_size) {
+		rc = KVP_EINVAL;
+	} else {
+		struct kvp_pnode *n = kvp_pfx_node_get(pf, e);
+		if (!n) {
+			rc = KVP_ENOMEM;
+			goto out;
+		}
+		n->key = key;
+		n->id = id;
+		n->stream = kvp_st_stream(st);
+		if (kvp_pfx_index_add(pf, n)) {
+			/* Never in the index: reusable at once. */
+			n->spare = e->spare;
+			e->spare = n;
+			rc = KVP_EEXIST;
+			goto out;
+		}
+		/* Matchers wait for this mutex, so none sees the node before
+		 * the block is marked.  Only set_used may change the word now.
+		 * acq_rel: orders the holder's writes before the mark. */
+		while (!atomic_compare_exchange_weak_explicit(&b->state, &st, st | KVP_ST_PUBLISHED,
+		                                              memory_order_acq_rel,
+		                                              memory_order_acquire)) {
+			if (kvp_st_used(st) != p->block_size) {
+				rc = KVP_EINVAL; /* set_used emptied it meanwhile */
+				break;
+			}
+		}
+		if (rc == KVP_OK)
+			e->pub = n;
+		else
+			kvp_pfx_index_del(pf, n);
+	}
+out:
+	pthread_mutex_unlock(lk);
+	kvp_rcu_read_unlock();
+	return rc;
+}
+
+int kvp_free_owned(kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n)
+{
+	if (!p || !p->prefix || (!refs && n))
+		return KVP_EINVAL;
+	uint32_t n_ids = kvp_pool_n_ids(p);
+	for (size_t i = 0; i < n; i++)
+		if (KVP_REF_ID(refs[i]) >= n_ids)
+			return KVP_ENOENT;
+	if (n == 0)
+		return KVP_OK;
+	return kvp_pfx_free_owned(p, owner, refs, n);
+}
+
+struct unpub_arg {
+	struct kvp_pool *p;
+	size_t n;
+};
+
+/* Unpublish the held block @n names (its stripe mutex is taken here). */
+static void unpublish(struct kvp_pnode *n, void *arg)
+{
+	struct unpub_arg *a = arg;
+	struct kvp_prefix *pf = a->p->prefix;
+	uint32_t id = n->id;
+	struct kvp_block *b = kvp_bt_block(&a->p->bt, id);
+	struct kvp_pside *e = kvp_pfx_side(pf, id);
+	pthread_mutex_t *lk = kvp_pfx_stripe(pf, id);
+	pthread_mutex_lock(lk);
+	/* acquire: the current state. */
+	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+	if (e->pub == n && (st & KVP_ST_IN_USE)) {
+		/* release: kvp_block_get sees a whole word.  Nobody else changes
+		 * a published in-use block's word without this mutex. */
+		atomic_fetch_and_explicit(&b->state, ~KVP_ST_PUBLISHED, memory_order_release);
+		kvp_pfx_forget(pf, e);
+		a->n++;
+	}
+	pthread_mutex_unlock(lk);
+}
+
+size_t kvp_prefix_reset(kvp_pool *p)
+{
+	if (!p || !p->prefix)
+		return 0;
+	struct kvp_prefix *pf = p->prefix;
+	struct kvp_tslot *s = kvp_tslot_get(p);
+	uint32_t ids[64];
+	size_t dropped = 0;
+	for (uint32_t si = 0; si < p->n_streams; si++) {
+		for (;;) {
+			kvp_rcu_read_lock();
+			uint32_t e = kvp_pfx_evict(p, s, (int)si, ids, 64);
+			kvp_put_blocks(p, s, (int)si, ids, e);
+			kvp_rcu_read_unlock();
+			dropped += e;
+			if (e < 64)
+				break;
+		}
+	}
+	struct unpub_arg a = {p, 0};
+	kvp_rcu_read_lock();
+	kvp_pfx_index_each(pf, unpublish, &a);
+	kvp_rcu_read_unlock();
+	dropped += a.n;
+	if (dropped)
+		kvp_history_tick(p, s);
+	kvp_tslot_put(p, s);
+	return dropped;
+}

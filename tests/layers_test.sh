@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# tests/layers_test.sh - the include layering of the tree holds, and the check
+# catches a violation.
+#
+# Runs tools/check_layers.sh on the repository this script really lives in
+# (readlink -f follows Bazel's runfiles symlinks back to the source tree): it
+# must pass.  Then plants two violations in a copy (a lower module including a
+# higher one, a test including a private header) and checks that the script
+# fails and names both.
+set -euo pipefail
+self=$(readlink -f "${BASH_SOURCE[0]}")
+repo=$(cd "$(dirname "$self")/.." && pwd)
+
+if ! out=$("$repo/tools/check_layers.sh" "$repo"); then
+	echo "FAIL: the tree violates its layering:" >&2
+	echo "$out" >&2
+	exit 1
+fi
+echo "ok: $repo follows its layering"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/tools"
+cp -r "$repo/lib" "$repo/tests" "$tmp/"
+cp "$repo/tools/check_layers.sh" "$tmp/tools/"
+"$tmp/tools/check_layers.sh" "$tmp" >/dev/null || { echo "FAIL: the copy already fails" >&2; exit 1; }
+
+# Plant: the pool (below storage) includes storage; a test includes pool internals.
+sed -i '0,/#include "lib\/pool\//s//#include "lib\/storage\/storage_hazard.h"\n&/' "$tmp/lib/pool/pool.c"
+echo '#include "lib/pool/pool_internal.h"' >>"$tmp/tests/pool_api_test.c"
+if out=$("$tmp/tools/check_layers.sh" "$tmp"); then
+	echo "FAIL: planted violations passed the check" >&2
+	exit 1
+fi
+echo "$out"
+grep -q '^lib/pool/pool.c:[0-9]*: lib/pool includes lib/storage' <<<"$out" ||
+	{ echo "FAIL: the pool -> storage include was not reported" >&2; exit 1; }
+grep -q '^tests/pool_api_test.c:[0-9]*: includes a private header ("lib/pool/pool_internal.h")' <<<"$out" ||
+	{ echo "FAIL: the test's private include was not reported" >&2; exit 1; }
+echo "ok: both planted violations reported"

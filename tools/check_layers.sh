@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# tools/check_layers.sh - fail when a module includes one above it, or a tool
+# reaches into the library's private headers.
+#
+#   tools/check_layers.sh [ROOT]     ROOT defaults to the repository
+#
+# The library's modules, lowest first (lib/README.md says what each holds):
+#   base  <  pool = prefix  <  storage  <  kvcache,   and  base < bufcache < storage
+#   (pool and prefix are one layer: the prefix cache is a mode of the pool, and
+#   the pool dispatches to it)
+# A file in lib/M/ may include lib/N/ only when N is M or below M.  Programs
+# and tests (stress/, replay/, bench/, tests/, docs/examples/, python/) include the
+# public headers <kvpool/...> and the documented test-support headers of
+# lib/testing/ only.  Prints each violation as FILE:LINE: reason and exits 1
+# if there was any.
+set -uo pipefail
+root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$root" || exit 2
+
+# below[M] = modules M may include besides itself.
+declare -A below=(
+	[base]=""
+	[pool]="base prefix"
+	[prefix]="base pool"
+	[bufcache]="base"
+	[storage]="base pool prefix bufcache"
+	[kvcache]="base pool prefix bufcache storage"
+	[testing]="base pool prefix bufcache storage kvcache"
+)
+
+bad=0
+report() {
+	echo "$1: $2"
+	bad=1
+}
+
+# Library files.
+while IFS= read -r f; do
+	m=$(cut -d/ -f2 <<<"$f")
+	if [ -z "${below[$m]+x}" ]; then
+		report "$f" "file in unknown module lib/$m (add it to tools/check_layers.sh)"
+		continue
+	fi
+	while IFS=: read -r ln inc; do
+		n=$(sed -E 's#.*"lib/([^/]+)/.*#\1#' <<<"$inc")
+		[ "$n" = "$m" ] && continue
+		case " ${below[$m]} " in
+		*" $n "*) ;;
+		*) report "$f:$ln" "lib/$m includes lib/$n, which is not below it" ;;
+		esac
+	done < <(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]+"lib/' "$f" | sed -E 's/^([0-9]+):.*(("lib\/[^"]+")).*/\1:\2/')
+done < <(find lib -mindepth 2 -type f \( -name '*.c' -o -name '*.h' \) | sort)
+
+# Programs and tests.
+for d in stress replay bench tests docs/examples python; do
+	[ -d "$d" ] || continue
+	while IFS=: read -r f ln inc; do
+		case "$inc" in
+		*'"lib/testing/'*) ;;
+		*) report "$f:$ln" "includes a private header ($inc): use <kvpool/...> or lib/testing/" ;;
+		esac
+	done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]+"lib/' "$d" --include='*.c' --include='*.h' --include='*.cc' |
+		sed -E 's/^([^:]+):([0-9]+):.*("lib\/[^"]+").*/\1:\2:\3/')
+done
+exit $bad
