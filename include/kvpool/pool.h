@@ -77,7 +77,10 @@
  * revoker) pays the system call.  Where membarrier is unavailable (seccomp,
  * gVisor, old kernels), under ThreadSanitizer, or when the environment holds
  * KVPOOL_FORCE_FALLBACK=1 at pool creation, both sides use seq_cst atomics
- * instead (same guarantees, a few ns more per call).
+ * instead (same guarantees, a few ns more per call).  If membarrier starts
+ * failing after creation (a seccomp filter installed later), the pool
+ * switches for good to an mprotect()-based barrier with the same guarantee
+ * for every later drain or revocation; no call hangs or fails for it.
  *
  * Without prefix_cache, kvpool uses no RCU library on any of these paths
  * (nothing it could fail to start), so every function may be called
