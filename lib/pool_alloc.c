@@ -357,15 +357,26 @@ static void hold_shard(struct kvp_oshard **held, struct kvp_oshard *sh)
 	*held = sh;
 }
 
-/* Drop @r if it holds nothing and is not registered; shard lock held. */
+/*
+ * Drop @r if it holds nothing and is not registered; shard lock held.
+ * The shard lock covers 'registered' and 'bias' but not 'count' while the
+ * record is biased to another thread (that thread changes it in its owner
+ * ops), so count is read only after making sure no other thread is biased.
+ * A record biased to another slot is left alone: that thread drops it
+ * itself when one of its frees empties it (free_ref's 'empty').
+ */
 static void drop_if_empty(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_oshard *sh,
                           struct kvp_orec *r)
 {
-	if (r->count != 0 || r->registered)
+	if (r->registered)
 		return;
-	kvp_bias_revoke(p, s, r);
-	/* A biased thread may have added blocks before it saw the revocation. */
-	if (r->count == 0 && !r->registered)
+	/* relaxed: bias is written only under the shard lock, which we hold. */
+	uintptr_t t = atomic_load_explicit(&r->bias, memory_order_relaxed);
+	if (t != 0 && t != (uintptr_t)s)
+		return;
+	/* bias is 0 or ours: this thread's own ops are over, so count holds
+	 * still under the shard lock. */
+	if (r->count == 0)
 		kvp_oshard_remove(&p->owners, sh, &s->recs, r);
 }
 
