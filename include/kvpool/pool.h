@@ -59,16 +59,20 @@
  * a stream is starving it uses the global stack).  Only growth takes a
  * mutex (the pool's grow mutex), and nothing ever waits for a grace period.
  *
- * Biased owners: the thread that registered an owner, or first allocated
- * for it, allocates and frees for it with no lock (an "owner op": a store
+ * Biased owners: the thread that first allocated for an owner (registering
+ * one does not bias it) allocates and frees for it with no lock (an "owner op": a store
  * to a word of its own and a load of the record's bias).  The first time
  * another thread touches that owner (a free of its blocks, kvp_free_all,
  * kvp_blocks_for, kvp_release_owner, an allocate) it revokes the bias under
  * the shard mutex: one membarrier() system call (about 0.1-1 us) plus a
  * wait for an owner op in progress, after which the owner is shard-locked
- * as any other.  An allocate under the shard mutex re-biases an unbiased
- * owner to its caller, at most twice per owner record; an owner made again
- * (released, then allocated or registered) starts biased to its maker.
+ * as any other.  A call on an owner that is unbiased, or biased to the
+ * calling thread, revokes nothing.  An allocate under the shard mutex
+ * re-biases an unbiased owner to its caller, at most twice per owner record;
+ * an owner made again (released, then allocated) is biased to the thread
+ * that allocated.  So an owner registered by one thread and allocated for by
+ * another pays no revocation; one allocated by a thread and then freed
+ * or listed by another pays one.
  *
  * Asymmetric and fallback protocols: kvp_pool_create probes
  * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) and registers the process
