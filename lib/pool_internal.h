@@ -321,7 +321,7 @@ static inline bool kvp_put_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int
 }
 
 /* lib/pool_blocks.c: the block path. */
-int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t k);
+int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids, uint32_t k);
 void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
                     uint32_t k);
 void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
@@ -355,7 +355,7 @@ static inline void kvp_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, i
 }
 
 /* lib/pool_resize.c: growth (grow_lock held). */
-int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, uint32_t *ids);
+int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids);
 /* kvp_shrink of stream @si, arguments checked (prefix mode retires in two steps). */
 int kvp_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
 
