@@ -245,7 +245,10 @@ int kvp_allocate(kvp_pool *pool, kvp_stream stream, uint32_t n_tokens, kvp_owner
  * again (stale generation) is skipped and counted in n_stale_frees (a
  * retired block's ref is stale here; only an id never created is an error).  A block
  * freed this way leaves its owner's list; an owner that was not registered
- * with kvp_register_owner is released when its last block goes.
+ * with kvp_register_owner is released when its last block goes.  A free
+ * takes effect when kvp_free returns: while it runs, another thread may
+ * still get KVP_EEXHAUSTED for blocks already shown free by kvp_block_get,
+ * or KVP_EOWNER registering an owner whose last block it freed.
  *
  * Returns KVP_OK; KVP_ENOENT if any ref's id was never created (then
  * nothing in the call is freed); KVP_EINVAL for a NULL pool, or NULL @refs
