@@ -188,7 +188,9 @@ void kvp_pool_config_init(kvp_pool_config *cfg);
  *
  * Returns KVP_OK, KVP_EINVAL (NULL @out, block_size 0 or above
  * KVP_MAX_BLOCK_SIZE, n_blocks 0 or above KVP_MAX_BLOCKS, max_blocks set and
- * below n_blocks, thread_cache above KVP_MAX_THREAD_CACHE), or KVP_ENOMEM.
+ * below n_blocks, thread_cache above KVP_MAX_THREAD_CACHE), or KVP_ENOMEM
+ * (also, with prefix_cache, when no thread can be created: such a pool
+ * starts liburcu's worker threads here, so later calls never need to).
  * With separate_kv and n_blocks 1, K has the block and V starts empty.
  * Thread-safe.
  */
