@@ -13,8 +13,8 @@
  *     so reading it needs no read-side section at all.
  *   - Owner bookkeeping needs per-owner atomicity anyway, so it uses a
  *     sharded table with one mutex per shard instead of a global one, and
- *     a record is biased to the thread that made it, which then needs no
- *     lock at all (lib/owner.h).
+ *     a record is biased to the thread that first allocates for it, which
+ *     then needs no lock at all (lib/owner.h).
  *   - Synchronization between a thread's own work and the rare thread that
  *     interferes (a drainer, a revoker) is asymmetric: the common side uses
  *     plain stores, the rare side membarrier() (lib/pool_internal.h), with a
