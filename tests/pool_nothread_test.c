@@ -8,7 +8,9 @@
  * "Unrecoverable error" when its creation fails).  The test replaces
  * pthread_create for the whole process (the dynamic linker binds the
  * shared libraries' calls to this definition), so it runs in the plain
- * build only: ASan and TSan define pthread_create themselves.
+ * build only: ASan and TSan define pthread_create themselves.  A pool
+ * with the prefix cache, which does need liburcu's threads, must fail to
+ * be created with KVP_ENOMEM rather than abort.
  */
 #include <kvpool/kvpool.h>
 
@@ -65,8 +67,32 @@ static void test_large_pool_without_threads(void)
 	CHECK_EQ(atomic_load(&create_calls), 0);
 }
 
+/* A prefix-cache pool needs liburcu's worker threads (its key index): it
+ * starts them at create, so with no thread to be had create fails with
+ * KVP_ENOMEM, and leaves nothing behind, instead of liburcu aborting the
+ * process (as it did from cds_lfht_new or the first call_rcu). */
+static void test_prefix_pool_create_fails_cleanly(void)
+{
+	kvp_pool_config c;
+	kvp_pool *p = (kvp_pool *)&c;
+	kvp_pool_config_init(&c);
+	c.prefix_cache = true;
+	int before = atomic_load(&create_calls);
+	CHECK_EQ(kvp_pool_create(&c, &p), KVP_ENOMEM);
+	CHECK(p == NULL);
+	CHECK(atomic_load(&create_calls) > before); /* it did try */
+	/* A plain pool is still fine. */
+	c.prefix_cache = false;
+	CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
+	kvp_ref r;
+	CHECK_EQ(kvp_alloc_block(p, KVP_K, KVP_FP16, &r), KVP_OK);
+	CHECK_EQ(kvp_free_block(p, r), KVP_OK);
+	kvp_pool_destroy(p);
+}
+
 int main(void)
 {
 	RUN(test_large_pool_without_threads);
+	RUN(test_prefix_pool_create_fails_cleanly);
 	return 0;
 }

@@ -59,16 +59,20 @@
  * a stream is starving it uses the global stack).  Only growth takes a
  * mutex (the pool's grow mutex), and nothing ever waits for a grace period.
  *
- * Biased owners: the thread that registered an owner, or first allocated
- * for it, allocates and frees for it with no lock (an "owner op": a store
+ * Biased owners: the thread that first allocated for an owner (registering
+ * one does not bias it) allocates and frees for it with no lock (an "owner op": a store
  * to a word of its own and a load of the record's bias).  The first time
  * another thread touches that owner (a free of its blocks, kvp_free_all,
  * kvp_blocks_for, kvp_release_owner, an allocate) it revokes the bias under
  * the shard mutex: one membarrier() system call (about 0.1-1 us) plus a
  * wait for an owner op in progress, after which the owner is shard-locked
- * as any other.  An allocate under the shard mutex re-biases an unbiased
- * owner to its caller, at most twice per owner record; an owner made again
- * (released, then allocated or registered) starts biased to its maker.
+ * as any other.  A call on an owner that is unbiased, or biased to the
+ * calling thread, revokes nothing.  An allocate under the shard mutex
+ * re-biases an unbiased owner to its caller, at most twice per owner record;
+ * an owner made again (released, then allocated) is biased to the thread
+ * that allocated.  So an owner registered by one thread and allocated for by
+ * another pays no revocation; one allocated by a thread and then freed
+ * or listed by another pays one.
  *
  * Asymmetric and fallback protocols: kvp_pool_create probes
  * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) and registers the process
@@ -77,7 +81,10 @@
  * revoker) pays the system call.  Where membarrier is unavailable (seccomp,
  * gVisor, old kernels), under ThreadSanitizer, or when the environment holds
  * KVPOOL_FORCE_FALLBACK=1 at pool creation, both sides use seq_cst atomics
- * instead (same guarantees, a few ns more per call).
+ * instead (same guarantees, a few ns more per call).  If membarrier starts
+ * failing after creation (a seccomp filter installed later), the pool
+ * switches for good to an mprotect()-based barrier with the same guarantee
+ * for every later drain or revocation; no call hangs or fails for it.
  *
  * Without prefix_cache, kvpool uses no RCU library on any of these paths
  * (nothing it could fail to start), so every function may be called
@@ -181,7 +188,9 @@ void kvp_pool_config_init(kvp_pool_config *cfg);
  *
  * Returns KVP_OK, KVP_EINVAL (NULL @out, block_size 0 or above
  * KVP_MAX_BLOCK_SIZE, n_blocks 0 or above KVP_MAX_BLOCKS, max_blocks set and
- * below n_blocks, thread_cache above KVP_MAX_THREAD_CACHE), or KVP_ENOMEM.
+ * below n_blocks, thread_cache above KVP_MAX_THREAD_CACHE), or KVP_ENOMEM
+ * (also, with prefix_cache, when no thread can be created: such a pool
+ * starts liburcu's worker threads here, so later calls never need to).
  * With separate_kv and n_blocks 1, K has the block and V starts empty.
  * Thread-safe.
  */
@@ -238,7 +247,10 @@ int kvp_allocate(kvp_pool *pool, kvp_stream stream, uint32_t n_tokens, kvp_owner
  * again (stale generation) is skipped and counted in n_stale_frees (a
  * retired block's ref is stale here; only an id never created is an error).  A block
  * freed this way leaves its owner's list; an owner that was not registered
- * with kvp_register_owner is released when its last block goes.
+ * with kvp_register_owner is released when its last block goes.  A free
+ * takes effect when kvp_free returns: while it runs, another thread may
+ * still get KVP_EEXHAUSTED for blocks already shown free by kvp_block_get,
+ * or KVP_EOWNER registering an owner whose last block it freed.
  *
  * Returns KVP_OK; KVP_ENOENT if any ref's id was never created (then
  * nothing in the call is freed); KVP_EINVAL for a NULL pool, or NULL @refs

@@ -9,6 +9,7 @@
  */
 #include "lib/base/rcu.h"
 
+#include <pthread.h>
 #include <stddef.h>
 #include <urcu/urcu-bp.h>
 
@@ -66,4 +67,24 @@ void kvp_rcu_call(struct kvp_rcu_cb *cb, void (*fn)(struct kvp_rcu_cb *cb))
 	_Static_assert(sizeof(cb->head) >= sizeof(struct rcu_head), "rcu_head must fit its room");
 	cb->fn = fn;
 	urcu_bp_call_rcu((struct rcu_head *)cb->head, call_cb);
+}
+
+static void *probe_thread(void *arg)
+{
+	return arg;
+}
+
+int kvp_rcu_start_threads(void)
+{
+	/* liburcu aborts the process ("Unrecoverable error") when it cannot
+	 * create one of its threads, so first see whether a thread can be
+	 * created at all, and fail cleanly if not. */
+	pthread_t t;
+	if (pthread_create(&t, NULL, probe_thread, NULL) != 0)
+		return -1;
+	pthread_join(t, NULL);
+	/* Creates the process's default call_rcu worker unless it exists; it
+	 * lives until the process exits, so no later call_rcu starts one. */
+	(void)urcu_bp_get_default_call_rcu_data();
+	return 0;
 }

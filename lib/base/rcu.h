@@ -60,4 +60,23 @@ struct kvp_rcu_cb {
  */
 void kvp_rcu_call(struct kvp_rcu_cb *cb, void (*fn)(struct kvp_rcu_cb *cb));
 
+/**
+ * kvp_rcu_start_threads - make liburcu's call_rcu worker exist, or fail
+ *
+ * liburcu starts its threads lazily (the call_rcu worker at the first
+ * call_rcu; the cds_lfht resize worker at the first auto-resizing table)
+ * and aborts the process if pthread_create fails then.  This first creates
+ * and joins a trivial thread, returning -1 if that fails (nothing else
+ * done), then has liburcu create the default call_rcu worker, which lives
+ * for the rest of the process, so later kvp_rcu_call / kvp_rcu_free_deferred
+ * never start a thread.  Call it before making an auto-resizing cds_lfht.
+ *
+ * Remaining window: a thread limit reached by another thread of the process
+ * between the probe and liburcu's own pthread_create (at most two creations
+ * later, in this same call or the caller's next cds_lfht_new) still aborts;
+ * and after fork() the child has no call_rcu worker until liburcu restarts
+ * it (urcu_bp_call_rcu_after_fork_child).  Returns 0 on success.
+ */
+int kvp_rcu_start_threads(void);
+
 #endif /* KVPOOL_LIB_RCU_H */

@@ -26,6 +26,15 @@
 
 #include "lib/pool/blocktable.h"
 
+/*
+ * Block ids as the block layer writes them out: kvp_allocate has them
+ * written into the caller's kvp_ref (uint64_t) array before it widens them
+ * to refs, so every function that stores ids (kvp_get_blocks and what it
+ * calls, kvp_fs_pop_reserved) takes a may_alias pointer: C's aliasing rules
+ * then allow those stores whatever gets inlined where (LTO included).
+ */
+typedef uint32_t __attribute__((may_alias)) kvp_u32_alias;
+
 struct kvp_freestack {
 	_Atomic uint64_t head; /* {tag:32, id:32}; id KVP_NO_ID when empty */
 	char pad0[56];
@@ -119,7 +128,7 @@ static inline void kvp_fs_unreserve(struct kvp_freestack *fs, uint32_t n)
  * since the head was loaded, in which case the walk was consistent.
  */
 static inline void kvp_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_blocktable *bt,
-                                       _Atomic uint32_t *n_ids, uint32_t *ids, uint32_t n)
+                                       _Atomic uint32_t *n_ids, kvp_u32_alias *ids, uint32_t n)
 {
 	uint32_t got = 0;
 	unsigned spins = 0;

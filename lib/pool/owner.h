@@ -30,8 +30,9 @@
  *                                                     once per KVP_REC_BATCH
  *   kvp_orec_append/unlink  the owner's exclusion     O(1)
  *
- * Biased records.  A record made by a thread (allocate or register) is
- * biased to that thread's slot ('bias' = the slot): while it stays biased,
+ * Biased records.  A record is biased to the slot of the thread that first
+ * allocates for it ('bias' = the slot; kvp_register_owner makes it
+ * unbiased): while it stays biased,
  * that thread alone changes the record's list and count, without the shard
  * lock, inside an owner op (lib/pool/pool_internal.h, kvp_bias_enter/leave: a
  * plain store of the slot's in_owner_op word and a load of 'bias', no
@@ -46,8 +47,9 @@
  * the shard lock that finds the record unbiased biases it to its own
  * thread, at most KVP_BIAS_MAX_REVOKES times per record life (so two threads
  * sharing one owner settle on the lock instead of ping-ponging); a record
- * made again (the owner released and allocated or registered anew) starts
- * biased to its maker.  The fields 'bias' (written under the shard lock
+ * made again (the owner released and allocated anew) is biased to the
+ * thread whose allocate made it.  A thread touching an unbiased record, or
+ * one biased to itself, revokes nothing.  The fields 'bias' (written under the shard lock
  * only), 'key' and 'epoch' are what a thread's owner cache validates:
  * 'epoch' grows each time the record is (re)inserted, so a cache entry made
  * for an earlier life of a recycled record never matches.

@@ -13,8 +13,8 @@
  *     so reading it needs no read-side section at all.
  *   - Owner bookkeeping needs per-owner atomicity anyway, so it uses a
  *     sharded table with one mutex per shard instead of a global one, and
- *     a record is biased to the thread that made it, which then needs no
- *     lock at all (lib/pool/owner.h).
+ *     a record is biased to the thread that first allocates for it, which
+ *     then needs no lock at all (lib/pool/owner.h).
  *   - Synchronization between a thread's own work and the rare thread that
  *     interferes (a drainer, a revoker) is asymmetric: the common side uses
  *     plain stores, the rare side membarrier() (lib/pool/pool_internal.h), with a
@@ -25,6 +25,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -64,16 +65,68 @@ static bool asym_available(void)
 #endif
 }
 
-void kvp_heavy_barrier(const struct kvp_pool *p)
+/*
+ * The heavy barrier used once membarrier has failed (a seccomp filter
+ * installed after the pool was made, say): the TLB-shootdown trick.  The
+ * page is dirtied so its entry is present, then made read-only: the kernel
+ * must flush that entry from every CPU that may cache it, i.e. every CPU
+ * currently running a thread of the process, and does so with an IPI whose
+ * handler serializes the CPU, draining its store buffer, before mprotect
+ * returns - the same guarantee as MEMBARRIER_CMD_PRIVATE_EXPEDITED, so the
+ * frequent side's protocol does not change.  CPUs not running the process
+ * drained theirs at the context switch.  The page is mlock'ed where the
+ * limit allows, so it cannot be swapped out between the write and the
+ * mprotect (which would leave no entry to flush); the mutex keeps one
+ * caller's write out of another's read-only window.  mprotect on a page we
+ * mapped has no failure mode but ENOMEM for splitting a mapping, which one
+ * whole page never needs; should it fail anyway we retry.
+ */
+static void tlb_shootdown_barrier(struct kvp_pool *p)
+{
+	pthread_mutex_lock(&p->flush_lock);
+	for (;;) {
+		*(volatile char *)p->flush_page = 1;
+		if (mprotect(p->flush_page, p->flush_page_len, PROT_READ) == 0 &&
+		    mprotect(p->flush_page, p->flush_page_len, PROT_READ | PROT_WRITE) == 0)
+			break;
+		/* If the first call failed nothing changed; if the second did,
+		 * the page is read-only and the write above must not run until
+		 * it is writable again. */
+		while (mprotect(p->flush_page, p->flush_page_len, PROT_READ | PROT_WRITE) != 0)
+			sched_yield();
+	}
+	pthread_mutex_unlock(&p->flush_lock);
+}
+
+void kvp_heavy_barrier(struct kvp_pool *p)
 {
 	if (!p->asym)
 		return; /* fallback: both sides use seq_cst accesses */
-	/* Registered at pool creation, so it cannot fail for lack of
-	 * registration; it has no other failure mode on a valid command.  If it
-	 * ever returned an error we would have no fence to fall back to, so
-	 * retry (EINTR is not documented for it, but costs nothing to handle). */
-	while (sys_membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0)
-		sched_yield();
+	/* relaxed: only picks which of two complete barriers runs. */
+	if (!atomic_load_explicit(&p->membarrier_failed, memory_order_relaxed)) {
+		/* Registered at pool creation; it fails only if something (a
+		 * seccomp filter) denies it later.  Then switch for good: the
+		 * other barrier is equivalent, so threads inside the frequent
+		 * side mid-switch are covered either way. */
+		if (sys_membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+			return;
+		atomic_store_explicit(&p->membarrier_failed, true, memory_order_relaxed);
+	}
+	tlb_shootdown_barrier(p);
+}
+
+/* Map the page the fallback heavy barrier flips (asym mode only). */
+static bool flush_page_init(struct kvp_pool *p)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	p->flush_page_len = pg > 0 ? (size_t)pg : 4096;
+	void *m = mmap(NULL, p->flush_page_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+	               -1, 0);
+	if (m == MAP_FAILED)
+		return false;
+	(void)mlock(m, p->flush_page_len); /* best effort: see tlb_shootdown_barrier */
+	p->flush_page = m;
+	return true;
 }
 
 void kvp_pool_config_init(kvp_pool_config *cfg)
@@ -136,11 +189,14 @@ static void pool_free(struct kvp_pool *p)
 	kvp_sys_free(p->fallback);
 	kvp_sys_free(p->hist);
 	kvp_pfx_destroy(p);
+	if (p->flush_page)
+		munmap(p->flush_page, p->flush_page_len);
 	kvp_owners_destroy(&p->owners);
 	kvp_bt_destroy(&p->bt);
 	pthread_mutex_destroy(&p->grow_lock);
 	pthread_mutex_destroy(&p->hist_lock);
 	pthread_mutex_destroy(&p->fallback_lock);
+	pthread_mutex_destroy(&p->flush_lock);
 	kvp_sys_free(p);
 }
 
@@ -174,6 +230,11 @@ int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out)
 	pthread_mutex_init(&p->grow_lock, NULL);
 	pthread_mutex_init(&p->hist_lock, NULL);
 	pthread_mutex_init(&p->fallback_lock, NULL);
+	pthread_mutex_init(&p->flush_lock, NULL);
+	/* Without the page for the fallback heavy barrier, use the seq_cst
+	 * protocols (decided before any other thread sees the pool). */
+	if (p->asym && !flush_page_init(p))
+		p->asym = false;
 	kvp_fs_init(&p->fs[0]);
 	kvp_fs_init(&p->fs[1]);
 	p->retired_head = KVP_NO_ID;

@@ -21,10 +21,6 @@
 
 #define KVP_FREE_BATCH 64u
 
-/* The ids are written into the caller's kvp_ref array before it gets its
- * refs: a may_alias type keeps that within C's aliasing rules. */
-typedef uint32_t __attribute__((may_alias)) kvp_u32_alias;
-
 static int stream_of_state(const struct kvp_pool *p, uint64_t st)
 {
 	return p->separate_kv ? (int)kvp_st_stream(st) : 0;
@@ -218,7 +214,7 @@ static int allocate_locked(struct kvp_pool *p, struct kvp_tslot *s, int si, uint
 	} else {
 		kvp_bias_revoke(p, s, r);
 	}
-	int rc = r ? kvp_get_blocks(p, s, si, (uint32_t *)refs, nb) : KVP_ENOMEM;
+	int rc = r ? kvp_get_blocks(p, s, si, (kvp_u32_alias *)refs, nb) : KVP_ENOMEM;
 	if (rc != KVP_OK) {
 		if (r && made)
 			kvp_oshard_remove(&p->owners, sh, &s->recs, r);
@@ -277,7 +273,7 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 			reused = re;
 		}
 	} else {
-		rc = kvp_get_blocks(p, s, si, (uint32_t *)refs, nb);
+		rc = kvp_get_blocks(p, s, si, (kvp_u32_alias *)refs, nb);
 		if (rc == KVP_OK)
 			reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
 	}
@@ -357,15 +353,26 @@ static void hold_shard(struct kvp_oshard **held, struct kvp_oshard *sh)
 	*held = sh;
 }
 
-/* Drop @r if it holds nothing and is not registered; shard lock held. */
+/*
+ * Drop @r if it holds nothing and is not registered; shard lock held.
+ * The shard lock covers 'registered' and 'bias' but not 'count' while the
+ * record is biased to another thread (that thread changes it in its owner
+ * ops), so count is read only after making sure no other thread is biased.
+ * A record biased to another slot is left alone: that thread drops it
+ * itself when one of its frees empties it (free_ref's 'empty').
+ */
 static void drop_if_empty(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_oshard *sh,
                           struct kvp_orec *r)
 {
-	if (r->count != 0 || r->registered)
+	if (r->registered)
 		return;
-	kvp_bias_revoke(p, s, r);
-	/* A biased thread may have added blocks before it saw the revocation. */
-	if (r->count == 0 && !r->registered)
+	/* relaxed: bias is written only under the shard lock, which we hold. */
+	uintptr_t t = atomic_load_explicit(&r->bias, memory_order_relaxed);
+	if (t != 0 && t != (uintptr_t)s)
+		return;
+	/* bias is 0 or ours: this thread's own ops are over, so count holds
+	 * still under the shard lock. */
+	if (r->count == 0)
 		kvp_oshard_remove(&p->owners, sh, &s->recs, r);
 }
 

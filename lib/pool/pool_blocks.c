@@ -140,7 +140,8 @@ void kvp_drain_magazines(struct kvp_pool *p, int si, uint32_t want)
 }
 
 /* Reserve @k blocks for growth or from the stack, within max_blocks; grow_lock held. */
-static int grow_take(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t k)
+static int grow_take(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
+                     uint32_t k)
 {
 	struct kvp_freestack *fs = &p->fs[si];
 	/* relaxed: managed changes only under grow_lock, which we hold. */
@@ -172,7 +173,7 @@ static int grow_take(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *
 }
 
 /* Step 4. */
-static int get_blocks_starving(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
+static int get_blocks_starving(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
                                uint32_t k)
 {
 	struct kvp_freestack *fs = &p->fs[si];
@@ -203,7 +204,7 @@ static int get_blocks_starving(struct kvp_pool *p, struct kvp_tslot *s, int si, 
 	return rc;
 }
 
-int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t k)
+int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids, uint32_t k)
 {
 	struct kvp_freestack *fs = &p->fs[si];
 

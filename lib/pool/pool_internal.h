@@ -5,6 +5,7 @@
  *   fallback_lock (only a thread without a slot) -> owner shard lock
  *     -> [waits for a biased thread to leave its owner op] -> owner op
  *     -> grow_lock -> hist_lock
+ *   any of these -> flush_lock (the heavy barrier's fallback; a leaf)
  *   registry lock (thread exit) -> [waits for a drainer's claim]
  * An owner op (a thread inside its own biased owner record, lib/pool/owner.h)
  * takes no shard lock while inside, so a revoker that holds a shard lock
@@ -69,6 +70,13 @@ struct kvp_pool {
 	pthread_mutex_t fallback_lock;
 
 	struct kvp_owners owners;
+
+	/* Heavy barrier (asym mode): set once membarrier has failed, after
+	 * which an mprotect of flush_page (under flush_lock) replaces it. */
+	_Atomic bool membarrier_failed;
+	pthread_mutex_t flush_lock;
+	void *flush_page;
+	size_t flush_page_len;
 
 	pthread_mutex_t grow_lock; /* growth, shrink, retire hooks */
 	struct kvp_retire_hook hooks[KVP_MAX_RETIRE_HOOKS];
@@ -135,7 +143,9 @@ static inline void kvp_tslot_put(struct kvp_pool *p, struct kvp_tslot *s)
  * The two asymmetric Dekker pairs (magazine entry vs drainer, owner op vs
  * bias revoker).  The frequent side stores its "inside" word and then loads
  * the other side's word; the rare side stores its word, issues the heavy
- * barrier, then loads the frequent side's word.
+ * barrier, then loads the frequent side's word.  (Once membarrier has
+ * failed, kvp_heavy_barrier uses an mprotect TLB shootdown instead, which
+ * gives the same every-CPU fence; lib/pool/pool.c.)
  *
  * asym mode: the frequent side's store (release) and load (relaxed or
  * acquire) are plain moves on x86, with a compiler barrier between them, and the heavy barrier is
@@ -163,7 +173,7 @@ static inline void kvp_light_store(const struct kvp_pool *p, _Atomic uintptr_t *
 }
 
 /* The heavy side's barrier, after its seq_cst store (lib/pool/pool.c). */
-void kvp_heavy_barrier(const struct kvp_pool *p);
+void kvp_heavy_barrier(struct kvp_pool *p);
 
 /*
  * kvp_mag_enter - the owner enters magazine @m of stream @si
@@ -311,7 +321,7 @@ static inline bool kvp_put_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int
 }
 
 /* lib/pool/pool_blocks.c: the block path. */
-int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t k);
+int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids, uint32_t k);
 void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
                     uint32_t k);
 void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
@@ -345,7 +355,7 @@ static inline void kvp_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, i
 }
 
 /* lib/pool/pool_resize.c: growth (grow_lock held). */
-int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, uint32_t *ids);
+int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids);
 /* kvp_shrink of stream @si, arguments checked (prefix mode retires in two steps). */
 int kvp_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
 

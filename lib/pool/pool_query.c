@@ -26,8 +26,10 @@ int kvp_register_owner(kvp_pool *p, kvp_owner owner)
 	} else if (!(r = kvp_oshard_insert(&p->owners, sh, &s->recs, owner))) {
 		rc = KVP_ENOMEM;
 	} else {
+		/* Unbiased: the first allocate biases it to its thread.  A
+		 * scheduler that registers owners for workers to allocate for
+		 * would otherwise pay a revocation per owner. */
 		r->registered = true;
-		kvp_bias_adopt(p, s, r); /* biased to its registering thread */
 	}
 	pthread_mutex_unlock(&sh->lock);
 	kvp_tslot_put(p, s);
@@ -70,8 +72,11 @@ int kvp_blocks_for(kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
 	struct kvp_orec *r = kvp_oshard_find(sh, owner);
+	/* Its list must hold still: a revocation only if the record is
+	 * biased to another thread (kvp_bias_revoke returns at once when it
+	 * is unbiased or biased to us, and then the shard lock suffices). */
 	if (r)
-		kvp_bias_revoke(p, s, r); /* its list must hold still */
+		kvp_bias_revoke(p, s, r);
 	if (!r) {
 		rc = KVP_ENOENT;
 	} else if (r->count > cap) {

@@ -47,7 +47,7 @@ static uint32_t revive_retired(struct kvp_pool *p, int si)
 	return id;
 }
 
-int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, uint32_t *ids)
+int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids)
 {
 	/* relaxed: n_ids and n_retired_ids have one writer, the grow_lock holder (us). */
 	uint32_t first = atomic_load_explicit(&p->n_ids, memory_order_relaxed);

@@ -95,8 +95,15 @@ struct kvp_pool;
 /* Add @d to counter @c of @s; only the slot's thread may call it. */
 static inline void kvp_ctr_add(struct kvp_tslot *s, enum kvp_ctr c, uint64_t d)
 {
+	/* relaxed load: only this thread writes its counters.  release store
+	 * (a plain mov on x86, stlr on ARM; no locked instruction): a reader
+	 * that acquires this thread's new ALLOCS count must also see every
+	 * FREES count that happened before this allocation - e.g. another
+	 * thread's free of the block whose push (release) this thread's pop
+	 * (acquire) read - or kvp_stats_sum's two passes could report more
+	 * blocks in use than there ever were (lib/pool_stats.c). */
 	uint64_t v = atomic_load_explicit(&s->ctr[c], memory_order_relaxed);
-	atomic_store_explicit(&s->ctr[c], v + d, memory_order_relaxed);
+	atomic_store_explicit(&s->ctr[c], v + d, memory_order_release);
 }
 
 /* A thread's {pool, slot} entries, most recently made first. */

@@ -67,6 +67,11 @@ static void side_destroy(struct kvp_prefix *pf)
 
 int kvp_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
 {
+	/* Before anything that could make liburcu start a thread (the index's
+	 * cds_lfht resize worker, the call_rcu worker): if no thread can be
+	 * made, fail here, with nothing made, instead of liburcu aborting. */
+	if (kvp_rcu_start_threads() != 0)
+		return -1;
 	struct kvp_prefix *pf = kvp_sys_calloc(1, sizeof(*pf), 64);
 	if (!pf)
 		return -1;

@@ -249,6 +249,7 @@ int kvp_pfx_release_owner(struct kvp_pool *p, kvp_owner owner);
 int kvp_pfx_shrink(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
 int kvp_pfx_block_get(struct kvp_pool *p, kvp_ref ref, kvp_block_info *out);
 /* Take @k blocks of @si: uncached free ones, then evicted, then growth. */
-int kvp_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t k);
+int kvp_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
+                       uint32_t k);
 
 #endif /* KVPOOL_LIB_PREFIX_INTERNAL_H */

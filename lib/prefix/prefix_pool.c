@@ -69,7 +69,8 @@ static uint32_t stamp(struct kvp_pool *p, uint32_t id, uint32_t used, uint64_t f
 	return gen;
 }
 
-int kvp_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t k)
+int kvp_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
+                       uint32_t k)
 {
 	/* Uncached free blocks (the pool's own growth is off in prefix mode). */
 	if (kvp_get_blocks(p, s, si, ids, k) == KVP_OK)
@@ -154,7 +155,7 @@ int kvp_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner ow
 	}
 	int rc = KVP_ENOMEM;
 	if (r && kvp_pfx_oreserve(pf, r, nb) == 0)
-		rc = kvp_pfx_get_blocks(p, s, si, (uint32_t *)ids, nb);
+		rc = kvp_pfx_get_blocks(p, s, si, (kvp_u32_alias *)ids, nb);
 	if (rc != KVP_OK) {
 		if (r && made)
 			kvp_pfx_oremove(sh, r);
