@@ -9,7 +9,7 @@
  * at most one, every kvpool and seed allocation is a hit (the hit rate is
  * printed to prove it).
  *
- * Allocators: kvpool's cache; the seed's algorithm (bench/seed_bufcache.c,
+ * Allocators: kvpool's cache; the seed's algorithm (bench/ref_bufcache.c,
  * 256-slot linear best-fit scan, one mutex around each call); and
  * aligned_alloc(256, n) + free from glibc, jemalloc, mimalloc and tcmalloc.
  * Those four all replace malloc process-wide, so each allocator runs in its
@@ -34,7 +34,7 @@
 #include <kvpool/bufcache.h>
 #include <kvpool/version.h>
 
-#include "bench/seed_bufcache.h"
+#include "bench/ref_bufcache.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -92,7 +92,7 @@ static unsigned short seq[SEQ];
 
 static int kind;
 static kvp_bufcache *kv;
-static seed_bufcache *seed;
+static ref_bufcache *seed;
 
 static inline void *do_alloc(size_t n, size_t *actual)
 {

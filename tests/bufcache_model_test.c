@@ -1,7 +1,7 @@
 /*
  * tests/bufcache_model_test.c - kvpool's cache against the seed's algorithm, op by op.
  *
- * One thread drives kvpool's cache and the seed baseline (bench/seed_bufcache.c:
+ * One thread drives kvpool's cache and the seed baseline (bench/ref_bufcache.c:
  * 256 slots, linear best-fit scan) with the same random sequence of allocs
  * and frees, and now and then makes the system allocator fail the same
  * number of times for both.  Buffers get an id when a miss creates them;
@@ -13,7 +13,7 @@
  */
 #include <kvpool/bufcache.h>
 
-#include "bench/seed_bufcache.h"
+#include "bench/ref_bufcache.h"
 #include "lib/testing/fault.h"
 #include "tests/testutil.h"
 
@@ -48,7 +48,7 @@ static int find_seed(void *p)
 	return -1;
 }
 
-static void same_stats(kvp_bufcache *c, seed_bufcache *s)
+static void same_stats(kvp_bufcache *c, ref_bufcache *s)
 {
 	kvp_bufcache_stats a;
 	struct seed_stats b;
@@ -81,7 +81,7 @@ static size_t pick(uint64_t *rng)
 	}
 }
 
-static void do_alloc(kvp_bufcache *c, seed_bufcache *s, uint64_t *rng, int *outs, int *nout)
+static void do_alloc(kvp_bufcache *c, ref_bufcache *s, uint64_t *rng, int *outs, int *nout)
 {
 	size_t req = pick(rng), ak = 1, as = 1;
 	long fail = (tu_rand(rng) % 16 == 0) ? (long)(1 + tu_rand(rng) % 4) : 0;
@@ -125,7 +125,7 @@ static void do_alloc(kvp_bufcache *c, seed_bufcache *s, uint64_t *rng, int *outs
 	}
 }
 
-static void do_free(kvp_bufcache *c, seed_bufcache *s, uint64_t *rng, int *outs, int *nout)
+static void do_free(kvp_bufcache *c, ref_bufcache *s, uint64_t *rng, int *outs, int *nout)
 {
 	int k = (int)(tu_rand(rng) % (uint64_t)*nout), i = outs[k];
 
@@ -141,7 +141,7 @@ static void same_as_seed(void)
 	/* 48 KiB: fewer than the seed's 256 slots can ever be cached. */
 	const size_t budget = 48 * 1024;
 	kvp_bufcache *c;
-	seed_bufcache *s;
+	ref_bufcache *s;
 	uint64_t rng = 7;
 	int outs[MAX_OUT], nout = 0;
 

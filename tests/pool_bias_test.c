@@ -2,7 +2,7 @@
  * tests/pool_bias_test.c - which calls bias an owner record and which revoke.
  *
  * White-box: it reads the record's 'bias' and 'revokes' fields
- * (lib/owner.h) between calls, with every other thread joined.
+ * (lib/pool/owner.h) between calls, with every other thread joined.
  *   - kvp_register_owner leaves the record unbiased, so a worker thread
  *     allocating for an owner a scheduler thread registered pays no
  *     revocation (a membarrier per request before);

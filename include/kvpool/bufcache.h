@@ -4,7 +4,7 @@
  * Inference runtimes resize scratch buffers and activations token after
  * token; this cache keeps freed buffers and hands them out again, so that
  * the system allocator (page faults, fragmentation) is visited only on a
- * miss.  It keeps the seed dynamic_pool_allocator's single-threaded
+ * miss.  It keeps the single-threaded reference allocator's
  * semantics exactly and adds thread safety, with a per-thread front that
  * serves most hits and frees without touching shared memory.
  *

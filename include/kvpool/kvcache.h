@@ -2,7 +2,7 @@
  * kvpool/kvcache.h - a request's paged KV cache over pool blocks.
  *
  * One kvcache holds the K and V rows of one request for every layer of a
- * model.  All its blocks belong to one pool owner (cfg->owner, the seed's
+ * model.  All its blocks belong to one pool owner (cfg->owner, the reference's
  * build_pooled_caches): K blocks come from stream KVP_K and V blocks from
  * KVP_V, or both from the one KVP_KV list when the pool has no separate_kv.
  * Their rows live in two storages (k_store, v_store; they may be the same
@@ -204,7 +204,7 @@ size_t kvp_kvcache_blocks_held(const kvp_kvcache *c);
  */
 void kvp_kvcache_release(kvp_kvcache *c);
 
-/* --- additions to API.md ------------------------------------------------ */
+/* --- further calls ------------------------------------------------------- */
 
 /**
  * kvp_kvcache_reserve - make every layer's block table hold @n_tokens tokens

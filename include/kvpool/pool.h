@@ -371,7 +371,7 @@ int kvp_block_get(kvp_pool *pool, kvp_ref ref, kvp_block_info *out);
  */
 int kvp_block_set_used(kvp_pool *pool, kvp_ref ref, uint32_t n_used);
 
-/* --- additions to API.md ------------------------------------------------ */
+/* --- further calls ------------------------------------------------------- */
 
 /**
  * kvp_alloc_block - the raw path: one block, no owner tracking

@@ -86,7 +86,7 @@ uint64_t kvp_stats_blocks_in_use(const kvp_stats *s);
 double kvp_stats_fragmentation(const kvp_stats *s);
 
 /**
- * kvp_stats_format - the seed's one-line summary
+ * kvp_stats_format - the one-line AllocationStats(...) summary
  * @s:   the snapshot
  * @buf: output buffer
  * @cap: its capacity in bytes, NUL included

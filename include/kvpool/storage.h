@@ -235,7 +235,7 @@ size_t kvp_storage_resident_bytes(kvp_storage *s);
  */
 int kvp_storage_release(kvp_storage *s, kvp_ref ref);
 
-/* --- additions to API.md ------------------------------------------------ */
+/* --- storage management beyond the basic calls -------------------------- */
 
 /** kvp_storage_row_dim - the storage's row_dim (0 for NULL) */
 uint32_t kvp_storage_row_dim(const kvp_storage *s);

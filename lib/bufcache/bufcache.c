@@ -24,7 +24,7 @@
  *   2 * batch unused, so a free into the front and a hit from it write no
  *   shared word.  The cached bytes reported are `cached` minus the fronts'
  *   reservations.  With one thread a free into the front needs room exactly
- *   when the seed's would (the front's own reservation counts as room).
+ *   when the reference would (the front's own reservation counts as room).
  * - Eviction: the smallest buffer of the caller's front and the shared tier
  *   (the shared one on a tie: it is older); when both are empty, every
  *   other front is claimed and emptied into the shared tier first, so a

@@ -1,7 +1,7 @@
 /*
  * lib/bufcache/bufcache_class.c - request rounding and the three-level class bitmap.
  *
- * Rounding is the seed's: r + r/8 rounded up to 256, with the overflow guard
+ * Rounding is the reference's: r + r/8 rounded up to 256, with the overflow guard
  * (r > KVP_BUF_MAX_REQUEST gives 0) tested before the shift-add, so the sum
  * can never wrap: r + r/8 + 255 <= SIZE_MAX for every r <= the maximum.
  *

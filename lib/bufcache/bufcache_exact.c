@@ -2,7 +2,7 @@
  * lib/bufcache/bufcache_exact.c - exact size classes: bitmap-indexed Michael-Scott queues.
  *
  * Why one class per capacity instead of TLSF's logarithmic classes: the
- * seed's contract is exact best fit (the smallest cached capacity >= the
+ * reference contract is exact best fit (the smallest cached capacity >= the
  * request).  A class that mixes capacities would have to be kept sorted,
  * which no single-CAS structure does; one capacity per class makes "first
  * non-empty class at or above the request" the exact answer, found in O(1)

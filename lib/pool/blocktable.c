@@ -7,7 +7,7 @@
  * deferred freeing; segments are freed by kvp_bt_destroy alone.
  *
  * Segments are allocated without clearing: the pool initialises every
- * block it creates (seed, growth), so a large growth segment costs only the
+ * block it creates (initial, growth), so a large growth segment costs only the
  * pages of the blocks actually created.
  */
 #include "lib/pool/blocktable.h"

@@ -157,7 +157,7 @@ static bool config_valid(const kvp_pool_config *c)
 }
 
 /* Put the initial ids of stream @si, [first, first+n), on its stack, lowest on top. */
-static void seed_stream(struct kvp_pool *p, int si, uint32_t first, uint32_t n)
+static void fill_stream(struct kvp_pool *p, int si, uint32_t first, uint32_t n)
 {
 	uint32_t tag = kvp_stream_tag(p, si);
 	if (n == 0)
@@ -255,10 +255,10 @@ int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out)
 
 	if (p->separate_kv) {
 		uint32_t nk = cfg->n_blocks - cfg->n_blocks / 2; /* K takes the odd one */
-		seed_stream(p, 0, 0, nk);
-		seed_stream(p, 1, nk, cfg->n_blocks - nk);
+		fill_stream(p, 0, 0, nk);
+		fill_stream(p, 1, nk, cfg->n_blocks - nk);
 	} else {
-		seed_stream(p, 0, 0, cfg->n_blocks);
+		fill_stream(p, 0, 0, cfg->n_blocks);
 	}
 	atomic_init(&p->managed, cfg->n_blocks);
 	/* release: the pool is handed to other threads by the caller, which

@@ -1,5 +1,5 @@
 /*
- * lib/pool/stats_format.c - pure functions over a kvp_stats snapshot: the seed's
+ * lib/pool/stats_format.c - pure functions over a kvp_stats snapshot: the AllocationStats
  * one-line summary and Prometheus text exposition.
  */
 #include <kvpool/stats.h>

@@ -101,7 +101,7 @@ static inline void kvp_ctr_add(struct kvp_tslot *s, enum kvp_ctr c, uint64_t d)
 	 * FREES count that happened before this allocation - e.g. another
 	 * thread's free of the block whose push (release) this thread's pop
 	 * (acquire) read - or kvp_stats_sum's two passes could report more
-	 * blocks in use than there ever were (lib/pool_stats.c). */
+	 * blocks in use than there ever were (lib/pool/pool_stats.c). */
 	uint64_t v = atomic_load_explicit(&s->ctr[c], memory_order_relaxed);
 	atomic_store_explicit(&s->ctr[c], v + d, memory_order_release);
 }

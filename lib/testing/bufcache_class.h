@@ -1,5 +1,6 @@
 /*
- * lib/testing/bufcache_class.h - test support: the buffer cache's size classes (rounding and class index), for their unit test
+ * lib/testing/bufcache_class.h - test support: the buffer cache's size classes (rounding and class
+ * index), for their unit test
  *
  * For kvpool's own tests, benchmarks and tools only; not installed, not part
  * of the API, and free to change with the library.  It exposes lib/bufcache/bufcache_class.h,

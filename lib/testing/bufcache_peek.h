@@ -1,5 +1,6 @@
 /*
- * lib/testing/bufcache_peek.h - test support: the buffer cache's per-thread fronts, for white-box tests of the front
+ * lib/testing/bufcache_peek.h - test support: the buffer cache's per-thread fronts, for white-box
+ * tests of the front
  *
  * For kvpool's own tests, benchmarks and tools only; not installed, not part
  * of the API, and free to change with the library.  It exposes lib/bufcache/bufcache_front.h,

@@ -1,5 +1,6 @@
 /*
- * lib/testing/pool_peek.h - test support: the pool's internals (struct kvp_pool, per-thread slots, owner records), for white-box tests that check magazines, bias and records directly
+ * lib/testing/pool_peek.h - test support: the pool's internals (struct kvp_pool, per-thread slots,
+ * owner records), for white-box tests that check magazines, bias and records directly
  *
  * For kvpool's own tests, benchmarks and tools only; not installed, not part
  * of the API, and free to change with the library.  It exposes lib/pool/pool_internal.h,

@@ -2,7 +2,7 @@
  * tests/fuzz/bufcache_fuzz.c - libFuzzer: the buffer cache against its
  * single-thread model, op by op.
  *
- * The model is bench/seed_bufcache.c: 256 slots; a hit is the cached
+ * The model is bench/ref_bufcache.c: 256 slots; a hit is the cached
  * buffer with the smallest capacity that fits (least recently cached among
  * equals); a free caches the buffer after evicting the smallest buffers
  * (least recently cached first) until it fits the byte budget.  The input
@@ -18,7 +18,7 @@
 
 #include <string.h>
 
-#include "bench/seed_bufcache.h"
+#include "bench/ref_bufcache.h"
 #include "lib/testing/fault.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -42,7 +42,7 @@ static int find(void *p, int seed)
 	return -1;
 }
 
-static void same_stats(kvp_bufcache *c, seed_bufcache *s)
+static void same_stats(kvp_bufcache *c, ref_bufcache *s)
 {
 	kvp_bufcache_stats a;
 	struct seed_stats b;
@@ -76,7 +76,7 @@ static size_t pick(struct fz *f)
 	}
 }
 
-static void do_alloc(kvp_bufcache *c, seed_bufcache *s, struct fz *f, int *outs, int *nout)
+static void do_alloc(kvp_bufcache *c, ref_bufcache *s, struct fz *f, int *outs, int *nout)
 {
 	size_t req = pick(f), ak = 1, as = 1;
 	uint8_t fb = fz_byte(f);
@@ -120,7 +120,7 @@ static void do_alloc(kvp_bufcache *c, seed_bufcache *s, struct fz *f, int *outs,
 	outs[(*nout)++] = i;
 }
 
-static void do_free(kvp_bufcache *c, seed_bufcache *s, struct fz *f, int *outs, int *nout)
+static void do_free(kvp_bufcache *c, ref_bufcache *s, struct fz *f, int *outs, int *nout)
 {
 	int k = fz_byte(f) % *nout, i = outs[k];
 
@@ -137,7 +137,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t budget = (size_t)fz_u32(&f, 0) * 4; /* 0 .. 256 KiB */
 	int outs[MAX_OUT], nout = 0;
 	kvp_bufcache *c;
-	seed_bufcache *s;
+	ref_bufcache *s;
 
 	nbufs = 0;
 	if (kvp_bufcache_create(budget, &c) != KVP_OK)

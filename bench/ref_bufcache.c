@@ -1,11 +1,11 @@
 /*
- * bench/seed_bufcache.c - the seed's 256-slot linear best-fit scan (baseline).
+ * bench/ref_bufcache.c - the seed's 256-slot linear best-fit scan (baseline).
  *
  * Written from the seed's contract (kvpool/bufcache.h, "Semantics"): every
  * lookup and every eviction scans all 256 slots.  `seq` orders caching so
  * that ties go to the least recently cached buffer, as in kvpool's cache.
  */
-#include "bench/seed_bufcache.h"
+#include "bench/ref_bufcache.h"
 
 #include <kvpool/bufcache.h>
 
@@ -20,7 +20,7 @@ struct slot {
 	uint64_t seq;
 };
 
-struct seed_bufcache {
+struct ref_bufcache {
 	struct slot slot[SEED_SLOTS];
 	size_t budget, cached;
 	uint64_t seq;
@@ -29,9 +29,9 @@ struct seed_bufcache {
 	struct seed_stats st;
 };
 
-seed_bufcache *seed_create(size_t max_cached_bytes, int locked)
+ref_bufcache *seed_create(size_t max_cached_bytes, int locked)
 {
-	seed_bufcache *s = kvp_sys_alloc(sizeof(*s), 64);
+	ref_bufcache *s = kvp_sys_alloc(sizeof(*s), 64);
 
 	if (!s)
 		return NULL;
@@ -43,7 +43,7 @@ seed_bufcache *seed_create(size_t max_cached_bytes, int locked)
 }
 
 /* Index of the smallest slot with cap >= @need (least recently cached among equals), or -1. */
-static int best_fit(seed_bufcache *s, size_t need)
+static int best_fit(ref_bufcache *s, size_t need)
 {
 	int best = -1;
 
@@ -59,7 +59,7 @@ static int best_fit(seed_bufcache *s, size_t need)
 }
 
 /* Empty slot @i, returning its buffer. */
-static void *take_slot(seed_bufcache *s, int i, size_t *cap)
+static void *take_slot(ref_bufcache *s, int i, size_t *cap)
 {
 	*cap = s->slot[i].cap;
 	s->cached -= s->slot[i].cap;
@@ -67,7 +67,7 @@ static void *take_slot(seed_bufcache *s, int i, size_t *cap)
 	return s->slot[i].ptr;
 }
 
-static int evict_smallest(seed_bufcache *s)
+static int evict_smallest(ref_bufcache *s)
 {
 	int i = best_fit(s, 1);
 	size_t cap;
@@ -80,7 +80,7 @@ static int evict_smallest(seed_bufcache *s)
 	return 1;
 }
 
-static void *do_alloc(seed_bufcache *s, size_t requested, size_t *actual)
+static void *do_alloc(ref_bufcache *s, size_t requested, size_t *actual)
 {
 	size_t cap = kvp_bufcache_round(requested);
 	void *p;
@@ -105,7 +105,7 @@ static void *do_alloc(seed_bufcache *s, size_t requested, size_t *actual)
 	return p;
 }
 
-static int free_slot(seed_bufcache *s)
+static int free_slot(ref_bufcache *s)
 {
 	for (int i = 0; i < SEED_SLOTS; i++)
 		if (!s->slot[i].cap)
@@ -113,7 +113,7 @@ static int free_slot(seed_bufcache *s)
 	return -1;
 }
 
-static void do_free(seed_bufcache *s, void *ptr, size_t actual)
+static void do_free(ref_bufcache *s, void *ptr, size_t actual)
 {
 	int i;
 
@@ -132,7 +132,7 @@ static void do_free(seed_bufcache *s, void *ptr, size_t actual)
 	s->cached += actual;
 }
 
-void *seed_alloc(seed_bufcache *s, size_t requested, size_t *actual)
+void *seed_alloc(ref_bufcache *s, size_t requested, size_t *actual)
 {
 	void *p;
 
@@ -144,7 +144,7 @@ void *seed_alloc(seed_bufcache *s, size_t requested, size_t *actual)
 	return p;
 }
 
-void seed_free(seed_bufcache *s, void *ptr, size_t actual)
+void seed_free(ref_bufcache *s, void *ptr, size_t actual)
 {
 	if (s->locked)
 		pthread_mutex_lock(&s->lock);
@@ -153,13 +153,13 @@ void seed_free(seed_bufcache *s, void *ptr, size_t actual)
 		pthread_mutex_unlock(&s->lock);
 }
 
-void seed_get_stats(seed_bufcache *s, struct seed_stats *out)
+void seed_get_stats(ref_bufcache *s, struct seed_stats *out)
 {
 	*out = s->st;
 	out->cached_bytes = s->cached;
 }
 
-void seed_destroy(seed_bufcache *s)
+void seed_destroy(ref_bufcache *s)
 {
 	for (int i = 0; i < SEED_SLOTS; i++)
 		if (s->slot[i].cap)

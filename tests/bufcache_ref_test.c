@@ -1,5 +1,5 @@
 /*
- * tests/bufcache_seed_test.c - the seed dynamic_pool_allocator's four-phase check, ported.
+ * tests/bufcache_ref_test.c - the seed dynamic_pool_allocator's four-phase check, ported.
  *
  * Phase 1: rounding boundaries.  Phase 2: headroom math and the overflow
  * guard.  Phase 3: a live allocation is 256-aligned, holds a 0xAA fill, and
