@@ -70,7 +70,7 @@ static int run_len(uint32_t len, kvp_format fmt, uint32_t bs, int quick, struct 
 	kvp_storage *ks = NULL, *vs = NULL;
 	kvp_kvcache *c = NULL;
 	kvp_kvcache_config cfg = {1, KVH, HD, fmt, 1};
-	size_t rb = kvp_codec_row_bytes(fmt, ROW);
+	size_t rb = kvpi_codec_row_bytes(fmt, ROW);
 	uint8_t *kc = malloc((size_t)len * rb), *vc = malloc((size_t)len * rb);
 	float *chunk = malloc((size_t)256 * ROW * sizeof(float) * 2);
 	float q[NH * HD], out_p[NH * HD], out_c[NH * HD];
@@ -96,8 +96,8 @@ static int run_len(uint32_t len, kvp_format fmt, uint32_t bs, int quick, struct 
 		}
 		if (kvp_kvcache_append(c, 0, k, v, n) != KVP_OK)
 			goto out;
-		kvp_codec_encode(fmt, kc + (size_t)t * rb, k, n, ROW);
-		kvp_codec_encode(fmt, vc + (size_t)t * rb, v, n, ROW);
+		kvpi_codec_encode(fmt, kc + (size_t)t * rb, k, n, ROW);
+		kvpi_codec_encode(fmt, vc + (size_t)t * rb, v, n, ROW);
 	}
 	for (i = 0; i < NH * HD; i++)
 		q[i] = frand();
@@ -112,7 +112,7 @@ static int run_len(uint32_t len, kvp_format fmt, uint32_t bs, int quick, struct 
 			kvp_kvcache_attend(c, 0, q, NH, 0.125f, out_p);
 		double t1 = now();
 		for (s = 0; s < steps; s++)
-			kvp_attend_rows(&src, q, NH, 0.125f, out_c);
+			kvpi_attend_rows(&src, q, NH, 0.125f, out_c);
 		double t2 = now();
 		tp[b] = (t1 - t0) / steps;
 		tc[b] = (t2 - t1) / steps;
@@ -172,7 +172,8 @@ int main(int argc, char **argv)
 			quick = 1;
 			break;
 		case 'f':
-			if (kvp_format_parse(optarg, &fmt) != KVP_OK || !kvp_codec_supported(fmt)) {
+			if (kvp_format_parse(optarg, &fmt) != KVP_OK ||
+			    !kvpi_codec_supported(fmt)) {
 				fprintf(stderr, "attend_bench: no codec for format %s\n", optarg);
 				return 2;
 			}

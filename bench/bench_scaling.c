@@ -578,7 +578,7 @@ static int drain_mode(bool fallback, int rounds, double *p50, double *p99, doubl
 		kvp_ref r;
 		for (;;) {
 			if (!me)
-				me = kvp_tslot_get_slow(kv); /* not the inline one: its TLS head is
+				me = kvpi_tslot_get_slow(kv); /* not the inline one: its TLS head is
 				                                internal to the library */
 			uint32_t mine = atomic_load(&me->mag[0].count);
 			if (atomic_load(&kv->fs[0].avail) <= 0 && mine == 0)

@@ -31,7 +31,7 @@ struct ref_bufcache {
 
 ref_bufcache *seed_create(size_t max_cached_bytes, int locked)
 {
-	ref_bufcache *s = kvp_sys_alloc(sizeof(*s), 64);
+	ref_bufcache *s = kvpi_sys_alloc(sizeof(*s), 64);
 
 	if (!s)
 		return NULL;
@@ -74,7 +74,7 @@ static int evict_smallest(ref_bufcache *s)
 
 	if (i < 0)
 		return 0;
-	kvp_sys_free(take_slot(s, i, &cap));
+	kvpi_sys_free(take_slot(s, i, &cap));
 	s->st.evictions++;
 	s->st.system_frees++;
 	return 1;
@@ -95,7 +95,7 @@ static void *do_alloc(ref_bufcache *s, size_t requested, size_t *actual)
 		return take_slot(s, i, actual);
 	}
 	s->st.misses++;
-	while (!(p = kvp_sys_alloc(cap, KVP_BUF_ALIGN))) {
+	while (!(p = kvpi_sys_alloc(cap, KVP_BUF_ALIGN))) {
 		if (!evict_smallest(s))
 			return NULL;
 		s->st.oom_retries++;
@@ -120,7 +120,7 @@ static void do_free(ref_bufcache *s, void *ptr, size_t actual)
 	if (!ptr)
 		return;
 	if (actual > s->budget) {
-		kvp_sys_free(ptr);
+		kvpi_sys_free(ptr);
 		s->st.system_frees++;
 		return;
 	}
@@ -163,7 +163,7 @@ void seed_destroy(ref_bufcache *s)
 {
 	for (int i = 0; i < SEED_SLOTS; i++)
 		if (s->slot[i].cap)
-			kvp_sys_free(s->slot[i].ptr);
+			kvpi_sys_free(s->slot[i].ptr);
 	pthread_mutex_destroy(&s->lock);
-	kvp_sys_free(s);
+	kvpi_sys_free(s);
 }

@@ -3,7 +3,7 @@
  *
  * syscount.c defines malloc, calloc, realloc, free, posix_memalign,
  * aligned_alloc, memalign, valloc and pvalloc in the benchmark executable;
- * the dynamic linker binds every library's calls (kvpool's kvp_sys_alloc,
+ * the dynamic linker binds every library's calls (kvpool's kvpi_sys_alloc,
  * liburcu, glibc's own internal users such as strdup and pthread) to
  * them, and they forward to glibc's __libc_* entry points after counting.
  * What is counted: every malloc-family call in the process, from any

@@ -306,10 +306,10 @@ static int naive_token(rp_worker *w, rp_slot *s)
 			return -1;
 		}
 		if (e->c->write_rows) {
-			kvp_codec_encode(KVP_FP16, p,
-			                 e->rows +
-			                     (size_t)(s->tokens % e->c->block_size) * e->c->row_dim,
-			                 1, e->c->row_dim);
+			kvpi_codec_encode(KVP_FP16, p,
+			                  e->rows + (size_t)(s->tokens % e->c->block_size) *
+			                                e->c->row_dim,
+			                  1, e->c->row_dim);
 			w->row_writes++;
 		}
 		s->ptrs[2 * (size_t)s->tokens + (size_t)si] = p;
@@ -817,7 +817,7 @@ int rp_run(const rp_config *c, rp_result *res, rp_live *live)
 	pthread_mutex_init(&e.mu, NULL);
 	pthread_cond_init(&e.sched_cv, NULL);
 	pthread_cond_init(&e.work_cv, NULL);
-	e.row_bytes = kvp_codec_row_bytes(KVP_FP16, c->row_dim);
+	e.row_bytes = kvpi_codec_row_bytes(KVP_FP16, c->row_dim);
 	e.rcap = (size_t)c->threads * c->batch + 1;
 	e.ready = calloc(e.rcap, sizeof *e.ready);
 	e.w = calloc(c->threads, sizeof *e.w);

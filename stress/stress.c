@@ -887,10 +887,10 @@ uint64_t st_fault_probe(st_world *w)
 	if (refs == NULL)
 		return 0;
 	size_t n = 0;
-	kvp_fault_inject(0, -1);
+	kvpi_fault_inject(0, -1);
 	int rc = kvp_allocate(w->pool, KVP_K, (uint32_t)(need * w->block_size), PROBE_OWNER,
 	                      KVP_FP16, refs, need, &n);
-	kvp_fault_inject(0, 0);
+	kvpi_fault_inject(0, 0);
 	kvp_pool_stats(w->pool, &b);
 	if (rc == KVP_OK) {
 		/* The pool found memory it did not need to ask for: legal, just no probe. */

@@ -2,7 +2,7 @@
  * stress/stress_main.c - kvpool_stress: N threads run random mixes of every
  * pool operation in phases of fresh threads; after each phase the pool is
  * checked against the harness's model (stress/stress.c).  Some phases make
- * the system allocator fail on demand (kvp_fault_inject).
+ * the system allocator fail on demand (kvpi_fault_inject).
  *
  *   kvpool_stress --threads N --seconds S --seed X [--ops N] ...
  *
@@ -291,7 +291,7 @@ static int write_json(const char *path, const run *r, const st_counts *c, double
 	        ", \"phases\": %" PRIu64 ", \"fault_phases\": %" PRIu64
 	        ", \"faults_injected\": %lu,\n  \"operations\": %" PRIu64
 	        ", \"ops_per_s\": %.1f, \"ops\": {",
-	        r->o.seed, r->o.threads, secs, phases, fault_phases, kvp_fault_injected(), total,
+	        r->o.seed, r->o.threads, secs, phases, fault_phases, kvpi_fault_injected(), total,
 	        secs > 0 ? (double)total / secs : 0.0);
 	for (int k = 0; k < OP_N; k++)
 		fprintf(f, "%s\"%s\": %" PRIu64, k ? ", " : "", st_op_names[k], c->ops[k]);
@@ -406,7 +406,7 @@ int main(int argc, char **argv)
 			long skip = (long)su_rand_below(&rng, 4);
 			long fail =
 			    su_rand_below(&rng, 3) == 0 ? -1 : 1 + (long)su_rand_below(&rng, 8);
-			kvp_fault_inject(skip, fail);
+			kvpi_fault_inject(skip, fail);
 			fault_phases++;
 		}
 		atomic_store_explicit(&r->phase, phases, memory_order_relaxed);
@@ -438,7 +438,7 @@ int main(int argc, char **argv)
 		for (uint64_t i = 0; i < started; i++)
 			pthread_join(tid[i], NULL);
 		if (faults)
-			kvp_fault_inject(0, 0);
+			kvpi_fault_inject(0, 0);
 		r->w.faults_on = false;
 		if (started < o->threads) {
 			fprintf(stderr, "kvpool_stress: cannot start thread %" PRIu64 "\n",
@@ -461,7 +461,7 @@ int main(int argc, char **argv)
 	printf("  phases: %" PRIu64 " (%" PRIu64 " with allocator fault injection: %lu failures "
 	       "injected, %" PRIu64 " ENOMEM answers in operations, %" PRIu64
 	       " in growth probes)\n",
-	       phases, fault_phases, kvp_fault_injected(), c.enomem, r->w.probe_enomem);
+	       phases, fault_phases, kvpi_fault_injected(), c.enomem, r->w.probe_enomem);
 	kvp_stats s;
 	char line[256];
 	kvp_pool_stats(r->pool, &s);

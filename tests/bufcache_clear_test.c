@@ -3,7 +3,7 @@
  * cached when it started.
  *
  * - Refilled clear (deterministic): the test links with
- *   -Wl,--wrap=kvp_sys_free, and every buffer the clear gives back to the
+ *   -Wl,--wrap=kvpi_sys_free, and every buffer the clear gives back to the
  *   system is followed, in the same thread, by a free of a new buffer into
  *   the cache: the worst interleaving of a freeing thread.  The clear must
  *   give back exactly the N buffers cached at its start (before the fix it
@@ -24,7 +24,7 @@
 #define N   64
 #define CAP 4096
 
-void __real_kvp_sys_free(void *p);
+void __real_kvpi_sys_free(void *p);
 
 /* The refill: set by the test around one clear. */
 static kvp_bufcache *refill_cache;
@@ -32,9 +32,9 @@ static void *refill[N];
 static size_t refill_cap[N];
 static int n_refill, n_sys_frees;
 
-void __wrap_kvp_sys_free(void *p)
+void __wrap_kvpi_sys_free(void *p)
 {
-	__real_kvp_sys_free(p);
+	__real_kvpi_sys_free(p);
 	if (!refill_cache || !p)
 		return;
 	n_sys_frees++;

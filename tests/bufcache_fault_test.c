@@ -1,5 +1,5 @@
 /*
- * tests/bufcache_fault_test.c - the system allocator fails on demand (kvp_fault_inject).
+ * tests/bufcache_fault_test.c - the system allocator fails on demand (kvpi_fault_inject).
  *
  * - evict-and-retry: with the next two system allocations failing, a miss
  *   evicts the two smallest cached buffers (oldest first), retries, and
@@ -46,9 +46,9 @@ static void evict_and_retry(void)
 
 	CHECK_EQ(kvp_bufcache_create(1 << 20, &c), KVP_OK);
 	fill(c, p, a);
-	kvp_fault_inject(0, 2);
+	kvpi_fault_inject(0, 2);
 	q = kvp_bufcache_alloc(c, 10000, &x);
-	kvp_fault_inject(0, 0);
+	kvpi_fault_inject(0, 0);
 	CHECK(q != NULL);
 	CHECK_EQ(x, kvp_bufcache_round(10000));
 	s = stats(c);
@@ -79,13 +79,13 @@ static void final_null(void)
 
 	CHECK_EQ(kvp_bufcache_create(1 << 20, &c), KVP_OK);
 	fill(c, p, a);
-	injected = kvp_fault_injected();
-	kvp_fault_inject(0, -1);
+	injected = kvpi_fault_injected();
+	kvpi_fault_inject(0, -1);
 	CHECK(kvp_bufcache_alloc(c, 10000, &x) == NULL);
-	kvp_fault_inject(0, 0);
+	kvpi_fault_inject(0, 0);
 	CHECK_EQ(x, 0);
 	/* One failed try per cached buffer, plus the first. */
-	CHECK_EQ(kvp_fault_injected() - injected, 6);
+	CHECK_EQ(kvpi_fault_injected() - injected, 6);
 	s = stats(c);
 	CHECK_EQ(s.oom_retries, 5);
 	CHECK_EQ(s.evictions, 5);
@@ -111,9 +111,9 @@ static void metadata_failure_costs_only_caching(void)
 
 	CHECK_EQ(kvp_bufcache_create(1 << 20, &c), KVP_OK);
 	/* The buffer's allocation succeeds, the size-class group's fails. */
-	kvp_fault_inject(1, -1);
+	kvpi_fault_inject(1, -1);
 	p = kvp_bufcache_alloc(c, 5000, &a);
-	kvp_fault_inject(0, 0);
+	kvpi_fault_inject(0, 0);
 	CHECK(p != NULL);
 	CHECK_EQ(a, kvp_bufcache_round(5000));
 	kvp_bufcache_free(c, p, a);
@@ -136,9 +136,9 @@ static void create_fails_cleanly(void)
 		kvp_bufcache *c = (kvp_bufcache *)&ok;
 		int rc;
 
-		kvp_fault_inject(k, 1);
+		kvpi_fault_inject(k, 1);
 		rc = kvp_bufcache_create(1 << 20, &c);
-		kvp_fault_inject(0, 0);
+		kvpi_fault_inject(0, 0);
 		if (rc == KVP_OK) {
 			CHECK(c != NULL);
 			ok = 1;

@@ -127,9 +127,9 @@ static void oom_reaches_parked_front(void)
 	park(&t, c, 4, four, 1);
 	s = stats(c);
 	CHECK_EQ(s.cached_buffers, 4);
-	kvp_fault_inject(0, 1);
+	kvpi_fault_inject(0, 1);
 	q = kvp_bufcache_alloc(c, 50000, &x);
-	kvp_fault_inject(0, 0);
+	kvpi_fault_inject(0, 0);
 	CHECK(q != NULL);
 	s = stats(c);
 	CHECK_EQ(s.oom_retries, 1);
@@ -160,12 +160,12 @@ static void oom_null_only_when_nothing_left(void)
 
 	CHECK_EQ(kvp_bufcache_create(1 << 20, &c), KVP_OK);
 	park(&t, c, 4, four, 1);
-	inj = kvp_fault_injected();
-	kvp_fault_inject(0, -1);
+	inj = kvpi_fault_injected();
+	kvpi_fault_inject(0, -1);
 	CHECK(kvp_bufcache_alloc(c, 50000, &x) == NULL);
-	kvp_fault_inject(0, 0);
+	kvpi_fault_inject(0, 0);
 	CHECK_EQ(x, 0);
-	CHECK_EQ(kvp_fault_injected() - inj, 5);
+	CHECK_EQ(kvpi_fault_injected() - inj, 5);
 	s = stats(c);
 	CHECK_EQ(s.evictions, 4);
 	CHECK_EQ(s.cached_buffers, 0);
@@ -508,13 +508,13 @@ static void parked_fronts_absorb_oom_races(void)
 	for (int k = 0; k < 24; k++) {
 		size_t a;
 		void *q;
-		kvp_fault_inject(0, 1);
+		kvpi_fault_inject(0, 1);
 		q = kvp_bufcache_alloc(c, ((size_t)1 << 20) + (size_t)k * 4096, &a);
 		CHECK(q != NULL);
 		allocs++;
 		kvp_bufcache_free(c, q, a); /* above the budget: back to the system */
 	}
-	kvp_fault_inject(0, 0);
+	kvpi_fault_inject(0, 0);
 	atomic_store(&churn_stop, 1);
 	for (int i = 0; i < N_BUSY; i++) {
 		CHECK_EQ(pthread_join(th[i], NULL), 0);

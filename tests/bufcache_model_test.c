@@ -89,11 +89,11 @@ static void do_alloc(kvp_bufcache *c, ref_bufcache *s, uint64_t *rng, int *outs,
 	void *pk, *ps;
 
 	CHECK_EQ(kvp_bufcache_get_stats(c, &before), KVP_OK);
-	kvp_fault_inject(0, fail);
+	kvpi_fault_inject(0, fail);
 	pk = kvp_bufcache_alloc(c, req, &ak);
-	kvp_fault_inject(0, fail);
+	kvpi_fault_inject(0, fail);
 	ps = seed_alloc(s, req, &as);
-	kvp_fault_inject(0, 0);
+	kvpi_fault_inject(0, 0);
 	CHECK_EQ(ak, as);
 	CHECK_EQ(pk == NULL, ps == NULL);
 	same_stats(c, s);

@@ -96,7 +96,7 @@ static float rand_float(uint64_t *s, int min_exp, int max_exp)
 	int e = min_exp + (int)(r % (uint64_t)(max_exp - min_exp + 1));
 	uint32_t mant = (uint32_t)(r >> 20) & 0x7fffffu;
 	uint32_t u = ((uint32_t)(e + 127) << 23) | mant | ((r >> 63) ? 0x80000000u : 0);
-	return kvp_codec_u2f(u);
+	return kvpi_codec_u2f(u);
 }
 
 static void test_fp16_every_code_round_trips(void)
@@ -104,8 +104,8 @@ static void test_fp16_every_code_round_trips(void)
 	uint32_t h;
 
 	for (h = 0; h < 65536; h++) {
-		float f = kvp_f16_to_f32((uint16_t)h);
-		uint16_t back = kvp_f32_to_f16(f);
+		float f = kvpi_f16_to_f32((uint16_t)h);
+		uint16_t back = kvpi_f32_to_f16(f);
 		if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) { /* NaN: quiet NaN, sign kept */
 			CHECK(isnan(f));
 			CHECK_EQ(back, 0x7e00 | (h & 0x8000));
@@ -123,39 +123,39 @@ static void test_fp16_matches_reference_rounding(void)
 	/* every midpoint between neighbouring finite halves: the ties */
 	for (i = 0; i + 1 < t16.n; i++) {
 		float mid = (float)((t16.val[i] + t16.val[i + 1]) / 2);
-		CHECK_EQ(kvp_f32_to_f16(mid), ref_round(&t16, mid));
-		CHECK_EQ(kvp_f32_to_f16(-mid), ref_round(&t16, -mid));
+		CHECK_EQ(kvpi_f32_to_f16(mid), ref_round(&t16, mid));
+		CHECK_EQ(kvpi_f32_to_f16(-mid), ref_round(&t16, -mid));
 	}
 	/* random values from far below the subnormals to beyond the largest half */
 	for (i = 0; i < 200000; i++) {
 		float x = rand_float(&s, -30, 17);
-		CHECK_EQ(kvp_f32_to_f16(x), ref_round(&t16, x));
+		CHECK_EQ(kvpi_f32_to_f16(x), ref_round(&t16, x));
 	}
 }
 
 static void test_fp16_edges(void)
 {
-	CHECK_EQ(kvp_f32_to_f16(0.0f), 0x0000);
-	CHECK_EQ(kvp_f32_to_f16(-0.0f), 0x8000);
-	CHECK(signbit(kvp_f16_to_f32(0x8000)));
-	CHECK_EQ(kvp_f32_to_f16(INFINITY), 0x7c00);
-	CHECK_EQ(kvp_f32_to_f16(-INFINITY), 0xfc00);
-	CHECK_EQ(kvp_f32_to_f16(NAN) & 0x7e00, 0x7e00);
-	CHECK(isnan(kvp_f16_to_f32(kvp_f32_to_f16(-NAN))));
-	CHECK_EQ(kvp_f32_to_f16(65504.0f), 0x7bff);
-	CHECK_EQ(kvp_f32_to_f16(65519.0f), 0x7bff);
-	CHECK_EQ(kvp_f32_to_f16(65520.0f), 0x7c00); /* tie goes to the even code: inf */
-	CHECK_EQ(kvp_f32_to_f16(1e30f), 0x7c00);
-	CHECK_EQ(kvp_f32_to_f16(0x1p-24f), 0x0001);     /* smallest subnormal */
-	CHECK_EQ(kvp_f32_to_f16(0x1p-25f), 0x0000);     /* tie between 0 and 2^-24: even is 0 */
-	CHECK_EQ(kvp_f32_to_f16(0x1.8p-24f), 0x0002);   /* tie between 1 and 2 ulp: even is 2 */
-	CHECK_EQ(kvp_f32_to_f16(0x1.0p-14f), 0x0400);   /* smallest normal */
-	CHECK_EQ(kvp_f32_to_f16(0x1.ffcp-15f), 0x0400); /* tie: rounds up out of the subnormals */
-	CHECK_EQ(kvp_f32_to_f16(0x1.ff8p-15f), 0x03ff); /* largest subnormal */
-	CHECK(kvp_f16_to_f32(0x0001) == 0x1p-24f);
-	CHECK(kvp_f16_to_f32(0x03ff) == 0x1.ff8p-15f);
-	CHECK_EQ(kvp_f32_to_f16(1.0f + 0x1p-11f), 0x3c00); /* tie, even is 1.0 */
-	CHECK_EQ(kvp_f32_to_f16(1.0f + 0x3p-11f), 0x3c02); /* tie, even is 1 + 2^-9 */
+	CHECK_EQ(kvpi_f32_to_f16(0.0f), 0x0000);
+	CHECK_EQ(kvpi_f32_to_f16(-0.0f), 0x8000);
+	CHECK(signbit(kvpi_f16_to_f32(0x8000)));
+	CHECK_EQ(kvpi_f32_to_f16(INFINITY), 0x7c00);
+	CHECK_EQ(kvpi_f32_to_f16(-INFINITY), 0xfc00);
+	CHECK_EQ(kvpi_f32_to_f16(NAN) & 0x7e00, 0x7e00);
+	CHECK(isnan(kvpi_f16_to_f32(kvpi_f32_to_f16(-NAN))));
+	CHECK_EQ(kvpi_f32_to_f16(65504.0f), 0x7bff);
+	CHECK_EQ(kvpi_f32_to_f16(65519.0f), 0x7bff);
+	CHECK_EQ(kvpi_f32_to_f16(65520.0f), 0x7c00); /* tie goes to the even code: inf */
+	CHECK_EQ(kvpi_f32_to_f16(1e30f), 0x7c00);
+	CHECK_EQ(kvpi_f32_to_f16(0x1p-24f), 0x0001);     /* smallest subnormal */
+	CHECK_EQ(kvpi_f32_to_f16(0x1p-25f), 0x0000);     /* tie between 0 and 2^-24: even is 0 */
+	CHECK_EQ(kvpi_f32_to_f16(0x1.8p-24f), 0x0002);   /* tie between 1 and 2 ulp: even is 2 */
+	CHECK_EQ(kvpi_f32_to_f16(0x1.0p-14f), 0x0400);   /* smallest normal */
+	CHECK_EQ(kvpi_f32_to_f16(0x1.ffcp-15f), 0x0400); /* tie: rounds up out of the subnormals */
+	CHECK_EQ(kvpi_f32_to_f16(0x1.ff8p-15f), 0x03ff); /* largest subnormal */
+	CHECK(kvpi_f16_to_f32(0x0001) == 0x1p-24f);
+	CHECK(kvpi_f16_to_f32(0x03ff) == 0x1.ff8p-15f);
+	CHECK_EQ(kvpi_f32_to_f16(1.0f + 0x1p-11f), 0x3c00); /* tie, even is 1.0 */
+	CHECK_EQ(kvpi_f32_to_f16(1.0f + 0x3p-11f), 0x3c02); /* tie, even is 1 + 2^-9 */
 }
 
 static void test_fp16_bound(void)
@@ -166,7 +166,7 @@ static void test_fp16_bound(void)
 	/* normal range: half an ulp is at most 2^-11 of the value */
 	for (i = 0; i < 100000; i++) {
 		float x = rand_float(&s, -14, 15);
-		double d = kvp_f16_to_f32(kvp_f32_to_f16(x));
+		double d = kvpi_f16_to_f32(kvpi_f32_to_f16(x));
 		if (fabs((double)x) > 65504.0)
 			continue;
 		CHECK(fabs(d - x) <= ldexp(fabs((double)x), -11));
@@ -174,7 +174,7 @@ static void test_fp16_bound(void)
 	/* subnormal range: absolute error at most half the subnormal step 2^-24 */
 	for (i = 0; i < 100000; i++) {
 		float x = rand_float(&s, -40, -15);
-		double d = kvp_f16_to_f32(kvp_f32_to_f16(x));
+		double d = kvpi_f16_to_f32(kvpi_f32_to_f16(x));
 		CHECK(fabs(d - x) <= 0x1p-25);
 	}
 }
@@ -184,11 +184,11 @@ static void test_bf16_every_code_round_trips(void)
 	uint32_t h;
 
 	for (h = 0; h < 65536; h++) {
-		float f = kvp_bf16_to_f32((uint16_t)h);
-		uint16_t back = kvp_f32_to_bf16(f);
+		float f = kvpi_bf16_to_f32((uint16_t)h);
+		uint16_t back = kvpi_f32_to_bf16(f);
 		if ((h & 0x7f80) == 0x7f80 && (h & 0x7f)) {
 			CHECK(isnan(f));
-			CHECK(isnan(kvp_bf16_to_f32(back)));
+			CHECK(isnan(kvpi_bf16_to_f32(back)));
 			CHECK_EQ(back & 0x8000, h & 0x8000);
 		} else {
 			CHECK_EQ(back, h);
@@ -203,17 +203,17 @@ static void test_bf16_matches_reference_rounding(void)
 
 	for (i = 0; i + 1 < tb16.n; i++) {
 		float mid = (float)((tb16.val[i] + tb16.val[i + 1]) / 2);
-		CHECK_EQ(kvp_f32_to_bf16(mid), ref_round(&tb16, mid));
-		CHECK_EQ(kvp_f32_to_bf16(-mid), ref_round(&tb16, -mid));
+		CHECK_EQ(kvpi_f32_to_bf16(mid), ref_round(&tb16, mid));
+		CHECK_EQ(kvpi_f32_to_bf16(-mid), ref_round(&tb16, -mid));
 	}
 	for (i = 0; i < 200000; i++) {
 		float x = rand_float(&s, -126, 127);
-		CHECK_EQ(kvp_f32_to_bf16(x), ref_round(&tb16, x));
+		CHECK_EQ(kvpi_f32_to_bf16(x), ref_round(&tb16, x));
 	}
 	/* subnormal floats round bit-exactly too */
 	for (i = 0; i < 100000; i++) {
-		float x = kvp_codec_u2f((uint32_t)(tu_rand(&s) & 0x807fffffu));
-		CHECK_EQ(kvp_f32_to_bf16(x), ref_round(&tb16, x));
+		float x = kvpi_codec_u2f((uint32_t)(tu_rand(&s) & 0x807fffffu));
+		CHECK_EQ(kvpi_f32_to_bf16(x), ref_round(&tb16, x));
 	}
 }
 
@@ -222,19 +222,19 @@ static void test_bf16_edges_and_bound(void)
 	uint64_t s = 4;
 	int i;
 
-	CHECK_EQ(kvp_f32_to_bf16(0.0f), 0x0000);
-	CHECK_EQ(kvp_f32_to_bf16(-0.0f), 0x8000);
-	CHECK_EQ(kvp_f32_to_bf16(INFINITY), 0x7f80);
-	CHECK_EQ(kvp_f32_to_bf16(-INFINITY), 0xff80);
-	CHECK(isnan(kvp_bf16_to_f32(kvp_f32_to_bf16(NAN))));
+	CHECK_EQ(kvpi_f32_to_bf16(0.0f), 0x0000);
+	CHECK_EQ(kvpi_f32_to_bf16(-0.0f), 0x8000);
+	CHECK_EQ(kvpi_f32_to_bf16(INFINITY), 0x7f80);
+	CHECK_EQ(kvpi_f32_to_bf16(-INFINITY), 0xff80);
+	CHECK(isnan(kvpi_bf16_to_f32(kvpi_f32_to_bf16(NAN))));
 	/* a NaN whose payload sits only in the dropped bits must stay a NaN */
-	CHECK(isnan(kvp_bf16_to_f32(kvp_f32_to_bf16(kvp_codec_u2f(0x7f800001u)))));
-	CHECK_EQ(kvp_f32_to_bf16(3.40282347e+38f), 0x7f80); /* FLT_MAX is past the last tie */
-	CHECK_EQ(kvp_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);  /* tie, even is 1.0 */
-	CHECK_EQ(kvp_f32_to_bf16(1.0f + 0x3p-8f), 0x3f82);
+	CHECK(isnan(kvpi_bf16_to_f32(kvpi_f32_to_bf16(kvpi_codec_u2f(0x7f800001u)))));
+	CHECK_EQ(kvpi_f32_to_bf16(3.40282347e+38f), 0x7f80); /* FLT_MAX is past the last tie */
+	CHECK_EQ(kvpi_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);  /* tie, even is 1.0 */
+	CHECK_EQ(kvpi_f32_to_bf16(1.0f + 0x3p-8f), 0x3f82);
 	for (i = 0; i < 100000; i++) {
 		float x = rand_float(&s, -126, 126);
-		double d = kvp_bf16_to_f32(kvp_f32_to_bf16(x));
+		double d = kvpi_bf16_to_f32(kvpi_f32_to_bf16(x));
 		CHECK(fabs(d - x) <= ldexp(fabs((double)x), -8));
 	}
 }
@@ -250,16 +250,16 @@ static double quant_bound(float absmax, int qmax)
 static double check_quant_rows(kvp_format f, int qmax, const float *x, uint32_t n_rows,
                                uint32_t dim)
 {
-	size_t rb = kvp_codec_row_bytes(f, dim);
+	size_t rb = kvpi_codec_row_bytes(f, dim);
 	uint8_t *enc = calloc(n_rows, rb);
 	float *dec = calloc((size_t)n_rows * dim, sizeof(float));
 	double worst = 0;
 	uint32_t r, i;
 
 	CHECK(enc && dec);
-	CHECK_EQ(kvp_codec_check(f, x, n_rows, dim), KVP_OK);
-	kvp_codec_encode(f, enc, x, n_rows, dim);
-	kvp_codec_decode(f, dec, enc, n_rows, dim);
+	CHECK_EQ(kvpi_codec_check(f, x, n_rows, dim), KVP_OK);
+	kvpi_codec_encode(f, enc, x, n_rows, dim);
+	kvpi_codec_decode(f, dec, enc, n_rows, dim);
 	for (r = 0; r < n_rows; r++) {
 		float absmax = 0;
 		for (i = 0; i < dim; i++)
@@ -319,60 +319,60 @@ static void test_quant_edges(void)
 	int i;
 
 	/* a zero row decodes to exact zeros */
-	kvp_codec_encode(KVP_INT8, enc, zeros, 1, 5);
-	kvp_codec_decode(KVP_INT8, dec, enc, 1, 5);
+	kvpi_codec_encode(KVP_INT8, enc, zeros, 1, 5);
+	kvpi_codec_decode(KVP_INT8, dec, enc, 1, 5);
 	for (i = 0; i < 5; i++)
 		CHECK(dec[i] == 0.0f);
-	kvp_codec_encode(KVP_INT4, enc, zeros, 1, 5);
-	kvp_codec_decode(KVP_INT4, dec, enc, 1, 5);
+	kvpi_codec_encode(KVP_INT4, enc, zeros, 1, 5);
+	kvpi_codec_decode(KVP_INT4, dec, enc, 1, 5);
 	for (i = 0; i < 5; i++)
 		CHECK(dec[i] == 0.0f);
 	/* subnormal rows: stored without overflow, error at most absmax */
-	kvp_codec_encode(KVP_INT8, enc, tiny, 1, 4);
-	kvp_codec_decode(KVP_INT8, dec, enc, 1, 4);
+	kvpi_codec_encode(KVP_INT8, enc, tiny, 1, 4);
+	kvpi_codec_decode(KVP_INT8, dec, enc, 1, 4);
 	for (i = 0; i < 4; i++)
 		CHECK(fabsf(dec[i] - tiny[i]) <= 3e-39f);
 	/* the absmax element itself, both signs, comes back exactly */
-	kvp_codec_encode(KVP_INT8, enc, spikes, 1, 6);
-	kvp_codec_decode(KVP_INT8, dec, enc, 1, 6);
+	kvpi_codec_encode(KVP_INT8, enc, spikes, 1, 6);
+	kvpi_codec_decode(KVP_INT8, dec, enc, 1, 6);
 	CHECK(fabsf(dec[0] + 1000.0f) <= quant_bound(1000.0f, 127));
 	CHECK(fabsf(dec[2] - 1000.0f) <= quant_bound(1000.0f, 127));
 	check_quant_rows(KVP_INT4, KVP_INT4_QMAX, spikes, 1, 6);
 	/* inf and NaN cannot be quantized */
-	CHECK_EQ(kvp_codec_check(KVP_INT8, bad, 1, 3), KVP_EINVAL);
-	CHECK_EQ(kvp_codec_check(KVP_INT4, inf, 1, 3), KVP_EINVAL);
-	CHECK_EQ(kvp_codec_check(KVP_FP16, inf, 1, 3), KVP_OK);
-	CHECK_EQ(kvp_codec_check(KVP_FP32, bad, 1, 3), KVP_OK);
+	CHECK_EQ(kvpi_codec_check(KVP_INT8, bad, 1, 3), KVP_EINVAL);
+	CHECK_EQ(kvpi_codec_check(KVP_INT4, inf, 1, 3), KVP_EINVAL);
+	CHECK_EQ(kvpi_codec_check(KVP_FP16, inf, 1, 3), KVP_OK);
+	CHECK_EQ(kvpi_codec_check(KVP_FP32, bad, 1, 3), KVP_OK);
 	/* int2 / int1 are tags only */
-	CHECK(!kvp_codec_supported(KVP_INT2));
-	CHECK(!kvp_codec_supported(KVP_INT1));
-	CHECK_EQ(kvp_codec_row_bytes(KVP_INT2, 8), 0);
-	CHECK_EQ(kvp_codec_check(KVP_INT1, zeros, 1, 5), KVP_EINVAL);
+	CHECK(!kvpi_codec_supported(KVP_INT2));
+	CHECK(!kvpi_codec_supported(KVP_INT1));
+	CHECK_EQ(kvpi_codec_row_bytes(KVP_INT2, 8), 0);
+	CHECK_EQ(kvpi_codec_check(KVP_INT1, zeros, 1, 5), KVP_EINVAL);
 }
 
 static void test_row_bytes(void)
 {
-	CHECK_EQ(kvp_codec_row_bytes(KVP_FP32, 5), 20);
-	CHECK_EQ(kvp_codec_row_bytes(KVP_FP16, 5), 10);
-	CHECK_EQ(kvp_codec_row_bytes(KVP_BF16, 5), 10);
-	CHECK_EQ(kvp_codec_row_bytes(KVP_INT8, 5), 12); /* 4 + 5, padded to 4 */
-	CHECK_EQ(kvp_codec_row_bytes(KVP_INT4, 5), 8);  /* 4 + 3, padded to 4 */
-	CHECK_EQ(kvp_codec_row_bytes(KVP_INT4, 8), 8);
-	CHECK_EQ(kvp_codec_row_bytes(KVP_FP32, 0), 0);
+	CHECK_EQ(kvpi_codec_row_bytes(KVP_FP32, 5), 20);
+	CHECK_EQ(kvpi_codec_row_bytes(KVP_FP16, 5), 10);
+	CHECK_EQ(kvpi_codec_row_bytes(KVP_BF16, 5), 10);
+	CHECK_EQ(kvpi_codec_row_bytes(KVP_INT8, 5), 12); /* 4 + 5, padded to 4 */
+	CHECK_EQ(kvpi_codec_row_bytes(KVP_INT4, 5), 8);  /* 4 + 3, padded to 4 */
+	CHECK_EQ(kvpi_codec_row_bytes(KVP_INT4, 8), 8);
+	CHECK_EQ(kvpi_codec_row_bytes(KVP_FP32, 0), 0);
 	{
 		/* padding is written as zeros: stored rows are deterministic bytes */
 		float x[10] = {1, -2, 3, -4, 5, 6, 7, 8, 9, 10};
 		uint8_t enc[16];
 		memset(enc, 0xff, sizeof enc);
-		kvp_codec_encode(KVP_INT4, enc, x, 2, 5); /* 2 rows of 4 + 3 + 1 pad */
+		kvpi_codec_encode(KVP_INT4, enc, x, 2, 5); /* 2 rows of 4 + 3 + 1 pad */
 		CHECK_EQ(enc[7], 0);
 		CHECK_EQ(enc[15], 0);
 		CHECK_EQ(enc[6] >> 4, 0); /* the odd element's empty high nibble */
 		memset(enc, 0xff, sizeof enc);
-		kvp_codec_encode(KVP_INT8, enc, x, 1, 5); /* 4 + 5 + 3 pad */
+		kvpi_codec_encode(KVP_INT8, enc, x, 1, 5); /* 4 + 5 + 3 pad */
 		CHECK(enc[9] == 0 && enc[10] == 0 && enc[11] == 0);
 	}
-	CHECK_EQ(kvp_codec_row_bytes((kvp_format)99, 4), 0);
+	CHECK_EQ(kvpi_codec_row_bytes((kvp_format)99, 4), 0);
 }
 
 /* decode_range of any slice equals the same slice of a whole-row decode */
@@ -389,19 +389,19 @@ static void test_decode_range_slices(void)
 	for (i = 0; i < DIM; i++)
 		x[i] = (float)((double)(tu_rand(&s) >> 11) * 0x1p-53 * 8.0 - 4.0);
 	for (fi = 0; fi < sizeof fmts / sizeof fmts[0]; fi++) {
-		kvp_codec_encode(fmts[fi], enc, x, 1, DIM);
-		kvp_codec_decode(fmts[fi], whole, enc, 1, DIM);
+		kvpi_codec_encode(fmts[fi], enc, x, 1, DIM);
+		kvpi_codec_decode(fmts[fi], whole, enc, 1, DIM);
 		for (start = 0; start < DIM; start++) {
 			for (count = 0; start + count <= DIM; count++) {
-				kvp_codec_decode_range(fmts[fi], part, enc, start, count);
+				kvpi_codec_decode_range(fmts[fi], part, enc, start, count);
 				CHECK(memcmp(part, whole + start, count * sizeof(float)) == 0);
 			}
 		}
 	}
 	/* fp32 is bit-exact, NaN payloads included */
-	x[3] = kvp_codec_u2f(0x7fc01234u);
-	kvp_codec_encode(KVP_FP32, enc, x, 1, DIM);
-	kvp_codec_decode(KVP_FP32, whole, enc, 1, DIM);
+	x[3] = kvpi_codec_u2f(0x7fc01234u);
+	kvpi_codec_encode(KVP_FP32, enc, x, 1, DIM);
+	kvpi_codec_decode(KVP_FP32, whole, enc, 1, DIM);
 	CHECK(memcmp(whole, x, sizeof x) == 0);
 }
 
@@ -409,8 +409,8 @@ int main(void)
 {
 	/* positive finite codes: fp16 0x0000..0x7bff (next: 65536), bf16 0x0000..0x7f7f (next
 	 * 2^128) */
-	table_init(&t16, 10, 15, kvp_f16_to_f32, 0x7bff, 65536.0, 0x7c00);
-	table_init(&tb16, 7, 127, kvp_bf16_to_f32, 0x7f7f, ldexp(1.0, 128), 0x7f80);
+	table_init(&t16, 10, 15, kvpi_f16_to_f32, 0x7bff, 65536.0, 0x7c00);
+	table_init(&tb16, 7, 127, kvpi_bf16_to_f32, 0x7f7f, ldexp(1.0, 128), 0x7f80);
 	RUN(test_fp16_every_code_round_trips);
 	RUN(test_fp16_matches_reference_rounding);
 	RUN(test_fp16_edges);

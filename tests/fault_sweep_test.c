@@ -5,8 +5,8 @@
  * (one over the cache) and two kvcaches, and runs a few requests: allocate,
  * storage writes and reads, kvcache appends, attends, gathers and trims,
  * grow past the initial blocks, shrink, release and destroy - every call
- * that can reach the system allocator (kvp_sys_alloc), a thread-local key
- * (kvp_sys_key_create) or a thread (kvp_sys_thread_create).  The sweep runs
+ * that can reach the system allocator (kvpi_sys_alloc), a thread-local key
+ * (kvpi_sys_key_create) or a thread (kvpi_sys_thread_create).  The sweep runs
  * it with the Nth such call failing, for every N until a pass sees no
  * failure, then with every call from the Nth on failing.  Checked in each
  * pass: every call returns a documented status (an injected failure may
@@ -167,12 +167,12 @@ static void serve(void)
  * returns the failures injected. */
 static unsigned long pass(long skip, long fail)
 {
-	unsigned long before = kvp_fault_injected();
+	unsigned long before = kvpi_fault_injected();
 
-	kvp_fault_inject(skip, fail);
+	kvpi_fault_inject(skip, fail);
 	serve();
-	kvp_fault_inject(0, 0);
-	return kvp_fault_injected() - before;
+	kvpi_fault_inject(0, 0);
+	return kvpi_fault_injected() - before;
 }
 
 static void test_sweep(void)
@@ -213,11 +213,11 @@ static void test_key_create_failure(void)
 	CHECK_EQ(kvp_storage_create(p, DIM, NULL, &s), KVP_OK);
 	CHECK_EQ(kvp_allocate(p, KVP_K, 1, 3, KVP_FP32, &r, 1, &n), KVP_OK);
 	CHECK_EQ(kvp_storage_write(s, r, 0, row, 1), KVP_OK);
-	before = kvp_fault_injected();
-	kvp_fault_inject(0, 1);
+	before = kvpi_fault_injected();
+	kvpi_fault_inject(0, 1);
 	CHECK_EQ(kvp_storage_read(s, r, &data, &nr), KVP_ENOMEM);
-	kvp_fault_inject(0, 0);
-	CHECK_EQ(kvp_fault_injected() - before, 1);
+	kvpi_fault_inject(0, 0);
+	CHECK_EQ(kvpi_fault_injected() - before, 1);
 	CHECK_EQ(kvp_storage_read_f32(s, r, back, BS, &nr), KVP_OK);
 	CHECK_EQ(nr, 1);
 	CHECK(memcmp(back, row, sizeof row) == 0);

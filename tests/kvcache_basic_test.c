@@ -508,11 +508,11 @@ static void test_no_allocation_per_token(void)
 	kref_fill(v, KVH * HD, 1, &seed);
 	kref_fill(q, 4 * HD, 1, &seed);
 	CHECK_EQ(kvp_kvcache_append(c, 1, k, v, 1), KVP_OK);
-	kvp_fault_inject(0, -1);
+	kvpi_fault_inject(0, -1);
 	for (i = 1; i < BS; i++)
 		CHECK_EQ(kvp_kvcache_append(c, 1, k, v, 1), KVP_OK);
 	CHECK_EQ(kvp_kvcache_attend(c, 1, q, 4, 0.3f, out), KVP_OK);
-	kvp_fault_inject(0, 0);
+	kvpi_fault_inject(0, 0);
 	CHECK_EQ(kvp_kvcache_len(c, 1), BS);
 	CHECK_EQ(kvp_kvcache_blocks_held(c), 2);
 	kref_free(&r);

@@ -687,9 +687,9 @@ static void test_out_of_memory(void)
 	kvp_pool *p = (kvp_pool *)0x1;
 	kvp_pool_config_init(&c);
 	for (long skip = 0; skip < 12; skip++) {
-		kvp_fault_inject(skip, 1);
+		kvpi_fault_inject(skip, 1);
 		int rc = kvp_pool_create(&c, &p);
-		kvp_fault_inject(0, 0);
+		kvpi_fault_inject(0, 0);
 		if (rc == KVP_OK) {
 			kvp_pool_destroy(p);
 		} else {
@@ -705,11 +705,11 @@ static void test_out_of_memory(void)
 	kvp_ref r[4096];
 	size_t n;
 	CHECK_EQ(kvp_allocate(p, KVP_K, 16, 1, KVP_FP16, r, 1, &n), KVP_OK); /* slot made */
-	kvp_fault_inject(0, -1);
+	kvpi_fault_inject(0, -1);
 	CHECK_EQ(kvp_allocate(p, KVP_K, 16 * 3000, 2, KVP_FP16, r, 4096, &n), KVP_ENOMEM);
 	/* A new owner's record cannot be made either. */
 	CHECK_EQ(kvp_allocate(p, KVP_K, 16, 3, KVP_FP16, r, 4096, &n), KVP_ENOMEM);
-	kvp_fault_inject(0, 0);
+	kvpi_fault_inject(0, 0);
 	CHECK_EQ(kvp_n_free(p, KVP_K), 1);
 	kvp_stats s = stats_of(p);
 	CHECK_EQ(s.n_blocks, 4);
@@ -743,11 +743,11 @@ static void test_steady_state_makes_no_system_allocation(void)
 {
 	kvp_pool *p = mkpool(16, 2048, true, false, 0, KVP_DEFAULT_THREAD_CACHE);
 	serve_requests(p, 1000, 2000); /* warm: records, buckets, thread slot */
-	unsigned long before = kvp_fault_injected();
-	kvp_fault_inject(0, -1);
+	unsigned long before = kvpi_fault_injected();
+	kvpi_fault_inject(0, -1);
 	serve_requests(p, 100000, 2000); /* new owner ids, same peak */
-	kvp_fault_inject(0, 0);
-	CHECK_EQ(kvp_fault_injected(), before); /* nothing even asked */
+	kvpi_fault_inject(0, 0);
+	CHECK_EQ(kvpi_fault_injected(), before); /* nothing even asked */
 	kvp_stats s;
 	CHECK_EQ(kvp_pool_stats(p, &s), KVP_OK);
 	CHECK_EQ(kvp_stats_blocks_in_use(&s), 0);

@@ -27,9 +27,9 @@ struct bias_view {
 /* The bias and revocation count of @owner's record (which must exist). */
 static struct bias_view view(kvp_owner owner)
 {
-	struct kvp_oshard *sh = kvp_owners_shard(&P->owners, owner);
+	struct kvp_oshard *sh = kvpi_owners_shard(&P->owners, owner);
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvp_oshard_find(sh, owner);
+	struct kvp_orec *r = kvpi_oshard_find(sh, owner);
 	CHECK(r != NULL);
 	struct bias_view v = {atomic_load_explicit(&r->bias, memory_order_relaxed), r->revokes};
 	pthread_mutex_unlock(&sh->lock);

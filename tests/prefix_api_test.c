@@ -702,9 +702,9 @@ static void test_grow_and_oom(void)
 		CHECK_EQ(kvp_prefix_publish(p, r[i], key(1000 + i)), KVP_OK);
 	CHECK_EQ(kvp_free_all(p, 1), KVP_OK);
 	CHECK_EQ(stats_of(p).n_cached, 3000);
-	kvp_fault_inject(0, -1);
+	kvpi_fault_inject(0, -1);
 	CHECK_EQ(kvp_allocate(p, KVP_KV, 3001 * BS, 2, KVP_FP16, r, 4000, &n), KVP_ENOMEM);
-	kvp_fault_inject(0, 0);
+	kvpi_fault_inject(0, 0);
 	CHECK_EQ(stats_of(p).n_cached, 3000);
 	CHECK_EQ(kvp_prefix_reset(p), 3000);
 	kvp_pool_destroy(p);
@@ -714,9 +714,9 @@ static void test_grow_and_oom(void)
 		kvp_pool_config_init(&c);
 		c.prefix_cache = true;
 		kvp_pool *q = (kvp_pool *)0x1;
-		kvp_fault_inject(skip, 1);
+		kvpi_fault_inject(skip, 1);
 		int rc = kvp_pool_create(&c, &q);
-		kvp_fault_inject(0, 0);
+		kvpi_fault_inject(0, 0);
 		if (rc == KVP_OK)
 			kvp_pool_destroy(q);
 		else

@@ -48,38 +48,38 @@ static _Thread_local uint64_t wrap_rng = 88172645463325252ull;
 
 struct kvp_prefix;
 struct kvp_pnode;
-struct kvp_pnode *__real_kvp_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
-                                              const kvp_hash *key);
-struct kvp_pnode *__wrap_kvp_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
-                                              const kvp_hash *key);
-void __real_kvp_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
+struct kvp_pnode *__real_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
+                                               const kvp_hash *key);
+struct kvp_pnode *__wrap_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
+                                               const kvp_hash *key);
+void __real_kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
 struct kvp_block;
-bool __real_kvp_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst);
-bool __wrap_kvp_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst);
+bool __real_kvpi_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst);
+bool __wrap_kvpi_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst);
 
 /* A match's CAS out of CACHED, after a pause now and then. */
-bool __wrap_kvp_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst)
+bool __wrap_kvpi_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst)
 {
 	if (tu_rand(&wrap_rng) % 2 == 0)
 		sched_yield();
-	return __real_kvp_pfx_leave_cached(b, st, nst);
+	return __real_kvpi_pfx_leave_cached(b, st, nst);
 }
-void __wrap_kvp_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
+void __wrap_kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
 
-struct kvp_pnode *__wrap_kvp_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
-                                              const kvp_hash *key)
+struct kvp_pnode *__wrap_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
+                                               const kvp_hash *key)
 {
-	struct kvp_pnode *n = __real_kvp_pfx_index_lookup(pf, stream, key);
+	struct kvp_pnode *n = __real_kvpi_pfx_index_lookup(pf, stream, key);
 	if (tu_rand(&wrap_rng) % 4 == 0)
 		sched_yield();
 	return n;
 }
 
-void __wrap_kvp_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id)
+void __wrap_kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id)
 {
 	if (tu_rand(&wrap_rng) % 4 == 0)
 		sched_yield();
-	__real_kvp_pfx_lru_unlink(pf, si, id);
+	__real_kvpi_pfx_lru_unlink(pf, si, id);
 }
 static kvp_pool *pool;
 /* The ledger: written by a block's allocator before it publishes, read by holders. */

@@ -204,7 +204,7 @@ static void test_formats(void)
 		fill(rows, BS * DIM, &seed);
 		CHECK_EQ(kvp_storage_write(s, r, 0, rows, BS), KVP_OK);
 		/* read gives the rows as stored: exactly the codec's encoding */
-		kvp_codec_encode(f, enc, rows, BS, DIM);
+		kvpi_codec_encode(f, enc, rows, BS, DIM);
 		CHECK_EQ(kvp_storage_read(s, r, &data, &n), KVP_OK);
 		CHECK_EQ(n, BS);
 		CHECK(memcmp(data, enc, BS * rb) == 0);

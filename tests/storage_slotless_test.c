@@ -59,14 +59,14 @@ static void test_slotless_write_vs_shrink(void)
 	CHECK_EQ(kvp_storage_write(st, ref, 0, row, 1), KVP_OK);
 
 	pthread_mutex_lock(&pool->fallback_lock);
-	base = kvp_fault_injected();
-	kvp_fault_inject(0, -1);
+	base = kvpi_fault_injected();
+	kvpi_fault_inject(0, -1);
 	CHECK_EQ(pthread_create(&w, NULL, writer, NULL), 0);
 	/* the writer's first thread-slot allocation failed: it is on its way
 	 * to the fallback mutex, which we hold */
-	while (kvp_fault_injected() == base)
+	while (kvpi_fault_injected() == base)
 		sched_yield();
-	kvp_fault_inject(0, 0);
+	kvpi_fault_inject(0, 0);
 
 	/* the block's owner frees it and a shrink retires it: the retire hook
 	 * takes the block's slot lock under grow_lock */

@@ -15,7 +15,7 @@
 #     declare an API ahead of its implementation).
 # UNVERSIONED_SO is //:kvpool's own libkvpool.so, built without the version
 # script: the same check must reject it (it exports internals such as
-# kvp_grow_locked), which shows the check can fail.
+# kvpi_grow_locked), which shows the check can fail.
 set -euo pipefail
 
 so=$1 raw=$2 headers=$3 archive=$4

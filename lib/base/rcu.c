@@ -20,24 +20,24 @@ _Static_assert(sizeof(struct rcu_head) <= KVP_RCU_HEAD_BYTES, "rcu_head must fit
 
 static char grace_sync;
 
-void kvp_rcu_read_lock(void)
+void kvpi_rcu_read_lock(void)
 {
 	urcu_bp_read_lock();
 }
 
-void kvp_rcu_read_unlock(void)
+void kvpi_rcu_read_unlock(void)
 {
 	KVP_TSAN_RELEASE(&grace_sync);
 	urcu_bp_read_unlock();
 }
 
-void kvp_rcu_synchronize(void)
+void kvpi_rcu_synchronize(void)
 {
 	urcu_bp_synchronize_rcu();
 	KVP_TSAN_ACQUIRE(&grace_sync);
 }
 
-bool kvp_rcu_read_ongoing(void)
+bool kvpi_rcu_read_ongoing(void)
 {
 	return urcu_bp_read_ongoing() != 0;
 }
@@ -47,10 +47,10 @@ bool kvp_rcu_read_ongoing(void)
 static void free_cb(struct rcu_head *head)
 {
 	KVP_TSAN_ACQUIRE(&grace_sync);
-	kvp_sys_free(head);
+	kvpi_sys_free(head);
 }
 
-void kvp_rcu_free_deferred(void *p)
+void kvpi_rcu_free_deferred(void *p)
 {
 	urcu_bp_call_rcu((struct rcu_head *)p, free_cb);
 }
@@ -62,7 +62,7 @@ static void call_cb(struct rcu_head *head)
 	cb->fn(cb);
 }
 
-void kvp_rcu_call(struct kvp_rcu_cb *cb, void (*fn)(struct kvp_rcu_cb *cb))
+void kvpi_rcu_call(struct kvp_rcu_cb *cb, void (*fn)(struct kvp_rcu_cb *cb))
 {
 	_Static_assert(sizeof(cb->head) >= sizeof(struct rcu_head), "rcu_head must fit its room");
 	cb->fn = fn;
@@ -74,7 +74,7 @@ static void *probe_thread(void *arg)
 	return arg;
 }
 
-int kvp_rcu_start_threads(void)
+int kvpi_rcu_start_threads(void)
 {
 	/* liburcu aborts the process ("Unrecoverable error") when it cannot
 	 * create one of its threads, so first see whether a thread can be

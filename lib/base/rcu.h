@@ -4,18 +4,18 @@
  * The bp flavor registers a reader thread on its first read-side section
  * and unregisters it at thread exit by itself, so callers of kvpool never
  * see a registration step.  Read-side sections may nest and may block on a
- * mutex; kvp_rcu_synchronize must never be called inside one, nor while
+ * mutex; kvpi_rcu_synchronize must never be called inside one, nor while
  * holding a lock that a reader may wait for inside one.
  *
  *   function              who may call                 cost
  *   --------------------  ---------------------------  -----------------
- *   kvp_rcu_read_lock     any thread                   a few ns, no fence
- *   kvp_rcu_read_unlock   the thread that locked       a few ns
- *   kvp_rcu_synchronize   any thread outside sections  waits for readers
+ *   kvpi_rcu_read_lock     any thread                   a few ns, no fence
+ *   kvpi_rcu_read_unlock   the thread that locked       a few ns
+ *   kvpi_rcu_synchronize   any thread outside sections  waits for readers
  *                         and holding no lock a
  *                         reader may wait for
- *   kvp_rcu_free_deferred any thread, anywhere         never waits (call_rcu)
- *   kvp_rcu_call          any thread, anywhere         never waits (call_rcu)
+ *   kvpi_rcu_free_deferred any thread, anywhere         never waits (call_rcu)
+ *   kvpi_rcu_call          any thread, anywhere         never waits (call_rcu)
  *
  * The block pool's own paths use none of these: its block table never
  * moves, so nothing a pool call reads is freed before kvp_pool_destroy.
@@ -30,21 +30,21 @@
 
 #include <stdbool.h>
 
-void kvp_rcu_read_lock(void);
-void kvp_rcu_read_unlock(void);
-void kvp_rcu_synchronize(void);
+void kvpi_rcu_read_lock(void);
+void kvpi_rcu_read_unlock(void);
+void kvpi_rcu_synchronize(void);
 
-/** kvp_rcu_read_ongoing - whether the calling thread is inside a read-side section */
-bool kvp_rcu_read_ongoing(void);
+/** kvpi_rcu_read_ongoing - whether the calling thread is inside a read-side section */
+bool kvpi_rcu_read_ongoing(void);
 
 /**
- * kvp_rcu_free_deferred - free @p (from kvp_sys_alloc) after a grace period
+ * kvpi_rcu_free_deferred - free @p (from kvpi_sys_alloc) after a grace period
  *
  * Never blocks, so it may be called anywhere, a read-side section included.
  * @p must start with KVP_RCU_HEAD_BYTES bytes the callback may use.
  */
 #define KVP_RCU_HEAD_BYTES 16
-void kvp_rcu_free_deferred(void *p);
+void kvpi_rcu_free_deferred(void *p);
 
 /* Room for liburcu's rcu_head and the function to run after a grace period. */
 struct kvp_rcu_cb {
@@ -53,22 +53,22 @@ struct kvp_rcu_cb {
 };
 
 /**
- * kvp_rcu_call - run @fn(@cb) on liburcu's call_rcu thread after a grace period
+ * kvpi_rcu_call - run @fn(@cb) on liburcu's call_rcu thread after a grace period
  *
  * Never blocks.  TSan is told that every read-side section that ended
  * before the grace period happens-before @fn.
  */
-void kvp_rcu_call(struct kvp_rcu_cb *cb, void (*fn)(struct kvp_rcu_cb *cb));
+void kvpi_rcu_call(struct kvp_rcu_cb *cb, void (*fn)(struct kvp_rcu_cb *cb));
 
 /**
- * kvp_rcu_start_threads - make liburcu's call_rcu worker exist, or fail
+ * kvpi_rcu_start_threads - make liburcu's call_rcu worker exist, or fail
  *
  * liburcu starts its threads lazily (the call_rcu worker at the first
  * call_rcu; the cds_lfht resize worker at the first auto-resizing table)
  * and aborts the process if pthread_create fails then.  This first creates
  * and joins a trivial thread, returning -1 if that fails (nothing else
  * done), then has liburcu create the default call_rcu worker, which lives
- * for the rest of the process, so later kvp_rcu_call / kvp_rcu_free_deferred
+ * for the rest of the process, so later kvpi_rcu_call / kvpi_rcu_free_deferred
  * never start a thread.  Call it before making an auto-resizing cds_lfht.
  *
  * Remaining window: a thread limit reached by another thread of the process
@@ -77,6 +77,6 @@ void kvp_rcu_call(struct kvp_rcu_cb *cb, void (*fn)(struct kvp_rcu_cb *cb));
  * and after fork() the child has no call_rcu worker until liburcu restarts
  * it (urcu_bp_call_rcu_after_fork_child).  Returns 0 on success.
  */
-int kvp_rcu_start_threads(void);
+int kvpi_rcu_start_threads(void);
 
 #endif /* KVPOOL_LIB_RCU_H */

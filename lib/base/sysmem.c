@@ -2,7 +2,7 @@
  * lib/base/sysmem.c - system allocator wrapper with on-demand fault injection.
  *
  * Injection state is two process-wide counters.  A test arms them with
- * kvp_fault_inject(); each allocation then consumes one "skip" credit or,
+ * kvpi_fault_inject(); each allocation then consumes one "skip" credit or,
  * once those are gone, one "fail" credit.  The counters are decremented
  * with CAS loops so concurrent allocators consume each credit exactly once.
  * When injection is off (the common case) the cost is one relaxed load.
@@ -22,7 +22,7 @@ static _Atomic long fault_fail;
 static _Atomic int fault_armed;
 static _Atomic unsigned long fault_count;
 
-void kvp_fault_inject(long skip, long fail)
+void kvpi_fault_inject(long skip, long fail)
 {
 	atomic_store_explicit(&fault_armed, 0, memory_order_relaxed);
 	atomic_store_explicit(&fault_skip, skip < 0 ? 0 : skip, memory_order_relaxed);
@@ -30,7 +30,7 @@ void kvp_fault_inject(long skip, long fail)
 	atomic_store_explicit(&fault_armed, fail != 0, memory_order_relaxed);
 }
 
-unsigned long kvp_fault_injected(void)
+unsigned long kvpi_fault_injected(void)
 {
 	return atomic_load_explicit(&fault_count, memory_order_relaxed);
 }
@@ -62,7 +62,7 @@ static int should_fail(void)
 	return 0;
 }
 
-void *kvp_sys_alloc(size_t size, size_t align)
+void *kvpi_sys_alloc(size_t size, size_t align)
 {
 	void *p = NULL;
 
@@ -79,32 +79,32 @@ void *kvp_sys_alloc(size_t size, size_t align)
 	return p;
 }
 
-void *kvp_sys_calloc(size_t n, size_t size, size_t align)
+void *kvpi_sys_calloc(size_t n, size_t size, size_t align)
 {
 	void *p;
 
 	if (size != 0 && n > SIZE_MAX / size)
 		return NULL;
-	p = kvp_sys_alloc(n * size, align);
+	p = kvpi_sys_alloc(n * size, align);
 	if (p)
 		memset(p, 0, n * size ? n * size : 1);
 	return p;
 }
 
-void kvp_sys_free(void *p)
+void kvpi_sys_free(void *p)
 {
 	free(p);
 }
 
-int kvp_sys_key_create(pthread_key_t *key, void (*destructor)(void *))
+int kvpi_sys_key_create(pthread_key_t *key, void (*destructor)(void *))
 {
 	if (should_fail())
 		return EAGAIN;
 	return pthread_key_create(key, destructor);
 }
 
-int kvp_sys_thread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
-                          void *arg)
+int kvpi_sys_thread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
+                           void *arg)
 {
 	if (should_fail())
 		return EAGAIN;

@@ -3,8 +3,8 @@
  *
  * Every allocation kvpool makes from the system (block-table segments, owner
  * records, thread slots, cached buffers, storage buffers) goes through
- * kvp_sys_alloc, and every thread-local key and thread it makes through
- * kvp_sys_key_create and kvp_sys_thread_create, so tests and the stress
+ * kvpi_sys_alloc, and every thread-local key and thread it makes through
+ * kvpi_sys_key_create and kvpi_sys_thread_create, so tests and the stress
  * harness can make those system calls fail on demand (one fault counter for
  * all three) and check that nothing is lost.
  *
@@ -18,46 +18,46 @@
 #include <stddef.h>
 
 /**
- * kvp_sys_alloc - allocate @size bytes aligned to @align from the system
+ * kvpi_sys_alloc - allocate @size bytes aligned to @align from the system
  * @size:  bytes (0 is treated as 1)
  * @align: a power of two; values below sizeof(void *) are raised to it
  *
  * Returns the memory, or NULL when the system (or an injected fault) fails.
  */
-void *kvp_sys_alloc(size_t size, size_t align);
+void *kvpi_sys_alloc(size_t size, size_t align);
 
-/** kvp_sys_calloc - kvp_sys_alloc zeroed (overflow of n * size fails) */
-void *kvp_sys_calloc(size_t n, size_t size, size_t align);
+/** kvpi_sys_calloc - kvpi_sys_alloc zeroed (overflow of n * size fails) */
+void *kvpi_sys_calloc(size_t n, size_t size, size_t align);
 
-/** kvp_sys_free - give back memory from kvp_sys_alloc (NULL is a no-op) */
-void kvp_sys_free(void *p);
+/** kvpi_sys_free - give back memory from kvpi_sys_alloc (NULL is a no-op) */
+void kvpi_sys_free(void *p);
 
 /**
- * kvp_sys_key_create - pthread_key_create through the fault door
+ * kvpi_sys_key_create - pthread_key_create through the fault door
  *
  * Returns 0, or an error number (EAGAIN when injected) with no key made.
  */
-int kvp_sys_key_create(pthread_key_t *key, void (*destructor)(void *));
+int kvpi_sys_key_create(pthread_key_t *key, void (*destructor)(void *));
 
 /**
- * kvp_sys_thread_create - pthread_create through the fault door
+ * kvpi_sys_thread_create - pthread_create through the fault door
  *
  * Returns 0, or an error number (EAGAIN when injected) with no thread started.
  */
-int kvp_sys_thread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
-                          void *arg);
+int kvpi_sys_thread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
+                           void *arg);
 
 /**
- * kvp_fault_inject - make system allocations fail on demand (tests only)
+ * kvpi_fault_inject - make system allocations fail on demand (tests only)
  * @skip:  let this many further calls (allocations, key and thread
  *         creations) succeed first
  * @fail:  then fail this many (negative: fail every one until reset)
  *
- * kvp_fault_inject(0, 0) turns injection off.  Process-wide.
+ * kvpi_fault_inject(0, 0) turns injection off.  Process-wide.
  */
-void kvp_fault_inject(long skip, long fail);
+void kvpi_fault_inject(long skip, long fail);
 
-/** kvp_fault_injected - allocations failed by injection since the process started */
-unsigned long kvp_fault_injected(void);
+/** kvpi_fault_injected - allocations failed by injection since the process started */
+unsigned long kvpi_fault_injected(void);
 
 #endif /* KVPOOL_LIB_SYSMEM_H */

@@ -60,7 +60,7 @@ int kvp_bufcache_create(size_t max_cached_bytes, kvp_bufcache **out)
 		return KVP_EINVAL;
 	*out = NULL;
 	bc_front_setup();
-	c = kvp_sys_alloc(sizeof(*c), 128);
+	c = kvpi_sys_alloc(sizeof(*c), 128);
 	if (!c)
 		return KVP_ENOMEM;
 	memset(c, 0, sizeof(*c));
@@ -94,7 +94,7 @@ fail_front:
 	for (struct bc_front *f = atomic_load_explicit(&c->fronts, memory_order_relaxed), *n; f;
 	     f = n) {
 		n = f->next;
-		kvp_sys_free(f);
+		kvpi_sys_free(f);
 	}
 	bc_large_destroy(&c->large);
 fail_large:
@@ -102,7 +102,7 @@ fail_large:
 fail_exact:
 	bc_nodes_destroy(&c->nodes);
 fail_nodes:
-	kvp_sys_free(c);
+	kvpi_sys_free(c);
 	return KVP_ENOMEM;
 }
 
@@ -126,7 +126,7 @@ static inline long shared_first(kvp_bufcache *c, size_t cls)
 
 void bc_release_to_system(kvp_bufcache *c, struct bc_front *me, void *p, size_t cap)
 {
-	kvp_sys_free(p);
+	kvpi_sys_free(p);
 	/* Relaxed: `live` sizes the node slab, live_bytes feeds stats; neither orders memory. */
 	atomic_fetch_sub_explicit(&c->live, 1, memory_order_relaxed);
 	atomic_fetch_sub_explicit(&c->live_bytes, cap, memory_order_relaxed);
@@ -229,7 +229,7 @@ static __attribute__((noinline)) void *alloc_shared(kvp_bufcache *c, struct bc_f
 		return p;
 	}
 	bc_count_by(c, me, BC_MISSES, 1);
-	while (!(p = kvp_sys_alloc(cap, KVP_BUF_ALIGN))) {
+	while (!(p = kvpi_sys_alloc(cap, KVP_BUF_ALIGN))) {
 		if (!evict_one(c, me)) {
 			*actual = 0;
 			return NULL;
@@ -533,15 +533,15 @@ void kvp_bufcache_destroy(kvp_bufcache *c)
 	for (f = atomic_load_explicit(&c->fronts, memory_order_acquire); f; f = next) {
 		next = f->next;
 		while (f->l1)
-			kvp_sys_free(bc_front_pop(f, (size_t)bc_front_find(f, 0)));
-		kvp_sys_free(f);
+			kvpi_sys_free(bc_front_pop(f, (size_t)bc_front_find(f, 0)));
+		kvpi_sys_free(f);
 	}
 	while (take_fit(c, 1, &p, &cap))
-		kvp_sys_free(p);
+		kvpi_sys_free(p);
 	bc_large_destroy(&c->large);
 	bc_exact_destroy(&c->exact);
 	bc_nodes_destroy(&c->nodes);
-	kvp_sys_free(c);
+	kvpi_sys_free(c);
 }
 
 /* a - b, or 0 when a racing snapshot has b > a */

@@ -32,13 +32,13 @@ int bc_bitmap_init(struct bc_bitmap *b)
 	for (size_t i = 0; i < BC_N_GROUPS >> 6; i++)
 		atomic_init(&b->l1[i], 0);
 	/* calloc'ed zero words are valid initial atomics (lock-free uint64_t). */
-	b->l2 = kvp_sys_calloc(BC_N_GROUPS, sizeof(*b->l2), 64);
+	b->l2 = kvpi_sys_calloc(BC_N_GROUPS, sizeof(*b->l2), 64);
 	return b->l2 ? 0 : -1;
 }
 
 void bc_bitmap_destroy(struct bc_bitmap *b)
 {
-	kvp_sys_free((void *)b->l2);
+	kvpi_sys_free((void *)b->l2);
 	b->l2 = NULL;
 }
 

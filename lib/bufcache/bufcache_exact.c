@@ -19,9 +19,9 @@ int bc_exact_init(struct bc_exact *ex)
 	if (bc_bitmap_init(&ex->bm))
 		return -1;
 	/* Zeroed memory is a valid array of NULL atomic pointers on this ABI. */
-	ex->dir = kvp_sys_calloc(BC_N_GROUPS, sizeof(*ex->dir), 64);
+	ex->dir = kvpi_sys_calloc(BC_N_GROUPS, sizeof(*ex->dir), 64);
 	if (!ex->dir || pthread_mutex_init(&ex->group_lock, NULL)) {
-		kvp_sys_free((void *)ex->dir);
+		kvpi_sys_free((void *)ex->dir);
 		bc_bitmap_destroy(&ex->bm);
 		return -1;
 	}
@@ -31,8 +31,8 @@ int bc_exact_init(struct bc_exact *ex)
 void bc_exact_destroy(struct bc_exact *ex)
 {
 	for (size_t g = 0; g < BC_N_GROUPS; g++)
-		kvp_sys_free(atomic_load_explicit(&ex->dir[g], memory_order_relaxed));
-	kvp_sys_free((void *)ex->dir);
+		kvpi_sys_free(atomic_load_explicit(&ex->dir[g], memory_order_relaxed));
+	kvpi_sys_free((void *)ex->dir);
 	bc_bitmap_destroy(&ex->bm);
 	pthread_mutex_destroy(&ex->group_lock);
 }
@@ -65,11 +65,11 @@ int bc_exact_ensure_group(struct bc_exact *ex, struct bc_nodes *n, size_t cls)
 	if (atomic_load_explicit(&ex->dir[g], memory_order_relaxed))
 		goto out;
 	rc = -1;
-	grp = kvp_sys_alloc(sizeof(*grp), 64);
+	grp = kvpi_sys_alloc(sizeof(*grp), 64);
 	if (!grp)
 		goto out;
 	if (take_nodes(n, dummies, BC_GROUP_SIZE)) {
-		kvp_sys_free(grp);
+		kvpi_sys_free(grp);
 		goto out;
 	}
 	for (unsigned i = 0; i < BC_GROUP_SIZE; i++)

@@ -46,7 +46,7 @@ static void tls_destructor(void *unused);
 
 static void setup(void)
 {
-	tls_key_ok = kvp_sys_key_create(&tls_key, tls_destructor) == 0;
+	tls_key_ok = kvpi_sys_key_create(&tls_key, tls_destructor) == 0;
 #ifndef KVP_TSAN
 	bc_front_asym =
 	    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
@@ -88,7 +88,7 @@ static int registry_alive(const kvp_bufcache *c, uint64_t uid)
 
 struct bc_front *bc_front_alloc(void)
 {
-	struct bc_front *f = kvp_sys_calloc(1, sizeof(*f), 64);
+	struct bc_front *f = kvpi_sys_calloc(1, sizeof(*f), 64);
 
 	/* Zeroed memory: IDLE, unclaimed, empty, untaken (valid atomics on this ABI). */
 	return f;
@@ -252,7 +252,7 @@ static void tls_destructor(void *unused)
 		struct bc_tls_ent *next = e->next;
 		if (registry_alive(e->c, e->uid))
 			front_release(e->c, e->f);
-		kvp_sys_free(e);
+		kvpi_sys_free(e);
 		e = next;
 	}
 	pthread_mutex_unlock(&reg_lock);
@@ -267,7 +267,7 @@ static void tls_prune(void)
 		struct bc_tls_ent *e = *pp;
 		if (!registry_alive(e->c, e->uid)) {
 			*pp = e->next;
-			kvp_sys_free(e);
+			kvpi_sys_free(e);
 		} else {
 			pp = &e->next;
 		}
@@ -316,12 +316,12 @@ struct bc_front *bc_front_get_slow(kvp_bufcache *c, uint64_t uid)
 	if (!tls_key_ok)
 		goto fail;
 	tls_prune();
-	e = kvp_sys_alloc(sizeof(*e), 8);
+	e = kvpi_sys_alloc(sizeof(*e), 8);
 	if (!e)
 		goto fail;
 	f = front_take(c);
 	if (!f) {
-		kvp_sys_free(e);
+		kvpi_sys_free(e);
 		goto fail;
 	}
 	e->c = c;

@@ -33,7 +33,7 @@ int bc_nodes_init(struct bc_nodes *n)
 void bc_nodes_destroy(struct bc_nodes *n)
 {
 	for (int i = 0; i < BC_NODE_SEGS; i++)
-		kvp_sys_free(atomic_load_explicit(&n->seg[i], memory_order_relaxed));
+		kvpi_sys_free(atomic_load_explicit(&n->seg[i], memory_order_relaxed));
 	pthread_mutex_destroy(&n->grow_lock);
 }
 
@@ -112,7 +112,7 @@ int bc_nodes_grow(struct bc_nodes *n, uint64_t want)
 			rc = -1;
 			break;
 		}
-		s = kvp_sys_calloc(cnt, sizeof(*s), 64);
+		s = kvpi_sys_calloc(cnt, sizeof(*s), 64);
 		if (!s) {
 			rc = -1;
 			break;

@@ -82,7 +82,7 @@ static int table_grow(struct layer *L, uint32_t want)
 		return KVP_OK;
 	while (cap < want)
 		cap = cap > UINT32_MAX / 2 ? want : cap * 2;
-	mem = kvp_sys_alloc(table_bytes(cap), 64);
+	mem = kvpi_sys_alloc(table_bytes(cap), 64);
 	if (!mem)
 		return KVP_ENOMEM;
 	kref = (kvp_ref *)mem;
@@ -94,7 +94,7 @@ static int table_grow(struct layer *L, uint32_t want)
 		memcpy(mem + 2 * (size_t)cap * sizeof(kvp_ref) + (size_t)cap * sizeof(uint8_t *),
 		       L->vdata, (size_t)L->n_blocks * sizeof(uint8_t *));
 	}
-	kvp_sys_free(L->kref); /* the old allocation starts at kref (NULL at first) */
+	kvpi_sys_free(L->kref); /* the old allocation starts at kref (NULL at first) */
 	L->kref = kref;
 	L->vref = kref + cap;
 	L->kdata = (const uint8_t **)(mem + 2 * (size_t)cap * sizeof(kvp_ref));
@@ -168,19 +168,19 @@ int kvp_kvcache_create(kvp_pool *pool, kvp_storage *k_store, kvp_storage *v_stor
 	int rc;
 
 	if (!pool || !k_store || !v_store || !cfg || !out || !cfg->n_layers || !cfg->n_kv_heads ||
-	    !cfg->head_dim || !kvp_codec_supported(cfg->format))
+	    !cfg->head_dim || !kvpi_codec_supported(cfg->format))
 		return KVP_EINVAL;
 	row_dim = (uint64_t)cfg->n_kv_heads * cfg->head_dim;
 	if (row_dim > (1u << 30) || kvp_storage_pool(k_store) != pool ||
 	    kvp_storage_pool(v_store) != pool || kvp_storage_row_dim(k_store) != row_dim ||
 	    kvp_storage_row_dim(v_store) != row_dim)
 		return KVP_EINVAL;
-	c = kvp_sys_calloc(1, sizeof *c, 64);
+	c = kvpi_sys_calloc(1, sizeof *c, 64);
 	if (!c)
 		return KVP_ENOMEM;
-	c->layers = kvp_sys_calloc(cfg->n_layers, sizeof *c->layers, 64);
+	c->layers = kvpi_sys_calloc(cfg->n_layers, sizeof *c->layers, 64);
 	if (!c->layers) {
-		kvp_sys_free(c);
+		kvpi_sys_free(c);
 		return KVP_ENOMEM;
 	}
 	c->pool = pool;
@@ -189,7 +189,7 @@ int kvp_kvcache_create(kvp_pool *pool, kvp_storage *k_store, kvp_storage *v_stor
 	c->cfg = *cfg;
 	c->block_size = kvp_pool_block_size(pool);
 	c->row_dim = (uint32_t)row_dim;
-	c->row_bytes = kvp_codec_row_bytes(cfg->format, c->row_dim);
+	c->row_bytes = kvpi_codec_row_bytes(cfg->format, c->row_dim);
 	c->kstream = kvp_pool_separate_kv(pool) ? KVP_K : KVP_KV;
 	c->vstream = kvp_pool_separate_kv(pool) ? KVP_V : KVP_KV;
 	rc = kvp_kvcache_reserve(c, KVP_KVCACHE_INITIAL_BLOCKS * c->block_size);
@@ -197,9 +197,9 @@ int kvp_kvcache_create(kvp_pool *pool, kvp_storage *k_store, kvp_storage *v_stor
 		rc = kvp_register_owner(pool, cfg->owner);
 	if (rc != KVP_OK) {
 		for (i = 0; i < cfg->n_layers; i++)
-			kvp_sys_free(c->layers[i].kref);
-		kvp_sys_free(c->layers);
-		kvp_sys_free(c);
+			kvpi_sys_free(c->layers[i].kref);
+		kvpi_sys_free(c->layers);
+		kvpi_sys_free(c);
 		return rc;
 	}
 	c->registered = true;
@@ -233,9 +233,9 @@ void kvp_kvcache_destroy(kvp_kvcache *c)
 	if (c->registered) /* else the owner, and its blocks, are someone else's */
 		kvp_free_all(c->pool, c->cfg.owner);
 	for (i = 0; i < c->cfg.n_layers; i++)
-		kvp_sys_free(c->layers[i].kref);
-	kvp_sys_free(c->layers);
-	kvp_sys_free(c);
+		kvpi_sys_free(c->layers[i].kref);
+	kvpi_sys_free(c->layers);
+	kvpi_sys_free(c);
 }
 
 /* Write tokens [t0, t0 + n) of @rows (the layer's tokens len0 + t0 ...) into the layer's blocks. */
@@ -357,8 +357,8 @@ static void gather_stream(const kvp_kvcache *c, const struct layer *L, const uin
 		const uint8_t *row =
 		    data[t / c->block_size] + (size_t)(t % c->block_size) * c->row_bytes;
 		for (h = 0; h < c->cfg.n_kv_heads; h++)
-			kvp_codec_decode_range(c->cfg.format, out + ((size_t)h * L->len + t) * hd,
-			                       row, h * hd, hd);
+			kvpi_codec_decode_range(c->cfg.format, out + ((size_t)h * L->len + t) * hd,
+			                        row, h * hd, hd);
 	}
 }
 
@@ -465,7 +465,7 @@ int kvp_kvcache_attend(const kvp_kvcache *c, uint32_t layer, const float *q, uin
 	src.format = c->cfg.format;
 	src.n_kv_heads = c->cfg.n_kv_heads;
 	src.head_dim = c->cfg.head_dim;
-	kvp_attend_rows(&src, q, n_heads, scale, out);
+	kvpi_attend_rows(&src, q, n_heads, scale, out);
 	return KVP_OK;
 }
 
@@ -564,11 +564,11 @@ int kvp_kvcache_adopt_prefix(kvp_kvcache *c, const kvp_hash *keys, size_t n_keys
 		return KVP_OK;
 	if (kvp_kvcache_reserve(c, (uint32_t)n_keys * c->block_size) != KVP_OK)
 		return KVP_ENOMEM;
-	dk = kvp_sys_alloc(n_keys * sizeof *dk, 64);
-	got = kvp_sys_calloc(2 * (size_t)c->cfg.n_layers, sizeof *got, 64);
+	dk = kvpi_sys_alloc(n_keys * sizeof *dk, 64);
+	got = kvpi_sys_calloc(2 * (size_t)c->cfg.n_layers, sizeof *got, 64);
 	if (!dk || !got) {
-		kvp_sys_free(dk);
-		kvp_sys_free(got);
+		kvpi_sys_free(dk);
+		kvpi_sys_free(got);
 		return KVP_ENOMEM;
 	}
 	got_k = got;
@@ -604,8 +604,8 @@ int kvp_kvcache_adopt_prefix(kvp_kvcache *c, const kvp_hash *keys, size_t n_keys
 	c->blocks_held += 2 * (size_t)m * c->cfg.n_layers;
 	*n_tokens = m * c->block_size;
 out:
-	kvp_sys_free(dk);
-	kvp_sys_free(got);
+	kvpi_sys_free(dk);
+	kvpi_sys_free(got);
 	return rc;
 }
 
@@ -618,7 +618,7 @@ int kvp_kvcache_publish(kvp_kvcache *c, const kvp_hash *keys, size_t n_keys, siz
 	if (!c || (!keys && n_keys) || !n_published)
 		return KVP_EINVAL;
 	*n_published = 0;
-	dk = n_keys ? kvp_sys_alloc(n_keys * sizeof *dk, 64) : NULL;
+	dk = n_keys ? kvpi_sys_alloc(n_keys * sizeof *dk, 64) : NULL;
 	if (n_keys && !dk)
 		return KVP_ENOMEM;
 	for (uint32_t i = 0; i < c->cfg.n_layers && rc == KVP_OK; i++) {
@@ -640,7 +640,7 @@ int kvp_kvcache_publish(kvp_kvcache *c, const kvp_hash *keys, size_t n_keys, siz
 			}
 		}
 	}
-	kvp_sys_free(dk);
+	kvpi_sys_free(dk);
 	*n_published = count;
 	return rc;
 }

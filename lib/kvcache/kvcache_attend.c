@@ -88,7 +88,7 @@ static inline const float *slice(kvp_format f, const uint8_t *row, uint32_t star
 {
 	if (f == KVP_FP32)
 		return (const float *)row + start;
-	kvp_codec_decode_range(f, tmp, row, start, n);
+	kvpi_codec_decode_range(f, tmp, row, start, n);
 	return tmp;
 }
 
@@ -184,8 +184,8 @@ static void chunk_softmax(float (*s)[CHUNK], uint32_t n_tok, uint32_t nh, float 
 	}
 }
 
-void kvp_attend_rows(const struct kvp_attend_src *src, const float *q, uint32_t n_heads,
-                     float scale, float *out)
+void kvpi_attend_rows(const struct kvp_attend_src *src, const float *q, uint32_t n_heads,
+                      float scale, float *out)
 {
 	uint32_t hd = src->head_dim, group = n_heads / src->n_kv_heads, g, h0, i;
 	float scores[HEADS_AT_ONCE][CHUNK];

@@ -29,7 +29,7 @@ struct kvp_attend_src {
 };
 
 /**
- * kvp_attend_rows - softmax(q k^T * scale) v for each query head, one step
+ * kvpi_attend_rows - softmax(q k^T * scale) v for each query head, one step
  * @src:     the K and V rows
  * @q:       (n_heads, head_dim) query
  * @n_heads: a multiple of n_kv_heads; head h uses KV head h / (n_heads / n_kv_heads)
@@ -40,7 +40,7 @@ struct kvp_attend_src {
  * (running max and sum rescaled per chunk of tokens), so each row is read
  * once.  The caller has checked the arguments.
  */
-void kvp_attend_rows(const struct kvp_attend_src *src, const float *q, uint32_t n_heads,
-                     float scale, float *out);
+void kvpi_attend_rows(const struct kvp_attend_src *src, const float *q, uint32_t n_heads,
+                      float scale, float *out);
 
 #endif /* KVPOOL_LIB_KVCACHE_ATTEND_H */

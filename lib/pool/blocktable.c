@@ -4,7 +4,7 @@
  * Growth never moves a block and never replaces anything a reader may be
  * looking at: it only fills the next empty pointer of the table's inline
  * segment array.  So the table needs no read-side section, no RCU and no
- * deferred freeing; segments are freed by kvp_bt_destroy alone.
+ * deferred freeing; segments are freed by kvpi_bt_destroy alone.
  *
  * Segments are allocated without clearing: the pool initialises every
  * block it creates (initial, growth), so a large growth segment costs only the
@@ -18,10 +18,10 @@
 
 #define KVP_CACHELINE 64
 
-int kvp_bt_init(struct kvp_blocktable *bt, uint32_t n0)
+int kvpi_bt_init(struct kvp_blocktable *bt, uint32_t n0)
 {
 	memset(bt, 0, sizeof(*bt));
-	bt->seg0 = kvp_sys_alloc((size_t)(n0 ? n0 : 1) * sizeof(struct kvp_block), KVP_CACHELINE);
+	bt->seg0 = kvpi_sys_alloc((size_t)(n0 ? n0 : 1) * sizeof(struct kvp_block), KVP_CACHELINE);
 	if (!bt->seg0)
 		return -1;
 	bt->n0 = n0;
@@ -29,7 +29,7 @@ int kvp_bt_init(struct kvp_blocktable *bt, uint32_t n0)
 	return 0;
 }
 
-int kvp_bt_extend(struct kvp_blocktable *bt, uint32_t n_ids)
+int kvpi_bt_extend(struct kvp_blocktable *bt, uint32_t n_ids)
 {
 	while (bt->cap < n_ids) {
 		uint32_t k = 0;
@@ -40,7 +40,7 @@ int kvp_bt_extend(struct kvp_blocktable *bt, uint32_t n_ids)
 		if (k >= KVP_BT_MAX_SEGS - KVP_BT_BASE_SHIFT)
 			return -1; /* past 2^32 ids: cannot happen below KVP_MAX_BLOCKS */
 		size_t n = (size_t)KVP_BT_BASE << k;
-		struct kvp_block *s = kvp_sys_alloc(n * sizeof(struct kvp_block), KVP_CACHELINE);
+		struct kvp_block *s = kvpi_sys_alloc(n * sizeof(struct kvp_block), KVP_CACHELINE);
 		if (!s)
 			return -1;
 		/* relaxed: published by the later release of the new ids. */
@@ -51,18 +51,18 @@ int kvp_bt_extend(struct kvp_blocktable *bt, uint32_t n_ids)
 	return 0;
 }
 
-void kvp_bt_destroy(struct kvp_blocktable *bt)
+void kvpi_bt_destroy(struct kvp_blocktable *bt)
 {
-	kvp_sys_free(bt->seg0);
+	kvpi_sys_free(bt->seg0);
 	bt->seg0 = NULL;
 	for (int k = 0; k < KVP_BT_MAX_SEGS; k++) {
-		kvp_sys_free(atomic_load_explicit(&bt->seg[k], memory_order_relaxed));
+		kvpi_sys_free(atomic_load_explicit(&bt->seg[k], memory_order_relaxed));
 		atomic_store_explicit(&bt->seg[k], NULL, memory_order_relaxed);
 	}
 	bt->n0 = bt->cap = 0;
 }
 
-uint64_t kvp_bt_bytes(const struct kvp_blocktable *bt)
+uint64_t kvpi_bt_bytes(const struct kvp_blocktable *bt)
 {
 	return (uint64_t)bt->cap * sizeof(struct kvp_block) + sizeof(*bt);
 }

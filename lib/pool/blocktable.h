@@ -15,7 +15,7 @@
  *
  *   operation            who                          ordering
  *   -------------------  ---------------------------  -----------------------
- *   kvp_bt_block         any thread, for an id it     relaxed load of the
+ *   kvpi_bt_block         any thread, for an id it     relaxed load of the
  *                        knows was created            segment pointer: the id
  *                                                     reached the caller
  *                                                     through a release/acquire
@@ -23,10 +23,10 @@
  *                                                     (n_ids, a free-stack
  *                                                     push/pop), which orders
  *                                                     the segment store first
- *   kvp_bt_extend        grow mutex held              relaxed store of the
+ *   kvpi_bt_extend        grow mutex held              relaxed store of the
  *                        (or single-threaded)         pointer; published as
  *                                                     above
- *   kvp_bt_destroy       single-threaded              -
+ *   kvpi_bt_destroy       single-threaded              -
  *
  * One block's metadata is 32 bytes:
  *
@@ -83,33 +83,33 @@ _Static_assert(sizeof(struct kvp_block) == 32, "block metadata must stay 32 byte
 #define KVP_ST_EVICTING     (1ull << 60)
 #define KVP_ST_FORMAT_SHIFT 56
 
-static inline uint32_t kvp_st_gen(uint64_t st)
+static inline uint32_t kvpi_st_gen(uint64_t st)
 {
 	return (uint32_t)st;
 }
 
-static inline uint32_t kvp_st_used(uint64_t st)
+static inline uint32_t kvpi_st_used(uint64_t st)
 {
 	return (uint32_t)((st & KVP_ST_USED_MASK) >> KVP_ST_USED_SHIFT);
 }
 
-static inline uint32_t kvp_st_stream(uint64_t st)
+static inline uint32_t kvpi_st_stream(uint64_t st)
 {
 	return (uint32_t)(st >> KVP_ST_STREAM_SHIFT) & 3u;
 }
 
-static inline uint32_t kvp_st_format(uint64_t st)
+static inline uint32_t kvpi_st_format(uint64_t st)
 {
 	return (uint32_t)(st >> KVP_ST_FORMAT_SHIFT) & 15u;
 }
 
-static inline uint64_t kvp_st_with_used(uint64_t st, uint32_t used)
+static inline uint64_t kvpi_st_with_used(uint64_t st, uint32_t used)
 {
 	return (st & ~KVP_ST_USED_MASK) | ((uint64_t)used << KVP_ST_USED_SHIFT);
 }
 
-static inline uint64_t kvp_st_make(uint32_t gen, uint32_t used, uint64_t flags, uint32_t stream,
-                                   uint32_t format)
+static inline uint64_t kvpi_st_make(uint32_t gen, uint32_t used, uint64_t flags, uint32_t stream,
+                                    uint32_t format)
 {
 	return (uint64_t)gen | ((uint64_t)used << KVP_ST_USED_SHIFT) | flags |
 	       ((uint64_t)stream << KVP_ST_STREAM_SHIFT) |
@@ -124,12 +124,12 @@ struct kvp_blocktable {
 };
 
 /**
- * kvp_bt_block - the metadata of block @id
+ * kvpi_bt_block - the metadata of block @id
  *
  * The caller knows @id was created (below kvp_pool_n_ids read with acquire,
  * or obtained from a free stack or a ref).  Two loads, no fence.
  */
-static inline struct kvp_block *kvp_bt_block(struct kvp_blocktable *bt, uint32_t id)
+static inline struct kvp_block *kvpi_bt_block(struct kvp_blocktable *bt, uint32_t id)
 {
 	if (__builtin_expect(id < bt->n0, 1))
 		return &bt->seg0[id];
@@ -142,24 +142,24 @@ static inline struct kvp_block *kvp_bt_block(struct kvp_blocktable *bt, uint32_t
 }
 
 /**
- * kvp_bt_init - a table with segment 0 of @n0 blocks (contents undefined:
+ * kvpi_bt_init - a table with segment 0 of @n0 blocks (contents undefined:
  * the caller initialises every block it creates).  Returns 0 or -1 (no memory).
  */
-int kvp_bt_init(struct kvp_blocktable *bt, uint32_t n0);
+int kvpi_bt_init(struct kvp_blocktable *bt, uint32_t n0);
 
 /**
- * kvp_bt_extend - make room for ids below @n_ids
+ * kvpi_bt_extend - make room for ids below @n_ids
  *
  * Grow mutex held (or single-threaded).  Adds growth segments; never moves
  * or frees one, so it never waits for readers.  Returns 0, or -1 when memory
  * ran out (segments already added stay; ids they do not cover stay absent).
  */
-int kvp_bt_extend(struct kvp_blocktable *bt, uint32_t n_ids);
+int kvpi_bt_extend(struct kvp_blocktable *bt, uint32_t n_ids);
 
-/** kvp_bt_destroy - free every segment (single-threaded) */
-void kvp_bt_destroy(struct kvp_blocktable *bt);
+/** kvpi_bt_destroy - free every segment (single-threaded) */
+void kvpi_bt_destroy(struct kvp_blocktable *bt);
 
-/** kvp_bt_bytes - bytes of metadata the table holds (grow mutex or quiescent) */
-uint64_t kvp_bt_bytes(const struct kvp_blocktable *bt);
+/** kvpi_bt_bytes - bytes of metadata the table holds (grow mutex or quiescent) */
+uint64_t kvpi_bt_bytes(const struct kvp_blocktable *bt);
 
 #endif /* KVPOOL_LIB_BLOCKTABLE_H */

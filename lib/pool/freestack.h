@@ -29,8 +29,8 @@
 /*
  * Block ids as the block layer writes them out: kvp_allocate has them
  * written into the caller's kvp_ref (uint64_t) array before it widens them
- * to refs, so every function that stores ids (kvp_get_blocks and what it
- * calls, kvp_fs_pop_reserved) takes a may_alias pointer: C's aliasing rules
+ * to refs, so every function that stores ids (kvpi_get_blocks and what it
+ * calls, kvpi_fs_pop_reserved) takes a may_alias pointer: C's aliasing rules
  * then allow those stores whatever gets inlined where (LTO included).
  */
 typedef uint32_t __attribute__((may_alias)) kvp_u32_alias;
@@ -42,25 +42,25 @@ struct kvp_freestack {
 	char pad1[56];
 };
 
-static inline uint64_t kvp_fs_pack(uint32_t tag, uint32_t id)
+static inline uint64_t kvpi_fs_pack(uint32_t tag, uint32_t id)
 {
 	return ((uint64_t)tag << 32) | id;
 }
 
-static inline void kvp_fs_init(struct kvp_freestack *fs)
+static inline void kvpi_fs_init(struct kvp_freestack *fs)
 {
-	atomic_init(&fs->head, kvp_fs_pack(0, KVP_NO_ID));
+	atomic_init(&fs->head, kvpi_fs_pack(0, KVP_NO_ID));
 	atomic_init(&fs->avail, 0);
 }
 
 /**
- * kvp_fs_push_chain - push a chain first -> ... -> last, already linked by
+ * kvpi_fs_push_chain - push a chain first -> ... -> last, already linked by
  * free_next, then make its @n blocks reservable.  @first ends on top.
  */
-static inline void kvp_fs_push_chain(struct kvp_freestack *fs, struct kvp_blocktable *bt,
-                                     uint32_t first, uint32_t last, uint32_t n)
+static inline void kvpi_fs_push_chain(struct kvp_freestack *fs, struct kvp_blocktable *bt,
+                                      uint32_t first, uint32_t last, uint32_t n)
 {
-	struct kvp_block *lb = kvp_bt_block(bt, last);
+	struct kvp_block *lb = kvpi_bt_block(bt, last);
 	/* relaxed: the CAS below (release) publishes the link. */
 	uint64_t h = atomic_load_explicit(&fs->head, memory_order_relaxed);
 	do {
@@ -69,35 +69,35 @@ static inline void kvp_fs_push_chain(struct kvp_freestack *fs, struct kvp_blockt
 		 * the link and everything the freeing thread wrote to the
 		 * blocks (and their storage) before freeing them. */
 	} while (!atomic_compare_exchange_weak_explicit(
-	    &fs->head, &h, kvp_fs_pack((uint32_t)(h >> 32) + 1, first), memory_order_release,
+	    &fs->head, &h, kvpi_fs_pack((uint32_t)(h >> 32) + 1, first), memory_order_release,
 	    memory_order_relaxed));
 	/* release: a reserver that sees the count (acquire) also sees the push. */
 	atomic_fetch_add_explicit(&fs->avail, n, memory_order_release);
 }
 
 /**
- * kvp_fs_push_ids - link @ids[0..n) so that ids[n-1] ends on top (the last
+ * kvpi_fs_push_ids - link @ids[0..n) so that ids[n-1] ends on top (the last
  * one given is the first reused), then push them.
  */
-static inline void kvp_fs_push_ids(struct kvp_freestack *fs, struct kvp_blocktable *bt,
-                                   const uint32_t *ids, uint32_t n)
+static inline void kvpi_fs_push_ids(struct kvp_freestack *fs, struct kvp_blocktable *bt,
+                                    const uint32_t *ids, uint32_t n)
 {
 	if (n == 0)
 		return;
 	for (uint32_t i = n - 1; i > 0; i--)
 		/* relaxed: published by the push CAS (release). */
-		atomic_store_explicit(&kvp_bt_block(bt, ids[i])->free_next, ids[i - 1],
+		atomic_store_explicit(&kvpi_bt_block(bt, ids[i])->free_next, ids[i - 1],
 		                      memory_order_relaxed);
-	kvp_fs_push_chain(fs, bt, ids[n - 1], ids[0], n);
+	kvpi_fs_push_chain(fs, bt, ids[n - 1], ids[0], n);
 }
 
 /**
- * kvp_fs_reserve - reserve between @min and @max blocks (0 < min <= max)
+ * kvpi_fs_reserve - reserve between @min and @max blocks (0 < min <= max)
  *
  * Returns how many were reserved: 0 when fewer than @min are available,
  * else min(avail, @max).  All or nothing for @min.
  */
-static inline uint32_t kvp_fs_reserve(struct kvp_freestack *fs, uint32_t min, uint32_t max)
+static inline uint32_t kvpi_fs_reserve(struct kvp_freestack *fs, uint32_t min, uint32_t max)
 {
 	/* acquire: pairs with the release increments, so the pushes behind
 	 * the blocks we reserve are visible to our pops. */
@@ -112,23 +112,23 @@ static inline uint32_t kvp_fs_reserve(struct kvp_freestack *fs, uint32_t min, ui
 	}
 }
 
-/** kvp_fs_unreserve - give back @n reserved but unpopped blocks */
-static inline void kvp_fs_unreserve(struct kvp_freestack *fs, uint32_t n)
+/** kvpi_fs_unreserve - give back @n reserved but unpopped blocks */
+static inline void kvpi_fs_unreserve(struct kvp_freestack *fs, uint32_t n)
 {
 	/* release: as for a push. */
 	atomic_fetch_add_explicit(&fs->avail, n, memory_order_release);
 }
 
 /**
- * kvp_fs_pop_reserved - pop @n blocks the caller has reserved into @ids,
+ * kvpi_fs_pop_reserved - pop @n blocks the caller has reserved into @ids,
  * top first (most recently freed first).
  *
  * Pops up to 8 at a time with one CAS: the walk reads links that may be
  * rewritten concurrently, but the tagged CAS fails unless nothing changed
  * since the head was loaded, in which case the walk was consistent.
  */
-static inline void kvp_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_blocktable *bt,
-                                       _Atomic uint32_t *n_ids, kvp_u32_alias *ids, uint32_t n)
+static inline void kvpi_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_blocktable *bt,
+                                        _Atomic uint32_t *n_ids, kvp_u32_alias *ids, uint32_t n)
 {
 	uint32_t got = 0;
 	unsigned spins = 0;
@@ -146,7 +146,7 @@ static inline void kvp_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_bloc
 				break;
 			ids[got + k++] = next;
 			/* relaxed: validated by the tagged CAS below. */
-			next = atomic_load_explicit(&kvp_bt_block(bt, next)->free_next,
+			next = atomic_load_explicit(&kvpi_bt_block(bt, next)->free_next,
 			                            memory_order_relaxed);
 		}
 		if (id == KVP_NO_ID || k == 0) {
@@ -158,7 +158,7 @@ static inline void kvp_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_bloc
 		/* acquire on success: pairs with the release push of every
 		 * block we take (release sequence of RMWs on head). */
 		if (atomic_compare_exchange_weak_explicit(
-		        &fs->head, &h, kvp_fs_pack((uint32_t)(h >> 32) + 1, next),
+		        &fs->head, &h, kvpi_fs_pack((uint32_t)(h >> 32) + 1, next),
 		        memory_order_acquire, memory_order_relaxed))
 			got += k;
 	}

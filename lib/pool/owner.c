@@ -17,24 +17,24 @@
 
 #define KVP_OWNER_BUCKETS0 8u
 
-#define owner_hash kvp_owner_hash
+#define owner_hash kvpi_owner_hash
 
-int kvp_owners_init(struct kvp_owners *o)
+int kvpi_owners_init(struct kvp_owners *o)
 {
 	memset(o, 0, sizeof(*o));
 	if (pthread_mutex_init(&o->spare_lock, NULL) != 0)
 		return -1;
 	for (uint32_t i = 0; i < KVP_OWNER_SHARDS; i++) {
 		struct kvp_oshard *sh = &o->shard[i];
-		sh->buckets = kvp_sys_calloc(KVP_OWNER_BUCKETS0, sizeof(*sh->buckets), 64);
+		sh->buckets = kvpi_sys_calloc(KVP_OWNER_BUCKETS0, sizeof(*sh->buckets), 64);
 		if (!sh->buckets || pthread_mutex_init(&sh->lock, NULL) != 0) {
-			kvp_sys_free(sh->buckets);
+			kvpi_sys_free(sh->buckets);
 			sh->buckets = NULL;
 			for (uint32_t j = 0; j < i; j++) {
 				pthread_mutex_destroy(&o->shard[j].lock);
-				kvp_sys_free(o->shard[j].buckets);
+				kvpi_sys_free(o->shard[j].buckets);
 			}
-			/* Leave every shard empty, so kvp_owners_destroy is safe. */
+			/* Leave every shard empty, so kvpi_owners_destroy is safe. */
 			pthread_mutex_destroy(&o->spare_lock);
 			memset(o, 0, sizeof(*o));
 			pthread_mutex_init(&o->spare_lock, NULL);
@@ -49,18 +49,18 @@ static void free_chain(struct kvp_orec *r)
 {
 	while (r) {
 		struct kvp_orec *next = r->next;
-		kvp_sys_free(r);
+		kvpi_sys_free(r);
 		r = next;
 	}
 }
 
-void kvp_owners_destroy(struct kvp_owners *o)
+void kvpi_owners_destroy(struct kvp_owners *o)
 {
 	for (uint32_t i = 0; i < KVP_OWNER_SHARDS; i++) {
 		struct kvp_oshard *sh = &o->shard[i];
 		for (uint32_t b = 0; b < sh->nbuckets; b++)
 			free_chain(sh->buckets[b]);
-		kvp_sys_free(sh->buckets);
+		kvpi_sys_free(sh->buckets);
 		if (sh->nbuckets)
 			pthread_mutex_destroy(&sh->lock);
 		sh->buckets = NULL;
@@ -71,9 +71,9 @@ void kvp_owners_destroy(struct kvp_owners *o)
 	pthread_mutex_destroy(&o->spare_lock);
 }
 
-struct kvp_oshard *kvp_owners_shard(struct kvp_owners *o, kvp_owner key)
+struct kvp_oshard *kvpi_owners_shard(struct kvp_owners *o, kvp_owner key)
 {
-	return kvp_owners_shard_h(o, owner_hash(key));
+	return kvpi_owners_shard_h(o, owner_hash(key));
 }
 
 static struct kvp_orec **bucket_of(struct kvp_oshard *sh, kvp_owner key)
@@ -81,7 +81,7 @@ static struct kvp_orec **bucket_of(struct kvp_oshard *sh, kvp_owner key)
 	return &sh->buckets[owner_hash(key) & (sh->nbuckets - 1)];
 }
 
-struct kvp_orec *kvp_oshard_find_h(struct kvp_oshard *sh, kvp_owner key, uint64_t h)
+struct kvp_orec *kvpi_oshard_find_h(struct kvp_oshard *sh, kvp_owner key, uint64_t h)
 {
 	for (struct kvp_orec *r = sh->buckets[h & (sh->nbuckets - 1)]; r; r = r->next)
 		if (r->key == key)
@@ -89,16 +89,16 @@ struct kvp_orec *kvp_oshard_find_h(struct kvp_oshard *sh, kvp_owner key, uint64_
 	return NULL;
 }
 
-struct kvp_orec *kvp_oshard_find(struct kvp_oshard *sh, kvp_owner key)
+struct kvp_orec *kvpi_oshard_find(struct kvp_oshard *sh, kvp_owner key)
 {
-	return kvp_oshard_find_h(sh, key, owner_hash(key));
+	return kvpi_oshard_find_h(sh, key, owner_hash(key));
 }
 
 /* Double the bucket array; on no memory keep the old one. */
 static void rehash(struct kvp_oshard *sh)
 {
 	uint32_t nb = sh->nbuckets * 2;
-	struct kvp_orec **nbk = kvp_sys_calloc(nb, sizeof(*nbk), 64);
+	struct kvp_orec **nbk = kvpi_sys_calloc(nb, sizeof(*nbk), 64);
 	if (!nbk)
 		return;
 	for (uint32_t b = 0; b < sh->nbuckets; b++) {
@@ -111,7 +111,7 @@ static void rehash(struct kvp_oshard *sh)
 			r = next;
 		}
 	}
-	kvp_sys_free(sh->buckets);
+	kvpi_sys_free(sh->buckets);
 	sh->buckets = nbk;
 	sh->nbuckets = nb;
 }
@@ -137,7 +137,7 @@ static struct kvp_orec *record_get(struct kvp_owners *o, struct kvp_rec_cache *r
 		rc->n--;
 		return r;
 	}
-	r = kvp_sys_calloc(1, sizeof(*r), 8);
+	r = kvpi_sys_calloc(1, sizeof(*r), 8);
 	if (r)
 		atomic_init(&r->bias, 0);
 	return r;
@@ -161,7 +161,7 @@ static void record_put(struct kvp_owners *o, struct kvp_rec_cache *rc, struct kv
 	pthread_mutex_unlock(&o->spare_lock);
 }
 
-void kvp_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc)
+void kvpi_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc)
 {
 	if (!rc->head)
 		return;
@@ -176,15 +176,15 @@ void kvp_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc)
 	rc->n = 0;
 }
 
-void kvp_rec_cache_free(struct kvp_rec_cache *rc)
+void kvpi_rec_cache_free(struct kvp_rec_cache *rc)
 {
 	free_chain(rc->head);
 	rc->head = NULL;
 	rc->n = 0;
 }
 
-struct kvp_orec *kvp_oshard_insert(struct kvp_owners *o, struct kvp_oshard *sh,
-                                   struct kvp_rec_cache *rc, kvp_owner key)
+struct kvp_orec *kvpi_oshard_insert(struct kvp_owners *o, struct kvp_oshard *sh,
+                                    struct kvp_rec_cache *rc, kvp_owner key)
 {
 	struct kvp_orec *r = record_get(o, rc);
 	if (!r)
@@ -208,15 +208,15 @@ struct kvp_orec *kvp_oshard_insert(struct kvp_owners *o, struct kvp_oshard *sh,
 	return r;
 }
 
-void kvp_oshard_remove(struct kvp_owners *o, struct kvp_oshard *sh, struct kvp_rec_cache *rc,
-                       struct kvp_orec *r)
+void kvpi_oshard_remove(struct kvp_owners *o, struct kvp_oshard *sh, struct kvp_rec_cache *rc,
+                        struct kvp_orec *r)
 {
 	struct kvp_orec **pp = bucket_of(sh, r->key);
 	while (*pp != r)
 		pp = &(*pp)->next;
 	*pp = r->next;
 	sh->n--;
-	/* relaxed: as in kvp_oshard_insert. */
+	/* relaxed: as in kvpi_oshard_insert. */
 	atomic_store_explicit(&r->bias, 0, memory_order_relaxed);
 	record_put(o, rc, r);
 }

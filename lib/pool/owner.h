@@ -20,21 +20,21 @@
  *
  *   function              caller holds                progress
  *   --------------------  --------------------------  ----------------------
- *   kvp_owners_shard      nothing                     wait-free (hash)
- *   kvp_oshard_find       the shard's lock            O(chain)
- *   kvp_oshard_insert     the shard's lock            the spare lock (leaf) once
+ *   kvpi_owners_shard      nothing                     wait-free (hash)
+ *   kvpi_oshard_find       the shard's lock            O(chain)
+ *   kvpi_oshard_insert     the shard's lock            the spare lock (leaf) once
  *                                                     per KVP_REC_BATCH; may
  *                                                     allocate (records, bucket
  *                                                     array growth)
- *   kvp_oshard_remove     the shard's lock            O(chain); the spare lock
+ *   kvpi_oshard_remove     the shard's lock            O(chain); the spare lock
  *                                                     once per KVP_REC_BATCH
- *   kvp_orec_append/unlink  the owner's exclusion     O(1)
+ *   kvpi_orec_append/unlink  the owner's exclusion     O(1)
  *
  * Biased records.  A record is biased to the slot of the thread that first
  * allocates for it ('bias' = the slot; kvp_register_owner makes it
  * unbiased): while it stays biased,
  * that thread alone changes the record's list and count, without the shard
- * lock, inside an owner op (lib/pool/pool_internal.h, kvp_bias_enter/leave: a
+ * lock, inside an owner op (lib/pool/pool_internal.h, kvpi_bias_enter/leave: a
  * plain store of the slot's in_owner_op word and a load of 'bias', no
  * locked instruction in asym mode).  Any other thread that must touch the
  * record (a free of its blocks from elsewhere, free_all, blocks_for,
@@ -110,14 +110,14 @@ struct kvp_owners {
 	struct kvp_orec *spare;
 };
 
-/** kvp_owners_init - empty table; 0 or -1 (no memory) */
-int kvp_owners_init(struct kvp_owners *o);
+/** kvpi_owners_init - empty table; 0 or -1 (no memory) */
+int kvpi_owners_init(struct kvp_owners *o);
 
-/** kvp_owners_destroy - free every record (single-threaded) */
-void kvp_owners_destroy(struct kvp_owners *o);
+/** kvpi_owners_destroy - free every record (single-threaded) */
+void kvpi_owners_destroy(struct kvp_owners *o);
 
-/** kvp_owner_hash - splitmix64's finalizer: every bit of the id reaches shard and bucket */
-static inline uint64_t kvp_owner_hash(kvp_owner key)
+/** kvpi_owner_hash - splitmix64's finalizer: every bit of the id reaches shard and bucket */
+static inline uint64_t kvpi_owner_hash(kvp_owner key)
 {
 	uint64_t z = key + 0x9e3779b97f4a7c15ull;
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -125,72 +125,72 @@ static inline uint64_t kvp_owner_hash(kvp_owner key)
 	return z ^ (z >> 31);
 }
 
-/** kvp_owners_shard_h - the shard of the owner whose hash is @h */
-static inline struct kvp_oshard *kvp_owners_shard_h(struct kvp_owners *o, uint64_t h)
+/** kvpi_owners_shard_h - the shard of the owner whose hash is @h */
+static inline struct kvp_oshard *kvpi_owners_shard_h(struct kvp_owners *o, uint64_t h)
 {
 	return &o->shard[h >> (64 - KVP_OWNER_SHARD_BITS)];
 }
 
-/** kvp_owners_shard - the shard of @key */
-struct kvp_oshard *kvp_owners_shard(struct kvp_owners *o, kvp_owner key);
+/** kvpi_owners_shard - the shard of @key */
+struct kvp_oshard *kvpi_owners_shard(struct kvp_owners *o, kvp_owner key);
 
-/** kvp_oshard_find - the record of @key, or NULL */
-struct kvp_orec *kvp_oshard_find(struct kvp_oshard *sh, kvp_owner key);
+/** kvpi_oshard_find - the record of @key, or NULL */
+struct kvp_orec *kvpi_oshard_find(struct kvp_oshard *sh, kvp_owner key);
 
-/** kvp_oshard_find_h - kvp_oshard_find with the key's hash @h already known */
-struct kvp_orec *kvp_oshard_find_h(struct kvp_oshard *sh, kvp_owner key, uint64_t h);
+/** kvpi_oshard_find_h - kvpi_oshard_find with the key's hash @h already known */
+struct kvp_orec *kvpi_oshard_find_h(struct kvp_oshard *sh, kvp_owner key, uint64_t h);
 
 /**
- * kvp_oshard_insert - a new empty, unbiased record for @key (not present)
+ * kvpi_oshard_insert - a new empty, unbiased record for @key (not present)
  * @rc: the calling thread's record cache, refilled from @o when empty
  * Returns the record (its epoch bumped), or NULL when no memory could be had.
  */
-struct kvp_orec *kvp_oshard_insert(struct kvp_owners *o, struct kvp_oshard *sh,
-                                   struct kvp_rec_cache *rc, kvp_owner key);
+struct kvp_orec *kvpi_oshard_insert(struct kvp_owners *o, struct kvp_oshard *sh,
+                                    struct kvp_rec_cache *rc, kvp_owner key);
 
-/** kvp_oshard_remove - take @r (not biased to another thread) out of the
+/** kvpi_oshard_remove - take @r (not biased to another thread) out of the
  * table, clear its bias, and keep it in @rc (or @o) */
-void kvp_oshard_remove(struct kvp_owners *o, struct kvp_oshard *sh, struct kvp_rec_cache *rc,
-                       struct kvp_orec *r);
+void kvpi_oshard_remove(struct kvp_owners *o, struct kvp_oshard *sh, struct kvp_rec_cache *rc,
+                        struct kvp_orec *r);
 
-/** kvp_rec_cache_drain - give every record in @rc back to @o (thread exit) */
-void kvp_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc);
+/** kvpi_rec_cache_drain - give every record in @rc back to @o (thread exit) */
+void kvpi_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc);
 
-/** kvp_rec_cache_free - free the records in @rc (pool destroy) */
-void kvp_rec_cache_free(struct kvp_rec_cache *rc);
+/** kvpi_rec_cache_free - free the records in @rc (pool destroy) */
+void kvpi_rec_cache_free(struct kvp_rec_cache *rc);
 
-/** kvp_orec_append - link block @id at the tail of @r's list */
-static inline void kvp_orec_append(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
+/** kvpi_orec_append - link block @id at the tail of @r's list */
+static inline void kvpi_orec_append(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
 {
-	struct kvp_block *b = kvp_bt_block(bt, id);
+	struct kvp_block *b = kvpi_bt_block(bt, id);
 	b->own_prev = r->tail;
 	b->own_next = KVP_NO_ID;
 	if (r->tail == KVP_NO_ID)
 		r->head = id;
 	else
-		kvp_bt_block(bt, r->tail)->own_next = id;
+		kvpi_bt_block(bt, r->tail)->own_next = id;
 	r->tail = id;
 	r->count++;
 }
 
-/** kvp_orec_unlink - take block @id (on @r's list) off it */
-static inline void kvp_orec_unlink(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
+/** kvpi_orec_unlink - take block @id (on @r's list) off it */
+static inline void kvpi_orec_unlink(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
 {
-	struct kvp_block *b = kvp_bt_block(bt, id);
+	struct kvp_block *b = kvpi_bt_block(bt, id);
 	if (b->own_prev == KVP_NO_ID)
 		r->head = b->own_next;
 	else
-		kvp_bt_block(bt, b->own_prev)->own_next = b->own_next;
+		kvpi_bt_block(bt, b->own_prev)->own_next = b->own_next;
 	if (b->own_next == KVP_NO_ID)
 		r->tail = b->own_prev;
 	else
-		kvp_bt_block(bt, b->own_next)->own_prev = b->own_prev;
+		kvpi_bt_block(bt, b->own_next)->own_prev = b->own_prev;
 	r->count--;
 }
 
-/** kvp_ocache_index - slot of @key in a thread's owner cache of 2^@bits entries
+/** kvpi_ocache_index - slot of @key in a thread's owner cache of 2^@bits entries
  * (one multiply: the cache needs spread, not the shard hash's mixing) */
-static inline uint32_t kvp_ocache_index(kvp_owner key, unsigned bits)
+static inline uint32_t kvpi_ocache_index(kvp_owner key, unsigned bits)
 {
 	return (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> (64 - bits));
 }

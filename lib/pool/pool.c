@@ -98,7 +98,7 @@ static void tlb_shootdown_barrier(struct kvp_pool *p)
 	pthread_mutex_unlock(&p->flush_lock);
 }
 
-void kvp_heavy_barrier(struct kvp_pool *p)
+void kvpi_heavy_barrier(struct kvp_pool *p)
 {
 	if (!p->asym)
 		return; /* fallback: both sides use seq_cst accesses */
@@ -159,18 +159,18 @@ static bool config_valid(const kvp_pool_config *c)
 /* Put the initial ids of stream @si, [first, first+n), on its stack, lowest on top. */
 static void fill_stream(struct kvp_pool *p, int si, uint32_t first, uint32_t n)
 {
-	uint32_t tag = kvp_stream_tag(p, si);
+	uint32_t tag = kvpi_stream_tag(p, si);
 	if (n == 0)
 		return;
 	for (uint32_t i = 0; i < n; i++) {
-		struct kvp_block *b = kvp_bt_block(&p->bt, first + i);
-		atomic_init(&b->state, kvp_st_make(0, 0, 0, tag, 0));
+		struct kvp_block *b = kvpi_bt_block(&p->bt, first + i);
+		atomic_init(&b->state, kvpi_st_make(0, 0, 0, tag, 0));
 		atomic_init(&b->owner, 0);
 		atomic_init(&b->free_next, i + 1 < n ? first + i + 1 : KVP_NO_ID);
 		b->own_prev = b->own_next = KVP_NO_ID;
 		b->pad = 0;
 	}
-	atomic_init(&p->fs[si].head, kvp_fs_pack(0, first));
+	atomic_init(&p->fs[si].head, kvpi_fs_pack(0, first));
 	atomic_init(&p->fs[si].avail, n);
 	atomic_init(&p->managed_stream[si], n);
 }
@@ -180,24 +180,24 @@ static void pool_free(struct kvp_pool *p)
 	struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_relaxed);
 	while (s) {
 		struct kvp_tslot *next = s->next;
-		kvp_rec_cache_free(&s->recs);
-		kvp_sys_free(s);
+		kvpi_rec_cache_free(&s->recs);
+		kvpi_sys_free(s);
 		s = next;
 	}
 	if (p->fallback)
-		kvp_rec_cache_free(&p->fallback->recs);
-	kvp_sys_free(p->fallback);
-	kvp_sys_free(p->hist);
-	kvp_pfx_destroy(p);
+		kvpi_rec_cache_free(&p->fallback->recs);
+	kvpi_sys_free(p->fallback);
+	kvpi_sys_free(p->hist);
+	kvpi_pfx_destroy(p);
 	if (p->flush_page)
 		munmap(p->flush_page, p->flush_page_len);
-	kvp_owners_destroy(&p->owners);
-	kvp_bt_destroy(&p->bt);
+	kvpi_owners_destroy(&p->owners);
+	kvpi_bt_destroy(&p->bt);
 	pthread_mutex_destroy(&p->grow_lock);
 	pthread_mutex_destroy(&p->hist_lock);
 	pthread_mutex_destroy(&p->fallback_lock);
 	pthread_mutex_destroy(&p->flush_lock);
-	kvp_sys_free(p);
+	kvpi_sys_free(p);
 }
 
 int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out)
@@ -213,7 +213,7 @@ int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out)
 	if (!config_valid(cfg))
 		return KVP_EINVAL;
 
-	struct kvp_pool *p = kvp_sys_calloc(1, sizeof(*p), 64);
+	struct kvp_pool *p = kvpi_sys_calloc(1, sizeof(*p), 64);
 	if (!p)
 		return KVP_ENOMEM;
 	p->block_size = cfg->block_size;
@@ -235,19 +235,19 @@ int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out)
 	 * protocols (decided before any other thread sees the pool). */
 	if (p->asym && !flush_page_init(p))
 		p->asym = false;
-	kvp_fs_init(&p->fs[0]);
-	kvp_fs_init(&p->fs[1]);
+	kvpi_fs_init(&p->fs[0]);
+	kvpi_fs_init(&p->fs[1]);
 	p->retired_head = KVP_NO_ID;
 
 	/* On failure each part is left empty but destroyable (pool_free). */
-	bool ok = kvp_bt_init(&p->bt, cfg->n_blocks) == 0;
-	ok = ok && kvp_owners_init(&p->owners) == 0;
+	bool ok = kvpi_bt_init(&p->bt, cfg->n_blocks) == 0;
+	ok = ok && kvpi_owners_init(&p->owners) == 0;
 	if (ok && cfg->prefix_cache)
-		ok = kvp_pfx_create(p, cfg) == 0;
+		ok = kvpi_pfx_create(p, cfg) == 0;
 	if (ok)
-		p->fallback = kvp_tslot_alloc(0);
+		p->fallback = kvpi_tslot_alloc(0);
 	if (ok && p->history_len)
-		p->hist = kvp_sys_calloc(p->history_len, sizeof(kvp_stats), 64);
+		p->hist = kvpi_sys_calloc(p->history_len, sizeof(kvp_stats), 64);
 	if (!ok || !p->fallback || (p->history_len && !p->hist)) {
 		pool_free(p);
 		return KVP_ENOMEM;
@@ -264,7 +264,7 @@ int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out)
 	/* release: the pool is handed to other threads by the caller, which
 	 * needs its own synchronisation; this orders our init before it. */
 	atomic_store_explicit(&p->n_ids, cfg->n_blocks, memory_order_release);
-	kvp_registry_add(p);
+	kvpi_registry_add(p);
 	*out = p;
 	return KVP_OK;
 }
@@ -273,9 +273,9 @@ void kvp_pool_destroy(kvp_pool *p)
 {
 	if (!p)
 		return;
-	kvp_pool_report_at_destroy(p); /* KVPOOL_SHOW_STATS (kvpool/report.h) */
+	kvpi_pool_report_at_destroy(p); /* KVPOOL_SHOW_STATS (kvpool/report.h) */
 	/* After this no exiting thread touches the pool (lib/pool/tslot.c). */
-	kvp_registry_remove(p);
+	kvpi_registry_remove(p);
 	pool_free(p);
 }
 

@@ -23,7 +23,7 @@
 
 static int stream_of_state(const struct kvp_pool *p, uint64_t st)
 {
-	return p->separate_kv ? (int)kvp_st_stream(st) : 0;
+	return p->separate_kv ? (int)kvpi_st_stream(st) : 0;
 }
 
 static uint64_t freed_state(uint64_t st)
@@ -38,7 +38,7 @@ static uint32_t stamp_block(struct kvp_block *b, uint32_t used, uint64_t flags, 
 {
 	/* relaxed: we hold the block exclusively since the acquire pop. */
 	uint64_t old = atomic_load_explicit(&b->state, memory_order_relaxed);
-	uint32_t gen = kvp_st_gen(old) + 1;
+	uint32_t gen = kvpi_st_gen(old) + 1;
 	if (gen == 0)
 		gen = 1; /* generation 0 means "never handed out" */
 	*reused = (old & KVP_ST_EVER) != 0;
@@ -49,8 +49,8 @@ static uint32_t stamp_block(struct kvp_block *b, uint32_t used, uint64_t flags, 
 	/* release: kvp_block_get's acquire load of the state then sees the
 	 * owner written above. */
 	atomic_store_explicit(&b->state,
-	                      kvp_st_make(gen, used, KVP_ST_IN_USE | KVP_ST_EVER | flags,
-	                                  kvp_st_stream(old), (uint32_t)format),
+	                      kvpi_st_make(gen, used, KVP_ST_IN_USE | KVP_ST_EVER | flags,
+	                                   kvpi_st_stream(old), (uint32_t)format),
 	                      memory_order_release);
 	return gen;
 }
@@ -60,7 +60,7 @@ static uint32_t stamp_block(struct kvp_block *b, uint32_t used, uint64_t flags, 
 static uint64_t clear_in_use(struct kvp_block *b, uint64_t st, uint32_t gen)
 {
 	for (;;) {
-		if (kvp_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+		if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
 			return 0;
 		/* acq_rel: acquire orders the holder's last writes (set_used,
 		 * storage) before our push; release is carried by the push. */
@@ -74,16 +74,16 @@ static uint64_t clear_in_use(struct kvp_block *b, uint64_t st, uint32_t gen)
 static void end_call(struct kvp_pool *p, struct kvp_tslot *s, bool mutated)
 {
 	if (mutated)
-		kvp_history_tick(p, s);
-	kvp_tslot_put(p, s);
+		kvpi_history_tick(p, s);
+	kvpi_tslot_put(p, s);
 }
 
 /* End an allocate call that got no blocks: count an exhaustion, and record it. */
 static int fail_call(struct kvp_pool *p, struct kvp_tslot *s, int rc)
 {
 	if (rc == KVP_EEXHAUSTED) {
-		kvp_ctr_add(s, KVP_C_EXHAUSTED, 1);
-		kvp_history_record(p);
+		kvpi_ctr_add(s, KVP_C_EXHAUSTED, 1);
+		kvpi_history_record(p);
 	}
 	end_call(p, s, false);
 	return rc;
@@ -97,7 +97,7 @@ static inline uint32_t blocks_for_tokens(const struct kvp_pool *p, uint32_t n)
 	return n / p->block_size + (n % p->block_size != 0);
 }
 
-void kvp_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r)
+void kvpi_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r)
 {
 	/* relaxed: bias is written only under the shard lock, which we hold. */
 	uintptr_t t = atomic_load_explicit(&r->bias, memory_order_relaxed);
@@ -107,7 +107,7 @@ void kvp_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r
 	atomic_store_explicit(&r->bias, 0, memory_order_seq_cst);
 	if (r->revokes < UINT8_MAX)
 		r->revokes++;
-	kvp_heavy_barrier(p);
+	kvpi_heavy_barrier(p);
 	struct kvp_tslot *ts = (struct kvp_tslot *)t;
 	unsigned spins = 0;
 	/* acquire (asym) / seq_cst (fallback): the load half; once it reads
@@ -121,12 +121,12 @@ void kvp_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r
 	}
 }
 
-void kvp_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r)
+void kvpi_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r)
 {
-	if (kvp_tslot_is_fallback(p, s))
+	if (kvpi_tslot_is_fallback(p, s))
 		return;
 	/* relaxed: bias is written only under the shard lock, which we hold;
-	 * any thread formerly biased has left its op (kvp_bias_revoke). */
+	 * any thread formerly biased has left its op (kvpi_bias_revoke). */
 	uintptr_t t = atomic_load_explicit(&r->bias, memory_order_relaxed);
 	if (t == 0) {
 		if (r->revokes >= KVP_BIAS_MAX_REVOKES)
@@ -135,7 +135,7 @@ void kvp_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r)
 	} else if (t != (uintptr_t)s) {
 		return;
 	}
-	struct kvp_ocache_ent *e = kvp_ocache_ent_of(s, r->key);
+	struct kvp_ocache_ent *e = kvpi_ocache_ent_of(s, r->key);
 	e->key = r->key;
 	e->rec = r;
 	e->epoch = r->epoch;
@@ -156,16 +156,16 @@ static uint64_t hand_out(struct kvp_pool *p, struct kvp_orec *r, kvp_ref *refs, 
 	if (nb == 1) {
 		uint32_t id = ids[0];
 		uint32_t gen =
-		    stamp_block(kvp_bt_block(&p->bt, id), last_used, 0, owner, format, &re);
-		kvp_orec_append(r, &p->bt, id);
+		    stamp_block(kvpi_bt_block(&p->bt, id), last_used, 0, owner, format, &re);
+		kvpi_orec_append(r, &p->bt, id);
 		refs[0] = KVP_MAKE_REF(id, gen);
 		return re;
 	}
 	for (uint32_t i = 0; i < nb; i++) {
-		stamp_block(kvp_bt_block(&p->bt, ids[i]), i + 1 < nb ? bs : last_used, 0, owner,
+		stamp_block(kvpi_bt_block(&p->bt, ids[i]), i + 1 < nb ? bs : last_used, 0, owner,
 		            format, &re);
 		reused += re;
-		kvp_orec_append(r, &p->bt, ids[i]);
+		kvpi_orec_append(r, &p->bt, ids[i]);
 	}
 	/* Widen ids to refs from the end: refs[i] overlaps ids[2i], ids[2i+1],
 	 * which are at or after i and already converted.  Under the owner's
@@ -173,8 +173,8 @@ static uint64_t hand_out(struct kvp_pool *p, struct kvp_orec *r, kvp_ref *refs, 
 	for (uint32_t i = nb; i-- > 0;) {
 		uint32_t id = ids[i];
 		uint64_t st =
-		    atomic_load_explicit(&kvp_bt_block(&p->bt, id)->state, memory_order_relaxed);
-		refs[i] = KVP_MAKE_REF(id, kvp_st_gen(st));
+		    atomic_load_explicit(&kvpi_bt_block(&p->bt, id)->state, memory_order_relaxed);
+		refs[i] = KVP_MAKE_REF(id, kvpi_st_gen(st));
 	}
 	return reused;
 }
@@ -183,10 +183,10 @@ static inline __attribute__((always_inline)) int alloc_done(struct kvp_pool *p, 
                                                             uint32_t nb, uint32_t n_tokens,
                                                             uint64_t reused, size_t *n_refs)
 {
-	kvp_ctr_add(s, KVP_C_ALLOCS, nb);
-	kvp_ctr_add(s, KVP_C_REUSED, reused);
-	kvp_ctr_add(s, KVP_C_NOT_FULL, n_tokens - (nb - 1) * p->block_size < p->block_size);
-	kvp_account_in_use(p, s, nb);
+	kvpi_ctr_add(s, KVP_C_ALLOCS, nb);
+	kvpi_ctr_add(s, KVP_C_REUSED, reused);
+	kvpi_ctr_add(s, KVP_C_NOT_FULL, n_tokens - (nb - 1) * p->block_size < p->block_size);
+	kvpi_account_in_use(p, s, nb);
 	end_call(p, s, true);
 	*n_refs = nb;
 	return KVP_OK;
@@ -197,7 +197,7 @@ static int allocate_locked(struct kvp_pool *p, struct kvp_tslot *s, int si, uint
                            uint32_t nb, kvp_owner owner, uint64_t h, kvp_format format,
                            kvp_ref *refs, size_t *n_refs)
 {
-	struct kvp_oshard *sh = kvp_owners_shard_h(&p->owners, h);
+	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 	/*
 	 * The owner's shard lock is held for the whole call: the owner record
 	 * is found or made first (so running out of memory for it leaves no
@@ -206,23 +206,23 @@ static int allocate_locked(struct kvp_pool *p, struct kvp_tslot *s, int si, uint
 	 * holds grow_lock or a claimed magazine ever waits for a shard lock.
 	 */
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvp_oshard_find_h(sh, owner, h);
+	struct kvp_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	bool made = false;
 	if (!r) {
-		r = kvp_oshard_insert(&p->owners, sh, &s->recs, owner);
+		r = kvpi_oshard_insert(&p->owners, sh, &s->recs, owner);
 		made = true;
 	} else {
-		kvp_bias_revoke(p, s, r);
+		kvpi_bias_revoke(p, s, r);
 	}
-	int rc = r ? kvp_get_blocks(p, s, si, (kvp_u32_alias *)refs, nb) : KVP_ENOMEM;
+	int rc = r ? kvpi_get_blocks(p, s, si, (kvp_u32_alias *)refs, nb) : KVP_ENOMEM;
 	if (rc != KVP_OK) {
 		if (r && made)
-			kvp_oshard_remove(&p->owners, sh, &s->recs, r);
+			kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
 		pthread_mutex_unlock(&sh->lock);
 		return fail_call(p, s, rc);
 	}
 	uint64_t reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
-	kvp_bias_adopt(p, s, r);
+	kvpi_bias_adopt(p, s, r);
 	pthread_mutex_unlock(&sh->lock);
 	return alloc_done(p, s, nb, n_tokens, reused, n_refs);
 }
@@ -235,7 +235,7 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 	*n_refs = 0;
 	if (!p || !refs || n_tokens == 0 || (unsigned)format >= KVP_N_FORMATS)
 		return KVP_EINVAL;
-	int si = kvp_stream_index(p, stream);
+	int si = kvpi_stream_index(p, stream);
 	if (si < 0)
 		return KVP_EINVAL;
 	uint32_t nb = blocks_for_tokens(p, n_tokens);
@@ -244,17 +244,17 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 		return KVP_ERANGE;
 	}
 	if (p->prefix) {
-		int prc = kvp_pfx_allocate(p, si, n_tokens, owner, format, refs, nb);
+		int prc = kvpi_pfx_allocate(p, si, n_tokens, owner, format, refs, nb);
 		*n_refs = prc == KVP_OK ? nb : 0;
 		return prc;
 	}
 
-	struct kvp_tslot *s = kvp_tslot_get(p);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
 	/* The caller's refs array doubles as scratch for the ids: no allocation. */
-	struct kvp_orec *r = kvp_tslot_is_fallback(p, s) ? NULL : kvp_bias_enter(p, s, owner);
+	struct kvp_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
 	if (!r)
-		return allocate_locked(p, s, si, n_tokens, nb, owner, kvp_owner_hash(owner), format,
-		                       refs, n_refs);
+		return allocate_locked(p, s, si, n_tokens, nb, owner, kvpi_owner_hash(owner),
+		                       format, refs, n_refs);
 	/* Inside an owner op on our own record: no lock.  A revoker waits for
 	 * us; the block path below takes no shard lock (lib/pool/pool_internal.h). */
 	int rc = KVP_OK;
@@ -263,21 +263,21 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 		/* The common case, kept short: one block from the magazine. */
 		uint32_t id;
 		bool re;
-		if (!kvp_get_one_fast(p, s, si, &id))
-			rc = kvp_get_blocks(p, s, si, &id, 1);
+		if (!kvpi_get_one_fast(p, s, si, &id))
+			rc = kvpi_get_blocks(p, s, si, &id, 1);
 		if (rc == KVP_OK) {
 			uint32_t gen =
-			    stamp_block(kvp_bt_block(&p->bt, id), n_tokens, 0, owner, format, &re);
-			kvp_orec_append(r, &p->bt, id);
+			    stamp_block(kvpi_bt_block(&p->bt, id), n_tokens, 0, owner, format, &re);
+			kvpi_orec_append(r, &p->bt, id);
 			refs[0] = KVP_MAKE_REF(id, gen);
 			reused = re;
 		}
 	} else {
-		rc = kvp_get_blocks(p, s, si, (kvp_u32_alias *)refs, nb);
+		rc = kvpi_get_blocks(p, s, si, (kvp_u32_alias *)refs, nb);
 		if (rc == KVP_OK)
 			reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
 	}
-	kvp_bias_leave(s);
+	kvpi_bias_leave(s);
 	if (rc != KVP_OK)
 		return fail_call(p, s, rc);
 	return alloc_done(p, s, nb, n_tokens, reused, n_refs);
@@ -287,24 +287,24 @@ int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *
 {
 	if (!p || !out || (unsigned)format >= KVP_N_FORMATS)
 		return KVP_EINVAL;
-	int si = kvp_stream_index(p, stream);
+	int si = kvpi_stream_index(p, stream);
 	if (si < 0)
 		return KVP_EINVAL;
 	if (p->prefix)
-		return kvp_pfx_alloc_block(p, si, format, out);
-	struct kvp_tslot *s = kvp_tslot_get(p);
+		return kvpi_pfx_alloc_block(p, si, format, out);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
 	uint32_t id;
-	if (!kvp_get_one_fast(p, s, si, &id)) {
-		int rc = kvp_get_blocks(p, s, si, &id, 1);
+	if (!kvpi_get_one_fast(p, s, si, &id)) {
+		int rc = kvpi_get_blocks(p, s, si, &id, 1);
 		if (rc != KVP_OK)
 			return fail_call(p, s, rc);
 	}
 	bool re;
 	uint32_t gen =
-	    stamp_block(kvp_bt_block(&p->bt, id), p->block_size, KVP_ST_RAW, 0, format, &re);
-	kvp_ctr_add(s, KVP_C_ALLOCS, 1);
-	kvp_ctr_add(s, KVP_C_REUSED, re);
-	kvp_account_in_use(p, s, 1);
+	    stamp_block(kvpi_bt_block(&p->bt, id), p->block_size, KVP_ST_RAW, 0, format, &re);
+	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
+	kvpi_ctr_add(s, KVP_C_REUSED, re);
+	kvpi_account_in_use(p, s, 1);
 	end_call(p, s, true);
 	*out = KVP_MAKE_REF(id, gen);
 	return KVP_OK;
@@ -325,9 +325,9 @@ static void acc_flush(struct kvp_pool *p, struct kvp_tslot *s, struct free_acc *
 		return;
 	/* Counted before the push too: a summed snapshot then never sees a
 	 * block allocated again before its free is counted. */
-	kvp_ctr_add(s, KVP_C_FREES, a->n[si]);
-	kvp_account_in_use(p, s, -(int64_t)a->n[si]);
-	kvp_put_blocks(p, s, si, a->ids[si], a->n[si]);
+	kvpi_ctr_add(s, KVP_C_FREES, a->n[si]);
+	kvpi_account_in_use(p, s, -(int64_t)a->n[si]);
+	kvpi_put_blocks(p, s, si, a->ids[si], a->n[si]);
 	a->n[si] = 0;
 }
 
@@ -336,7 +336,7 @@ static void acc_add(struct kvp_pool *p, struct kvp_tslot *s, struct free_acc *a,
 {
 	int si = stream_of_state(p, st);
 	a->freed++;
-	a->not_full += kvp_st_used(st) < p->block_size;
+	a->not_full += kvpi_st_used(st) < p->block_size;
 	a->ids[si][a->n[si]++] = id;
 	if (a->n[si] == KVP_FREE_BATCH)
 		acc_flush(p, s, a, si);
@@ -373,7 +373,7 @@ static void drop_if_empty(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_os
 	/* bias is 0 or ours: this thread's own ops are over, so count holds
 	 * still under the shard lock. */
 	if (r->count == 0)
-		kvp_oshard_remove(&p->owners, sh, &s->recs, r);
+		kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
 }
 
 /* Free one owned block; the caller holds its owner's shard lock. */
@@ -381,19 +381,19 @@ static uint64_t free_owned(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_o
                            struct kvp_block *b, uint32_t id, uint32_t gen, kvp_owner owner,
                            uint64_t h)
 {
-	struct kvp_orec *r = kvp_oshard_find_h(sh, owner, h);
+	struct kvp_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	if (r)
-		kvp_bias_revoke(p, s, r);
+		kvpi_bias_revoke(p, s, r);
 	/* acquire: see the state as the allocator left it. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if (kvp_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
 		return 0;
 	/* Same generation and in use: the owner read before is this hand-out's
 	 * (a generation never comes back while the block is in use). */
 	st = clear_in_use(b, st, gen);
 	if (!st || !r)
 		return st;
-	kvp_orec_unlink(r, &p->bt, id);
+	kvpi_orec_unlink(r, &p->bt, id);
 	drop_if_empty(p, s, sh, r);
 	return st;
 }
@@ -405,12 +405,12 @@ static uint64_t free_biased(struct kvp_pool *p, struct kvp_orec *r, struct kvp_b
 {
 	/* acquire: as in free_owned; now under the owner's exclusion. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if (kvp_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
 		return 0;
 	st = clear_in_use(b, st, gen);
 	if (!st)
 		return 0;
-	kvp_orec_unlink(r, &p->bt, id);
+	kvpi_orec_unlink(r, &p->bt, id);
 	*empty = r->count == 0 && !r->registered;
 	return st;
 }
@@ -421,33 +421,33 @@ static inline __attribute__((always_inline)) uint64_t free_ref(struct kvp_pool *
                                                                struct kvp_oshard **held,
                                                                uint32_t id, uint32_t gen)
 {
-	struct kvp_block *b = kvp_bt_block(&p->bt, id);
+	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
 	/* acquire: pairs with stamp_block's release. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if (kvp_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
 		return 0;
 	if (st & KVP_ST_RAW)
 		return clear_in_use(b, st, gen);
 	/* relaxed: validated by the generation check under the owner's exclusion. */
 	kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
-	struct kvp_orec *r = kvp_tslot_is_fallback(p, s) ? NULL : kvp_bias_enter(p, s, owner);
+	struct kvp_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
 	if (r) {
 		bool empty = false;
 		st = free_biased(p, r, b, id, gen, &empty);
-		kvp_bias_leave(s);
+		kvpi_bias_leave(s);
 		if (empty) {
-			uint64_t h = kvp_owner_hash(owner);
+			uint64_t h = kvpi_owner_hash(owner);
 			/* Dropping a record changes the shard's table: lock. */
-			struct kvp_oshard *sh = kvp_owners_shard_h(&p->owners, h);
+			struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 			hold_shard(held, sh);
-			struct kvp_orec *r2 = kvp_oshard_find_h(sh, owner, h);
+			struct kvp_orec *r2 = kvpi_oshard_find_h(sh, owner, h);
 			if (r2)
 				drop_if_empty(p, s, sh, r2);
 		}
 		return st;
 	}
-	uint64_t h = kvp_owner_hash(owner);
-	struct kvp_oshard *sh = kvp_owners_shard_h(&p->owners, h);
+	uint64_t h = kvpi_owner_hash(owner);
+	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 	hold_shard(held, sh);
 	return free_owned(p, s, sh, b, id, gen, owner, h);
 }
@@ -459,24 +459,24 @@ static int free_single(struct kvp_pool *p, kvp_ref ref)
 	/* acquire: ids below n_ids are fully made (see kvp_pool_n_ids). */
 	if (id >= atomic_load_explicit(&p->n_ids, memory_order_acquire))
 		return KVP_ENOENT;
-	struct kvp_tslot *s = kvp_tslot_get(p);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
 	struct kvp_oshard *held = NULL;
 	uint64_t st = free_ref(p, s, &held, id, KVP_REF_GEN(ref));
 	if (held)
 		pthread_mutex_unlock(&held->lock);
 	if (!st) {
-		kvp_ctr_add(s, KVP_C_STALE, 1);
+		kvpi_ctr_add(s, KVP_C_STALE, 1);
 		end_call(p, s, false);
 		return KVP_OK;
 	}
 	int si = stream_of_state(p, st);
 	/* Counted before the block can be taken again (see acc_flush). */
-	kvp_ctr_add(s, KVP_C_FREES, 1);
-	kvp_account_in_use(p, s, -1);
-	if (!kvp_put_one_fast(p, s, si, id))
-		kvp_put_blocks(p, s, si, &id, 1);
-	if (kvp_st_used(st) < p->block_size)
-		kvp_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - 1);
+	kvpi_ctr_add(s, KVP_C_FREES, 1);
+	kvpi_account_in_use(p, s, -1);
+	if (!kvpi_put_one_fast(p, s, si, id))
+		kvpi_put_blocks(p, s, si, &id, 1);
+	if (kvpi_st_used(st) < p->block_size)
+		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - 1);
 	end_call(p, s, true);
 	return KVP_OK;
 }
@@ -494,9 +494,9 @@ int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
 		if (KVP_REF_ID(refs[i]) >= n_ids)
 			return KVP_ENOENT;
 	if (p->prefix)
-		return kvp_pfx_free(p, refs, n);
+		return kvpi_pfx_free(p, refs, n);
 
-	struct kvp_tslot *s = kvp_tslot_get(p);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
 	struct free_acc a;
 	struct kvp_oshard *held = NULL;
 	a.n[0] = a.n[1] = 0;
@@ -515,9 +515,9 @@ int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
 	for (int si = 0; si < 2; si++)
 		acc_flush(p, s, &a, si);
 	if (a.stale)
-		kvp_ctr_add(s, KVP_C_STALE, a.stale);
+		kvpi_ctr_add(s, KVP_C_STALE, a.stale);
 	if (a.not_full)
-		kvp_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - a.not_full);
+		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - a.not_full);
 	end_call(p, s, a.freed != 0);
 	return KVP_OK;
 }
@@ -536,51 +536,51 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	if (!p)
 		return KVP_EINVAL;
 	if (p->prefix)
-		return kvp_pfx_free_all(p, owner);
-	struct kvp_tslot *s = kvp_tslot_get(p);
-	uint64_t h = kvp_owner_hash(owner);
-	struct kvp_oshard *sh = kvp_owners_shard_h(&p->owners, h);
+		return kvpi_pfx_free_all(p, owner);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
+	uint64_t h = kvpi_owner_hash(owner);
+	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 	uint32_t first[2] = {KVP_NO_ID, KVP_NO_ID}, last[2] = {KVP_NO_ID, KVP_NO_ID},
 	         cnt[2] = {0, 0};
 	uint64_t not_full = 0;
 
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvp_oshard_find_h(sh, owner, h);
+	struct kvp_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	if (!r) {
 		pthread_mutex_unlock(&sh->lock);
 		end_call(p, s, false);
 		return KVP_ENOENT;
 	}
-	kvp_bias_revoke(p, s, r);
+	kvpi_bias_revoke(p, s, r);
 	/* Chain each stream's blocks in allocation order: the first one
 	 * allocated ends on top, so a request made again gets its old ids. */
 	for (uint32_t id = r->head; id != KVP_NO_ID;) {
-		struct kvp_block *b = kvp_bt_block(&p->bt, id);
+		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
 		uint32_t next = b->own_next;
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-		st = clear_in_use(b, st, kvp_st_gen(st));
+		st = clear_in_use(b, st, kvpi_st_gen(st));
 		int si = stream_of_state(p, st);
-		not_full += kvp_st_used(st) < p->block_size;
+		not_full += kvpi_st_used(st) < p->block_size;
 		/* relaxed: published by the push CAS (release). */
 		atomic_store_explicit(&b->free_next, KVP_NO_ID, memory_order_relaxed);
 		if (last[si] == KVP_NO_ID)
 			first[si] = id;
 		else
-			atomic_store_explicit(&kvp_bt_block(&p->bt, last[si])->free_next, id,
+			atomic_store_explicit(&kvpi_bt_block(&p->bt, last[si])->free_next, id,
 			                      memory_order_relaxed);
 		last[si] = id;
 		cnt[si]++;
 		id = next;
 	}
-	kvp_oshard_remove(&p->owners, sh, &s->recs, r);
+	kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
 	pthread_mutex_unlock(&sh->lock);
 	uint64_t freed = (uint64_t)cnt[0] + cnt[1];
 	/* Counted before the blocks can be taken again (see acc_flush). */
-	kvp_ctr_add(s, KVP_C_FREES, freed);
-	kvp_account_in_use(p, s, -(int64_t)freed);
+	kvpi_ctr_add(s, KVP_C_FREES, freed);
+	kvpi_account_in_use(p, s, -(int64_t)freed);
 	for (int si = 0; si < 2; si++)
-		kvp_put_chain(p, s, si, first[si], last[si], cnt[si]);
-	kvp_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - not_full);
+		kvpi_put_chain(p, s, si, first[si], last[si], cnt[si]);
+	kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - not_full);
 	end_call(p, s, true);
 	return KVP_OK;
 }

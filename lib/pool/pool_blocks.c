@@ -38,13 +38,13 @@ static void mag_set_count(struct kvp_mag *m, uint32_t n)
 	atomic_store_explicit(&m->count, n, memory_order_relaxed);
 }
 
-#define use_magazine kvp_use_magazine
+#define use_magazine kvpi_use_magazine
 
 /* Flush the whole magazine (held by the caller) to the global stack. */
 static void mag_flush_all(struct kvp_pool *p, int si, struct kvp_mag *m)
 {
 	uint32_t cnt = mag_count(m);
-	kvp_fs_push_ids(&p->fs[si], &p->bt, m->ids, cnt);
+	kvpi_fs_push_ids(&p->fs[si], &p->bt, m->ids, cnt);
 	mag_set_count(m, 0);
 }
 
@@ -60,7 +60,7 @@ static uint32_t mag_make_room(struct kvp_pool *p, int si, struct kvp_mag *m, uin
 		return cnt;
 	uint32_t keep = cap - k < cap / 2 ? cap - k : cap / 2;
 	uint32_t f = cnt - keep;
-	kvp_fs_push_ids(&p->fs[si], &p->bt, m->ids, f);
+	kvpi_fs_push_ids(&p->fs[si], &p->bt, m->ids, f);
 	memmove(m->ids, m->ids + f, (size_t)keep * sizeof(uint32_t));
 	mag_set_count(m, keep);
 	return keep;
@@ -116,12 +116,12 @@ static bool drain_one(struct kvp_pool *p, int si, struct kvp_mag *m, bool wait)
 	}
 }
 
-void kvp_drain_magazines(struct kvp_pool *p, int si, uint32_t want)
+void kvpi_drain_magazines(struct kvp_pool *p, int si, uint32_t want)
 {
 	/* Pass 0 takes the idle threads' magazines and stops as soon as @want
 	 * blocks are reservable; pass 1 (the exact one) waits for every
 	 * magazine whose owner is inside a call. */
-	kvp_heavy_barrier(p);
+	kvpi_heavy_barrier(p);
 	for (int pass = 0; pass < 2; pass++) {
 		bool skipped = false;
 		/* seq_cst: after our seq_cst starving store, so a slot pushed by
@@ -146,7 +146,7 @@ static int grow_take(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_al
 	struct kvp_freestack *fs = &p->fs[si];
 	/* relaxed: managed changes only under grow_lock, which we hold. */
 	uint64_t managed = atomic_load_explicit(&p->managed, memory_order_relaxed);
-	/* acquire: as in kvp_fs_reserve. */
+	/* acquire: as in kvpi_fs_reserve. */
 	int64_t a = atomic_load_explicit(&fs->avail, memory_order_acquire);
 	uint32_t r;
 	for (;;) {
@@ -159,16 +159,16 @@ static int grow_take(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_al
 			break;
 	}
 	if (r < k) {
-		int rc = kvp_grow_locked(p, si, k - r, ids + r);
+		int rc = kvpi_grow_locked(p, si, k - r, ids + r);
 		if (rc != KVP_OK) {
 			if (r)
-				kvp_fs_unreserve(fs, r);
+				kvpi_fs_unreserve(fs, r);
 			return rc;
 		}
-		kvp_ctr_add(s, KVP_C_GROWN, k - r);
+		kvpi_ctr_add(s, KVP_C_GROWN, k - r);
 	}
 	if (r)
-		kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);
+		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);
 	return KVP_OK;
 }
 
@@ -183,20 +183,20 @@ static int get_blocks_starving(struct kvp_pool *p, struct kvp_tslot *s, int si, 
 	atomic_fetch_add_explicit(&p->starving[si], 1, memory_order_seq_cst);
 	/* Enough idle magazines first; if the reservation still fails, a full
 	 * drain (waiting out busy owners) before any growth or exhaustion. */
-	kvp_drain_magazines(p, si, k);
-	bool got = kvp_fs_reserve(fs, k, k) != 0;
+	kvpi_drain_magazines(p, si, k);
+	bool got = kvpi_fs_reserve(fs, k, k) != 0;
 	if (!got) {
-		kvp_drain_magazines(p, si, 0);
-		got = kvp_fs_reserve(fs, k, k) != 0;
+		kvpi_drain_magazines(p, si, 0);
+		got = kvpi_fs_reserve(fs, k, k) != 0;
 	}
 	if (got) {
-		kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, k);
+		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, k);
 		rc = KVP_OK;
 	} else if (p->grow) {
 		pthread_mutex_lock(&p->grow_lock);
 		rc = grow_take(p, s, si, ids, k);
 		if (rc == KVP_OK)
-			kvp_history_record(p);
+			kvpi_history_record(p);
 		pthread_mutex_unlock(&p->grow_lock);
 	}
 	/* release: nothing to publish; only lifts the bypass. */
@@ -204,13 +204,13 @@ static int get_blocks_starving(struct kvp_pool *p, struct kvp_tslot *s, int si, 
 	return rc;
 }
 
-int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids, uint32_t k)
+int kvpi_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids, uint32_t k)
 {
 	struct kvp_freestack *fs = &p->fs[si];
 
 	if (use_magazine(p, s)) {
 		struct kvp_mag *m = &s->mag[si];
-		if (kvp_mag_enter(p, m, si)) {
+		if (kvpi_mag_enter(p, m, si)) {
 			uint32_t cnt = mag_count(m);
 			if (cnt >= k) {
 				if (k == 1) /* the common case: skip the vectorised copy */
@@ -219,17 +219,17 @@ int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alia
 					for (uint32_t i = 0; i < k; i++)
 						ids[i] = m->ids[cnt - 1 - i];
 				mag_set_count(m, cnt - k);
-				kvp_mag_leave(m);
+				kvpi_mag_leave(m);
 				return KVP_OK;
 			}
 			uint32_t need = k - cnt;
-			uint32_t got = kvp_fs_reserve(fs, need, need + p->thread_cache / 2);
+			uint32_t got = kvpi_fs_reserve(fs, need, need + p->thread_cache / 2);
 			if (got) {
 				for (uint32_t i = 0; i < cnt; i++)
 					ids[i] = m->ids[cnt - 1 - i];
-				kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids + cnt, need);
+				kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids + cnt, need);
 				uint32_t extra = got - need;
-				kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, m->ids, extra);
+				kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, m->ids, extra);
 				/* Popped newest first; the magazine keeps its newest on top. */
 				for (uint32_t i = 0; i < extra / 2; i++) {
 					uint32_t t = m->ids[i];
@@ -237,21 +237,21 @@ int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alia
 					m->ids[extra - 1 - i] = t;
 				}
 				mag_set_count(m, extra);
-				kvp_mag_leave(m);
+				kvpi_mag_leave(m);
 				return KVP_OK;
 			}
-			kvp_mag_leave(m);
+			kvpi_mag_leave(m);
 		}
 	}
-	if (kvp_fs_reserve(fs, k, k)) {
-		kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, k);
+	if (kvpi_fs_reserve(fs, k, k)) {
+		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, k);
 		return KVP_OK;
 	}
 	return get_blocks_starving(p, s, si, ids, k);
 }
 
-void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
-                    uint32_t k)
+void kvpi_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
+                     uint32_t k)
 {
 	uint32_t cap = p->thread_cache;
 
@@ -259,7 +259,7 @@ void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint3
 		return;
 	if (use_magazine(p, s)) {
 		struct kvp_mag *m = &s->mag[si];
-		if (kvp_mag_enter(p, m, si)) {
+		if (kvpi_mag_enter(p, m, si)) {
 			if (k <= cap) {
 				uint32_t cnt = mag_make_room(p, si, m, k);
 				if (k == 1)
@@ -267,20 +267,20 @@ void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint3
 				else
 					memcpy(m->ids + cnt, ids, (size_t)k * sizeof(uint32_t));
 				mag_set_count(m, cnt + k);
-				kvp_mag_leave(m);
+				kvpi_mag_leave(m);
 				return;
 			}
 			/* A batch larger than the magazine: it goes to the global
 			 * stack on top of the magazine's older blocks. */
 			mag_flush_all(p, si, m);
-			kvp_mag_leave(m);
+			kvpi_mag_leave(m);
 		}
 	}
-	kvp_fs_push_ids(&p->fs[si], &p->bt, ids, k);
+	kvpi_fs_push_ids(&p->fs[si], &p->bt, ids, k);
 }
 
-void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
-                   uint32_t k)
+void kvpi_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
+                    uint32_t k)
 {
 	uint32_t cap = p->thread_cache;
 
@@ -288,30 +288,30 @@ void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t fir
 		return;
 	if (use_magazine(p, s) && k <= cap) {
 		struct kvp_mag *m = &s->mag[si];
-		if (kvp_mag_enter(p, m, si)) {
+		if (kvpi_mag_enter(p, m, si)) {
 			uint32_t cnt = mag_make_room(p, si, m, k);
 			/* The chain's first block is the newest: it goes on top. */
 			uint32_t id = first;
 			for (uint32_t i = 0; i < k; i++) {
 				m->ids[cnt + k - 1 - i] = id;
-				id = atomic_load_explicit(&kvp_bt_block(&p->bt, id)->free_next,
+				id = atomic_load_explicit(&kvpi_bt_block(&p->bt, id)->free_next,
 				                          memory_order_relaxed);
 			}
 			mag_set_count(m, cnt + k);
-			kvp_mag_leave(m);
+			kvpi_mag_leave(m);
 			return;
 		}
 	} else if (use_magazine(p, s)) {
 		struct kvp_mag *m = &s->mag[si];
-		if (kvp_mag_enter(p, m, si)) {
+		if (kvpi_mag_enter(p, m, si)) {
 			mag_flush_all(p, si, m);
-			kvp_mag_leave(m);
+			kvpi_mag_leave(m);
 		}
 	}
-	kvp_fs_push_chain(&p->fs[si], &p->bt, first, last, k);
+	kvpi_fs_push_chain(&p->fs[si], &p->bt, first, last, k);
 }
 
-void kvp_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
+void kvpi_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
 {
 	/*
 	 * A thread keeps up to KVP_PEAK_BATCH newly allocated blocks to itself
@@ -324,7 +324,7 @@ void kvp_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
 	 */
 	s->delta_in_use += d;
 	if (s->delta_in_use >= (int64_t)KVP_PEAK_BATCH || s->delta_in_use < 0 ||
-	    kvp_tslot_is_fallback(p, s)) {
+	    kvpi_tslot_is_fallback(p, s)) {
 		/* relaxed: a statistic; orders nothing else. */
 		atomic_fetch_add_explicit(&p->in_use, s->delta_in_use, memory_order_relaxed);
 		s->delta_in_use = 0;

@@ -96,7 +96,7 @@ struct kvp_pool {
 };
 
 /* Stream index of @stream for this pool, or -1 if not valid for its layout. */
-static inline int kvp_stream_index(const struct kvp_pool *p, kvp_stream stream)
+static inline int kvpi_stream_index(const struct kvp_pool *p, kvp_stream stream)
 {
 	if (!p->separate_kv)
 		return (unsigned)stream <= KVP_KV ? 0 : -1;
@@ -104,39 +104,39 @@ static inline int kvp_stream_index(const struct kvp_pool *p, kvp_stream stream)
 }
 
 /* Stream tag stored in a block of stream index @si. */
-static inline uint32_t kvp_stream_tag(const struct kvp_pool *p, int si)
+static inline uint32_t kvpi_stream_tag(const struct kvp_pool *p, int si)
 {
 	return p->separate_kv ? (uint32_t)si : (uint32_t)KVP_KV;
 }
 
 /**
- * kvp_tslot_get - the calling thread's slot for @p
+ * kvpi_tslot_get - the calling thread's slot for @p
  *
  * The first thread-local entry is the common case (one pool per thread);
  * otherwise the slow path searches, takes a free slot from the pool's list,
  * or allocates one.  If memory runs out it returns the pool's shared
- * fallback slot with its mutex held (kvp_tslot_put releases it).  Never
+ * fallback slot with its mutex held (kvpi_tslot_put releases it).  Never
  * NULL.
  */
-static inline struct kvp_tslot *kvp_tslot_get(struct kvp_pool *p)
+static inline struct kvp_tslot *kvpi_tslot_get(struct kvp_pool *p)
 {
-	struct kvp_tls_ent *e = kvp_tls_head;
+	struct kvpi_tls_ent *e = kvpi_tls_head;
 	if (e && e->pool == p && e->uid == p->uid)
 		return e->slot;
-	return kvp_tslot_get_slow(p);
+	return kvpi_tslot_get_slow(p);
 }
 
-/** kvp_tslot_is_fallback - whether @s is the pool's shared fallback slot */
-static inline bool kvp_tslot_is_fallback(const struct kvp_pool *p, const struct kvp_tslot *s)
+/** kvpi_tslot_is_fallback - whether @s is the pool's shared fallback slot */
+static inline bool kvpi_tslot_is_fallback(const struct kvp_pool *p, const struct kvp_tslot *s)
 {
 	return s == p->fallback;
 }
 
-/** kvp_tslot_put - end of a call: releases the fallback slot's mutex if it was taken */
-static inline void kvp_tslot_put(struct kvp_pool *p, struct kvp_tslot *s)
+/** kvpi_tslot_put - end of a call: releases the fallback slot's mutex if it was taken */
+static inline void kvpi_tslot_put(struct kvp_pool *p, struct kvp_tslot *s)
 {
 	if (s == p->fallback)
-		kvp_tslot_put_fallback(p);
+		kvpi_tslot_put_fallback(p);
 }
 
 /*
@@ -144,7 +144,7 @@ static inline void kvp_tslot_put(struct kvp_pool *p, struct kvp_tslot *s)
  * bias revoker).  The frequent side stores its "inside" word and then loads
  * the other side's word; the rare side stores its word, issues the heavy
  * barrier, then loads the frequent side's word.  (Once membarrier has
- * failed, kvp_heavy_barrier uses an mprotect TLB shootdown instead, which
+ * failed, kvpi_heavy_barrier uses an mprotect TLB shootdown instead, which
  * gives the same every-CPU fence; lib/pool/pool.c.)
  *
  * asym mode: the frequent side's store (release) and load (relaxed or
@@ -158,7 +158,7 @@ static inline void kvp_tslot_put(struct kvp_pool *p, struct kvp_tslot *s)
  * empty: in the single total order of seq_cst operations one of the two
  * stores precedes the other side's load.
  */
-static inline void kvp_light_store(const struct kvp_pool *p, _Atomic uintptr_t *w, uintptr_t v)
+static inline void kvpi_light_store(const struct kvp_pool *p, _Atomic uintptr_t *w, uintptr_t v)
 {
 	if (p->asym) {
 		/* release (a plain store on x86 and, unlike a relaxed one, a
@@ -173,19 +173,19 @@ static inline void kvp_light_store(const struct kvp_pool *p, _Atomic uintptr_t *
 }
 
 /* The heavy side's barrier, after its seq_cst store (lib/pool/pool.c). */
-void kvp_heavy_barrier(struct kvp_pool *p);
+void kvpi_heavy_barrier(struct kvp_pool *p);
 
 /*
- * kvp_mag_enter - the owner enters magazine @m of stream @si
+ * kvpi_mag_enter - the owner enters magazine @m of stream @si
  *
  * Returns false, leaving the magazine alone, when the stream is starving
  * (a drainer may hold the magazine).  On true the caller holds it until
- * kvp_mag_leave.
+ * kvpi_mag_leave.
  */
-static inline bool kvp_mag_enter(struct kvp_pool *p, struct kvp_mag *m, int si)
+static inline bool kvpi_mag_enter(struct kvp_pool *p, struct kvp_mag *m, int si)
 {
 	uint32_t st;
-	kvp_light_store(p, &m->in_call, 1);
+	kvpi_light_store(p, &m->in_call, 1);
 	if (p->asym)
 		/* acquire: a drainer's release decrement of starving makes its
 		 * writes to this magazine visible once we read the count it left. */
@@ -200,39 +200,39 @@ static inline bool kvp_mag_enter(struct kvp_pool *p, struct kvp_mag *m, int si)
 	return false;
 }
 
-/** kvp_mag_leave - the owner leaves its magazine */
-static inline void kvp_mag_leave(struct kvp_mag *m)
+/** kvpi_mag_leave - the owner leaves its magazine */
+static inline void kvpi_mag_leave(struct kvp_mag *m)
 {
 	/* release: a drainer that reads 0 (acquire) sees the ids and count. */
 	atomic_store_explicit(&m->in_call, 0, memory_order_release);
 }
 
-/** kvp_ocache_ent_of - @owner's entry in @s's owner cache */
-static inline struct kvp_ocache_ent *kvp_ocache_ent_of(struct kvp_tslot *s, kvp_owner owner)
+/** kvpi_ocache_ent_of - @owner's entry in @s's owner cache */
+static inline struct kvp_ocache_ent *kvpi_ocache_ent_of(struct kvp_tslot *s, kvp_owner owner)
 {
 	_Static_assert((KVP_OCACHE_N & (KVP_OCACHE_N - 1)) == 0, "power of two");
-	return &s->ocache[kvp_ocache_index(owner, __builtin_ctz(KVP_OCACHE_N))];
+	return &s->ocache[kvpi_ocache_index(owner, __builtin_ctz(KVP_OCACHE_N))];
 }
 
 /*
- * kvp_bias_enter - enter @owner's record as the thread it is biased to
+ * kvpi_bias_enter - enter @owner's record as the thread it is biased to
  *
  * Looks the owner up in the slot's owner cache; if the cached record is
  * still biased to this slot and still @owner's (key and epoch), the thread
- * is inside an owner op on it until kvp_bias_leave and may change its list
+ * is inside an owner op on it until kvpi_bias_leave and may change its list
  * and count without a lock.  Returns the record or NULL (use the locked
  * path).  Never for the fallback slot.
  */
-static inline struct kvp_orec *kvp_bias_enter(struct kvp_pool *p, struct kvp_tslot *s,
-                                              kvp_owner owner)
+static inline struct kvp_orec *kvpi_bias_enter(struct kvp_pool *p, struct kvp_tslot *s,
+                                               kvp_owner owner)
 {
-	struct kvp_ocache_ent *e = kvp_ocache_ent_of(s, owner);
+	struct kvp_ocache_ent *e = kvpi_ocache_ent_of(s, owner);
 	struct kvp_orec *r = e->rec;
 	if (!r || e->key != owner)
 		return NULL;
-	kvp_light_store(p, &s->in_owner_op, (uintptr_t)r);
+	kvpi_light_store(p, &s->in_owner_op, (uintptr_t)r);
 	/* relaxed (asym) / seq_cst (fallback): the load half of the Dekker
-	 * pair with kvp_bias_revoke.  Only the value 's' matters, which only
+	 * pair with kvpi_bias_revoke.  Only the value 's' matters, which only
 	 * this slot's thread ever stores. */
 	uintptr_t b =
 	    atomic_load_explicit(&r->bias, p->asym ? memory_order_relaxed : memory_order_seq_cst);
@@ -244,47 +244,47 @@ static inline struct kvp_orec *kvp_bias_enter(struct kvp_pool *p, struct kvp_tsl
 	return NULL;
 }
 
-/** kvp_bias_leave - end the owner op begun by kvp_bias_enter */
-static inline void kvp_bias_leave(struct kvp_tslot *s)
+/** kvpi_bias_leave - end the owner op begun by kvpi_bias_enter */
+static inline void kvpi_bias_leave(struct kvp_tslot *s)
 {
 	/* release: a revoker that reads 0 (acquire) sees our list changes. */
 	atomic_store_explicit(&s->in_owner_op, 0, memory_order_release);
 }
 
 /*
- * kvp_bias_revoke - make @r an ordinary shard-locked record
+ * kvpi_bias_revoke - make @r an ordinary shard-locked record
  *
  * Caller holds @r's shard lock.  If @r is biased to another slot, clears the
  * bias, issues the heavy barrier and waits until that slot's thread is not
  * inside an owner op on @r.  A record biased to the caller's own slot @s is
  * left biased (its thread is here, not inside an op).  lib/pool/pool_alloc.c.
  */
-void kvp_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r);
+void kvpi_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r);
 
 /*
- * kvp_bias_adopt - bias @r (shard lock held, not biased to another slot)
+ * kvpi_bias_adopt - bias @r (shard lock held, not biased to another slot)
  * to slot @s and cache it there, unless @s is the fallback slot or @r was
  * revoked too often to be worth it.
  */
-void kvp_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r);
+void kvpi_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r);
 
-/** kvp_use_magazine - whether slot @s caches free blocks */
-static inline bool kvp_use_magazine(const struct kvp_pool *p, const struct kvp_tslot *s)
+/** kvpi_use_magazine - whether slot @s caches free blocks */
+static inline bool kvpi_use_magazine(const struct kvp_pool *p, const struct kvp_tslot *s)
 {
-	return p->thread_cache != 0 && !kvp_tslot_is_fallback(p, s);
+	return p->thread_cache != 0 && !kvpi_tslot_is_fallback(p, s);
 }
 
 /*
- * kvp_get_one_fast - take one block of stream @si from the thread's own
+ * kvpi_get_one_fast - take one block of stream @si from the thread's own
  * magazine into *@id; false when it is empty or the stream is starving
- * (then kvp_get_blocks does the rest).
+ * (then kvpi_get_blocks does the rest).
  */
-static inline bool kvp_get_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id)
+static inline bool kvpi_get_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id)
 {
-	if (!kvp_use_magazine(p, s))
+	if (!kvpi_use_magazine(p, s))
 		return false;
 	struct kvp_mag *m = &s->mag[si];
-	if (!kvp_mag_enter(p, m, si))
+	if (!kvpi_mag_enter(p, m, si))
 		return false;
 	/* relaxed: we hold the magazine (see lib/pool/tslot.h). */
 	uint32_t cnt = atomic_load_explicit(&m->count, memory_order_relaxed);
@@ -293,21 +293,21 @@ static inline bool kvp_get_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int
 		*id = m->ids[cnt - 1];
 		atomic_store_explicit(&m->count, cnt - 1, memory_order_relaxed);
 	}
-	kvp_mag_leave(m);
+	kvpi_mag_leave(m);
 	return hit;
 }
 
 /*
- * kvp_put_one_fast - give block @id of stream @si to the thread's own
+ * kvpi_put_one_fast - give block @id of stream @si to the thread's own
  * magazine; false when it is full or the stream is starving (then
- * kvp_put_blocks does the rest).
+ * kvpi_put_blocks does the rest).
  */
-static inline bool kvp_put_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t id)
+static inline bool kvpi_put_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t id)
 {
-	if (!kvp_use_magazine(p, s))
+	if (!kvpi_use_magazine(p, s))
 		return false;
 	struct kvp_mag *m = &s->mag[si];
-	if (!kvp_mag_enter(p, m, si))
+	if (!kvpi_mag_enter(p, m, si))
 		return false;
 	/* relaxed: we hold the magazine. */
 	uint32_t cnt = atomic_load_explicit(&m->count, memory_order_relaxed);
@@ -316,33 +316,34 @@ static inline bool kvp_put_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int
 		m->ids[cnt] = id;
 		atomic_store_explicit(&m->count, cnt + 1, memory_order_relaxed);
 	}
-	kvp_mag_leave(m);
+	kvpi_mag_leave(m);
 	return room;
 }
 
 /* lib/pool/pool_blocks.c: the block path. */
-int kvp_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids, uint32_t k);
-void kvp_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
+int kvpi_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
                     uint32_t k);
-void kvp_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
-                   uint32_t k);
+void kvpi_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
+                     uint32_t k);
+void kvpi_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
+                    uint32_t k);
 /* Drain stream @si's magazines into its global stack: until @want blocks are
  * reservable (idle magazines first), or all of them (@want 0).  The caller
  * has raised starving[si] (seq_cst). */
-void kvp_drain_magazines(struct kvp_pool *p, int si, uint32_t want);
-void kvp_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d);
+void kvpi_drain_magazines(struct kvp_pool *p, int si, uint32_t want);
+void kvpi_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d);
 
 /*
- * kvp_account_in_use - note @d blocks more (or fewer) in use by this thread
+ * kvpi_account_in_use - note @d blocks more (or fewer) in use by this thread
  *
  * The common case stays thread-local: a small positive delta that does not
  * raise the thread's estimate above the pool's peak.  See the slow path for
  * the rules that keep the peak honest.
  */
-static inline void kvp_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
+static inline void kvpi_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
 {
 	int64_t nd = s->delta_in_use + d;
-	if (nd >= 0 && nd < (int64_t)KVP_PEAK_BATCH && !kvp_tslot_is_fallback(p, s)) {
+	if (nd >= 0 && nd < (int64_t)KVP_PEAK_BATCH && !kvpi_tslot_is_fallback(p, s)) {
 		/* relaxed: statistics; the slow path explains the estimate. */
 		int64_t est = atomic_load_explicit(&p->in_use, memory_order_relaxed) + nd;
 		if (d <= 0 ||
@@ -351,30 +352,30 @@ static inline void kvp_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, i
 			return;
 		}
 	}
-	kvp_account_in_use_slow(p, s, d);
+	kvpi_account_in_use_slow(p, s, d);
 }
 
 /* lib/pool/pool_resize.c: growth (grow_lock held). */
-int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids);
+int kvpi_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids);
 /* kvp_shrink of stream @si, arguments checked (prefix mode retires in two steps). */
-int kvp_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
+int kvpi_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
 
 /* lib/pool/pool_stats.c */
-void kvp_stats_sum(struct kvp_pool *p, kvp_stats *out);
-void kvp_history_record(struct kvp_pool *p);
-void kvp_history_tick_slow(struct kvp_pool *p, uint32_t calls);
+void kvpi_stats_sum(struct kvp_pool *p, kvp_stats *out);
+void kvpi_history_record(struct kvp_pool *p);
+void kvpi_history_tick_slow(struct kvp_pool *p, uint32_t calls);
 
 /*
- * kvp_history_tick - count a mutating call; on a slot's first call and every
+ * kvpi_history_tick - count a mutating call; on a slot's first call and every
  * KVP_HISTORY_EVERY-th one, see whether a snapshot is due (the pool's first
  * mutating call, or this thread's cadence).
  */
-static inline void kvp_history_tick(struct kvp_pool *p, struct kvp_tslot *s)
+static inline void kvpi_history_tick(struct kvp_pool *p, struct kvp_tslot *s)
 {
 	_Static_assert((KVP_HISTORY_EVERY & (KVP_HISTORY_EVERY - 1)) == 0, "power of two");
 	uint32_t calls = s->calls++;
 	if ((calls & (KVP_HISTORY_EVERY - 1)) == 0)
-		kvp_history_tick_slow(p, calls);
+		kvpi_history_tick_slow(p, calls);
 }
 
 #endif /* KVPOOL_LIB_POOL_INTERNAL_H */

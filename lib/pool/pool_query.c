@@ -14,16 +14,16 @@ int kvp_register_owner(kvp_pool *p, kvp_owner owner)
 	if (!p)
 		return KVP_EINVAL;
 	if (p->prefix)
-		return kvp_pfx_register_owner(p, owner);
-	struct kvp_tslot *s = kvp_tslot_get(p);
-	uint64_t h = kvp_owner_hash(owner);
-	struct kvp_oshard *sh = kvp_owners_shard_h(&p->owners, h);
+		return kvpi_pfx_register_owner(p, owner);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
+	uint64_t h = kvpi_owner_hash(owner);
+	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvp_oshard_find_h(sh, owner, h);
+	struct kvp_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	if (r) {
 		rc = KVP_EOWNER; /* nothing of the record is touched: no revocation */
-	} else if (!(r = kvp_oshard_insert(&p->owners, sh, &s->recs, owner))) {
+	} else if (!(r = kvpi_oshard_insert(&p->owners, sh, &s->recs, owner))) {
 		rc = KVP_ENOMEM;
 	} else {
 		/* Unbiased: the first allocate biases it to its thread.  A
@@ -32,7 +32,7 @@ int kvp_register_owner(kvp_pool *p, kvp_owner owner)
 		r->registered = true;
 	}
 	pthread_mutex_unlock(&sh->lock);
-	kvp_tslot_put(p, s);
+	kvpi_tslot_put(p, s);
 	return rc;
 }
 
@@ -41,22 +41,22 @@ int kvp_release_owner(kvp_pool *p, kvp_owner owner)
 	if (!p)
 		return KVP_EINVAL;
 	if (p->prefix)
-		return kvp_pfx_release_owner(p, owner);
-	struct kvp_tslot *s = kvp_tslot_get(p);
-	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
+		return kvpi_pfx_release_owner(p, owner);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
+	struct kvp_oshard *sh = kvpi_owners_shard(&p->owners, owner);
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvp_oshard_find(sh, owner);
+	struct kvp_orec *r = kvpi_oshard_find(sh, owner);
 	if (!r) {
 		rc = KVP_ENOENT;
 	} else {
-		kvp_bias_revoke(p, s, r);
+		kvpi_bias_revoke(p, s, r);
 		r->registered = false;
 		if (r->count == 0)
-			kvp_oshard_remove(&p->owners, sh, &s->recs, r);
+			kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
 	}
 	pthread_mutex_unlock(&sh->lock);
-	kvp_tslot_put(p, s);
+	kvpi_tslot_put(p, s);
 	return rc;
 }
 
@@ -66,17 +66,17 @@ int kvp_blocks_for(kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size
 		return KVP_EINVAL;
 	*n = 0;
 	if (p->prefix)
-		return kvp_pfx_blocks_for(p, owner, refs, cap, n);
-	struct kvp_tslot *s = kvp_tslot_get(p);
-	struct kvp_oshard *sh = kvp_owners_shard(&p->owners, owner);
+		return kvpi_pfx_blocks_for(p, owner, refs, cap, n);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
+	struct kvp_oshard *sh = kvpi_owners_shard(&p->owners, owner);
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvp_oshard_find(sh, owner);
+	struct kvp_orec *r = kvpi_oshard_find(sh, owner);
 	/* Its list must hold still: a revocation only if the record is
-	 * biased to another thread (kvp_bias_revoke returns at once when it
+	 * biased to another thread (kvpi_bias_revoke returns at once when it
 	 * is unbiased or biased to us, and then the shard lock suffices). */
 	if (r)
-		kvp_bias_revoke(p, s, r);
+		kvpi_bias_revoke(p, s, r);
 	if (!r) {
 		rc = KVP_ENOENT;
 	} else if (r->count > cap) {
@@ -85,18 +85,18 @@ int kvp_blocks_for(kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size
 	} else {
 		size_t i = 0;
 		for (uint32_t id = r->head; id != KVP_NO_ID; i++) {
-			struct kvp_block *b = kvp_bt_block(&p->bt, id);
+			struct kvp_block *b = kvpi_bt_block(&p->bt, id);
 			/* relaxed: the shard lock orders the stamp of every block
 			 * on the list before us; the generation is stable while
 			 * the block is on it. */
 			uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
-			refs[i] = KVP_MAKE_REF(id, kvp_st_gen(st));
+			refs[i] = KVP_MAKE_REF(id, kvpi_st_gen(st));
 			id = b->own_next;
 		}
 		*n = i;
 	}
 	pthread_mutex_unlock(&sh->lock);
-	kvp_tslot_put(p, s);
+	kvpi_tslot_put(p, s);
 	return rc;
 }
 
@@ -104,7 +104,7 @@ size_t kvp_n_free(kvp_pool *p, kvp_stream stream)
 {
 	if (!p)
 		return 0;
-	int si = kvp_stream_index(p, stream);
+	int si = kvpi_stream_index(p, stream);
 	if (si < 0)
 		return 0;
 	/* relaxed: a count, exact when quiescent; see the header. */
@@ -113,7 +113,7 @@ size_t kvp_n_free(kvp_pool *p, kvp_stream stream)
 	     s = s->next)
 		n += atomic_load_explicit(&s->mag[si].count, memory_order_relaxed);
 	if (p->prefix) /* cached blocks are free too */
-		n += (int64_t)kvp_pfx_n_cached(p->prefix, si);
+		n += (int64_t)kvpi_pfx_n_cached(p->prefix, si);
 	return n > 0 ? (size_t)n : 0;
 }
 
@@ -122,7 +122,7 @@ static struct kvp_block *ref_block(struct kvp_pool *p, kvp_ref ref)
 {
 	if (KVP_REF_ID(ref) >= kvp_pool_n_ids(p))
 		return NULL;
-	return kvp_bt_block(&p->bt, KVP_REF_ID(ref));
+	return kvpi_bt_block(&p->bt, KVP_REF_ID(ref));
 }
 
 int kvp_block_get(kvp_pool *p, kvp_ref ref, kvp_block_info *out)
@@ -130,7 +130,7 @@ int kvp_block_get(kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 	if (!p || !out)
 		return KVP_EINVAL;
 	if (p->prefix)
-		return kvp_pfx_block_get(p, ref, out);
+		return kvpi_pfx_block_get(p, ref, out);
 	int rc = KVP_ENOENT;
 	struct kvp_block *b = ref_block(p, ref);
 	if (b) {
@@ -144,11 +144,11 @@ int kvp_block_get(kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 			atomic_thread_fence(memory_order_acquire);
 			st2 = atomic_load_explicit(&b->state, memory_order_relaxed);
 		} while (st != st2);
-		if (kvp_st_gen(st) == KVP_REF_GEN(ref) && !(st & KVP_ST_RETIRED)) {
+		if (kvpi_st_gen(st) == KVP_REF_GEN(ref) && !(st & KVP_ST_RETIRED)) {
 			out->id = KVP_REF_ID(ref);
-			out->stream = (kvp_stream)kvp_st_stream(st);
-			out->format = (kvp_format)kvp_st_format(st);
-			out->n_used = kvp_st_used(st);
+			out->stream = (kvp_stream)kvpi_st_stream(st);
+			out->format = (kvp_format)kvpi_st_format(st);
+			out->n_used = kvpi_st_used(st);
 			out->in_use = (st & KVP_ST_IN_USE) != 0;
 			out->ever_allocated = (st & KVP_ST_EVER) != 0;
 			out->owner = out->in_use ? owner : 0;
@@ -164,14 +164,14 @@ int kvp_block_set_used(kvp_pool *p, kvp_ref ref, uint32_t n_used)
 {
 	if (!p)
 		return KVP_EINVAL;
-	struct kvp_tslot *s = kvp_tslot_get(p);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
 	int rc = KVP_ENOENT;
 	struct kvp_block *b = ref_block(p, ref);
 	if (b) {
 		/* acquire: see the state as its last writer left it. */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
 		for (;;) {
-			if (kvp_st_gen(st) != KVP_REF_GEN(ref) || !(st & KVP_ST_IN_USE)) {
+			if (kvpi_st_gen(st) != KVP_REF_GEN(ref) || !(st & KVP_ST_IN_USE)) {
 				rc = KVP_ENOENT;
 				break;
 			}
@@ -186,17 +186,17 @@ int kvp_block_set_used(kvp_pool *p, kvp_ref ref, uint32_t n_used)
 			/* release: a later free (acq_rel CAS) orders after this;
 			 * acquire on failure re-reads a coherent word. */
 			if (atomic_compare_exchange_weak_explicit(
-			        &b->state, &st, kvp_st_with_used(st, n_used), memory_order_release,
+			        &b->state, &st, kvpi_st_with_used(st, n_used), memory_order_release,
 			        memory_order_acquire)) {
-				bool was = kvp_st_used(st) < p->block_size;
+				bool was = kvpi_st_used(st) < p->block_size;
 				bool now = n_used < p->block_size;
-				kvp_ctr_add(s, KVP_C_NOT_FULL,
-				            (uint64_t)((int64_t)now - (int64_t)was));
+				kvpi_ctr_add(s, KVP_C_NOT_FULL,
+				             (uint64_t)((int64_t)now - (int64_t)was));
 				rc = KVP_OK;
 				break;
 			}
 		}
 	}
-	kvp_tslot_put(p, s);
+	kvpi_tslot_put(p, s);
 	return rc;
 }

@@ -22,7 +22,7 @@ size_t kvp_pool_n_managed(kvp_pool *p, kvp_stream stream)
 {
 	if (!p)
 		return 0;
-	int si = kvp_stream_index(p, stream);
+	int si = kvpi_stream_index(p, stream);
 	if (si < 0)
 		return 0;
 	/* relaxed: a statistic; written under grow_lock, read without it. */
@@ -198,7 +198,7 @@ int kvp_pool_dump(kvp_pool *p, FILE *f, unsigned flags)
 	return KVP_OK;
 }
 
-void kvp_pool_report_at_destroy(kvp_pool *p)
+void kvpi_pool_report_at_destroy(kvp_pool *p)
 {
 	const char *v = getenv("KVPOOL_SHOW_STATS");
 	if (!p || !v || !*v || strcmp(v, "0") == 0)

@@ -7,10 +7,10 @@
 #include <kvpool/pool.h>
 
 /*
- * kvp_pool_report_at_destroy - with KVPOOL_SHOW_STATS set (not "" or "0"),
+ * kvpi_pool_report_at_destroy - with KVPOOL_SHOW_STATS set (not "" or "0"),
  * write kvp_pool_dump's report of @pool to stderr ("json": KVP_DUMP_JSON).
  * Called by kvp_pool_destroy before it frees anything.
  */
-void kvp_pool_report_at_destroy(kvp_pool *pool);
+void kvpi_pool_report_at_destroy(kvp_pool *pool);
 
 #endif /* KVPOOL_LIB_POOL_REPORT_H */

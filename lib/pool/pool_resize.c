@@ -31,23 +31,23 @@
 static uint32_t revive_retired(struct kvp_pool *p, int si)
 {
 	uint32_t id = p->retired_head;
-	struct kvp_block *b = kvp_bt_block(&p->bt, id);
+	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
 	/* relaxed: the retired list is private to the grow_lock holder. */
 	p->retired_head = atomic_load_explicit(&b->free_next, memory_order_relaxed);
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
-	uint32_t gen = kvp_st_gen(st) + 1;
+	uint32_t gen = kvpi_st_gen(st) + 1;
 	if (gen == 0)
 		gen = 1;
 	/* A new generation: refs from before the retirement stay stale.
 	 * release: a racing kvp_block_get (acquire) sees a whole word. */
 	atomic_store_explicit(&b->state,
-	                      kvp_st_make(gen, 0, st & KVP_ST_EVER, kvp_stream_tag(p, si), 0),
+	                      kvpi_st_make(gen, 0, st & KVP_ST_EVER, kvpi_stream_tag(p, si), 0),
 	                      memory_order_release);
 	atomic_store_explicit(&b->free_next, KVP_NO_ID, memory_order_relaxed);
 	return id;
 }
 
-int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids)
+int kvpi_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids)
 {
 	/* relaxed: n_ids and n_retired_ids have one writer, the grow_lock holder (us). */
 	uint32_t first = atomic_load_explicit(&p->n_ids, memory_order_relaxed);
@@ -59,9 +59,9 @@ int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids)
 	/* Everything that can fail comes first, so a failure leaves no trace. */
 	if ((uint64_t)first + fresh > KVP_MAX_BLOCKS)
 		return KVP_EEXHAUSTED;
-	if (fresh && kvp_bt_extend(&p->bt, first + fresh) != 0)
+	if (fresh && kvpi_bt_extend(&p->bt, first + fresh) != 0)
 		return KVP_ENOMEM;
-	if (fresh && p->prefix && kvp_pfx_extend(p->prefix, first + fresh) != 0)
+	if (fresh && p->prefix && kvpi_pfx_extend(p->prefix, first + fresh) != 0)
 		return KVP_ENOMEM;
 	/* Retired ids first: growth after a shrink makes no new metadata. */
 	for (uint32_t i = 0; i < reuse; i++)
@@ -69,12 +69,12 @@ int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids)
 	atomic_store_explicit(&p->n_retired_ids,
 	                      atomic_load_explicit(&p->n_retired_ids, memory_order_relaxed) - reuse,
 	                      memory_order_relaxed);
-	uint32_t tag = kvp_stream_tag(p, si);
+	uint32_t tag = kvpi_stream_tag(p, si);
 	for (uint32_t i = 0; i < fresh; i++) {
-		struct kvp_block *b = kvp_bt_block(&p->bt, first + i);
+		struct kvp_block *b = kvpi_bt_block(&p->bt, first + i);
 		/* relaxed: published by the release store of n_ids below and
 		 * by the caller's later release operations. */
-		atomic_store_explicit(&b->state, kvp_st_make(0, 0, 0, tag, 0),
+		atomic_store_explicit(&b->state, kvpi_st_make(0, 0, 0, tag, 0),
 		                      memory_order_relaxed);
 		atomic_store_explicit(&b->owner, 0, memory_order_relaxed);
 		atomic_store_explicit(&b->free_next, KVP_NO_ID, memory_order_relaxed);
@@ -94,7 +94,7 @@ int kvp_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids)
 /* Reserve the surplus over @target of the stream's free count. */
 static uint32_t reserve_surplus(struct kvp_freestack *fs, uint32_t target)
 {
-	/* acquire: as in kvp_fs_reserve. */
+	/* acquire: as in kvpi_fs_reserve. */
 	int64_t a = atomic_load_explicit(&fs->avail, memory_order_acquire);
 	for (;;) {
 		if (a <= (int64_t)target)
@@ -112,35 +112,35 @@ int kvp_shrink(kvp_pool *p, kvp_stream stream, uint32_t target_free, uint32_t *n
 {
 	if (!p)
 		return KVP_EINVAL;
-	int si = kvp_stream_index(p, stream);
+	int si = kvpi_stream_index(p, stream);
 	if (si < 0)
 		return KVP_EINVAL;
 	if (p->prefix) {
 		/* The prefix layer waits for RCU grace periods of its own index:
 		 * inside a caller's liburcu-bp read-side section that would wait
 		 * for ourselves. */
-		if (kvp_rcu_read_ongoing())
+		if (kvpi_rcu_read_ongoing())
 			return KVP_EINVAL;
-		return kvp_pfx_shrink(p, si, target_free, n_retired);
+		return kvpi_pfx_shrink(p, si, target_free, n_retired);
 	}
-	return kvp_shrink_stream(p, si, target_free, n_retired);
+	return kvpi_shrink_stream(p, si, target_free, n_retired);
 }
 
-int kvp_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired)
+int kvpi_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired)
 {
-	struct kvp_tslot *s = kvp_tslot_get(p);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
 	struct kvp_freestack *fs = &p->fs[si];
 	uint32_t k, first = KVP_NO_ID;
 
 	pthread_mutex_lock(&p->grow_lock);
 	/* seq_cst: the store half of the magazine Dekker pair. */
 	atomic_fetch_add_explicit(&p->starving[si], 1, memory_order_seq_cst);
-	kvp_drain_magazines(p, si, 0);
+	kvpi_drain_magazines(p, si, 0);
 	k = reserve_surplus(fs, target_free);
 	for (uint32_t i = 0; i < k; i++) {
 		uint32_t id;
-		kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, &id, 1);
-		struct kvp_block *b = kvp_bt_block(&p->bt, id);
+		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, &id, 1);
+		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
 		/* relaxed load: we hold the block exclusively (popped), and
 		 * nobody changes a free block's state word.
 		 * release store: kvp_block_get (acquire) then sees it retired. */
@@ -154,10 +154,10 @@ int kvp_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t
 	if (k) {
 		atomic_fetch_sub_explicit(&p->managed_stream[si], k, memory_order_relaxed);
 		atomic_fetch_sub_explicit(&p->managed, k, memory_order_relaxed);
-		kvp_ctr_add(s, KVP_C_RETIRED, k);
+		kvpi_ctr_add(s, KVP_C_RETIRED, k);
 	}
 	pthread_mutex_unlock(&p->grow_lock);
-	kvp_tslot_put(p, s);
+	kvpi_tslot_put(p, s);
 
 	if (k) {
 		pthread_mutex_lock(&p->grow_lock);
@@ -166,7 +166,7 @@ int kvp_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t
 		 * list below. */
 		uint32_t last = first;
 		for (uint32_t id = first; id != KVP_NO_ID;) {
-			uint32_t next = atomic_load_explicit(&kvp_bt_block(&p->bt, id)->free_next,
+			uint32_t next = atomic_load_explicit(&kvpi_bt_block(&p->bt, id)->free_next,
 			                                     memory_order_relaxed);
 			for (int h = 0; h < KVP_MAX_RETIRE_HOOKS; h++)
 				if (p->hooks[h].fn)
@@ -175,7 +175,7 @@ int kvp_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t
 			id = next;
 		}
 		/* The ids wait for a later growth to reuse them (hooks have run). */
-		atomic_store_explicit(&kvp_bt_block(&p->bt, last)->free_next, p->retired_head,
+		atomic_store_explicit(&kvpi_bt_block(&p->bt, last)->free_next, p->retired_head,
 		                      memory_order_relaxed);
 		p->retired_head = first;
 		atomic_store_explicit(
@@ -184,7 +184,7 @@ int kvp_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t
 		    memory_order_relaxed);
 		pthread_mutex_unlock(&p->grow_lock);
 	}
-	kvp_history_record(p);
+	kvpi_history_record(p);
 	if (n_retired)
 		*n_retired = k;
 	return KVP_OK;

@@ -22,7 +22,7 @@ static void sum_slot(const struct kvp_tslot *s, uint64_t *acc, bool allocs)
 			                               memory_order_acquire);
 }
 
-void kvp_stats_sum(struct kvp_pool *p, kvp_stats *out)
+void kvpi_stats_sum(struct kvp_pool *p, kvp_stats *out)
 {
 	uint64_t acc[KVP_N_CTR] = {0};
 
@@ -34,7 +34,7 @@ void kvp_stats_sum(struct kvp_pool *p, kvp_stats *out)
 	 * that slot, and then the free before it (counted before the block went
 	 * back, lib/pool/pool_alloc.c) is seen by the second pass: the free's count
 	 * store, the push (release), the other thread's pop (acquire) and its
-	 * release store of ALLOCS (kvp_ctr_add) chain into our acquire load.  So
+	 * release store of ALLOCS (kvpi_ctr_add) chain into our acquire load.  So
 	 * allocations - frees never exceeds what was in use during the read.
 	 */
 	for (int pass = 0; pass < 2; pass++) {
@@ -57,7 +57,7 @@ void kvp_stats_sum(struct kvp_pool *p, kvp_stats *out)
 	out->n_evictions = acc[KVP_C_EVICTIONS];
 	if (p->prefix)
 		for (uint32_t si = 0; si < p->n_streams; si++)
-			out->n_cached += kvp_pfx_n_cached(p->prefix, (int)si);
+			out->n_cached += kvpi_pfx_n_cached(p->prefix, (int)si);
 	/* Summed mid-flight the signed counter can dip below zero for a moment. */
 	out->n_not_full = (int64_t)acc[KVP_C_NOT_FULL] < 0 ? 0 : acc[KVP_C_NOT_FULL];
 	/* Slots are read one after another, not at one instant: a block that
@@ -76,17 +76,17 @@ int kvp_pool_stats(kvp_pool *p, kvp_stats *out)
 {
 	if (!p || !out)
 		return KVP_EINVAL;
-	kvp_stats_sum(p, out);
+	kvpi_stats_sum(p, out);
 	return KVP_OK;
 }
 
-void kvp_history_record(struct kvp_pool *p)
+void kvpi_history_record(struct kvp_pool *p)
 {
 	if (!p->history_len)
 		return;
 	/* The snapshot is taken under the lock, so the ring is in order. */
 	pthread_mutex_lock(&p->hist_lock);
-	kvp_stats_sum(p, &p->hist[(p->hist_head + p->hist_n) % p->history_len]);
+	kvpi_stats_sum(p, &p->hist[(p->hist_head + p->hist_n) % p->history_len]);
 	if (p->hist_n < p->history_len)
 		p->hist_n++;
 	else
@@ -94,16 +94,16 @@ void kvp_history_record(struct kvp_pool *p)
 	pthread_mutex_unlock(&p->hist_lock);
 }
 
-void kvp_history_tick_slow(struct kvp_pool *p, uint32_t calls)
+void kvpi_history_tick_slow(struct kvp_pool *p, uint32_t calls)
 {
 	/* relaxed: a once-flag; the record itself is under hist_lock. */
 	if (!atomic_load_explicit(&p->hist_started, memory_order_relaxed) &&
 	    !atomic_exchange_explicit(&p->hist_started, 1, memory_order_relaxed)) {
-		kvp_history_record(p); /* the pool's first mutating call */
+		kvpi_history_record(p); /* the pool's first mutating call */
 		return;
 	}
 	if (calls != 0)
-		kvp_history_record(p); /* this thread's KVP_HISTORY_EVERY-th call */
+		kvpi_history_record(p); /* this thread's KVP_HISTORY_EVERY-th call */
 }
 
 size_t kvp_pool_history(kvp_pool *p, kvp_stats *out, size_t cap)

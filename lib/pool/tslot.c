@@ -26,9 +26,9 @@
 /* initial-exec: one instruction to reach it, in a program or a library
  * loaded at start-up or by dlopen (glibc keeps static TLS room for a few
  * such pointers). */
-__thread struct kvp_tls_ent *kvp_tls_head __attribute__((tls_model("initial-exec")));
-#define tls_head kvp_tls_head
-#define tls_ent  kvp_tls_ent
+__thread struct kvpi_tls_ent *kvpi_tls_head __attribute__((tls_model("initial-exec")));
+#define tls_head kvpi_tls_head
+#define tls_ent  kvpi_tls_ent
 static pthread_key_t tls_key;
 static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
 static int tls_key_ok;
@@ -36,7 +36,7 @@ static int tls_key_ok;
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct kvp_pool *reg_head;
 
-void kvp_registry_add(struct kvp_pool *pool)
+void kvpi_registry_add(struct kvp_pool *pool)
 {
 	pthread_mutex_lock(&reg_lock);
 	pool->reg_next = reg_head;
@@ -44,7 +44,7 @@ void kvp_registry_add(struct kvp_pool *pool)
 	pthread_mutex_unlock(&reg_lock);
 }
 
-void kvp_registry_remove(struct kvp_pool *pool)
+void kvpi_registry_remove(struct kvp_pool *pool)
 {
 	pthread_mutex_lock(&reg_lock);
 	struct kvp_pool **pp = &reg_head;
@@ -64,10 +64,10 @@ static bool registry_alive(const struct kvp_pool *pool, uint64_t uid)
 	return false;
 }
 
-struct kvp_tslot *kvp_tslot_alloc(uint32_t cap)
+struct kvp_tslot *kvpi_tslot_alloc(uint32_t cap)
 {
 	size_t bytes = sizeof(struct kvp_tslot) + 2 * (size_t)cap * sizeof(uint32_t);
-	struct kvp_tslot *s = kvp_sys_calloc(1, bytes, 64);
+	struct kvp_tslot *s = kvpi_sys_calloc(1, bytes, 64);
 	if (!s)
 		return NULL;
 	s->mag[0].ids = s->ids;
@@ -94,14 +94,14 @@ static void tslot_release(struct kvp_pool *p, struct kvp_tslot *s)
 			sched_yield();
 		}
 		uint32_t cnt = atomic_load_explicit(&m->count, memory_order_relaxed);
-		kvp_fs_push_ids(&p->fs[si], &p->bt, m->ids, cnt);
+		kvpi_fs_push_ids(&p->fs[si], &p->bt, m->ids, cnt);
 		atomic_store_explicit(&m->count, 0, memory_order_relaxed);
 		/* release: the next holder sees the emptied magazine. */
 		atomic_store_explicit(&m->claimed, 0, memory_order_release);
 	}
 	atomic_fetch_add_explicit(&p->in_use, s->delta_in_use, memory_order_relaxed);
 	s->delta_in_use = 0;
-	kvp_rec_cache_drain(&p->owners, &s->recs);
+	kvpi_rec_cache_drain(&p->owners, &s->recs);
 	/* release: the thread that takes the slot next (acquire CAS) sees our
 	 * final counter values and empty magazines. */
 	atomic_store_explicit(&s->taken, 0, memory_order_release);
@@ -117,7 +117,7 @@ static void tls_destructor(void *unused)
 		struct tls_ent *next = e->next;
 		if (registry_alive(e->pool, e->uid))
 			tslot_release(e->pool, e->slot);
-		kvp_sys_free(e);
+		kvpi_sys_free(e);
 		e = next;
 	}
 	pthread_mutex_unlock(&reg_lock);
@@ -125,7 +125,7 @@ static void tls_destructor(void *unused)
 
 static void tls_make_key(void)
 {
-	tls_key_ok = kvp_sys_key_create(&tls_key, tls_destructor) == 0;
+	tls_key_ok = kvpi_sys_key_create(&tls_key, tls_destructor) == 0;
 }
 
 /* Drop entries of pools that no longer exist. */
@@ -137,7 +137,7 @@ static void tls_prune(void)
 		struct tls_ent *e = *pp;
 		if (!registry_alive(e->pool, e->uid)) {
 			*pp = e->next;
-			kvp_sys_free(e);
+			kvpi_sys_free(e);
 		} else {
 			pp = &e->next;
 		}
@@ -158,7 +158,7 @@ static struct kvp_tslot *slot_take(struct kvp_pool *p)
 		        &s->taken, &exp, 1, memory_order_acquire, memory_order_relaxed))
 			return s;
 	}
-	struct kvp_tslot *s = kvp_tslot_alloc(p->thread_cache);
+	struct kvp_tslot *s = kvpi_tslot_alloc(p->thread_cache);
 	if (!s)
 		return NULL;
 	atomic_init(&s->taken, 1);
@@ -185,12 +185,12 @@ static struct kvp_tslot *tslot_get_slow(struct kvp_pool *p)
 	if (!tls_key_ok)
 		return fallback_get(p);
 	tls_prune();
-	struct tls_ent *e = kvp_sys_alloc(sizeof(*e), 8);
+	struct tls_ent *e = kvpi_sys_alloc(sizeof(*e), 8);
 	if (!e)
 		return fallback_get(p);
 	struct kvp_tslot *s = slot_take(p);
 	if (!s) {
-		kvp_sys_free(e);
+		kvpi_sys_free(e);
 		return fallback_get(p);
 	}
 	e->pool = p;
@@ -203,7 +203,7 @@ static struct kvp_tslot *tslot_get_slow(struct kvp_pool *p)
 	return s;
 }
 
-struct kvp_tslot *kvp_tslot_get_slow(struct kvp_pool *p)
+struct kvp_tslot *kvpi_tslot_get_slow(struct kvp_pool *p)
 {
 	for (struct tls_ent *e = tls_head; e; e = e->next)
 		if (e->pool == p && e->uid == p->uid)
@@ -211,7 +211,7 @@ struct kvp_tslot *kvp_tslot_get_slow(struct kvp_pool *p)
 	return tslot_get_slow(p);
 }
 
-void kvp_tslot_put_fallback(struct kvp_pool *p)
+void kvpi_tslot_put_fallback(struct kvp_pool *p)
 {
 	pthread_mutex_unlock(&p->fallback_lock);
 }

@@ -20,7 +20,7 @@
  * is not 0 it stores in_call = 0 and leaves the magazine alone (the global
  * stack serves it).  A drainer raises starving, issues the heavy barrier
  * (membarrier in asym mode, nothing in the seq_cst fallback: see
- * kvp_light_store in lib/pool/pool_internal.h), then for each magazine loads
+ * kvpi_light_store in lib/pool/pool_internal.h), then for each magazine loads
  * in_call: at 0 it claims the magazine and empties it into the global
  * stack, at 1 it skips it or waits for 0.  By the Dekker argument, an owner
  * that loaded starving == 0 has its in_call == 1 seen by every drainer that
@@ -80,7 +80,7 @@ struct kvp_tslot {
 	_Atomic int taken;      /* 1 while a live thread owns the slot */
 	struct kvp_mag mag[2];
 	/* The record this slot's thread is inside an owner op on, or 0;
-	 * written only by that thread (kvp_bias_enter/leave). */
+	 * written only by that thread (kvpi_bias_enter/leave). */
 	_Atomic uintptr_t in_owner_op;
 	_Atomic uint64_t ctr[KVP_N_CTR];
 	struct kvp_ocache_ent ocache[KVP_OCACHE_N]; /* owner only */
@@ -93,41 +93,41 @@ struct kvp_tslot {
 struct kvp_pool;
 
 /* Add @d to counter @c of @s; only the slot's thread may call it. */
-static inline void kvp_ctr_add(struct kvp_tslot *s, enum kvp_ctr c, uint64_t d)
+static inline void kvpi_ctr_add(struct kvp_tslot *s, enum kvp_ctr c, uint64_t d)
 {
 	/* relaxed load: only this thread writes its counters.  release store
 	 * (a plain mov on x86, stlr on ARM; no locked instruction): a reader
 	 * that acquires this thread's new ALLOCS count must also see every
 	 * FREES count that happened before this allocation - e.g. another
 	 * thread's free of the block whose push (release) this thread's pop
-	 * (acquire) read - or kvp_stats_sum's two passes could report more
+	 * (acquire) read - or kvpi_stats_sum's two passes could report more
 	 * blocks in use than there ever were (lib/pool/pool_stats.c). */
 	uint64_t v = atomic_load_explicit(&s->ctr[c], memory_order_relaxed);
 	atomic_store_explicit(&s->ctr[c], v + d, memory_order_release);
 }
 
 /* A thread's {pool, slot} entries, most recently made first. */
-struct kvp_tls_ent {
-	struct kvp_tls_ent *next;
+struct kvpi_tls_ent {
+	struct kvpi_tls_ent *next;
 	struct kvp_pool *pool;
 	uint64_t uid;
 	struct kvp_tslot *slot;
 };
 
-extern __thread struct kvp_tls_ent *kvp_tls_head
+extern __thread struct kvpi_tls_ent *kvpi_tls_head
     __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
-struct kvp_tslot *kvp_tslot_get_slow(struct kvp_pool *pool);
-void kvp_tslot_put_fallback(struct kvp_pool *pool);
+struct kvp_tslot *kvpi_tslot_get_slow(struct kvp_pool *pool);
+void kvpi_tslot_put_fallback(struct kvp_pool *pool);
 
 /**
- * kvp_tslot_alloc - a zeroed slot with magazines of @cap ids per stream
+ * kvpi_tslot_alloc - a zeroed slot with magazines of @cap ids per stream
  * (used for the fallback slot at pool creation too).  NULL on no memory.
  */
-struct kvp_tslot *kvp_tslot_alloc(uint32_t cap);
+struct kvp_tslot *kvpi_tslot_alloc(uint32_t cap);
 
-/** kvp_registry_add / kvp_registry_remove - the live-pool registry (thread exit vs destroy) */
-void kvp_registry_add(struct kvp_pool *pool);
-void kvp_registry_remove(struct kvp_pool *pool);
+/** kvpi_registry_add / kvpi_registry_remove - the live-pool registry (thread exit vs destroy) */
+void kvpi_registry_add(struct kvp_pool *pool);
+void kvpi_registry_remove(struct kvp_pool *pool);
 
 #endif /* KVPOOL_LIB_TSLOT_H */

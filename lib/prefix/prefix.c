@@ -15,7 +15,7 @@
 #include "lib/prefix/prefix_internal.h"
 #include "lib/base/sysmem.h"
 
-int kvp_pfx_extend(struct kvp_prefix *pf, uint32_t n_ids)
+int kvpi_pfx_extend(struct kvp_prefix *pf, uint32_t n_ids)
 {
 	uint32_t n_segs = (n_ids + KVP_SEG_BLOCKS - 1) / KVP_SEG_BLOCKS;
 	for (uint32_t g = 0; g < n_segs; g++) {
@@ -24,7 +24,7 @@ int kvp_pfx_extend(struct kvp_prefix *pf, uint32_t n_ids)
 		_Atomic(struct kvp_pside *) *mid =
 		    atomic_load_explicit(&pf->top[t], memory_order_relaxed);
 		if (!mid) {
-			mid = kvp_sys_calloc(KVP_PFX_MID, sizeof(*mid), 64);
+			mid = kvpi_sys_calloc(KVP_PFX_MID, sizeof(*mid), 64);
 			if (!mid)
 				return -1;
 			/* release: readers (acquire) see the zeroed directory. */
@@ -32,7 +32,7 @@ int kvp_pfx_extend(struct kvp_prefix *pf, uint32_t n_ids)
 		}
 		if (atomic_load_explicit(&mid[m], memory_order_relaxed))
 			continue;
-		struct kvp_pside *seg = kvp_sys_calloc(KVP_SEG_BLOCKS, sizeof(*seg), 64);
+		struct kvp_pside *seg = kvpi_sys_calloc(KVP_SEG_BLOCKS, sizeof(*seg), 64);
 		if (!seg)
 			return -1;
 		for (uint32_t i = 0; i < KVP_SEG_BLOCKS; i++)
@@ -57,22 +57,22 @@ static void side_destroy(struct kvp_prefix *pf)
 			for (uint32_t i = 0; i < KVP_SEG_BLOCKS; i++)
 				for (struct kvp_pnode *n = seg[i].spare, *nx; n; n = nx) {
 					nx = n->spare;
-					kvp_sys_free(n);
+					kvpi_sys_free(n);
 				}
-			kvp_sys_free(seg);
+			kvpi_sys_free(seg);
 		}
-		kvp_sys_free(mid);
+		kvpi_sys_free(mid);
 	}
 }
 
-int kvp_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
+int kvpi_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
 {
 	/* Before anything that could make liburcu start a thread (the index's
 	 * cds_lfht resize worker, the call_rcu worker): if no thread can be
 	 * made, fail here, with nothing made, instead of liburcu aborting. */
-	if (kvp_rcu_start_threads() != 0)
+	if (kvpi_rcu_start_threads() != 0)
 		return -1;
-	struct kvp_prefix *pf = kvp_sys_calloc(1, sizeof(*pf), 64);
+	struct kvp_prefix *pf = kvpi_sys_calloc(1, sizeof(*pf), 64);
 	if (!pf)
 		return -1;
 	p->prefix = pf;
@@ -87,25 +87,25 @@ int kvp_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
 	p->thread_cache = 0;
 	for (uint32_t i = 0; i < KVP_PFX_STRIPES; i++)
 		pthread_mutex_init(&pf->stripe[i], NULL);
-	kvp_pfx_lru_init(pf);
-	if (kvp_pfx_owners_init(pf) != 0 || kvp_pfx_index_init(pf) != 0 ||
-	    kvp_pfx_extend(pf, cfg->n_blocks) != 0)
+	kvpi_pfx_lru_init(pf);
+	if (kvpi_pfx_owners_init(pf) != 0 || kvpi_pfx_index_init(pf) != 0 ||
+	    kvpi_pfx_extend(pf, cfg->n_blocks) != 0)
 		return -1;
 	return 0;
 }
 
-void kvp_pfx_destroy(struct kvp_pool *p)
+void kvpi_pfx_destroy(struct kvp_pool *p)
 {
 	struct kvp_prefix *pf = p->prefix;
 	if (!pf)
 		return;
-	kvp_pfx_index_destroy(pf);
+	kvpi_pfx_index_destroy(pf);
 	side_destroy(pf);
-	kvp_pfx_owners_destroy(pf);
-	kvp_pfx_lru_destroy(pf);
+	kvpi_pfx_owners_destroy(pf);
+	kvpi_pfx_lru_destroy(pf);
 	for (uint32_t i = 0; i < KVP_PFX_STRIPES; i++)
 		pthread_mutex_destroy(&pf->stripe[i]);
-	kvp_sys_free(pf);
+	kvpi_sys_free(pf);
 	p->prefix = NULL;
 }
 
@@ -118,46 +118,46 @@ static bool take_hold(struct kvp_pool *p, struct kvp_porec *r, struct kvp_pnode 
 {
 	struct kvp_prefix *pf = p->prefix;
 	uint32_t id = n->id;
-	struct kvp_block *b = kvp_bt_block(&p->bt, id);
-	struct kvp_pside *e = kvp_pfx_side(pf, id);
-	pthread_mutex_t *lk = kvp_pfx_stripe(pf, id);
+	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+	struct kvp_pside *e = kvpi_pfx_side(pf, id);
+	pthread_mutex_t *lk = kvpi_pfx_stripe(pf, id);
 	bool ok = false;
 
 	pthread_mutex_lock(lk);
 	/* acquire: see the publisher's or last holder's writes. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if (e->pub != n || !(st & KVP_ST_PUBLISHED) || kvp_st_format(st) != (uint32_t)format)
+	if (e->pub != n || !(st & KVP_ST_PUBLISHED) || kvpi_st_format(st) != (uint32_t)format)
 		goto out;
 	if (st & KVP_ST_IN_USE) {
 		/* relaxed: under the stripe mutex. */
 		uint32_t h = atomic_load_explicit(&e->holders, memory_order_relaxed);
 		bool mine = h == 1 ? atomic_load_explicit(&b->owner, memory_order_relaxed) == owner
-		                   : kvp_pfx_ofind_pos(pf, r, id) >= 0;
+		                   : kvpi_pfx_ofind_pos(pf, r, id) >= 0;
 		if (!mine) {
 			atomic_store_explicit(&e->holders, h + 1, memory_order_relaxed);
 			atomic_store_explicit(
 			    &e->owner_xor,
 			    atomic_load_explicit(&e->owner_xor, memory_order_relaxed) ^ owner,
 			    memory_order_relaxed);
-			kvp_pfx_oappend(pf, r, id);
+			kvpi_pfx_oappend(pf, r, id);
 		}
-		*out = KVP_MAKE_REF(id, kvp_st_gen(st));
+		*out = KVP_MAKE_REF(id, kvpi_st_gen(st));
 		ok = true;
 	} else if (st & KVP_ST_CACHED) {
-		uint32_t gen = kvp_st_gen(st) + 1;
+		uint32_t gen = kvpi_st_gen(st) + 1;
 		if (gen == 0)
 			gen = 1;
 		uint64_t nst =
-		    kvp_st_make(gen, p->block_size, KVP_ST_IN_USE | KVP_ST_EVER | KVP_ST_PUBLISHED,
-		                kvp_st_stream(st), (uint32_t)format);
+		    kvpi_st_make(gen, p->block_size, KVP_ST_IN_USE | KVP_ST_EVER | KVP_ST_PUBLISHED,
+		                 kvpi_st_stream(st), (uint32_t)format);
 		/* The one CAS that settles a race with an evictor. */
-		if (kvp_pfx_leave_cached(b, st, nst)) {
+		if (kvpi_pfx_leave_cached(b, st, nst)) {
 			/* relaxed: under the stripe mutex. */
 			atomic_store_explicit(&e->holders, 1, memory_order_relaxed);
 			atomic_store_explicit(&e->owner_xor, owner, memory_order_relaxed);
 			atomic_store_explicit(&b->owner, owner, memory_order_relaxed);
-			kvp_pfx_lru_unlink(pf, kvp_pfx_si(p, st), id);
-			kvp_pfx_oappend(pf, r, id);
+			kvpi_pfx_lru_unlink(pf, kvpi_pfx_si(p, st), id);
+			kvpi_pfx_oappend(pf, r, id);
 			*out = KVP_MAKE_REF(id, gen);
 			*revived += 1;
 			ok = true;
@@ -178,7 +178,7 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 	if (!p || !p->prefix || (!keys && n_keys) || (!refs && refs_cap) ||
 	    (unsigned)format >= KVP_N_FORMATS)
 		return KVP_EINVAL;
-	int si = kvp_stream_index(p, stream);
+	int si = kvpi_stream_index(p, stream);
 	if (si < 0)
 		return KVP_EINVAL;
 	if (refs_cap < n_keys) {
@@ -191,46 +191,46 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 		return KVP_ENOMEM;
 
 	struct kvp_prefix *pf = p->prefix;
-	struct kvp_tslot *s = kvp_tslot_get(p);
-	struct kvp_poshard *sh = kvp_pfx_oshard(pf, owner);
-	uint32_t tag = kvp_stream_tag(p, si);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
+	struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
+	uint32_t tag = kvpi_stream_tag(p, si);
 	uint64_t revived = 0;
 	size_t i = 0;
 
-	kvp_rcu_read_lock();
+	kvpi_rcu_read_lock();
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_porec *r = kvp_pfx_ofind(sh, owner);
+	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
 	bool made = false;
 	if (!r) {
-		r = kvp_pfx_oinsert(sh, owner);
+		r = kvpi_pfx_oinsert(sh, owner);
 		made = true;
 	}
-	if (!r || kvp_pfx_oreserve(pf, r, (uint32_t)n_keys) != 0) {
+	if (!r || kvpi_pfx_oreserve(pf, r, (uint32_t)n_keys) != 0) {
 		if (r && made)
-			kvp_pfx_oremove(sh, r);
+			kvpi_pfx_oremove(sh, r);
 		pthread_mutex_unlock(&sh->lock);
-		kvp_rcu_read_unlock();
-		kvp_tslot_put(p, s);
+		kvpi_rcu_read_unlock();
+		kvpi_tslot_put(p, s);
 		return KVP_ENOMEM;
 	}
 	for (; i < n_keys; i++) {
-		struct kvp_pnode *n = kvp_pfx_index_lookup(pf, tag, &keys[i]);
+		struct kvp_pnode *n = kvpi_pfx_index_lookup(pf, tag, &keys[i]);
 		if (!n || !take_hold(p, r, n, format, owner, &refs[i], &revived))
 			break;
 	}
 	if (r->count == 0 && made)
-		kvp_pfx_oremove(sh, r);
+		kvpi_pfx_oremove(sh, r);
 	pthread_mutex_unlock(&sh->lock);
-	kvp_ctr_add(s, KVP_C_PQUERIES, n_keys);
-	kvp_ctr_add(s, KVP_C_PHITS, i);
-	kvp_ctr_add(s, KVP_C_ALLOCS, revived);
-	kvp_ctr_add(s, KVP_C_REUSED, revived);
+	kvpi_ctr_add(s, KVP_C_PQUERIES, n_keys);
+	kvpi_ctr_add(s, KVP_C_PHITS, i);
+	kvpi_ctr_add(s, KVP_C_ALLOCS, revived);
+	kvpi_ctr_add(s, KVP_C_REUSED, revived);
 	if (revived)
-		kvp_account_in_use(p, s, (int64_t)revived);
-	kvp_rcu_read_unlock();
+		kvpi_account_in_use(p, s, (int64_t)revived);
+	kvpi_rcu_read_unlock();
 	if (i)
-		kvp_history_tick(p, s);
-	kvp_tslot_put(p, s);
+		kvpi_history_tick(p, s);
+	kvpi_tslot_put(p, s);
 	*n_matched = i;
 	return KVP_OK;
 }
@@ -245,28 +245,28 @@ int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
 	struct kvp_prefix *pf = p->prefix;
 	int rc = KVP_OK;
 
-	kvp_rcu_read_lock();
-	struct kvp_block *b = kvp_bt_block(&p->bt, id);
-	struct kvp_pside *e = kvp_pfx_side(pf, id);
-	pthread_mutex_t *lk = kvp_pfx_stripe(pf, id);
+	kvpi_rcu_read_lock();
+	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+	struct kvp_pside *e = kvpi_pfx_side(pf, id);
+	pthread_mutex_t *lk = kvpi_pfx_stripe(pf, id);
 	pthread_mutex_lock(lk);
 	/* acquire: see the hand-out's fields. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if (kvp_st_gen(st) != KVP_REF_GEN(ref) || (st & KVP_ST_RETIRED)) {
+	if (kvpi_st_gen(st) != KVP_REF_GEN(ref) || (st & KVP_ST_RETIRED)) {
 		rc = KVP_ENOENT;
 	} else if (!(st & KVP_ST_IN_USE) || (st & (KVP_ST_RAW | KVP_ST_PUBLISHED)) ||
-	           kvp_st_used(st) != p->block_size) {
+	           kvpi_st_used(st) != p->block_size) {
 		rc = KVP_EINVAL;
 	} else {
-		struct kvp_pnode *n = kvp_pfx_node_get(pf, e);
+		struct kvp_pnode *n = kvpi_pfx_node_get(pf, e);
 		if (!n) {
 			rc = KVP_ENOMEM;
 			goto out;
 		}
 		n->key = key;
 		n->id = id;
-		n->stream = kvp_st_stream(st);
-		if (kvp_pfx_index_add(pf, n)) {
+		n->stream = kvpi_st_stream(st);
+		if (kvpi_pfx_index_add(pf, n)) {
 			/* Never in the index: reusable at once. */
 			n->spare = e->spare;
 			e->spare = n;
@@ -279,7 +279,7 @@ int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
 		while (!atomic_compare_exchange_weak_explicit(&b->state, &st, st | KVP_ST_PUBLISHED,
 		                                              memory_order_acq_rel,
 		                                              memory_order_acquire)) {
-			if (kvp_st_used(st) != p->block_size) {
+			if (kvpi_st_used(st) != p->block_size) {
 				rc = KVP_EINVAL; /* set_used emptied it meanwhile */
 				break;
 			}
@@ -287,11 +287,11 @@ int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
 		if (rc == KVP_OK)
 			e->pub = n;
 		else
-			kvp_pfx_index_del(pf, n);
+			kvpi_pfx_index_del(pf, n);
 	}
 out:
 	pthread_mutex_unlock(lk);
-	kvp_rcu_read_unlock();
+	kvpi_rcu_read_unlock();
 	return rc;
 }
 
@@ -305,7 +305,7 @@ int kvp_free_owned(kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n)
 			return KVP_ENOENT;
 	if (n == 0)
 		return KVP_OK;
-	return kvp_pfx_free_owned(p, owner, refs, n);
+	return kvpi_pfx_free_owned(p, owner, refs, n);
 }
 
 struct unpub_arg {
@@ -319,9 +319,9 @@ static void unpublish(struct kvp_pnode *n, void *arg)
 	struct unpub_arg *a = arg;
 	struct kvp_prefix *pf = a->p->prefix;
 	uint32_t id = n->id;
-	struct kvp_block *b = kvp_bt_block(&a->p->bt, id);
-	struct kvp_pside *e = kvp_pfx_side(pf, id);
-	pthread_mutex_t *lk = kvp_pfx_stripe(pf, id);
+	struct kvp_block *b = kvpi_bt_block(&a->p->bt, id);
+	struct kvp_pside *e = kvpi_pfx_side(pf, id);
+	pthread_mutex_t *lk = kvpi_pfx_stripe(pf, id);
 	pthread_mutex_lock(lk);
 	/* acquire: the current state. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
@@ -329,7 +329,7 @@ static void unpublish(struct kvp_pnode *n, void *arg)
 		/* release: kvp_block_get sees a whole word.  Nobody else changes
 		 * a published in-use block's word without this mutex. */
 		atomic_fetch_and_explicit(&b->state, ~KVP_ST_PUBLISHED, memory_order_release);
-		kvp_pfx_forget(pf, e);
+		kvpi_pfx_forget(pf, e);
 		a->n++;
 	}
 	pthread_mutex_unlock(lk);
@@ -340,27 +340,27 @@ size_t kvp_prefix_reset(kvp_pool *p)
 	if (!p || !p->prefix)
 		return 0;
 	struct kvp_prefix *pf = p->prefix;
-	struct kvp_tslot *s = kvp_tslot_get(p);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
 	uint32_t ids[64];
 	size_t dropped = 0;
 	for (uint32_t si = 0; si < p->n_streams; si++) {
 		for (;;) {
-			kvp_rcu_read_lock();
-			uint32_t e = kvp_pfx_evict(p, s, (int)si, ids, 64);
-			kvp_put_blocks(p, s, (int)si, ids, e);
-			kvp_rcu_read_unlock();
+			kvpi_rcu_read_lock();
+			uint32_t e = kvpi_pfx_evict(p, s, (int)si, ids, 64);
+			kvpi_put_blocks(p, s, (int)si, ids, e);
+			kvpi_rcu_read_unlock();
 			dropped += e;
 			if (e < 64)
 				break;
 		}
 	}
 	struct unpub_arg a = {p, 0};
-	kvp_rcu_read_lock();
-	kvp_pfx_index_each(pf, unpublish, &a);
-	kvp_rcu_read_unlock();
+	kvpi_rcu_read_lock();
+	kvpi_pfx_index_each(pf, unpublish, &a);
+	kvpi_rcu_read_unlock();
 	dropped += a.n;
 	if (dropped)
-		kvp_history_tick(p, s);
-	kvp_tslot_put(p, s);
+		kvpi_history_tick(p, s);
+	kvpi_tslot_put(p, s);
 	return dropped;
 }

@@ -76,14 +76,14 @@ static int node_match(struct cds_lfht_node *node, const void *arg)
 	return n->stream == k->stream && n->key.lo == k->key->lo && n->key.hi == k->key->hi;
 }
 
-int kvp_pfx_index_init(struct kvp_prefix *pf)
+int kvpi_pfx_index_init(struct kvp_prefix *pf)
 {
 	pf->ht = cds_lfht_new_flavor(1024, 1024, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
 	                             &urcu_bp_flavor, NULL);
 	return pf->ht ? 0 : -1;
 }
 
-void kvp_pfx_index_destroy(struct kvp_prefix *pf)
+void kvpi_pfx_index_destroy(struct kvp_prefix *pf)
 {
 	if (!pf->ht)
 		return;
@@ -97,7 +97,7 @@ void kvp_pfx_index_destroy(struct kvp_prefix *pf)
 	struct kvp_pnode *chain = NULL;
 	struct cds_lfht_iter it;
 	struct cds_lfht_node *node;
-	kvp_rcu_read_lock();
+	kvpi_rcu_read_lock();
 	cds_lfht_first(pf->ht, &it);
 	while ((node = cds_lfht_iter_get_node(&it)) != NULL) {
 		cds_lfht_next(pf->ht, &it);
@@ -106,18 +106,18 @@ void kvp_pfx_index_destroy(struct kvp_prefix *pf)
 		n->spare = chain;
 		chain = n;
 	}
-	kvp_rcu_read_unlock();
+	kvpi_rcu_read_unlock();
 	/* Waits for resizes in flight, which may still walk the nodes. */
 	cds_lfht_destroy(pf->ht, NULL);
 	pf->ht = NULL;
 	while (chain) {
 		struct kvp_pnode *next = chain->spare;
-		kvp_sys_free(chain);
+		kvpi_sys_free(chain);
 		chain = next;
 	}
 }
 
-struct kvp_pnode *kvp_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream, const kvp_hash *key)
+struct kvp_pnode *kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream, const kvp_hash *key)
 {
 	struct lookup_key k = {key, stream};
 	struct cds_lfht_iter it;
@@ -126,7 +126,7 @@ struct kvp_pnode *kvp_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream, c
 	return node ? as_pnode(node) : NULL;
 }
 
-struct kvp_pnode *kvp_pfx_index_add(struct kvp_prefix *pf, struct kvp_pnode *n)
+struct kvp_pnode *kvpi_pfx_index_add(struct kvp_prefix *pf, struct kvp_pnode *n)
 {
 	struct lookup_key k = {&n->key, n->stream};
 	KVP_TSAN_RELEASE(n);
@@ -141,49 +141,49 @@ static void node_back(struct kvp_rcu_cb *cb)
 	struct kvp_pnode *n =
 	    (struct kvp_pnode *)(void *)((char *)cb - __builtin_offsetof(struct kvp_pnode, rcu));
 	struct kvp_prefix *pf = n->pf;
-	pthread_mutex_t *lk = kvp_pfx_stripe(pf, n->id);
+	pthread_mutex_t *lk = kvpi_pfx_stripe(pf, n->id);
 	pthread_mutex_lock(lk);
-	struct kvp_pside *e = kvp_pfx_side(pf, n->id);
+	struct kvp_pside *e = kvpi_pfx_side(pf, n->id);
 	n->spare = e->spare;
 	e->spare = n;
 	pthread_mutex_unlock(lk);
 	/* release: the last touch of the pool's memory by this callback;
-	 * kvp_pfx_index_destroy (acquire) waits for 0 or for a barrier. */
+	 * kvpi_pfx_index_destroy (acquire) waits for 0 or for a barrier. */
 	atomic_fetch_sub_explicit(&pf->deferred, 1, memory_order_release);
 }
 
-void kvp_pfx_index_del(struct kvp_prefix *pf, struct kvp_pnode *n)
+void kvpi_pfx_index_del(struct kvp_prefix *pf, struct kvp_pnode *n)
 {
 	cds_lfht_del(pf->ht, as_lfht(n));
 	/* relaxed: the count only needs to reach the callback, which the
 	 * call_rcu queue orders after us. */
 	atomic_fetch_add_explicit(&pf->deferred, 1, memory_order_relaxed);
-	kvp_rcu_call(&n->rcu, node_back);
+	kvpi_rcu_call(&n->rcu, node_back);
 }
 
-struct kvp_pnode *kvp_pfx_node_get(struct kvp_prefix *pf, struct kvp_pside *e)
+struct kvp_pnode *kvpi_pfx_node_get(struct kvp_prefix *pf, struct kvp_pside *e)
 {
 	struct kvp_pnode *n = e->spare;
 	if (n) {
 		e->spare = n->spare;
 		return n;
 	}
-	n = kvp_sys_alloc(sizeof(*n), 64);
+	n = kvpi_sys_alloc(sizeof(*n), 64);
 	if (n)
 		n->pf = pf;
 	return n;
 }
 
-void kvp_pfx_forget(struct kvp_prefix *pf, struct kvp_pside *e)
+void kvpi_pfx_forget(struct kvp_prefix *pf, struct kvp_pside *e)
 {
 	if (!e->pub)
 		return;
-	kvp_pfx_index_del(pf, e->pub);
+	kvpi_pfx_index_del(pf, e->pub);
 	e->pub = NULL;
 }
 
-void kvp_pfx_index_each(struct kvp_prefix *pf, void (*fn)(struct kvp_pnode *n, void *arg),
-                        void *arg)
+void kvpi_pfx_index_each(struct kvp_prefix *pf, void (*fn)(struct kvp_pnode *n, void *arg),
+                         void *arg)
 {
 	struct cds_lfht_iter it;
 	struct cds_lfht_node *node;

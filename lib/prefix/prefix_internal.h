@@ -98,13 +98,13 @@ struct kvp_pnode {
 	struct cds_lfht_node_room {
 		void *next;
 		unsigned long reverse_hash;
-	} node;                  /* a struct cds_lfht_node (lib/prefix/prefix_index.c checks the size) */
+	} node; /* a struct cds_lfht_node (lib/prefix/prefix_index.c checks the size) */
 	struct kvp_rcu_cb rcu;   /* deferred reuse */
 	struct kvp_prefix *pf;   /* for the deferred callback */
 	struct kvp_pnode *spare; /* next on the block's spare list */
 	kvp_hash key;
 	uint32_t id;
-	uint32_t stream; /* stream tag (kvp_stream_tag) */
+	uint32_t stream; /* stream tag (kvpi_stream_tag) */
 };
 
 /* Per-block prefix state (see the table above). */
@@ -157,9 +157,9 @@ struct kvp_prefix {
 };
 
 /* The side entry of @id: created (below kvp_pool_n_ids or from a free stack). */
-static inline struct kvp_pside *kvp_pfx_side(struct kvp_prefix *pf, uint32_t id)
+static inline struct kvp_pside *kvpi_pfx_side(struct kvp_prefix *pf, uint32_t id)
 {
-	/* acquire (both): pairs with the release stores of kvp_pfx_extend, so
+	/* acquire (both): pairs with the release stores of kvpi_pfx_extend, so
 	 * the entries initialised before publication are seen. */
 	_Atomic(struct kvp_pside *) *mid = atomic_load_explicit(
 	    &pf->top[id >> (KVP_PFX_MID_SHIFT + KVP_SEG_SHIFT)], memory_order_acquire);
@@ -168,88 +168,89 @@ static inline struct kvp_pside *kvp_pfx_side(struct kvp_prefix *pf, uint32_t id)
 	return &seg[id & KVP_SEG_MASK];
 }
 
-static inline pthread_mutex_t *kvp_pfx_stripe(struct kvp_prefix *pf, uint32_t id)
+static inline pthread_mutex_t *kvpi_pfx_stripe(struct kvp_prefix *pf, uint32_t id)
 {
 	return &pf->stripe[id % KVP_PFX_STRIPES];
 }
 
 /* Stream index of a block from its state word. */
-static inline int kvp_pfx_si(const struct kvp_pool *p, uint64_t st)
+static inline int kvpi_pfx_si(const struct kvp_pool *p, uint64_t st)
 {
-	return p->separate_kv ? (int)kvp_st_stream(st) : 0;
+	return p->separate_kv ? (int)kvpi_st_stream(st) : 0;
 }
 
 /* lib/prefix/prefix.c: life cycle. */
-int kvp_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg);
-void kvp_pfx_destroy(struct kvp_pool *p);
+int kvpi_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg);
+void kvpi_pfx_destroy(struct kvp_pool *p);
 /* Side entries for ids below @n_ids; grow mutex held (or creation).  0 or -1. */
-int kvp_pfx_extend(struct kvp_prefix *pf, uint32_t n_ids);
+int kvpi_pfx_extend(struct kvp_prefix *pf, uint32_t n_ids);
 
 /* lib/prefix/prefix_index.c: the key index.  All in a read-side section. */
-int kvp_pfx_index_init(struct kvp_prefix *pf);
-void kvp_pfx_index_destroy(struct kvp_prefix *pf);
-struct kvp_pnode *kvp_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream, const kvp_hash *key);
+int kvpi_pfx_index_init(struct kvp_prefix *pf);
+void kvpi_pfx_index_destroy(struct kvp_prefix *pf);
+struct kvp_pnode *kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
+                                        const kvp_hash *key);
 /* Add @n; returns NULL, or the node already published under its key. */
-struct kvp_pnode *kvp_pfx_index_add(struct kvp_prefix *pf, struct kvp_pnode *n);
+struct kvp_pnode *kvpi_pfx_index_add(struct kvp_prefix *pf, struct kvp_pnode *n);
 /* Delete @n (stripe mutex held) and hand it back to its block after a grace period. */
-void kvp_pfx_index_del(struct kvp_prefix *pf, struct kvp_pnode *n);
+void kvpi_pfx_index_del(struct kvp_prefix *pf, struct kvp_pnode *n);
 /* A node for block @id: its spare one, or a new one (NULL: no memory). Stripe held. */
-struct kvp_pnode *kvp_pfx_node_get(struct kvp_prefix *pf, struct kvp_pside *e);
+struct kvp_pnode *kvpi_pfx_node_get(struct kvp_prefix *pf, struct kvp_pside *e);
 /* Call @fn on every node in the index (read-side section; @fn may delete it). */
-void kvp_pfx_index_each(struct kvp_prefix *pf, void (*fn)(struct kvp_pnode *n, void *arg),
-                        void *arg);
+void kvpi_pfx_index_each(struct kvp_prefix *pf, void (*fn)(struct kvp_pnode *n, void *arg),
+                         void *arg);
 /* Forget the key of block @id: its stripe mutex held. */
-void kvp_pfx_forget(struct kvp_prefix *pf, struct kvp_pside *e);
+void kvpi_pfx_forget(struct kvp_prefix *pf, struct kvp_pside *e);
 
 /* lib/prefix/prefix_lru.c: LRU lists of cached blocks. */
-void kvp_pfx_lru_init(struct kvp_prefix *pf);
-void kvp_pfx_lru_destroy(struct kvp_prefix *pf);
-void kvp_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id);
-void kvp_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
-uint64_t kvp_pfx_n_cached(struct kvp_prefix *pf, int si);
+void kvpi_pfx_lru_init(struct kvp_prefix *pf);
+void kvpi_pfx_lru_destroy(struct kvp_prefix *pf);
+void kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id);
+void kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
+uint64_t kvpi_pfx_n_cached(struct kvp_prefix *pf, int si);
 /*
  * The CAS out of CACHED (state @st) to @nst: a match (to IN_USE) and an
  * evictor (to EVICTING) race on it, and exactly one wins.  Out of line so
  * the race test can widen the window before it.
  */
-bool kvp_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst);
+bool kvpi_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst);
 /*
  * Evict up to @n cached blocks of stream @si, least recently cached first,
  * into @ids; their keys are forgotten and their state words are plain free
  * (held exclusively by the caller, on no list).  In a read-side section.
  */
-uint32_t kvp_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n);
+uint32_t kvpi_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n);
 
 /* lib/prefix/prefix_owner.c: the prefix owner table. */
-int kvp_pfx_owners_init(struct kvp_prefix *pf);
-void kvp_pfx_owners_destroy(struct kvp_prefix *pf);
-struct kvp_poshard *kvp_pfx_oshard(struct kvp_prefix *pf, kvp_owner key);
-struct kvp_porec *kvp_pfx_ofind(struct kvp_poshard *sh, kvp_owner key);
-struct kvp_porec *kvp_pfx_oinsert(struct kvp_poshard *sh, kvp_owner key);
-void kvp_pfx_oremove(struct kvp_poshard *sh, struct kvp_porec *r);
+int kvpi_pfx_owners_init(struct kvp_prefix *pf);
+void kvpi_pfx_owners_destroy(struct kvp_prefix *pf);
+struct kvp_poshard *kvpi_pfx_oshard(struct kvp_prefix *pf, kvp_owner key);
+struct kvp_porec *kvpi_pfx_ofind(struct kvp_poshard *sh, kvp_owner key);
+struct kvp_porec *kvpi_pfx_oinsert(struct kvp_poshard *sh, kvp_owner key);
+void kvpi_pfx_oremove(struct kvp_poshard *sh, struct kvp_porec *r);
 /* Room for @extra more ids in @r (compacting first); 0 or -1 (no memory). */
-int kvp_pfx_oreserve(struct kvp_prefix *pf, struct kvp_porec *r, uint32_t extra);
+int kvpi_pfx_oreserve(struct kvp_prefix *pf, struct kvp_porec *r, uint32_t extra);
 /* Append @id (room reserved). */
-void kvp_pfx_oappend(struct kvp_prefix *pf, struct kvp_porec *r, uint32_t id);
+void kvpi_pfx_oappend(struct kvp_prefix *pf, struct kvp_porec *r, uint32_t id);
 /* Position of @id in @r, or -1. */
-int64_t kvp_pfx_ofind_pos(struct kvp_prefix *pf, const struct kvp_porec *r, uint32_t id);
+int64_t kvpi_pfx_ofind_pos(struct kvp_prefix *pf, const struct kvp_porec *r, uint32_t id);
 /* Tombstone position @pos. */
-void kvp_pfx_oremove_at(struct kvp_porec *r, uint32_t pos);
+void kvpi_pfx_oremove_at(struct kvp_porec *r, uint32_t pos);
 
 /* lib/prefix/prefix_pool.c: the pool calls in prefix mode (dispatched from the pool). */
-int kvp_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner owner,
-                     kvp_format format, kvp_ref *refs, uint32_t nb);
-int kvp_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref *out);
-int kvp_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n);
-int kvp_pfx_free_all(struct kvp_pool *p, kvp_owner owner);
-int kvp_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n);
-int kvp_pfx_blocks_for(struct kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size_t *n);
-int kvp_pfx_register_owner(struct kvp_pool *p, kvp_owner owner);
-int kvp_pfx_release_owner(struct kvp_pool *p, kvp_owner owner);
-int kvp_pfx_shrink(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
-int kvp_pfx_block_get(struct kvp_pool *p, kvp_ref ref, kvp_block_info *out);
+int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner owner,
+                      kvp_format format, kvp_ref *refs, uint32_t nb);
+int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref *out);
+int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n);
+int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner);
+int kvpi_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n);
+int kvpi_pfx_blocks_for(struct kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size_t *n);
+int kvpi_pfx_register_owner(struct kvp_pool *p, kvp_owner owner);
+int kvpi_pfx_release_owner(struct kvp_pool *p, kvp_owner owner);
+int kvpi_pfx_shrink(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
+int kvpi_pfx_block_get(struct kvp_pool *p, kvp_ref ref, kvp_block_info *out);
 /* Take @k blocks of @si: uncached free ones, then evicted, then growth. */
-int kvp_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
-                       uint32_t k);
+int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
+                        uint32_t k);
 
 #endif /* KVPOOL_LIB_PREFIX_INTERNAL_H */

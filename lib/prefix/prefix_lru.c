@@ -28,7 +28,7 @@
 
 #include "lib/prefix/prefix_internal.h"
 
-void kvp_pfx_lru_init(struct kvp_prefix *pf)
+void kvpi_pfx_lru_init(struct kvp_prefix *pf)
 {
 	for (int si = 0; si < 2; si++)
 		for (uint32_t i = 0; i < KVP_PFX_LRU_SHARDS; i++) {
@@ -40,7 +40,7 @@ void kvp_pfx_lru_init(struct kvp_prefix *pf)
 		}
 }
 
-void kvp_pfx_lru_destroy(struct kvp_prefix *pf)
+void kvpi_pfx_lru_destroy(struct kvp_prefix *pf)
 {
 	for (int si = 0; si < 2; si++)
 		for (uint32_t i = 0; i < KVP_PFX_LRU_SHARDS; i++)
@@ -58,14 +58,14 @@ static void set_head(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id)
 {
 	l->head = id;
 	atomic_store_explicit(&l->head_seq,
-	                      id == KVP_NO_ID ? UINT64_MAX : kvp_pfx_side(pf, id)->lru_seq,
+	                      id == KVP_NO_ID ? UINT64_MAX : kvpi_pfx_side(pf, id)->lru_seq,
 	                      memory_order_relaxed);
 }
 
-void kvp_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id)
+void kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id)
 {
 	struct kvp_plru *l = shard_of(pf, si, id);
-	struct kvp_pside *e = kvp_pfx_side(pf, id);
+	struct kvp_pside *e = kvpi_pfx_side(pf, id);
 	pthread_mutex_lock(&l->lock);
 	/* relaxed: a number taken under the shard mutex, so each list is sorted. */
 	e->lru_seq = atomic_fetch_add_explicit(&pf->seq, 1, memory_order_relaxed);
@@ -74,7 +74,7 @@ void kvp_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id)
 	if (l->tail == KVP_NO_ID)
 		set_head(pf, l, id);
 	else
-		kvp_pfx_side(pf, l->tail)->lru_next = id;
+		kvpi_pfx_side(pf, l->tail)->lru_next = id;
 	l->tail = id;
 	atomic_store_explicit(&l->n, atomic_load_explicit(&l->n, memory_order_relaxed) + 1,
 	                      memory_order_relaxed);
@@ -84,21 +84,21 @@ void kvp_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id)
 /* Shard mutex held. */
 static void unlink_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id)
 {
-	struct kvp_pside *e = kvp_pfx_side(pf, id);
+	struct kvp_pside *e = kvpi_pfx_side(pf, id);
 	if (e->lru_prev == KVP_NO_ID)
 		set_head(pf, l, e->lru_next);
 	else
-		kvp_pfx_side(pf, e->lru_prev)->lru_next = e->lru_next;
+		kvpi_pfx_side(pf, e->lru_prev)->lru_next = e->lru_next;
 	if (e->lru_next == KVP_NO_ID)
 		l->tail = e->lru_prev;
 	else
-		kvp_pfx_side(pf, e->lru_next)->lru_prev = e->lru_prev;
+		kvpi_pfx_side(pf, e->lru_next)->lru_prev = e->lru_prev;
 	e->lru_prev = e->lru_next = KVP_NO_ID;
 	atomic_store_explicit(&l->n, atomic_load_explicit(&l->n, memory_order_relaxed) - 1,
 	                      memory_order_relaxed);
 }
 
-void kvp_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id)
+void kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id)
 {
 	struct kvp_plru *l = shard_of(pf, si, id);
 	pthread_mutex_lock(&l->lock);
@@ -106,7 +106,7 @@ void kvp_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id)
 	pthread_mutex_unlock(&l->lock);
 }
 
-uint64_t kvp_pfx_n_cached(struct kvp_prefix *pf, int si)
+uint64_t kvpi_pfx_n_cached(struct kvp_prefix *pf, int si)
 {
 	uint64_t n = 0;
 	for (uint32_t i = 0; i < KVP_PFX_LRU_SHARDS; i++)
@@ -115,7 +115,7 @@ uint64_t kvp_pfx_n_cached(struct kvp_prefix *pf, int si)
 	return n;
 }
 
-bool kvp_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst)
+bool kvpi_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst)
 {
 	/* acq_rel: the winner owns the block (evictor) or its contents
 	 * (match) from here on, ordered after the writes of its last holders
@@ -150,14 +150,14 @@ static uint32_t evict_one(struct kvp_pool *p, int si)
 		struct kvp_plru *l = &pf->lru[si][best];
 		pthread_mutex_lock(&l->lock);
 		for (uint32_t id = l->head; id != KVP_NO_ID;) {
-			struct kvp_pside *e = kvp_pfx_side(pf, id);
+			struct kvp_pside *e = kvpi_pfx_side(pf, id);
 			if (e->lru_seq > m2)
 				break; /* another shard may now hold an older block */
-			struct kvp_block *b = kvp_bt_block(&p->bt, id);
+			struct kvp_block *b = kvpi_bt_block(&p->bt, id);
 			/* acquire: see the state its last holder left. */
 			uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
 			if ((st & KVP_ST_CACHED) &&
-			    kvp_pfx_leave_cached(b, st, (st & ~KVP_ST_CACHED) | KVP_ST_EVICTING)) {
+			    kvpi_pfx_leave_cached(b, st, (st & ~KVP_ST_CACHED) | KVP_ST_EVICTING)) {
 				unlink_locked(pf, l, id);
 				pthread_mutex_unlock(&l->lock);
 				return id;
@@ -171,7 +171,7 @@ static uint32_t evict_one(struct kvp_pool *p, int si)
 	}
 }
 
-uint32_t kvp_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n)
+uint32_t kvpi_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n)
 {
 	struct kvp_prefix *pf = p->prefix;
 	uint32_t got = 0;
@@ -179,13 +179,13 @@ uint32_t kvp_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t
 		uint32_t id = evict_one(p, si);
 		if (id == KVP_NO_ID)
 			break;
-		struct kvp_block *b = kvp_bt_block(&p->bt, id);
-		struct kvp_pside *e = kvp_pfx_side(pf, id);
-		pthread_mutex_t *lk = kvp_pfx_stripe(pf, id);
+		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+		struct kvp_pside *e = kvpi_pfx_side(pf, id);
+		pthread_mutex_t *lk = kvpi_pfx_stripe(pf, id);
 		/* Matchers validate the key under this mutex: after it, none can
 		 * find the block by its old key. */
 		pthread_mutex_lock(lk);
-		kvp_pfx_forget(pf, e);
+		kvpi_pfx_forget(pf, e);
 		/* relaxed load: we own the block (EVICTING).  release store: a
 		 * kvp_block_get (acquire) sees a whole word. */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
@@ -194,6 +194,6 @@ uint32_t kvp_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t
 		pthread_mutex_unlock(lk);
 		ids[got++] = id;
 	}
-	kvp_ctr_add(s, KVP_C_EVICTIONS, got);
+	kvpi_ctr_add(s, KVP_C_EVICTIONS, got);
 	return got;
 }

@@ -32,11 +32,11 @@ static uint64_t mix(uint64_t z)
 	return z ^ (z >> 31);
 }
 
-int kvp_pfx_owners_init(struct kvp_prefix *pf)
+int kvpi_pfx_owners_init(struct kvp_prefix *pf)
 {
 	for (uint32_t i = 0; i < KVP_PFX_OWNER_SHARDS; i++) {
 		struct kvp_poshard *sh = &pf->osh[i];
-		sh->buckets = kvp_sys_calloc(BUCKETS0, sizeof(*sh->buckets), 64);
+		sh->buckets = kvpi_sys_calloc(BUCKETS0, sizeof(*sh->buckets), 64);
 		if (!sh->buckets)
 			return -1;
 		sh->nbuckets = BUCKETS0;
@@ -47,11 +47,11 @@ int kvp_pfx_owners_init(struct kvp_prefix *pf)
 
 static void rec_free(struct kvp_porec *r)
 {
-	kvp_sys_free(r->ids);
-	kvp_sys_free(r);
+	kvpi_sys_free(r->ids);
+	kvpi_sys_free(r);
 }
 
-void kvp_pfx_owners_destroy(struct kvp_prefix *pf)
+void kvpi_pfx_owners_destroy(struct kvp_prefix *pf)
 {
 	for (uint32_t i = 0; i < KVP_PFX_OWNER_SHARDS; i++) {
 		struct kvp_poshard *sh = &pf->osh[i];
@@ -66,12 +66,12 @@ void kvp_pfx_owners_destroy(struct kvp_prefix *pf)
 			nx = r->next;
 			rec_free(r);
 		}
-		kvp_sys_free(sh->buckets);
+		kvpi_sys_free(sh->buckets);
 		pthread_mutex_destroy(&sh->lock);
 	}
 }
 
-struct kvp_poshard *kvp_pfx_oshard(struct kvp_prefix *pf, kvp_owner key)
+struct kvp_poshard *kvpi_pfx_oshard(struct kvp_prefix *pf, kvp_owner key)
 {
 	return &pf->osh[mix(key) >> 56];
 }
@@ -81,7 +81,7 @@ static struct kvp_porec **bucket_of(struct kvp_poshard *sh, kvp_owner key)
 	return &sh->buckets[mix(key) & (sh->nbuckets - 1)];
 }
 
-struct kvp_porec *kvp_pfx_ofind(struct kvp_poshard *sh, kvp_owner key)
+struct kvp_porec *kvpi_pfx_ofind(struct kvp_poshard *sh, kvp_owner key)
 {
 	for (struct kvp_porec *r = *bucket_of(sh, key); r; r = r->next)
 		if (r->key == key)
@@ -92,7 +92,7 @@ struct kvp_porec *kvp_pfx_ofind(struct kvp_poshard *sh, kvp_owner key)
 static void rehash(struct kvp_poshard *sh)
 {
 	uint32_t nb = sh->nbuckets * 2;
-	struct kvp_porec **nbk = kvp_sys_calloc(nb, sizeof(*nbk), 64);
+	struct kvp_porec **nbk = kvpi_sys_calloc(nb, sizeof(*nbk), 64);
 	if (!nbk)
 		return; /* stays denser */
 	for (uint32_t b = 0; b < sh->nbuckets; b++)
@@ -102,19 +102,19 @@ static void rehash(struct kvp_poshard *sh)
 			r->next = *dst;
 			*dst = r;
 		}
-	kvp_sys_free(sh->buckets);
+	kvpi_sys_free(sh->buckets);
 	sh->buckets = nbk;
 	sh->nbuckets = nb;
 }
 
-struct kvp_porec *kvp_pfx_oinsert(struct kvp_poshard *sh, kvp_owner key)
+struct kvp_porec *kvpi_pfx_oinsert(struct kvp_poshard *sh, kvp_owner key)
 {
 	struct kvp_porec *r = sh->spare;
 	if (r) {
 		sh->spare = r->next;
 		sh->n_spare--;
 	} else {
-		r = kvp_sys_calloc(1, sizeof(*r), 64);
+		r = kvpi_sys_calloc(1, sizeof(*r), 64);
 		if (!r)
 			return NULL;
 	}
@@ -130,7 +130,7 @@ struct kvp_porec *kvp_pfx_oinsert(struct kvp_poshard *sh, kvp_owner key)
 	return r;
 }
 
-void kvp_pfx_oremove(struct kvp_poshard *sh, struct kvp_porec *r)
+void kvpi_pfx_oremove(struct kvp_poshard *sh, struct kvp_porec *r)
 {
 	struct kvp_porec **pp = bucket_of(sh, r->key);
 	while (*pp != r)
@@ -156,13 +156,13 @@ static void compact(struct kvp_prefix *pf, struct kvp_porec *r)
 			continue;
 		r->ids[j] = id;
 		/* relaxed: a hint (see the header). */
-		atomic_store_explicit(&kvp_pfx_side(pf, id)->pos_hint, j, memory_order_relaxed);
+		atomic_store_explicit(&kvpi_pfx_side(pf, id)->pos_hint, j, memory_order_relaxed);
 		j++;
 	}
 	r->len = j;
 }
 
-int kvp_pfx_oreserve(struct kvp_prefix *pf, struct kvp_porec *r, uint32_t extra)
+int kvpi_pfx_oreserve(struct kvp_prefix *pf, struct kvp_porec *r, uint32_t extra)
 {
 	if (r->len + extra <= r->cap)
 		return 0;
@@ -175,29 +175,29 @@ int kvp_pfx_oreserve(struct kvp_prefix *pf, struct kvp_porec *r, uint32_t extra)
 		cap *= 2;
 	if (cap > UINT32_MAX)
 		return -1;
-	uint32_t *ids = kvp_sys_alloc(cap * sizeof(uint32_t), 64);
+	uint32_t *ids = kvpi_sys_alloc(cap * sizeof(uint32_t), 64);
 	if (!ids)
 		return -1;
 	if (r->len)
 		memcpy(ids, r->ids, (size_t)r->len * sizeof(uint32_t));
-	kvp_sys_free(r->ids);
+	kvpi_sys_free(r->ids);
 	r->ids = ids;
 	r->cap = (uint32_t)cap;
 	return 0;
 }
 
-void kvp_pfx_oappend(struct kvp_prefix *pf, struct kvp_porec *r, uint32_t id)
+void kvpi_pfx_oappend(struct kvp_prefix *pf, struct kvp_porec *r, uint32_t id)
 {
 	/* relaxed: a hint. */
-	atomic_store_explicit(&kvp_pfx_side(pf, id)->pos_hint, r->len, memory_order_relaxed);
+	atomic_store_explicit(&kvpi_pfx_side(pf, id)->pos_hint, r->len, memory_order_relaxed);
 	r->ids[r->len++] = id;
 	r->count++;
 }
 
-int64_t kvp_pfx_ofind_pos(struct kvp_prefix *pf, const struct kvp_porec *r, uint32_t id)
+int64_t kvpi_pfx_ofind_pos(struct kvp_prefix *pf, const struct kvp_porec *r, uint32_t id)
 {
 	/* relaxed: a hint, checked against the array. */
-	uint32_t h = atomic_load_explicit(&kvp_pfx_side(pf, id)->pos_hint, memory_order_relaxed);
+	uint32_t h = atomic_load_explicit(&kvpi_pfx_side(pf, id)->pos_hint, memory_order_relaxed);
 	if (h < r->len && r->ids[h] == id)
 		return h;
 	for (uint32_t i = r->len; i-- > 0;)
@@ -206,7 +206,7 @@ int64_t kvp_pfx_ofind_pos(struct kvp_prefix *pf, const struct kvp_porec *r, uint
 	return -1;
 }
 
-void kvp_pfx_oremove_at(struct kvp_porec *r, uint32_t pos)
+void kvpi_pfx_oremove_at(struct kvp_porec *r, uint32_t pos)
 {
 	r->ids[pos] = KVP_NO_ID;
 	r->count--;

@@ -8,7 +8,7 @@
  * live on the ordinary block path (magazines and free stacks,
  * lib/pool/pool_blocks.c), whose growth is switched off in prefix mode: a
  * request first takes uncached free blocks, then evicts cached ones, and
- * only then grows (kvp_pfx_get_blocks).
+ * only then grows (kvpi_pfx_get_blocks).
  *
  * Dropping a hold (drop_hold) runs under the holder's owner shard mutex
  * and the block's stripe mutex: the last hold of a published block makes
@@ -29,15 +29,15 @@ typedef uint32_t __attribute__((may_alias)) u32_alias;
 static void end_call(struct kvp_pool *p, struct kvp_tslot *s, bool mutated)
 {
 	if (mutated)
-		kvp_history_tick(p, s);
-	kvp_tslot_put(p, s);
+		kvpi_history_tick(p, s);
+	kvpi_tslot_put(p, s);
 }
 
 static int fail_call(struct kvp_pool *p, struct kvp_tslot *s, int rc)
 {
 	if (rc == KVP_EEXHAUSTED) {
-		kvp_ctr_add(s, KVP_C_EXHAUSTED, 1);
-		kvp_history_record(p);
+		kvpi_ctr_add(s, KVP_C_EXHAUSTED, 1);
+		kvpi_history_record(p);
 	}
 	end_call(p, s, false);
 	return rc;
@@ -48,11 +48,11 @@ static int fail_call(struct kvp_pool *p, struct kvp_tslot *s, int rc)
 static uint32_t stamp(struct kvp_pool *p, uint32_t id, uint32_t used, uint64_t flags,
                       kvp_owner owner, kvp_format format, bool *reused)
 {
-	struct kvp_block *b = kvp_bt_block(&p->bt, id);
-	struct kvp_pside *e = kvp_pfx_side(p->prefix, id);
+	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+	struct kvp_pside *e = kvpi_pfx_side(p->prefix, id);
 	/* relaxed: we hold the block exclusively. */
 	uint64_t old = atomic_load_explicit(&b->state, memory_order_relaxed);
-	uint32_t gen = kvp_st_gen(old) + 1;
+	uint32_t gen = kvpi_st_gen(old) + 1;
 	if (gen == 0)
 		gen = 1;
 	*reused = (old & KVP_ST_EVER) != 0;
@@ -63,17 +63,17 @@ static uint32_t stamp(struct kvp_pool *p, uint32_t id, uint32_t used, uint64_t f
 	atomic_store_explicit(&b->owner, owner, memory_order_release);
 	/* release: readers that acquire the state see the fields above. */
 	atomic_store_explicit(&b->state,
-	                      kvp_st_make(gen, used, KVP_ST_IN_USE | KVP_ST_EVER | flags,
-	                                  kvp_st_stream(old), (uint32_t)format),
+	                      kvpi_st_make(gen, used, KVP_ST_IN_USE | KVP_ST_EVER | flags,
+	                                   kvpi_st_stream(old), (uint32_t)format),
 	                      memory_order_release);
 	return gen;
 }
 
-int kvp_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
-                       uint32_t k)
+int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
+                        uint32_t k)
 {
 	/* Uncached free blocks (the pool's own growth is off in prefix mode). */
-	if (kvp_get_blocks(p, s, si, ids, k) == KVP_OK)
+	if (kvpi_get_blocks(p, s, si, ids, k) == KVP_OK)
 		return KVP_OK;
 	struct kvp_prefix *pf = p->prefix;
 	struct kvp_freestack *fs = &p->fs[si];
@@ -88,9 +88,9 @@ int kvp_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_
 	 */
 	/* seq_cst: the store half of the magazine Dekker pair (lib/pool/tslot.h). */
 	atomic_fetch_add_explicit(&p->starving[si], 1, memory_order_seq_cst);
-	kvp_drain_magazines(p, si, 0);
-	uint32_t r = kvp_fs_reserve(fs, 1, k), e = 0;
-	uint64_t c = kvp_pfx_n_cached(pf, si);
+	kvpi_drain_magazines(p, si, 0);
+	uint32_t r = kvpi_fs_reserve(fs, 1, k), e = 0;
+	uint64_t c = kvpi_pfx_n_cached(pf, si);
 	if ((uint64_t)r + c < k) {
 		uint64_t shortfall = k - r - c;
 		/* relaxed: a pre-check; growth checks again under grow_lock. */
@@ -99,68 +99,68 @@ int kvp_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_
 			rc = KVP_EEXHAUSTED; /* nothing evicted */
 	}
 	if (rc == KVP_OK)
-		e = kvp_pfx_evict(p, s, si, ids + r, k - r);
+		e = kvpi_pfx_evict(p, s, si, ids + r, k - r);
 	uint32_t rest = k - r - e;
 	if (rc == KVP_OK && rest && !pf->grow) {
 		rc = KVP_EEXHAUSTED;
 	} else if (rc == KVP_OK && rest) {
 		/* As the plain pool: no read-side section across the wait. */
-		kvp_rcu_read_unlock();
+		kvpi_rcu_read_unlock();
 		pthread_mutex_lock(&p->grow_lock);
 		/* relaxed: managed changes only under grow_lock. */
 		uint64_t managed = atomic_load_explicit(&p->managed, memory_order_relaxed);
 		if (managed + rest > p->max_blocks) {
 			rc = KVP_EEXHAUSTED;
 		} else {
-			rc = kvp_grow_locked(p, si, rest, ids + r + e);
+			rc = kvpi_grow_locked(p, si, rest, ids + r + e);
 			if (rc == KVP_OK) {
-				kvp_ctr_add(s, KVP_C_GROWN, rest);
-				kvp_history_record(p);
+				kvpi_ctr_add(s, KVP_C_GROWN, rest);
+				kvpi_history_record(p);
 			}
 		}
 		pthread_mutex_unlock(&p->grow_lock);
-		kvp_rcu_read_lock();
+		kvpi_rcu_read_lock();
 	}
 	if (rc != KVP_OK) {
 		/* Lost a race for the cached blocks: give back what we took
 		 * (the evicted ones as plain free blocks). */
 		if (r)
-			kvp_fs_unreserve(fs, r);
-		kvp_fs_push_ids(fs, &p->bt, ids + r, e);
+			kvpi_fs_unreserve(fs, r);
+		kvpi_fs_push_ids(fs, &p->bt, ids + r, e);
 	} else if (r) {
-		kvp_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);
+		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);
 	}
 	/* release: nothing to publish; only lifts the bypass. */
 	atomic_fetch_sub_explicit(&p->starving[si], 1, memory_order_release);
 	return rc;
 }
 
-int kvp_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner owner,
-                     kvp_format format, kvp_ref *refs, uint32_t nb)
+int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner owner,
+                      kvp_format format, kvp_ref *refs, uint32_t nb)
 {
 	struct kvp_prefix *pf = p->prefix;
-	struct kvp_tslot *s = kvp_tslot_get(p);
-	struct kvp_poshard *sh = kvp_pfx_oshard(pf, owner);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
+	struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
 	u32_alias *ids = (u32_alias *)refs;
 	uint32_t bs = p->block_size;
 
-	kvp_rcu_read_lock();
+	kvpi_rcu_read_lock();
 	/* The owner's shard mutex for the whole call, as in the plain pool. */
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_porec *r = kvp_pfx_ofind(sh, owner);
+	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
 	bool made = false;
 	if (!r) {
-		r = kvp_pfx_oinsert(sh, owner);
+		r = kvpi_pfx_oinsert(sh, owner);
 		made = true;
 	}
 	int rc = KVP_ENOMEM;
-	if (r && kvp_pfx_oreserve(pf, r, nb) == 0)
-		rc = kvp_pfx_get_blocks(p, s, si, (kvp_u32_alias *)ids, nb);
+	if (r && kvpi_pfx_oreserve(pf, r, nb) == 0)
+		rc = kvpi_pfx_get_blocks(p, s, si, (kvp_u32_alias *)ids, nb);
 	if (rc != KVP_OK) {
 		if (r && made)
-			kvp_pfx_oremove(sh, r);
+			kvpi_pfx_oremove(sh, r);
 		pthread_mutex_unlock(&sh->lock);
-		kvp_rcu_read_unlock();
+		kvpi_rcu_read_unlock();
 		return fail_call(p, s, rc);
 	}
 	uint64_t reused = 0;
@@ -169,42 +169,42 @@ int kvp_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner ow
 		bool re;
 		stamp(p, ids[i], i + 1 < nb ? bs : last_used, 0, owner, format, &re);
 		reused += re;
-		kvp_pfx_oappend(pf, r, ids[i]);
+		kvpi_pfx_oappend(pf, r, ids[i]);
 	}
 	/* Widen ids to refs from the end (refs[i] covers ids[2i], ids[2i+1]). */
 	for (uint32_t i = nb; i-- > 0;) {
 		uint32_t id = ids[i];
 		/* relaxed: we stamped it, and hold its owner's shard mutex. */
 		uint64_t st =
-		    atomic_load_explicit(&kvp_bt_block(&p->bt, id)->state, memory_order_relaxed);
-		refs[i] = KVP_MAKE_REF(id, kvp_st_gen(st));
+		    atomic_load_explicit(&kvpi_bt_block(&p->bt, id)->state, memory_order_relaxed);
+		refs[i] = KVP_MAKE_REF(id, kvpi_st_gen(st));
 	}
 	pthread_mutex_unlock(&sh->lock);
-	kvp_ctr_add(s, KVP_C_ALLOCS, nb);
-	kvp_ctr_add(s, KVP_C_REUSED, reused);
-	kvp_ctr_add(s, KVP_C_NOT_FULL, last_used < bs);
-	kvp_account_in_use(p, s, nb);
-	kvp_rcu_read_unlock();
+	kvpi_ctr_add(s, KVP_C_ALLOCS, nb);
+	kvpi_ctr_add(s, KVP_C_REUSED, reused);
+	kvpi_ctr_add(s, KVP_C_NOT_FULL, last_used < bs);
+	kvpi_account_in_use(p, s, nb);
+	kvpi_rcu_read_unlock();
 	end_call(p, s, true);
 	return KVP_OK;
 }
 
-int kvp_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref *out)
+int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref *out)
 {
-	struct kvp_tslot *s = kvp_tslot_get(p);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
 	uint32_t id;
-	kvp_rcu_read_lock();
-	int rc = kvp_pfx_get_blocks(p, s, si, &id, 1);
+	kvpi_rcu_read_lock();
+	int rc = kvpi_pfx_get_blocks(p, s, si, &id, 1);
 	if (rc != KVP_OK) {
-		kvp_rcu_read_unlock();
+		kvpi_rcu_read_unlock();
 		return fail_call(p, s, rc);
 	}
 	bool re;
 	uint32_t gen = stamp(p, id, p->block_size, KVP_ST_RAW, 0, format, &re);
-	kvp_ctr_add(s, KVP_C_ALLOCS, 1);
-	kvp_ctr_add(s, KVP_C_REUSED, re);
-	kvp_account_in_use(p, s, 1);
-	kvp_rcu_read_unlock();
+	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
+	kvpi_ctr_add(s, KVP_C_REUSED, re);
+	kvpi_account_in_use(p, s, 1);
+	kvpi_rcu_read_unlock();
 	end_call(p, s, true);
 	*out = KVP_MAKE_REF(id, gen);
 	return KVP_OK;
@@ -223,9 +223,9 @@ static void acc_flush(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a, in
 	if (a->n[si] == 0)
 		return;
 	/* Counted before the push (see lib/pool/pool_alloc.c). */
-	kvp_ctr_add(s, KVP_C_FREES, a->n[si]);
-	kvp_account_in_use(p, s, -(int64_t)a->n[si]);
-	kvp_put_blocks(p, s, si, a->ids[si], a->n[si]);
+	kvpi_ctr_add(s, KVP_C_FREES, a->n[si]);
+	kvpi_account_in_use(p, s, -(int64_t)a->n[si]);
+	kvpi_put_blocks(p, s, si, a->ids[si], a->n[si]);
 	a->n[si] = 0;
 }
 
@@ -241,15 +241,15 @@ static enum drop drop_hold(struct kvp_pool *p, struct kvp_tslot *s, uint32_t id,
                            bool any_gen, kvp_owner owner, uint64_t *st_out)
 {
 	struct kvp_prefix *pf = p->prefix;
-	struct kvp_block *b = kvp_bt_block(&p->bt, id);
-	struct kvp_pside *e = kvp_pfx_side(pf, id);
-	pthread_mutex_t *lk = kvp_pfx_stripe(pf, id);
+	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+	struct kvp_pside *e = kvpi_pfx_side(pf, id);
+	pthread_mutex_t *lk = kvpi_pfx_stripe(pf, id);
 	enum drop d;
 
 	pthread_mutex_lock(lk);
 	/* acquire: see the state and the holders' writes. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if ((!any_gen && kvp_st_gen(st) != gen) || !(st & KVP_ST_IN_USE)) {
+	if ((!any_gen && kvpi_st_gen(st) != gen) || !(st & KVP_ST_IN_USE)) {
 		pthread_mutex_unlock(lk);
 		return D_STALE;
 	}
@@ -264,15 +264,15 @@ static enum drop drop_hold(struct kvp_pool *p, struct kvp_tslot *s, uint32_t id,
 		d = D_KEPT;
 	} else if (st & KVP_ST_PUBLISHED) {
 		/* Counted before a match can take it again. */
-		kvp_ctr_add(s, KVP_C_FREES, 1);
-		kvp_account_in_use(p, s, -1);
+		kvpi_ctr_add(s, KVP_C_FREES, 1);
+		kvpi_account_in_use(p, s, -1);
 		/* release: a match or evictor (acquire) sees the holders' writes.
 		 * No CAS needed: set_used refuses a published block, and every
 		 * other writer of an in-use block's state holds this mutex. */
 		atomic_store_explicit(&b->state,
 		                      (st & ~(KVP_ST_IN_USE | KVP_ST_RAW)) | KVP_ST_CACHED,
 		                      memory_order_release);
-		kvp_pfx_lru_insert(pf, kvp_pfx_si(p, st), id);
+		kvpi_pfx_lru_insert(pf, kvpi_pfx_si(p, st), id);
 		d = D_CACHED;
 	} else {
 		/* acq_rel: set_used may race (it takes no mutex); acquire orders
@@ -298,8 +298,8 @@ static void note(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a, enum dr
 	a->changed = true;
 	if (d != D_FREED)
 		return;
-	int si = kvp_pfx_si(p, st);
-	a->not_full += kvp_st_used(st) < p->block_size;
+	int si = kvpi_pfx_si(p, st);
+	a->not_full += kvpi_st_used(st) < p->block_size;
 	a->ids[si][a->n[si]++] = id;
 	if (a->n[si] == FREE_BATCH)
 		acc_flush(p, s, a, si);
@@ -309,8 +309,8 @@ static void acc_finish(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a)
 {
 	for (int si = 0; si < 2; si++)
 		acc_flush(p, s, a, si);
-	kvp_ctr_add(s, KVP_C_STALE, a->stale);
-	kvp_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - a->not_full);
+	kvpi_ctr_add(s, KVP_C_STALE, a->stale);
+	kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - a->not_full);
 }
 
 static void acc_init(struct acc *a)
@@ -325,28 +325,28 @@ static bool shared_now(struct kvp_pool *p, kvp_ref ref)
 {
 	uint32_t id = KVP_REF_ID(ref);
 	struct kvp_prefix *pf = p->prefix;
-	pthread_mutex_t *lk = kvp_pfx_stripe(pf, id);
+	pthread_mutex_t *lk = kvpi_pfx_stripe(pf, id);
 	pthread_mutex_lock(lk);
 	/* acquire: see the hand-out's fields. relaxed holders: under the mutex. */
-	uint64_t st = atomic_load_explicit(&kvp_bt_block(&p->bt, id)->state, memory_order_acquire);
+	uint64_t st = atomic_load_explicit(&kvpi_bt_block(&p->bt, id)->state, memory_order_acquire);
 	bool shared =
-	    kvp_st_gen(st) == KVP_REF_GEN(ref) && (st & KVP_ST_IN_USE) &&
-	    atomic_load_explicit(&kvp_pfx_side(pf, id)->holders, memory_order_relaxed) >= 2;
+	    kvpi_st_gen(st) == KVP_REF_GEN(ref) && (st & KVP_ST_IN_USE) &&
+	    atomic_load_explicit(&kvpi_pfx_side(pf, id)->holders, memory_order_relaxed) >= 2;
 	pthread_mutex_unlock(lk);
 	return shared;
 }
 
-int kvp_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
+int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
 {
 	struct kvp_prefix *pf = p->prefix;
-	struct kvp_tslot *s = kvp_tslot_get(p);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
 	struct kvp_poshard *held = NULL;
 	struct acc a;
 	acc_init(&a);
-	kvp_rcu_read_lock();
+	kvpi_rcu_read_lock();
 	for (size_t i = 0; i < n; i++) {
 		if (shared_now(p, refs[i])) {
-			kvp_rcu_read_unlock();
+			kvpi_rcu_read_unlock();
 			end_call(p, s, false);
 			return KVP_EINVAL;
 		}
@@ -356,10 +356,10 @@ int kvp_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
 	 * match racing with this call keeps its own). */
 	for (size_t i = n; i-- > 0;) {
 		uint32_t id = KVP_REF_ID(refs[i]), gen = KVP_REF_GEN(refs[i]);
-		struct kvp_block *b = kvp_bt_block(&p->bt, id);
+		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
 		/* acquire: pairs with the hand-out's release. */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire), fst = 0;
-		if (kvp_st_gen(st) != gen || !(st & KVP_ST_IN_USE)) {
+		if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE)) {
 			a.stale++;
 			continue;
 		}
@@ -370,78 +370,78 @@ int kvp_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
 		}
 		/* relaxed: checked below under the owner's shard mutex. */
 		kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
-		struct kvp_poshard *sh = kvp_pfx_oshard(pf, owner);
+		struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
 		if (sh != held) {
 			if (held)
 				pthread_mutex_unlock(&held->lock);
 			pthread_mutex_lock(&sh->lock);
 			held = sh;
 		}
-		struct kvp_porec *r = kvp_pfx_ofind(sh, owner);
-		int64_t pos = r ? kvp_pfx_ofind_pos(pf, r, id) : -1;
+		struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
+		int64_t pos = r ? kvpi_pfx_ofind_pos(pf, r, id) : -1;
 		if (pos < 0) {
 			a.stale++;
 			continue;
 		}
 		enum drop d = drop_hold(p, s, id, gen, false, owner, &fst);
 		if (d != D_STALE) {
-			kvp_pfx_oremove_at(r, (uint32_t)pos);
+			kvpi_pfx_oremove_at(r, (uint32_t)pos);
 			if (r->count == 0 && !r->registered)
-				kvp_pfx_oremove(sh, r);
+				kvpi_pfx_oremove(sh, r);
 		}
 		note(p, s, &a, d, fst, id);
 	}
 	if (held)
 		pthread_mutex_unlock(&held->lock);
 	acc_finish(p, s, &a);
-	kvp_rcu_read_unlock();
+	kvpi_rcu_read_unlock();
 	end_call(p, s, a.changed);
 	return KVP_OK;
 }
 
-int kvp_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n)
+int kvpi_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n)
 {
 	struct kvp_prefix *pf = p->prefix;
-	struct kvp_tslot *s = kvp_tslot_get(p);
-	struct kvp_poshard *sh = kvp_pfx_oshard(pf, owner);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
+	struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
 	struct acc a;
 	acc_init(&a);
-	kvp_rcu_read_lock();
+	kvpi_rcu_read_lock();
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_porec *r = kvp_pfx_ofind(sh, owner);
+	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
 	for (size_t i = n; i-- > 0;) {
 		uint32_t id = KVP_REF_ID(refs[i]);
-		int64_t pos = r ? kvp_pfx_ofind_pos(pf, r, id) : -1;
+		int64_t pos = r ? kvpi_pfx_ofind_pos(pf, r, id) : -1;
 		uint64_t fst = 0;
 		enum drop d = D_STALE;
 		if (pos >= 0)
 			d = drop_hold(p, s, id, KVP_REF_GEN(refs[i]), false, owner, &fst);
 		if (d != D_STALE)
-			kvp_pfx_oremove_at(r, (uint32_t)pos);
+			kvpi_pfx_oremove_at(r, (uint32_t)pos);
 		note(p, s, &a, d, fst, id);
 	}
 	if (r && r->count == 0 && !r->registered)
-		kvp_pfx_oremove(sh, r);
+		kvpi_pfx_oremove(sh, r);
 	pthread_mutex_unlock(&sh->lock);
 	acc_finish(p, s, &a);
-	kvp_rcu_read_unlock();
+	kvpi_rcu_read_unlock();
 	end_call(p, s, a.changed);
 	return KVP_OK;
 }
 
-int kvp_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
+int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 {
 	struct kvp_prefix *pf = p->prefix;
-	struct kvp_tslot *s = kvp_tslot_get(p);
-	struct kvp_poshard *sh = kvp_pfx_oshard(pf, owner);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
+	struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
 	struct acc a;
 	acc_init(&a);
-	kvp_rcu_read_lock();
+	kvpi_rcu_read_lock();
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_porec *r = kvp_pfx_ofind(sh, owner);
+	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
 	if (!r) {
 		pthread_mutex_unlock(&sh->lock);
-		kvp_rcu_read_unlock();
+		kvpi_rcu_read_unlock();
 		end_call(p, s, false);
 		return KVP_ENOENT;
 	}
@@ -455,22 +455,22 @@ int kvp_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 		enum drop d = drop_hold(p, s, id, 0, true, owner, &fst);
 		note(p, s, &a, d, fst, id);
 	}
-	kvp_pfx_oremove(sh, r);
+	kvpi_pfx_oremove(sh, r);
 	pthread_mutex_unlock(&sh->lock);
 	acc_finish(p, s, &a);
-	kvp_rcu_read_unlock();
+	kvpi_rcu_read_unlock();
 	end_call(p, s, true);
 	return KVP_OK;
 }
 
-int kvp_pfx_blocks_for(struct kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size_t *n)
+int kvpi_pfx_blocks_for(struct kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size_t *n)
 {
 	struct kvp_prefix *pf = p->prefix;
-	struct kvp_poshard *sh = kvp_pfx_oshard(pf, owner);
+	struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
 	int rc = KVP_OK;
-	kvp_rcu_read_lock();
+	kvpi_rcu_read_lock();
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_porec *r = kvp_pfx_ofind(sh, owner);
+	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
 	if (!r) {
 		rc = KVP_ENOENT;
 	} else if (r->count > cap) {
@@ -484,26 +484,26 @@ int kvp_pfx_blocks_for(struct kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_
 				continue;
 			/* relaxed: a held block keeps its generation; the shard
 			 * mutex orders its hand-out before us. */
-			uint64_t st = atomic_load_explicit(&kvp_bt_block(&p->bt, id)->state,
+			uint64_t st = atomic_load_explicit(&kvpi_bt_block(&p->bt, id)->state,
 			                                   memory_order_relaxed);
-			refs[k++] = KVP_MAKE_REF(id, kvp_st_gen(st));
+			refs[k++] = KVP_MAKE_REF(id, kvpi_st_gen(st));
 		}
 		*n = k;
 	}
 	pthread_mutex_unlock(&sh->lock);
-	kvp_rcu_read_unlock();
+	kvpi_rcu_read_unlock();
 	return rc;
 }
 
-int kvp_pfx_register_owner(struct kvp_pool *p, kvp_owner owner)
+int kvpi_pfx_register_owner(struct kvp_pool *p, kvp_owner owner)
 {
-	struct kvp_poshard *sh = kvp_pfx_oshard(p->prefix, owner);
+	struct kvp_poshard *sh = kvpi_pfx_oshard(p->prefix, owner);
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_porec *r = kvp_pfx_ofind(sh, owner);
+	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
 	if (r)
 		rc = KVP_EOWNER;
-	else if (!(r = kvp_pfx_oinsert(sh, owner)))
+	else if (!(r = kvpi_pfx_oinsert(sh, owner)))
 		rc = KVP_ENOMEM;
 	else
 		r->registered = true;
@@ -511,18 +511,18 @@ int kvp_pfx_register_owner(struct kvp_pool *p, kvp_owner owner)
 	return rc;
 }
 
-int kvp_pfx_release_owner(struct kvp_pool *p, kvp_owner owner)
+int kvpi_pfx_release_owner(struct kvp_pool *p, kvp_owner owner)
 {
-	struct kvp_poshard *sh = kvp_pfx_oshard(p->prefix, owner);
+	struct kvp_poshard *sh = kvpi_pfx_oshard(p->prefix, owner);
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_porec *r = kvp_pfx_ofind(sh, owner);
+	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
 	if (!r) {
 		rc = KVP_ENOENT;
 	} else {
 		r->registered = false;
 		if (r->count == 0)
-			kvp_pfx_oremove(sh, r);
+			kvpi_pfx_oremove(sh, r);
 	}
 	pthread_mutex_unlock(&sh->lock);
 	return rc;
@@ -533,48 +533,48 @@ static uint64_t evict_to_free(struct kvp_pool *p, int si, uint64_t n)
 {
 	uint32_t ids[FREE_BATCH];
 	uint64_t done = 0;
-	struct kvp_tslot *s = kvp_tslot_get(p);
+	struct kvp_tslot *s = kvpi_tslot_get(p);
 	while (done < n) {
 		uint32_t want = n - done < FREE_BATCH ? (uint32_t)(n - done) : FREE_BATCH;
-		kvp_rcu_read_lock();
-		uint32_t e = kvp_pfx_evict(p, s, si, ids, want);
-		kvp_fs_push_ids(&p->fs[si], &p->bt, ids, e);
-		kvp_rcu_read_unlock();
+		kvpi_rcu_read_lock();
+		uint32_t e = kvpi_pfx_evict(p, s, si, ids, want);
+		kvpi_fs_push_ids(&p->fs[si], &p->bt, ids, e);
+		kvpi_rcu_read_unlock();
 		done += e;
 		if (e < want)
 			break;
 	}
-	kvp_tslot_put(p, s);
+	kvpi_tslot_put(p, s);
 	return done;
 }
 
-int kvp_pfx_shrink(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired)
+int kvpi_pfx_shrink(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired)
 {
 	struct kvp_prefix *pf = p->prefix;
 	uint32_t k1 = 0, k2 = 0;
 	/* Uncached free blocks first: keep target_free - cached of them. */
-	uint64_t c = kvp_pfx_n_cached(pf, si);
+	uint64_t c = kvpi_pfx_n_cached(pf, si);
 	uint32_t t1 = target_free > c ? target_free - (uint32_t)c : 0;
-	int rc = kvp_shrink_stream(p, si, t1, &k1);
+	int rc = kvpi_shrink_stream(p, si, t1, &k1);
 	if (rc == KVP_OK && c > target_free && evict_to_free(p, si, c - target_free) > 0) {
 		/* Then cached ones: evicted to the free stack, and retired. */
-		uint64_t c2 = kvp_pfx_n_cached(pf, si);
+		uint64_t c2 = kvpi_pfx_n_cached(pf, si);
 		uint32_t t2 = target_free > c2 ? target_free - (uint32_t)c2 : 0;
-		rc = kvp_shrink_stream(p, si, t2, &k2);
+		rc = kvpi_shrink_stream(p, si, t2, &k2);
 	}
 	if (n_retired)
 		*n_retired = k1 + k2;
 	return rc;
 }
 
-int kvp_pfx_block_get(struct kvp_pool *p, kvp_ref ref, kvp_block_info *out)
+int kvpi_pfx_block_get(struct kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 {
 	int rc = KVP_ENOENT;
 	uint32_t id = KVP_REF_ID(ref);
-	kvp_rcu_read_lock();
+	kvpi_rcu_read_lock();
 	if (id < kvp_pool_n_ids(p)) {
-		struct kvp_block *b = kvp_bt_block(&p->bt, id);
-		struct kvp_pside *e = kvp_pfx_side(p->prefix, id);
+		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+		struct kvp_pside *e = kvpi_pfx_side(p->prefix, id);
 		uint64_t st, st2;
 		kvp_owner owner;
 		uint32_t holders;
@@ -587,11 +587,11 @@ int kvp_pfx_block_get(struct kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 			atomic_thread_fence(memory_order_acquire);
 			st2 = atomic_load_explicit(&b->state, memory_order_relaxed);
 		} while (st != st2);
-		if (kvp_st_gen(st) == KVP_REF_GEN(ref) && !(st & KVP_ST_RETIRED)) {
+		if (kvpi_st_gen(st) == KVP_REF_GEN(ref) && !(st & KVP_ST_RETIRED)) {
 			out->id = id;
-			out->stream = (kvp_stream)kvp_st_stream(st);
-			out->format = (kvp_format)kvp_st_format(st);
-			out->n_used = kvp_st_used(st);
+			out->stream = (kvp_stream)kvpi_st_stream(st);
+			out->format = (kvp_format)kvpi_st_format(st);
+			out->n_used = kvpi_st_used(st);
 			out->in_use = (st & KVP_ST_IN_USE) != 0;
 			out->ever_allocated = (st & KVP_ST_EVER) != 0;
 			out->owner = out->in_use ? owner : 0;
@@ -600,6 +600,6 @@ int kvp_pfx_block_get(struct kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 			rc = KVP_OK;
 		}
 	}
-	kvp_rcu_read_unlock();
+	kvpi_rcu_read_unlock();
 	return rc;
 }

@@ -17,7 +17,7 @@
 
 #include <math.h>
 
-bool kvp_codec_supported(kvp_format f)
+bool kvpi_codec_supported(kvp_format f)
 {
 	return f == KVP_FP32 || f == KVP_FP16 || f == KVP_BF16 || f == KVP_INT8 || f == KVP_INT4;
 }
@@ -45,11 +45,11 @@ static bool is_quantized(kvp_format f)
 	return f == KVP_INT8 || f == KVP_INT4;
 }
 
-size_t kvp_codec_row_bytes(kvp_format f, uint32_t row_dim)
+size_t kvpi_codec_row_bytes(kvp_format f, uint32_t row_dim)
 {
 	uint64_t b;
 
-	if (!kvp_codec_supported(f) || row_dim == 0)
+	if (!kvpi_codec_supported(f) || row_dim == 0)
 		return 0;
 	b = code_bytes(f, row_dim);
 	if (is_quantized(f))
@@ -57,12 +57,12 @@ size_t kvp_codec_row_bytes(kvp_format f, uint32_t row_dim)
 	return b > UINT32_MAX ? 0 : (size_t)b;
 }
 
-int kvp_codec_check(kvp_format f, const float *src, size_t n_rows, uint32_t row_dim)
+int kvpi_codec_check(kvp_format f, const float *src, size_t n_rows, uint32_t row_dim)
 {
 	size_t i, n = n_rows * row_dim;
 	int bad = 0;
 
-	if (!kvp_codec_supported(f))
+	if (!kvpi_codec_supported(f))
 		return KVP_EINVAL;
 	if (!is_quantized(f))
 		return KVP_OK;
@@ -146,13 +146,13 @@ static void encode_row(kvp_format f, uint8_t *restrict dst, const float *restric
 	case KVP_FP16: {
 		uint16_t *restrict h = (uint16_t *)dst;
 		for (i = 0; i < n; i++)
-			h[i] = kvp_f32_to_f16(x[i]);
+			h[i] = kvpi_f32_to_f16(x[i]);
 		break;
 	}
 	case KVP_BF16: {
 		uint16_t *restrict h = (uint16_t *)dst;
 		for (i = 0; i < n; i++)
-			h[i] = kvp_f32_to_bf16(x[i]);
+			h[i] = kvpi_f32_to_bf16(x[i]);
 		break;
 	}
 	case KVP_INT8:
@@ -166,9 +166,9 @@ static void encode_row(kvp_format f, uint8_t *restrict dst, const float *restric
 	}
 }
 
-void kvp_codec_encode(kvp_format f, void *dst, const float *src, size_t n_rows, uint32_t row_dim)
+void kvpi_codec_encode(kvp_format f, void *dst, const float *src, size_t n_rows, uint32_t row_dim)
 {
-	size_t rb = kvp_codec_row_bytes(f, row_dim), r;
+	size_t rb = kvpi_codec_row_bytes(f, row_dim), r;
 
 	for (r = 0; r < n_rows && rb; r++) {
 		uint8_t *row = (uint8_t *)dst + r * rb;
@@ -192,8 +192,8 @@ static inline int nibble(const uint8_t *q, uint32_t i)
 	return ((b & 15) ^ 8) - 8;
 }
 
-void kvp_codec_decode_range(kvp_format f, float *restrict dst, const void *restrict row,
-                            uint32_t start, uint32_t count)
+void kvpi_codec_decode_range(kvp_format f, float *restrict dst, const void *restrict row,
+                             uint32_t start, uint32_t count)
 {
 	const uint8_t *p = row;
 	uint32_t i;
@@ -205,13 +205,13 @@ void kvp_codec_decode_range(kvp_format f, float *restrict dst, const void *restr
 	case KVP_FP16: {
 		const uint16_t *restrict h = (const uint16_t *)p + start;
 		for (i = 0; i < count; i++)
-			dst[i] = kvp_f16_to_f32(h[i]);
+			dst[i] = kvpi_f16_to_f32(h[i]);
 		break;
 	}
 	case KVP_BF16: {
 		const uint16_t *restrict h = (const uint16_t *)p + start;
 		for (i = 0; i < count; i++)
-			dst[i] = kvp_bf16_to_f32(h[i]);
+			dst[i] = kvpi_bf16_to_f32(h[i]);
 		break;
 	}
 	case KVP_INT8: {
@@ -246,11 +246,11 @@ void kvp_codec_decode_range(kvp_format f, float *restrict dst, const void *restr
 	}
 }
 
-void kvp_codec_decode(kvp_format f, float *dst, const void *src, size_t n_rows, uint32_t row_dim)
+void kvpi_codec_decode(kvp_format f, float *dst, const void *src, size_t n_rows, uint32_t row_dim)
 {
-	size_t rb = kvp_codec_row_bytes(f, row_dim), r;
+	size_t rb = kvpi_codec_row_bytes(f, row_dim), r;
 
 	for (r = 0; r < n_rows && rb; r++)
-		kvp_codec_decode_range(f, dst + r * row_dim, (const uint8_t *)src + r * rb, 0,
-		                       row_dim);
+		kvpi_codec_decode_range(f, dst + r * row_dim, (const uint8_t *)src + r * rb, 0,
+		                        row_dim);
 }

@@ -2,7 +2,7 @@
  * lib/storage/codec.h - row codecs for block storage: fp32, fp16, bf16, int8, int4.
  *
  * A row is row_dim float elements.  Encoded row layouts (all little-endian,
- * the stride of consecutive rows in a block is kvp_codec_row_bytes()):
+ * the stride of consecutive rows in a block is kvpi_codec_row_bytes()):
  *
  *   fp32  row_dim x float (IEEE binary32), copied bit for bit
  *   fp16  row_dim x uint16 IEEE binary16, round to nearest even;
@@ -19,7 +19,7 @@
  *
  * Special values: fp16 and bf16 keep the sign of zero, keep infinities and
  * turn every NaN into a quiet NaN of the same sign (payload not kept).
- * int8 and int4 cannot represent inf or NaN: kvp_codec_check refuses rows
+ * int8 and int4 cannot represent inf or NaN: kvpi_codec_check refuses rows
  * holding one, and storage turns that into KVP_EINVAL before writing.
  *
  * Error bounds (for the tests and docs/KVCACHE.md): fp16 |d - x| <= 2^-11 |x|
@@ -44,38 +44,38 @@
 #define KVP_INT8_QMAX 127
 #define KVP_INT4_QMAX 7
 
-/** kvp_codec_supported - whether @f has a codec (fp32, fp16, bf16, int8, int4) */
-bool kvp_codec_supported(kvp_format f);
+/** kvpi_codec_supported - whether @f has a codec (fp32, fp16, bf16, int8, int4) */
+bool kvpi_codec_supported(kvp_format f);
 
 /**
- * kvp_codec_row_bytes - bytes of one encoded row of @row_dim elements in @f
+ * kvpi_codec_row_bytes - bytes of one encoded row of @row_dim elements in @f
  *
  * Returns 0 for a format without a codec, row_dim 0, or a size that does not
  * fit in 32 bits.
  */
-size_t kvp_codec_row_bytes(kvp_format f, uint32_t row_dim);
+size_t kvpi_codec_row_bytes(kvp_format f, uint32_t row_dim);
 
 /**
- * kvp_codec_check - whether every value of @n_rows rows can be encoded in @f
+ * kvpi_codec_check - whether every value of @n_rows rows can be encoded in @f
  *
  * Returns KVP_OK, or KVP_EINVAL when @f has no codec or an int8/int4 row
  * holds an infinity or a NaN.
  */
-int kvp_codec_check(kvp_format f, const float *src, size_t n_rows, uint32_t row_dim);
+int kvpi_codec_check(kvp_format f, const float *src, size_t n_rows, uint32_t row_dim);
 
 /**
- * kvp_codec_encode - encode @n_rows rows of @row_dim floats from @src into @dst
+ * kvpi_codec_encode - encode @n_rows rows of @row_dim floats from @src into @dst
  *
- * @dst receives n_rows * kvp_codec_row_bytes(f, row_dim) bytes.  The rows
- * must have passed kvp_codec_check.  No-op for a format without a codec.
+ * @dst receives n_rows * kvpi_codec_row_bytes(f, row_dim) bytes.  The rows
+ * must have passed kvpi_codec_check.  No-op for a format without a codec.
  */
-void kvp_codec_encode(kvp_format f, void *dst, const float *src, size_t n_rows, uint32_t row_dim);
+void kvpi_codec_encode(kvp_format f, void *dst, const float *src, size_t n_rows, uint32_t row_dim);
 
-/** kvp_codec_decode - decode @n_rows encoded rows from @src into floats at @dst */
-void kvp_codec_decode(kvp_format f, float *dst, const void *src, size_t n_rows, uint32_t row_dim);
+/** kvpi_codec_decode - decode @n_rows encoded rows from @src into floats at @dst */
+void kvpi_codec_decode(kvp_format f, float *dst, const void *src, size_t n_rows, uint32_t row_dim);
 
 /**
- * kvp_codec_decode_range - decode elements [@start, @start + @count) of one row
+ * kvpi_codec_decode_range - decode elements [@start, @start + @count) of one row
  * @f:     the format
  * @dst:   receives @count floats
  * @row:   the encoded row (its first byte)
@@ -84,17 +84,17 @@ void kvp_codec_decode(kvp_format f, float *dst, const void *src, size_t n_rows, 
  *
  * Used by attention to decode one head's slice of a token row in place.
  */
-void kvp_codec_decode_range(kvp_format f, float *dst, const void *row, uint32_t start,
-                            uint32_t count);
+void kvpi_codec_decode_range(kvp_format f, float *dst, const void *row, uint32_t start,
+                             uint32_t count);
 
-static inline uint32_t kvp_codec_f2u(float f)
+static inline uint32_t kvpi_codec_f2u(float f)
 {
 	uint32_t u;
 	memcpy(&u, &f, sizeof u);
 	return u;
 }
 
-static inline float kvp_codec_u2f(uint32_t u)
+static inline float kvpi_codec_u2f(uint32_t u)
 {
 	float f;
 	memcpy(&f, &u, sizeof f);
@@ -102,28 +102,29 @@ static inline float kvp_codec_u2f(uint32_t u)
 }
 
 /*
- * kvp_f32_to_f16 - binary32 to binary16, round to nearest even.
+ * kvpi_f32_to_f16 - binary32 to binary16, round to nearest even.
  * After F. Giesen's float_to_half_fast3_rtne: subnormal results come from an
  * FP add that aligns the mantissa (the FPU rounds to nearest even), normal
  * ones from integer rounding with the tie broken by the result's low bit.
  */
-static inline uint16_t kvp_f32_to_f16(float f)
+static inline uint16_t kvpi_f32_to_f16(float f)
 {
 	const uint32_t f32infty = 255u << 23;
 	const uint32_t f16max = (127u + 16u) << 23;
-	const float denorm_magic = kvp_codec_u2f(((127u - 15u) + (23u - 10u) + 1u) << 23);
-	uint32_t u = kvp_codec_f2u(f);
+	const float denorm_magic = kvpi_codec_u2f(((127u - 15u) + (23u - 10u) + 1u) << 23);
+	uint32_t u = kvpi_codec_f2u(f);
 	uint32_t sign = u & 0x80000000u;
 	uint32_t a = u ^ sign;
 	uint32_t special = a > f32infty ? 0x7e00u : 0x7c00u;
-	uint32_t sub = kvp_codec_f2u(kvp_codec_u2f(a) + denorm_magic) - kvp_codec_f2u(denorm_magic);
+	uint32_t sub =
+	    kvpi_codec_f2u(kvpi_codec_u2f(a) + denorm_magic) - kvpi_codec_f2u(denorm_magic);
 	uint32_t norm = (a + ((uint32_t)(15 - 127) << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
 	uint32_t o = a >= f16max ? special : (a < (113u << 23) ? sub : norm);
 	return (uint16_t)(o | (sign >> 16));
 }
 
-/* kvp_f16_to_f32 - binary16 to binary32 (exact), after Giesen's half_to_float_fast4. */
-static inline float kvp_f16_to_f32(uint16_t h)
+/* kvpi_f16_to_f32 - binary16 to binary32 (exact), after Giesen's half_to_float_fast4. */
+static inline float kvpi_f16_to_f32(uint16_t h)
 {
 	const uint32_t shifted_exp = 0x7c00u << 13;
 	uint32_t o = ((uint32_t)h & 0x7fffu) << 13;
@@ -131,24 +132,25 @@ static inline float kvp_f16_to_f32(uint16_t h)
 	uint32_t norm = o + ((127u - 15u) << 23);
 	uint32_t infnan = norm + ((128u - 16u) << 23);
 	/* zero/subnormal: renormalize with an FP subtract of 2^-14 */
-	uint32_t sub = kvp_codec_f2u(kvp_codec_u2f(norm + (1u << 23)) - kvp_codec_u2f(113u << 23));
+	uint32_t sub =
+	    kvpi_codec_f2u(kvpi_codec_u2f(norm + (1u << 23)) - kvpi_codec_u2f(113u << 23));
 	uint32_t r = exp == shifted_exp ? infnan : (exp == 0 ? sub : norm);
-	return kvp_codec_u2f(r | (((uint32_t)h & 0x8000u) << 16));
+	return kvpi_codec_u2f(r | (((uint32_t)h & 0x8000u) << 16));
 }
 
-/* kvp_f32_to_bf16 - binary32 to bfloat16, round to nearest even; NaN stays a quiet NaN. */
-static inline uint16_t kvp_f32_to_bf16(float f)
+/* kvpi_f32_to_bf16 - binary32 to bfloat16, round to nearest even; NaN stays a quiet NaN. */
+static inline uint16_t kvpi_f32_to_bf16(float f)
 {
-	uint32_t u = kvp_codec_f2u(f);
+	uint32_t u = kvpi_codec_f2u(f);
 	uint32_t nan = (u >> 16) | 0x40u;
 	uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
 	return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : r);
 }
 
-/* kvp_bf16_to_f32 - bfloat16 to binary32 (exact). */
-static inline float kvp_bf16_to_f32(uint16_t h)
+/* kvpi_bf16_to_f32 - bfloat16 to binary32 (exact). */
+static inline float kvpi_bf16_to_f32(uint16_t h)
 {
-	return kvp_codec_u2f((uint32_t)h << 16);
+	return kvpi_codec_u2f((uint32_t)h << 16);
 }
 
 #endif /* KVPOOL_LIB_CODEC_H */

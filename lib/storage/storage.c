@@ -111,7 +111,7 @@ static _Atomic uintptr_t *slot_of(kvp_storage *s, uint32_t id, bool create)
 
 	if (!seg && create) {
 		_Atomic uintptr_t *fresh =
-		    kvp_sys_calloc((size_t)1 << (SEG0_SHIFT + k), sizeof(*fresh), 64);
+		    kvpi_sys_calloc((size_t)1 << (SEG0_SHIFT + k), sizeof(*fresh), 64);
 		if (!fresh)
 			return NULL;
 		/* release publishes the zeroed segment; acquire on failure reads the winner's */
@@ -119,7 +119,7 @@ static _Atomic uintptr_t *slot_of(kvp_storage *s, uint32_t id, bool create)
 		        &s->seg[k], &seg, fresh, memory_order_acq_rel, memory_order_acquire))
 			seg = fresh;
 		else
-			kvp_sys_free(fresh);
+			kvpi_sys_free(fresh);
 	}
 	return seg ? &seg[off] : NULL;
 }
@@ -215,14 +215,14 @@ static void mark_fill(struct sbuf *b, uint64_t key, uint32_t to)
 
 static struct sbuf *buf_new(kvp_storage *s, kvp_format f)
 {
-	uint32_t rb = (uint32_t)kvp_codec_row_bytes(f, s->row_dim);
+	uint32_t rb = (uint32_t)kvpi_codec_row_bytes(f, s->row_dim);
 	size_t need = KVP_STORAGE_HEADER_BYTES + (size_t)s->block_size * rb, cap = need;
 	struct sbuf *b;
 
 	if (s->cache)
 		b = kvp_bufcache_alloc(s->cache, need, &cap);
 	else
-		b = kvp_sys_alloc(need, BUF_ALIGN);
+		b = kvpi_sys_alloc(need, BUF_ALIGN);
 	if (!b)
 		return NULL;
 	b->format = f;
@@ -247,14 +247,14 @@ static void buf_free(kvp_storage *s, struct sbuf *b)
 	if (s->cache)
 		kvp_bufcache_free(s->cache, b, cap);
 	else
-		kvp_sys_free(b);
+		kvpi_sys_free(b);
 }
 
 /* Free a buffer that readers may still see, once it is unpublished: after
  * every reader that protects it has let go. */
 static void buf_retire(kvp_storage *s, struct sbuf *b)
 {
-	kvp_hazard_wait(b);
+	kvpi_hazard_wait(b);
 	buf_free(s, b);
 }
 
@@ -282,9 +282,9 @@ int kvp_storage_create(kvp_pool *pool, uint32_t row_dim, kvp_bufcache *cache, kv
 	kvp_storage *s;
 	int rc;
 
-	if (!pool || !out || kvp_codec_row_bytes(KVP_FP32, row_dim) == 0)
+	if (!pool || !out || kvpi_codec_row_bytes(KVP_FP32, row_dim) == 0)
 		return KVP_EINVAL;
-	s = kvp_sys_calloc(1, sizeof *s, 64);
+	s = kvpi_sys_calloc(1, sizeof *s, 64);
 	if (!s)
 		return KVP_ENOMEM;
 	s->pool = pool;
@@ -293,7 +293,7 @@ int kvp_storage_create(kvp_pool *pool, uint32_t row_dim, kvp_bufcache *cache, kv
 	s->block_size = kvp_pool_block_size(pool);
 	rc = kvp_pool_add_retire_hook(pool, storage_retire_hook, s);
 	if (rc != KVP_OK) {
-		kvp_sys_free(s);
+		kvpi_sys_free(s);
 		return rc;
 	}
 	*out = s;
@@ -317,9 +317,9 @@ void kvp_storage_destroy(kvp_storage *s)
 			if (b)
 				buf_free(s, (struct sbuf *)(b & ~SLOT_LOCK));
 		}
-		kvp_sys_free(seg);
+		kvpi_sys_free(seg);
 	}
-	kvp_sys_free(s);
+	kvpi_sys_free(s);
 }
 
 /* --- write ------------------------------------------------------------------ */
@@ -353,7 +353,7 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
 	if (rc == KVP_OK && info.published) /* its rows are shared: fixed */
 		rc = KVP_EINVAL;
 	if (rc == KVP_OK)
-		rc = kvp_codec_check(info.format, rows, n_rows, s->row_dim);
+		rc = kvpi_codec_check(info.format, rows, n_rows, s->row_dim);
 	if (rc == KVP_OK && (!cur || cur->format != info.format) &&
 	    !(fresh = buf_new(s, info.format)))
 		rc = KVP_ENOMEM;
@@ -369,8 +369,8 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
 	mark_fill(dst, mark_key(ref, &info), offset);
 	if (mark_rows(dst, mark_key(ref, &info)) < end)
 		mark_set(dst, mark_key(ref, &info), end);
-	kvp_codec_encode(info.format, buf_rows(dst) + (size_t)offset * dst->row_bytes, rows, n_rows,
-	                 s->row_dim);
+	kvpi_codec_encode(info.format, buf_rows(dst) + (size_t)offset * dst->row_bytes, rows,
+	                  n_rows, s->row_dim);
 	if (fresh && cur)
 		slot_unpublish(slot, (uintptr_t)dst);
 	else
@@ -393,7 +393,7 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
 /* --- reads ------------------------------------------------------------------- */
 
 /* Validate @ref and protect its buffer: *@buf is NULL when the block has
- * no buffer of its format.  On KVP_OK the caller must kvp_hazard_clear. */
+ * no buffer of its format.  On KVP_OK the caller must kvpi_hazard_clear. */
 static int read_lookup(kvp_storage *s, kvp_ref ref, struct kvp_hazard_rec *rec,
                        kvp_block_info *info, struct sbuf **buf)
 {
@@ -407,12 +407,12 @@ static int read_lookup(kvp_storage *s, kvp_ref ref, struct kvp_hazard_rec *rec,
 	/* protect first, validate after: a buffer unpublished after the
 	 * validation (block freed, then released or retired) stays readable */
 	if (slot)
-		b = kvp_hazard_protect(rec, slot, SLOT_LOCK);
+		b = kvpi_hazard_protect(rec, slot, SLOT_LOCK);
 	rc = kvp_block_get(s->pool, ref, info);
 	if (rc == KVP_OK && !info->in_use)
 		rc = KVP_ENOENT;
 	if (rc != KVP_OK) {
-		kvp_hazard_clear(rec);
+		kvpi_hazard_clear(rec);
 		return rc;
 	}
 	*buf = b && b->format == info->format ? b : NULL;
@@ -455,7 +455,7 @@ int kvp_storage_read(kvp_storage *s, kvp_ref ref, const void **data, uint32_t *n
 
 	if (!s || !data || !n_rows)
 		return KVP_EINVAL;
-	if (!(rec = kvp_hazard_record()))
+	if (!(rec = kvpi_hazard_record()))
 		return KVP_ENOMEM;
 	rc = read_lookup(s, ref, rec, &info, &b);
 	if (rc != KVP_OK)
@@ -463,12 +463,12 @@ int kvp_storage_read(kvp_storage *s, kvp_ref ref, const void **data, uint32_t *n
 	if (b && mark_rows(b, mark_key(ref, &info)) < info.n_used)
 		rc = read_fill(s, ref, b, info.n_used);
 	if (rc != KVP_OK) {
-		kvp_hazard_clear(rec);
+		kvpi_hazard_clear(rec);
 		return rc;
 	}
 	*data = b ? buf_rows(b) : NULL;
 	*n_rows = b ? info.n_used : 0;
-	kvp_hazard_clear(rec);
+	kvpi_hazard_clear(rec);
 	return KVP_OK;
 }
 
@@ -483,7 +483,7 @@ int kvp_storage_read_f32(kvp_storage *s, kvp_ref ref, float *rows, uint32_t cap_
 
 	if (!s || !rows || !n_rows)
 		return KVP_EINVAL;
-	if (!(rec = kvp_hazard_record()))
+	if (!(rec = kvpi_hazard_record()))
 		return KVP_ENOMEM;
 	rc = read_lookup(s, ref, rec, &info, &b);
 	if (rc != KVP_OK)
@@ -497,14 +497,14 @@ int kvp_storage_read_f32(kvp_storage *s, kvp_ref ref, float *rows, uint32_t cap_
 		uint32_t valid = mark_rows(b, mark_key(ref, &info));
 		if (valid > n)
 			valid = n;
-		kvp_codec_decode(info.format, rows, buf_rows(b), valid, s->row_dim);
+		kvpi_codec_decode(info.format, rows, buf_rows(b), valid, s->row_dim);
 		memset(rows + (size_t)valid * s->row_dim, 0,
 		       (size_t)(n - valid) * s->row_dim * sizeof(float));
 		/* the block may have been freed (and handed out) while we copied */
 		if (kvp_block_get(s->pool, ref, &again) != KVP_OK || !again.in_use)
 			rc = KVP_ENOENT;
 	}
-	kvp_hazard_clear(rec);
+	kvpi_hazard_clear(rec);
 	if (rc == KVP_OK)
 		*n_rows = n;
 	return rc;
@@ -561,7 +561,7 @@ kvp_pool *kvp_storage_pool(const kvp_storage *s)
 
 size_t kvp_storage_row_bytes(const kvp_storage *s, kvp_format f)
 {
-	return s ? kvp_codec_row_bytes(f, s->row_dim) : 0;
+	return s ? kvpi_codec_row_bytes(f, s->row_dim) : 0;
 }
 
 int kvp_storage_get_stats(kvp_storage *s, kvp_storage_stats *out)

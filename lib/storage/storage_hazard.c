@@ -45,7 +45,7 @@ static int key_init(void)
 		return 1;
 	pthread_mutex_lock(&g_key_lock);
 	if (!atomic_load_explicit(&g_key_ok, memory_order_relaxed) &&
-	    kvp_sys_key_create(&g_key, record_release) == 0)
+	    kvpi_sys_key_create(&g_key, record_release) == 0)
 		atomic_store_explicit(&g_key_ok, 1, memory_order_release);
 	pthread_mutex_unlock(&g_key_lock);
 	return atomic_load_explicit(&g_key_ok, memory_order_relaxed);
@@ -65,7 +65,7 @@ static struct kvp_hazard_rec *record_claim(void)
 		        &r->in_use, &free_, 1, memory_order_acquire, memory_order_relaxed))
 			return r;
 	}
-	r = kvp_sys_calloc(1, sizeof *r, 64);
+	r = kvpi_sys_calloc(1, sizeof *r, 64);
 	if (!r)
 		return NULL;
 	atomic_init(&r->in_use, 1);
@@ -78,7 +78,7 @@ static struct kvp_hazard_rec *record_claim(void)
 	return r;
 }
 
-struct kvp_hazard_rec *kvp_hazard_record(void)
+struct kvp_hazard_rec *kvpi_hazard_record(void)
 {
 	struct kvp_hazard_rec *r = tl_rec;
 
@@ -94,7 +94,7 @@ struct kvp_hazard_rec *kvp_hazard_record(void)
 	return r;
 }
 
-void *kvp_hazard_protect(struct kvp_hazard_rec *rec, _Atomic uintptr_t *slot, uintptr_t mask)
+void *kvpi_hazard_protect(struct kvp_hazard_rec *rec, _Atomic uintptr_t *slot, uintptr_t mask)
 {
 	/* seq_cst, all three: the reader's half of the Dekker pair (header) */
 	uintptr_t p = atomic_load_explicit(slot, memory_order_seq_cst) & ~mask;
@@ -109,13 +109,13 @@ void *kvp_hazard_protect(struct kvp_hazard_rec *rec, _Atomic uintptr_t *slot, ui
 	}
 }
 
-void kvp_hazard_clear(struct kvp_hazard_rec *rec)
+void kvpi_hazard_clear(struct kvp_hazard_rec *rec)
 {
 	/* release: the reclaimer that reads NULL here frees after our reads */
 	atomic_store_explicit(&rec->hp, NULL, memory_order_release);
 }
 
-void kvp_hazard_wait(const void *p)
+void kvpi_hazard_wait(const void *p)
 {
 	/* seq_cst: after our seq_cst unpublish, so the walk includes every
 	 * record whose owner could still have seen the old pointer. */

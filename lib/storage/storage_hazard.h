@@ -38,10 +38,10 @@
  *
  *   function                   may run concurrently with   waits for
  *   -------------------------  --------------------------  -------------------------
- *   kvp_hazard_record          everything                  never (allocates once per thread)
- *   kvp_hazard_protect / clear everything                  never (retries only while
+ *   kvpi_hazard_record          everything                  never (allocates once per thread)
+ *   kvpi_hazard_protect / clear everything                  never (retries only while
  *                                                          the slot changes under it)
- *   kvp_hazard_wait            everything                  readers of that one buffer
+ *   kvpi_hazard_wait            everything                  readers of that one buffer
  */
 #ifndef KVPOOL_LIB_STORAGE_HAZARD_H
 #define KVPOOL_LIB_STORAGE_HAZARD_H
@@ -51,30 +51,30 @@
 
 struct kvp_hazard_rec;
 
-/** kvp_hazard_record - the calling thread's record; NULL if none could be made */
-struct kvp_hazard_rec *kvp_hazard_record(void);
+/** kvpi_hazard_record - the calling thread's record; NULL if none could be made */
+struct kvp_hazard_rec *kvpi_hazard_record(void);
 
 /**
- * kvp_hazard_protect - load a published pointer and make it safe to read
+ * kvpi_hazard_protect - load a published pointer and make it safe to read
  * @rec:  the calling thread's record
  * @slot: the word publishing the pointer
  * @mask: low bits of the word that are not part of the pointer (a lock bit)
  *
  * Returns the pointer (NULL if none is published); it stays allocated until
- * kvp_hazard_clear.  One pointer per thread at a time.
+ * kvpi_hazard_clear.  One pointer per thread at a time.
  */
-void *kvp_hazard_protect(struct kvp_hazard_rec *rec, _Atomic uintptr_t *slot, uintptr_t mask);
+void *kvpi_hazard_protect(struct kvp_hazard_rec *rec, _Atomic uintptr_t *slot, uintptr_t mask);
 
-/** kvp_hazard_clear - end the protection of kvp_hazard_protect */
-void kvp_hazard_clear(struct kvp_hazard_rec *rec);
+/** kvpi_hazard_clear - end the protection of kvpi_hazard_protect */
+void kvpi_hazard_clear(struct kvp_hazard_rec *rec);
 
 /**
- * kvp_hazard_wait - wait until no reader protects @p
+ * kvpi_hazard_wait - wait until no reader protects @p
  *
  * @p must have been unpublished by a seq_cst store (or RMW) to every slot
  * that held it; afterwards it may be freed.  Must not be called by a thread
  * that protects @p itself.
  */
-void kvp_hazard_wait(const void *p);
+void kvpi_hazard_wait(const void *p);
 
 #endif /* KVPOOL_LIB_STORAGE_HAZARD_H */

@@ -1,6 +1,6 @@
 /*
  * lib/testing/fault.h - test support: the system-call door (kvp_sys_*) and its fault injection
- * (kvp_fault_inject: fail the Nth call), for fault sweeps and out-of-memory tests
+ * (kvpi_fault_inject: fail the Nth call), for fault sweeps and out-of-memory tests
  *
  * For kvpool's own tests, benchmarks and tools only; not installed, not part
  * of the API, and free to change with the library.  It exposes lib/base/sysmem.h,

@@ -51,7 +51,7 @@ def test_seed_exceptions_derive_from_kvpool_error():
 
 
 def test_enomem_from_the_system_allocator():
-    inject = _lib.lib.kvp_fault_inject
+    inject = _lib.lib.kvpi_fault_inject
     inject.argtypes = [ctypes.c_long, ctypes.c_long]
     inject.restype = None
     inject(0, -1)  # fail every system allocation until reset

@@ -86,11 +86,11 @@ static void do_alloc(kvp_bufcache *c, ref_bufcache *s, struct fz *f, int *outs, 
 	int i;
 
 	FZ_EQ(kvp_bufcache_get_stats(c, &before), KVP_OK);
-	kvp_fault_inject(0, fail);
+	kvpi_fault_inject(0, fail);
 	pk = kvp_bufcache_alloc(c, req, &ak);
-	kvp_fault_inject(0, fail);
+	kvpi_fault_inject(0, fail);
 	ps = seed_alloc(s, req, &as);
-	kvp_fault_inject(0, 0);
+	kvpi_fault_inject(0, 0);
 	FZ_EQ(ak, as);
 	FZ_EQ(pk == NULL, ps == NULL);
 	same_stats(c, s);
