@@ -15,6 +15,7 @@
  * and at thread exit.
  */
 #define _GNU_SOURCE
+#include "lib/base/spin.h"
 #include "lib/bufcache/bufcache_front.h"
 
 #include <linux/membarrier.h>
@@ -103,18 +104,6 @@ static void barrier_all(void)
 #endif
 }
 
-/* A short pause while an owner finishes a few dozen instructions. */
-static void pause_a_little(unsigned *spins)
-{
-	if (++*spins < 128) {
-#if defined(__x86_64__) || defined(__i386__)
-		__builtin_ia32_pause();
-#endif
-	} else {
-		sched_yield();
-	}
-}
-
 /*
  * Empty a held front: buffers (with @buffers) to the shared tier, the unused
  * reservation back to the budget.  Buffers that find no shared node are
@@ -189,22 +178,22 @@ uint64_t bc_fronts_drain(kvp_bufcache *c, struct bc_front *me, int buffers)
 	if (any)
 		barrier_all();
 	for (f = head; f; f = f->next) {
-		unsigned spins = 0;
+		struct kvpi_spin spin = {0};
 		/* Relaxed: only our own CAS above stored our token. */
 		if (atomic_load_explicit(&f->claim, memory_order_relaxed) != token)
 			continue;
 		/* seq_cst: the claimer's load half; acquire: the owner's last writes. */
 		while (atomic_load_explicit(&f->state, memory_order_seq_cst) != BC_FRONT_IDLE)
-			pause_a_little(&spins);
+			kvpi_spin_wait(&spin);
 		moved += empty_front(c, f, buffers, &rejects);
 		/* Release: the owner's next enter (acquire) sees the emptied front. */
 		atomic_store_explicit(&f->claim, 0, memory_order_release);
 	}
 	/* Fronts another drainer held: wait until it is done, holding nothing ourselves. */
 	for (f = head; busy_elsewhere && f; f = f->next) {
-		unsigned spins = 0;
+		struct kvpi_spin spin = {0};
 		while (atomic_load_explicit(&f->claim, memory_order_acquire))
-			pause_a_little(&spins);
+			kvpi_spin_wait(&spin);
 	}
 	release_rejects(c, me, rejects);
 	return moved;
@@ -229,10 +218,10 @@ size_t bc_fronts_reserve_sum(kvp_bufcache *c, struct bc_front *me)
 static void front_release(kvp_bufcache *c, struct bc_front *f)
 {
 	void *rejects = NULL;
-	unsigned spins = 0;
+	struct kvpi_spin spin = {0};
 
 	while (!bc_front_enter(f)) /* a drainer holds it for a moment: wait */
-		pause_a_little(&spins);
+		kvpi_spin_wait(&spin);
 	empty_front(c, f, 1, &rejects);
 	bc_front_leave(f);
 	release_rejects(c, f, rejects);

@@ -24,6 +24,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "lib/base/spin.h"
 #include "lib/pool/blocktable.h"
 
 /*
@@ -131,7 +132,7 @@ static inline void kvpi_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_blo
                                         _Atomic uint32_t *n_ids, kvp_u32_alias *ids, uint32_t n)
 {
 	uint32_t got = 0;
-	unsigned spins = 0;
+	struct kvpi_spin spin = {0};
 
 	while (got < n) {
 		/* acquire: see the links and block writes of the pushers. */
@@ -151,8 +152,7 @@ static inline void kvpi_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_blo
 		}
 		if (id == KVP_NO_ID || k == 0) {
 			/* Our reserved blocks are being pushed right now. */
-			if (++spins > 64)
-				sched_yield();
+			kvpi_spin_wait(&spin);
 			continue;
 		}
 		/* acquire on success: pairs with the release push of every

@@ -16,6 +16,7 @@
  */
 #include <string.h>
 
+#include "lib/base/spin.h"
 #include "lib/pool/pool_internal.h"
 #include "lib/prefix/prefix_internal.h"
 
@@ -109,16 +110,14 @@ void kvpi_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *
 		r->revokes++;
 	kvpi_heavy_barrier(p);
 	struct kvp_tslot *ts = (struct kvp_tslot *)t;
-	unsigned spins = 0;
+	struct kvpi_spin spin = {0};
 	/* acquire (asym) / seq_cst (fallback): the load half; once it reads
 	 * anything but @r (a release store by that thread), the op's list and
 	 * count changes are visible. */
 	while (atomic_load_explicit(&ts->in_owner_op,
 	                            p->asym ? memory_order_acquire : memory_order_seq_cst) ==
-	       (uintptr_t)r) {
-		if (++spins > 64)
-			sched_yield();
-	}
+	       (uintptr_t)r)
+		kvpi_spin_wait(&spin);
 }
 
 void kvpi_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r)

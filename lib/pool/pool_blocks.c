@@ -24,6 +24,7 @@
 #include <sched.h>
 #include <string.h>
 
+#include "lib/base/spin.h"
 #include "lib/pool/pool_internal.h"
 
 static uint32_t mag_count(struct kvp_mag *m)
@@ -66,23 +67,13 @@ static uint32_t mag_make_room(struct kvp_pool *p, int si, struct kvp_mag *m, uin
 	return keep;
 }
 
-/* A short pause while another thread finishes a few dozen instructions. */
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
-
 /* Drain one magazine into the global stack.  With @wait, wait out an owner
  * inside a call (or another drainer); without, skip such a magazine.
  * Returns false when it skipped one that held blocks.  The caller raised
  * starving and issued the heavy barrier after it. */
 static bool drain_one(struct kvp_pool *p, int si, struct kvp_mag *m, bool wait)
 {
-	unsigned spins = 0;
+	struct kvpi_spin spin = {0};
 	for (;;) {
 		/* acquire (asym) / seq_cst (fallback): the load half of the
 		 * drainer's Dekker pair; acquire sees what the owner left in
@@ -109,10 +100,7 @@ static bool drain_one(struct kvp_pool *p, int si, struct kvp_mag *m, bool wait)
 		/* in_call: its owner is inside a call; claimed: another drainer
 		 * is emptying it.  Either ends within a few dozen instructions
 		 * unless that thread was preempted: spin a little, then yield. */
-		if (++spins < 128)
-			cpu_relax();
-		else
-			sched_yield();
+		kvpi_spin_wait(&spin);
 	}
 }
 

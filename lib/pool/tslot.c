@@ -14,6 +14,7 @@
  * registry lock is taken once per thread per pool at first use, and at
  * thread exit.
  */
+#include "lib/base/spin.h"
 #include "lib/pool/tslot.h"
 
 #include <pthread.h>
@@ -88,10 +89,11 @@ static void tslot_release(struct kvp_pool *p, struct kvp_tslot *s)
 		/* We are outside any call (in_call 0), so drainers may claim the
 		 * magazine too: take it the way they do, waiting a moment if one
 		 * holds it.  acquire: see what the last claimer left. */
+		struct kvpi_spin spin = {0};
 		while (!atomic_compare_exchange_weak_explicit(
 		    &m->claimed, &exp, 1, memory_order_acquire, memory_order_relaxed)) {
 			exp = 0;
-			sched_yield();
+			kvpi_spin_wait(&spin);
 		}
 		uint32_t cnt = atomic_load_explicit(&m->count, memory_order_relaxed);
 		kvpi_fs_push_ids(&p->fs[si], &p->bt, m->ids, cnt);

@@ -26,6 +26,7 @@
  */
 #include <sched.h>
 
+#include "lib/base/spin.h"
 #include "lib/prefix/prefix_internal.h"
 
 void kvpi_pfx_lru_init(struct kvp_prefix *pf)
@@ -129,7 +130,7 @@ bool kvpi_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst)
 static uint32_t evict_one(struct kvp_pool *p, int si)
 {
 	struct kvp_prefix *pf = p->prefix;
-	unsigned spins = 0;
+	struct kvpi_spin spin = {0};
 	for (;;) {
 		uint64_t m1 = UINT64_MAX, m2 = UINT64_MAX;
 		int best = -1;
@@ -166,8 +167,7 @@ static uint32_t evict_one(struct kvp_pool *p, int si)
 			id = e->lru_next;
 		}
 		pthread_mutex_unlock(&l->lock);
-		if (++spins > 16)
-			sched_yield();
+		kvpi_spin_wait(&spin);
 	}
 }
 

@@ -58,6 +58,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "lib/base/spin.h"
 #include "lib/storage/codec.h"
 #include "lib/storage/storage_hazard.h"
 #include "lib/base/sysmem.h"
@@ -129,15 +130,14 @@ static _Atomic uintptr_t *slot_of(kvp_storage *s, uint32_t id, bool create)
  * and everything the previous holder did. */
 static uintptr_t slot_lock(_Atomic uintptr_t *slot)
 {
-	unsigned spins = 0;
+	struct kvpi_spin spin = {0};
 
 	for (;;) {
 		uintptr_t v = atomic_fetch_or_explicit(slot, SLOT_LOCK, memory_order_acquire);
 		if (!(v & SLOT_LOCK))
 			return v;
 		while (atomic_load_explicit(slot, memory_order_relaxed) & SLOT_LOCK)
-			if (++spins % 64 == 0)
-				sched_yield();
+			kvpi_spin_wait(&spin);
 	}
 }
 

@@ -6,6 +6,7 @@
  * next links never change.  A thread claims a free record with a CAS on
  * in_use (acquire: it sees the last owner's clear), or pushes a new one.
  */
+#include "lib/base/spin.h"
 #include "lib/storage/storage_hazard.h"
 
 #include <pthread.h>
@@ -122,10 +123,9 @@ void kvpi_hazard_wait(const void *p)
 	struct kvp_hazard_rec *r = atomic_load_explicit(&g_head, memory_order_seq_cst);
 
 	for (; r; r = r->next) {
-		unsigned spins = 0;
+		struct kvpi_spin spin = {0};
 		/* seq_cst: the reclaimer's half of the Dekker pair */
 		while (atomic_load_explicit(&r->hp, memory_order_seq_cst) == p)
-			if (++spins % 16 == 0)
-				sched_yield();
+			kvpi_spin_wait(&spin);
 	}
 }
