@@ -40,8 +40,37 @@ static void test_short_buffer_is_empty(void)
 	CHECK_EQ(strlen(buf), need);
 }
 
+/* kvp_pool_to_prometheus (the stats families, per-stream series and
+ * build_info) follows the same rule at every cut, also one that falls after
+ * the stats families: before the shared text writer it left those families
+ * in the buffer. */
+static void test_pool_text_short_buffer_is_empty(void)
+{
+	kvp_pool *p;
+	char buf[16384];
+	size_t need, len, stats_need;
+	kvp_stats s;
+
+	CHECK_EQ(kvp_pool_create(NULL, &p), KVP_OK);
+	CHECK_EQ(kvp_pool_stats(p, &s), KVP_OK);
+	CHECK_EQ(kvp_stats_to_prometheus(&s, NULL, NULL, 0, &stats_need), KVP_ERANGE);
+	CHECK_EQ(kvp_pool_to_prometheus(p, NULL, NULL, 0, &need), KVP_ERANGE);
+	CHECK(need > stats_need && need < sizeof buf);
+	size_t caps[] = {1, 50, stats_need, stats_need + 1, stats_need + 10, need};
+	for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+		memset(buf, 'x', sizeof buf);
+		CHECK_EQ(kvp_pool_to_prometheus(p, NULL, buf, caps[i], &len), KVP_ERANGE);
+		CHECK_EQ(len, need);
+		CHECK_EQ(buf[0], '\0');
+	}
+	CHECK_EQ(kvp_pool_to_prometheus(p, NULL, buf, need + 1, &len), KVP_OK);
+	CHECK_EQ(strlen(buf), need);
+	kvp_pool_destroy(p);
+}
+
 int main(void)
 {
 	RUN(test_short_buffer_is_empty);
+	RUN(test_pool_text_short_buffer_is_empty);
 	return 0;
 }

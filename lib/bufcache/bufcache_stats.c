@@ -4,11 +4,12 @@
  * The exposition follows the block pool's (kvpool/stats.h): one "# HELP" and
  * one "# TYPE" line per family, counters named *_total and printed as plain
  * integers, gauges as integers too (every figure here is a count of bytes or
- * buffers).  The text is built in two passes of the same table, the first to
- * measure, so a short buffer gets KVP_ERANGE and the needed length and no
- * partial text.
+ * buffers).  The text goes through the library's one writer (lib/base/text.h),
+ * so a short buffer gets KVP_ERANGE, the needed length and an empty string,
+ * never partial text.
  */
 #include "lib/bufcache/bufcache_stats.h"
+#include "lib/base/text.h"
 
 #include <kvpool/bufcache.h>
 
@@ -59,56 +60,28 @@ static const struct family families[] = {
 };
 #undef F
 
-static int valid_prefix(const char *p)
+/* Every family into @t, in the table's order. */
+static void render(const kvp_bufcache_stats *s, const char *prefix, struct kvpi_text *t)
 {
-	if (!*p)
-		return 0;
-	for (const char *c = p; *c; c++) {
-		int alpha =
-		    (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || *c == '_' || *c == ':';
-		if (!alpha && !(c != p && *c >= '0' && *c <= '9'))
-			return 0;
-	}
-	return 1;
-}
-
-/* Write every family into @buf (NULL: just measure); returns the text's length. */
-static size_t render(const kvp_bufcache_stats *s, const char *prefix, char *buf, size_t cap)
-{
-	size_t len = 0;
-
 	for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
 		const struct family *f = &families[i];
 		uint64_t v;
-		int k;
 
 		memcpy(&v, (const char *)s + f->off, sizeof(v));
-		k = snprintf(buf ? buf + len : NULL, buf ? cap - len : 0,
-		             "# HELP %s_%s %s\n# TYPE %s_%s %s\n%s_%s %" PRIu64 "\n", prefix,
-		             f->name, f->help, prefix, f->name, f->type, prefix, f->name, v);
-		len += (size_t)(k > 0 ? k : 0);
+		kvpi_prom_u64(t, prefix, f->name, f->type, f->help, v);
 	}
-	return len;
 }
 
 int kvp_bufcache_stats_to_prometheus(const kvp_bufcache_stats *s, const char *prefix, char *buf,
                                      size_t cap, size_t *len)
 {
-	size_t need;
-
 	if (!s || !len)
 		return KVP_EINVAL;
 	if (!prefix)
 		prefix = "kvpool_bufcache";
-	if (!valid_prefix(prefix) || (!buf && cap))
+	if (!kvpi_prom_valid_name(prefix) || (!buf && cap))
 		return KVP_EINVAL;
-	need = render(s, prefix, NULL, 0);
-	*len = need;
-	if (cap < need + 1) {
-		if (cap)
-			buf[0] = '\0';
-		return KVP_ERANGE;
-	}
-	render(s, prefix, buf, cap);
-	return KVP_OK;
+	struct kvpi_text t = {buf, cap, 0};
+	render(s, prefix, &t);
+	return kvpi_text_finish(&t, len);
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/base/text.h"
 #include "lib/pool/pool_internal.h"
 #include "lib/pool/pool_report.h"
 
@@ -50,26 +51,6 @@ static size_t stream_figs(kvp_pool *p, struct stream_fig out[2])
 	return n;
 }
 
-/* Appends to a buffer that may be too small, counting the length needed. */
-struct textbuf {
-	char *buf;
-	size_t cap, len;
-};
-
-static void tb_printf(struct textbuf *t, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void tb_printf(struct textbuf *t, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	size_t room = t->len < t->cap ? t->cap - t->len : 0;
-	int n = vsnprintf(room ? t->buf + t->len : NULL, room, fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		t->len += (size_t)n;
-}
-
 int kvp_pool_to_prometheus(kvp_pool *p, const char *prefix, char *buf, size_t cap, size_t *len)
 {
 	if (!p || !len || (!buf && cap))
@@ -84,32 +65,30 @@ int kvp_pool_to_prometheus(kvp_pool *p, const char *prefix, char *buf, size_t ca
 	rc = kvp_stats_to_prometheus(&s, prefix, buf, cap, &n);
 	if (rc != KVP_OK && rc != KVP_ERANGE)
 		return rc; /* an invalid prefix */
-	struct textbuf t = {buf, cap, n};
+	struct kvpi_text t = {buf, cap, n};
 	struct stream_fig f[2];
 	size_t ns = stream_figs(p, f);
-	tb_printf(
+	kvpi_text_printf(
 	    &t,
 	    "# HELP %s_stream_blocks_in_use Blocks of a stream handed out and not yet freed.\n"
 	    "# TYPE %s_stream_blocks_in_use gauge\n",
 	    prefix, prefix);
 	for (size_t i = 0; i < ns; i++)
-		tb_printf(&t, "%s_stream_blocks_in_use{stream=\"%s\"} %zu\n", prefix, f[i].name,
-		          f[i].in_use);
-	tb_printf(&t,
-	          "# HELP %s_stream_blocks_free Free blocks of a stream, thread caches included.\n"
-	          "# TYPE %s_stream_blocks_free gauge\n",
-	          prefix, prefix);
+		kvpi_text_printf(&t, "%s_stream_blocks_in_use{stream=\"%s\"} %zu\n", prefix,
+		                 f[i].name, f[i].in_use);
+	kvpi_text_printf(
+	    &t,
+	    "# HELP %s_stream_blocks_free Free blocks of a stream, thread caches included.\n"
+	    "# TYPE %s_stream_blocks_free gauge\n",
+	    prefix, prefix);
 	for (size_t i = 0; i < ns; i++)
-		tb_printf(&t, "%s_stream_blocks_free{stream=\"%s\"} %zu\n", prefix, f[i].name,
-		          f[i].free);
-	tb_printf(&t,
-	          "# HELP %s_build_info The kvpool library serving these figures.\n"
-	          "# TYPE %s_build_info gauge\n%s_build_info{version=\"%s\"} 1\n",
-	          prefix, prefix, prefix, kvp_version());
-	*len = t.len;
-	if (t.len + 1 > cap)
-		return KVP_ERANGE;
-	return KVP_OK;
+		kvpi_text_printf(&t, "%s_stream_blocks_free{stream=\"%s\"} %zu\n", prefix,
+		                 f[i].name, f[i].free);
+	kvpi_text_printf(&t,
+	                 "# HELP %s_build_info The kvpool library serving these figures.\n"
+	                 "# TYPE %s_build_info gauge\n%s_build_info{version=\"%s\"} 1\n",
+	                 prefix, prefix, prefix, kvp_version());
+	return kvpi_text_finish(&t, len);
 }
 
 static double ratio(uint64_t a, uint64_t b)
@@ -117,62 +96,65 @@ static double ratio(uint64_t a, uint64_t b)
 	return b ? (double)a / (double)b : 0.0;
 }
 
-static void dump_text(struct textbuf *t, kvp_pool *p, const kvp_stats *s,
+static void dump_text(struct kvpi_text *t, kvp_pool *p, const kvp_stats *s,
                       const struct stream_fig *f, size_t ns)
 {
 	uint64_t in_use = kvp_stats_blocks_in_use(s);
-	tb_printf(t, "kvpool %s pool report\n", kvp_version());
-	tb_printf(t, "  layout            %s, block_size %u, thread_cache %u\n",
-	          ns == 2 ? "separate K/V streams" : "one K+V stream", p->block_size,
-	          p->thread_cache);
-	tb_printf(t, "  growth            %s, max_blocks %u\n", p->grow ? "on" : "off",
-	          p->max_blocks);
-	tb_printf(t, "  blocks managed    %llu", (unsigned long long)s->n_blocks);
+	kvpi_text_printf(t, "kvpool %s pool report\n", kvp_version());
+	kvpi_text_printf(t, "  layout            %s, block_size %u, thread_cache %u\n",
+	                 ns == 2 ? "separate K/V streams" : "one K+V stream", p->block_size,
+	                 p->thread_cache);
+	kvpi_text_printf(t, "  growth            %s, max_blocks %u\n", p->grow ? "on" : "off",
+	                 p->max_blocks);
+	kvpi_text_printf(t, "  blocks managed    %llu", (unsigned long long)s->n_blocks);
 	for (size_t i = 0; i < ns; i++)
-		tb_printf(t, "%s%s %zu", i ? ", " : " (", f[i].name, f[i].managed);
-	tb_printf(t, ")\n  blocks in use     %llu", (unsigned long long)in_use);
+		kvpi_text_printf(t, "%s%s %zu", i ? ", " : " (", f[i].name, f[i].managed);
+	kvpi_text_printf(t, ")\n  blocks in use     %llu", (unsigned long long)in_use);
 	for (size_t i = 0; i < ns; i++)
-		tb_printf(t, "%s%s %zu", i ? ", " : " (", f[i].name, f[i].in_use);
-	tb_printf(t, "), peak %llu\n  blocks free      ",
-	          (unsigned long long)s->peak_blocks_in_use);
+		kvpi_text_printf(t, "%s%s %zu", i ? ", " : " (", f[i].name, f[i].in_use);
+	kvpi_text_printf(t, "), peak %llu\n  blocks free      ",
+	                 (unsigned long long)s->peak_blocks_in_use);
 	for (size_t i = 0; i < ns; i++)
-		tb_printf(t, "%s%s %zu", i ? ", " : " ", f[i].name, f[i].free);
-	tb_printf(t, "\n  usage ratio       %.3f (in use / managed)\n", ratio(in_use, s->n_blocks));
-	tb_printf(t, "  fragmentation     %.3f (in use and not full / managed)\n",
-	          kvp_stats_fragmentation(s));
-	tb_printf(t, "  blocks allocated  %llu (cumulative), reused %llu\n",
-	          (unsigned long long)s->n_allocations, (unsigned long long)s->n_reused);
-	tb_printf(t, "  blocks freed      %llu (cumulative), stale frees skipped %llu\n",
-	          (unsigned long long)s->n_frees, (unsigned long long)s->n_stale_frees);
-	tb_printf(t, "  exhausted calls   %llu (allocate calls refused for want of blocks)\n",
-	          (unsigned long long)s->n_exhausted);
-	tb_printf(t, "  grown / retired   %llu / %llu blocks\n", (unsigned long long)s->n_grown,
-	          (unsigned long long)s->n_retired);
+		kvpi_text_printf(t, "%s%s %zu", i ? ", " : " ", f[i].name, f[i].free);
+	kvpi_text_printf(t, "\n  usage ratio       %.3f (in use / managed)\n",
+	                 ratio(in_use, s->n_blocks));
+	kvpi_text_printf(t, "  fragmentation     %.3f (in use and not full / managed)\n",
+	                 kvp_stats_fragmentation(s));
+	kvpi_text_printf(t, "  blocks allocated  %llu (cumulative), reused %llu\n",
+	                 (unsigned long long)s->n_allocations, (unsigned long long)s->n_reused);
+	kvpi_text_printf(t, "  blocks freed      %llu (cumulative), stale frees skipped %llu\n",
+	                 (unsigned long long)s->n_frees, (unsigned long long)s->n_stale_frees);
+	kvpi_text_printf(t,
+	                 "  exhausted calls   %llu (allocate calls refused for want of blocks)\n",
+	                 (unsigned long long)s->n_exhausted);
+	kvpi_text_printf(t, "  grown / retired   %llu / %llu blocks\n",
+	                 (unsigned long long)s->n_grown, (unsigned long long)s->n_retired);
 }
 
-static void dump_json(struct textbuf *t, kvp_pool *p, const kvp_stats *s,
+static void dump_json(struct kvpi_text *t, kvp_pool *p, const kvp_stats *s,
                       const struct stream_fig *f, size_t ns)
 {
 	uint64_t in_use = kvp_stats_blocks_in_use(s);
-	tb_printf(t,
-	          "{\"version\":\"%s\",\"block_size\":%u,\"separate_kv\":%s,"
-	          "\"thread_cache\":%u,\"grow_on_exhaustion\":%s,\"max_blocks\":%u,"
-	          "\"blocks_managed\":%llu,\"blocks_in_use\":%llu,\"peak_blocks_in_use\":%llu,"
-	          "\"usage_ratio\":%.6f,\"fragmentation\":%.6f,\"allocations\":%llu,"
-	          "\"frees\":%llu,\"reused\":%llu,\"exhausted\":%llu,\"grown\":%llu,"
-	          "\"retired\":%llu,\"stale_frees\":%llu,\"streams\":{",
-	          kvp_version(), p->block_size, ns == 2 ? "true" : "false", p->thread_cache,
-	          p->grow ? "true" : "false", p->max_blocks, (unsigned long long)s->n_blocks,
-	          (unsigned long long)in_use, (unsigned long long)s->peak_blocks_in_use,
-	          ratio(in_use, s->n_blocks), kvp_stats_fragmentation(s),
-	          (unsigned long long)s->n_allocations, (unsigned long long)s->n_frees,
-	          (unsigned long long)s->n_reused, (unsigned long long)s->n_exhausted,
-	          (unsigned long long)s->n_grown, (unsigned long long)s->n_retired,
-	          (unsigned long long)s->n_stale_frees);
+	kvpi_text_printf(
+	    t,
+	    "{\"version\":\"%s\",\"block_size\":%u,\"separate_kv\":%s,"
+	    "\"thread_cache\":%u,\"grow_on_exhaustion\":%s,\"max_blocks\":%u,"
+	    "\"blocks_managed\":%llu,\"blocks_in_use\":%llu,\"peak_blocks_in_use\":%llu,"
+	    "\"usage_ratio\":%.6f,\"fragmentation\":%.6f,\"allocations\":%llu,"
+	    "\"frees\":%llu,\"reused\":%llu,\"exhausted\":%llu,\"grown\":%llu,"
+	    "\"retired\":%llu,\"stale_frees\":%llu,\"streams\":{",
+	    kvp_version(), p->block_size, ns == 2 ? "true" : "false", p->thread_cache,
+	    p->grow ? "true" : "false", p->max_blocks, (unsigned long long)s->n_blocks,
+	    (unsigned long long)in_use, (unsigned long long)s->peak_blocks_in_use,
+	    ratio(in_use, s->n_blocks), kvp_stats_fragmentation(s),
+	    (unsigned long long)s->n_allocations, (unsigned long long)s->n_frees,
+	    (unsigned long long)s->n_reused, (unsigned long long)s->n_exhausted,
+	    (unsigned long long)s->n_grown, (unsigned long long)s->n_retired,
+	    (unsigned long long)s->n_stale_frees);
 	for (size_t i = 0; i < ns; i++)
-		tb_printf(t, "%s\"%s\":{\"managed\":%zu,\"in_use\":%zu,\"free\":%zu}", i ? "," : "",
-		          f[i].name, f[i].managed, f[i].in_use, f[i].free);
-	tb_printf(t, "}}\n");
+		kvpi_text_printf(t, "%s\"%s\":{\"managed\":%zu,\"in_use\":%zu,\"free\":%zu}",
+		                 i ? "," : "", f[i].name, f[i].managed, f[i].in_use, f[i].free);
+	kvpi_text_printf(t, "}}\n");
 }
 
 int kvp_pool_dump(kvp_pool *p, FILE *f, unsigned flags)
@@ -186,7 +168,7 @@ int kvp_pool_dump(kvp_pool *p, FILE *f, unsigned flags)
 	struct stream_fig fig[2];
 	size_t ns = stream_figs(p, fig);
 	char buf[2048]; /* either report of the largest figures is under 1 KiB */
-	struct textbuf t = {buf, sizeof buf, 0};
+	struct kvpi_text t = {buf, sizeof buf, 0};
 	if (flags & KVP_DUMP_JSON)
 		dump_json(&t, p, &s, fig, ns);
 	else

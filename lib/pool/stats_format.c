@@ -5,6 +5,8 @@
 #include <kvpool/stats.h>
 #include <kvpool/status.h>
 
+#include "lib/base/text.h"
+
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -48,45 +50,6 @@ int kvp_stats_format(const kvp_stats *s, char *buf, size_t cap)
 	return n;
 }
 
-/* Prometheus metric name rule: [a-zA-Z_:][a-zA-Z0-9_:]* */
-static bool valid_prefix(const char *p)
-{
-	if (!*p)
-		return false;
-	for (const char *c = p; *c; c++) {
-		bool alpha =
-		    (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || *c == '_' || *c == ':';
-		bool digit = *c >= '0' && *c <= '9';
-		if (!alpha && !(digit && c != p))
-			return false;
-	}
-	return true;
-}
-
-/* Appends to a buffer that may be too small, counting the length needed. */
-struct textbuf {
-	char *buf;
-	size_t cap, len;
-};
-
-static void tb_printf(struct textbuf *t, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	size_t room = t->len < t->cap ? t->cap - t->len : 0;
-	int n = vsnprintf(room ? t->buf + t->len : NULL, room, fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		t->len += (size_t)n;
-}
-
-static void metric_u64(struct textbuf *t, const char *prefix, const char *name, const char *type,
-                       const char *help, uint64_t v)
-{
-	tb_printf(t, "# HELP %s_%s %s\n# TYPE %s_%s %s\n%s_%s %llu\n", prefix, name, help, prefix,
-	          name, type, prefix, name, (unsigned long long)v);
-}
-
 int kvp_stats_to_prometheus(const kvp_stats *s, const char *prefix, char *buf, size_t cap,
                             size_t *len)
 {
@@ -94,49 +57,42 @@ int kvp_stats_to_prometheus(const kvp_stats *s, const char *prefix, char *buf, s
 		return KVP_EINVAL;
 	if (!prefix)
 		prefix = "kvpool_block_pool";
-	if (!valid_prefix(prefix))
+	if (!kvpi_prom_valid_name(prefix))
 		return KVP_EINVAL;
-	struct textbuf t = {buf, cap, 0};
-	metric_u64(&t, prefix, "blocks_in_use", "gauge", "Blocks handed out and not yet freed.",
-	           kvp_stats_blocks_in_use(s));
-	metric_u64(&t, prefix, "blocks_managed", "gauge", "Blocks the pool manages now.",
-	           s->n_blocks);
-	tb_printf(&t,
-	          "# HELP %s_fragmentation Fraction of managed blocks in use and not full.\n"
-	          "# TYPE %s_fragmentation gauge\n%s_fragmentation %.6f\n",
-	          prefix, prefix, prefix, kvp_stats_fragmentation(s));
+	struct kvpi_text t = {buf, cap, 0};
+	kvpi_prom_u64(&t, prefix, "blocks_in_use", "gauge", "Blocks handed out and not yet freed.",
+	              kvp_stats_blocks_in_use(s));
+	kvpi_prom_u64(&t, prefix, "blocks_managed", "gauge", "Blocks the pool manages now.",
+	              s->n_blocks);
+	kvpi_prom_f64(&t, prefix, "fragmentation",
+	              "Fraction of managed blocks in use and not full.",
+	              kvp_stats_fragmentation(s));
 	uint64_t in_use = kvp_stats_blocks_in_use(s);
-	tb_printf(&t,
-	          "# HELP %s_usage_ratio Blocks in use / blocks managed (0 when none managed).\n"
-	          "# TYPE %s_usage_ratio gauge\n%s_usage_ratio %.6f\n",
-	          prefix, prefix, prefix, s->n_blocks ? (double)in_use / (double)s->n_blocks : 0.0);
-	metric_u64(&t, prefix, "peak_blocks_in_use", "gauge", "High-water mark of blocks in use.",
-	           s->peak_blocks_in_use);
-	metric_u64(&t, prefix, "allocations_total", "counter", "Blocks handed out.",
-	           s->n_allocations);
-	metric_u64(&t, prefix, "frees_total", "counter", "Blocks returned.", s->n_frees);
-	metric_u64(&t, prefix, "reused_total", "counter",
-	           "Allocations served by a block freed before.", s->n_reused);
-	metric_u64(&t, prefix, "exhausted_total", "counter",
-	           "Allocate calls that failed for want of blocks.", s->n_exhausted);
-	metric_u64(&t, prefix, "grown_total", "counter", "Blocks added by growth.", s->n_grown);
-	metric_u64(&t, prefix, "retired_total", "counter", "Blocks removed by shrink.",
-	           s->n_retired);
-	metric_u64(&t, prefix, "stale_frees_total", "counter",
-	           "Frees skipped: block already free or stale generation.", s->n_stale_frees);
-	metric_u64(&t, prefix, "cached_blocks", "gauge",
-	           "Published blocks nobody holds, free but still findable by key.", s->n_cached);
-	metric_u64(&t, prefix, "prefix_queries_total", "counter",
-	           "Keys asked for by prefix matches.", s->n_prefix_queries);
-	metric_u64(&t, prefix, "prefix_hits_total", "counter",
-	           "Blocks handed out by prefix matches.", s->n_prefix_hits);
-	metric_u64(&t, prefix, "evictions_total", "counter", "Cached blocks evicted.",
-	           s->n_evictions);
-	*len = t.len;
-	if (t.len + 1 > cap) {
-		if (cap) /* no partial text: an empty string, as the bufcache's version */
-			buf[0] = '\0';
-		return KVP_ERANGE;
-	}
-	return KVP_OK;
+	kvpi_prom_f64(&t, prefix, "usage_ratio",
+	              "Blocks in use / blocks managed (0 when none managed).",
+	              s->n_blocks ? (double)in_use / (double)s->n_blocks : 0.0);
+	kvpi_prom_u64(&t, prefix, "peak_blocks_in_use", "gauge",
+	              "High-water mark of blocks in use.", s->peak_blocks_in_use);
+	kvpi_prom_u64(&t, prefix, "allocations_total", "counter", "Blocks handed out.",
+	              s->n_allocations);
+	kvpi_prom_u64(&t, prefix, "frees_total", "counter", "Blocks returned.", s->n_frees);
+	kvpi_prom_u64(&t, prefix, "reused_total", "counter",
+	              "Allocations served by a block freed before.", s->n_reused);
+	kvpi_prom_u64(&t, prefix, "exhausted_total", "counter",
+	              "Allocate calls that failed for want of blocks.", s->n_exhausted);
+	kvpi_prom_u64(&t, prefix, "grown_total", "counter", "Blocks added by growth.", s->n_grown);
+	kvpi_prom_u64(&t, prefix, "retired_total", "counter", "Blocks removed by shrink.",
+	              s->n_retired);
+	kvpi_prom_u64(&t, prefix, "stale_frees_total", "counter",
+	              "Frees skipped: block already free or stale generation.", s->n_stale_frees);
+	kvpi_prom_u64(&t, prefix, "cached_blocks", "gauge",
+	              "Published blocks nobody holds, free but still findable by key.",
+	              s->n_cached);
+	kvpi_prom_u64(&t, prefix, "prefix_queries_total", "counter",
+	              "Keys asked for by prefix matches.", s->n_prefix_queries);
+	kvpi_prom_u64(&t, prefix, "prefix_hits_total", "counter",
+	              "Blocks handed out by prefix matches.", s->n_prefix_hits);
+	kvpi_prom_u64(&t, prefix, "evictions_total", "counter", "Cached blocks evicted.",
+	              s->n_evictions);
+	return kvpi_text_finish(&t, len);
 }
