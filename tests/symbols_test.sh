@@ -9,7 +9,7 @@
 # Checks on LIBKVPOOL_SO (//tools:libkvpool.so):
 #   - SONAME libkvpool.so.0, version definition KVPOOL_0;
 #   - every defined dynamic symbol (objdump -T) is a public function, of
-#     version KVPOOL_0: no internal kvp_* helper, no TLS variable;
+#     version KVPOOL_0: no internal kvpi_* helper, no TLS variable;
 #   - every public function the library defines (nm LIBKVPOOL_A) is exported;
 #     one declared but defined nowhere is reported, not failed (a header may
 #     declare an API ahead of its implementation).
@@ -72,7 +72,7 @@ echo "ok: $(wc -l <"$work/exported") symbols exported, all public, KVPOOL_0"
 # The check itself: an unversioned build exporting internals must fail it.
 bad=$(problems "$raw")
 [ -n "$bad" ] || fail "the check accepts //:kvpool's unversioned libkvpool.so"
-grep -q "not a public function: kvp_" <<<"$bad" ||
-	fail "the unversioned libkvpool.so exports no internal kvp_* symbol?"
+grep -q "not a public function: kvpi_" <<<"$bad" ||
+	fail "the unversioned libkvpool.so exports no internal kvpi_* symbol?"
 echo "ok: the check rejects the unversioned build ($(grep -c . <<<"$bad") problems), e.g.:"
-grep "not a public function: kvp_" <<<"$bad" | sed -n 1,3p
+grep "not a public function: kvpi_" <<<"$bad" | sed -n 1,3p
