@@ -17,7 +17,7 @@ set -euo pipefail
 rounds=${1:-7}
 secs=${2:-0.5}
 repo=$(git rev-parse --show-toplevel)
-base=${3:-$(git -C "$repo" log --diff-filter=A --format=%H -- lib/prefix/prefix.c | tail -1)^}
+base=${3:-$(git -C "$repo" log --follow --diff-filter=A --format=%H -- lib/prefix/prefix.c | tail -1)^}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
