@@ -72,24 +72,6 @@ static uint64_t clear_in_use(struct kvp_block *b, uint64_t st, uint32_t gen)
 	}
 }
 
-static void end_call(struct kvp_pool *p, struct kvp_tslot *s, bool mutated)
-{
-	if (mutated)
-		kvpi_history_tick(p, s);
-	kvpi_tslot_put(p, s);
-}
-
-/* End an allocate call that got no blocks: count an exhaustion, and record it. */
-static int fail_call(struct kvp_pool *p, struct kvp_tslot *s, int rc)
-{
-	if (rc == KVP_EEXHAUSTED) {
-		kvpi_ctr_add(s, KVP_C_EXHAUSTED, 1);
-		kvpi_history_record(p);
-	}
-	end_call(p, s, false);
-	return rc;
-}
-
 /* Blocks needed for @n tokens: a shift when block_size is a power of two. */
 static inline uint32_t blocks_for_tokens(const struct kvp_pool *p, uint32_t n)
 {
@@ -186,7 +168,7 @@ static inline __attribute__((always_inline)) int alloc_done(struct kvp_pool *p, 
 	kvpi_ctr_add(s, KVP_C_REUSED, reused);
 	kvpi_ctr_add(s, KVP_C_NOT_FULL, n_tokens - (nb - 1) * p->block_size < p->block_size);
 	kvpi_account_in_use(p, s, nb);
-	end_call(p, s, true);
+	kvpi_end_call(p, s, true);
 	*n_refs = nb;
 	return KVP_OK;
 }
@@ -218,7 +200,7 @@ static int allocate_locked(struct kvp_pool *p, struct kvp_tslot *s, int si, uint
 		if (r && made)
 			kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
 		pthread_mutex_unlock(&sh->lock);
-		return fail_call(p, s, rc);
+		return kvpi_fail_call(p, s, rc);
 	}
 	uint64_t reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
 	kvpi_bias_adopt(p, s, r);
@@ -278,7 +260,7 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 	}
 	kvpi_bias_leave(s);
 	if (rc != KVP_OK)
-		return fail_call(p, s, rc);
+		return kvpi_fail_call(p, s, rc);
 	return alloc_done(p, s, nb, n_tokens, reused, n_refs);
 }
 
@@ -296,7 +278,7 @@ int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *
 	if (!kvpi_get_one_fast(p, s, si, &id)) {
 		int rc = kvpi_get_blocks(p, s, si, &id, 1);
 		if (rc != KVP_OK)
-			return fail_call(p, s, rc);
+			return kvpi_fail_call(p, s, rc);
 	}
 	bool re;
 	uint32_t gen =
@@ -304,7 +286,7 @@ int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *
 	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
 	kvpi_ctr_add(s, KVP_C_REUSED, re);
 	kvpi_account_in_use(p, s, 1);
-	end_call(p, s, true);
+	kvpi_end_call(p, s, true);
 	*out = KVP_MAKE_REF(id, gen);
 	return KVP_OK;
 }
@@ -465,7 +447,7 @@ static int free_single(struct kvp_pool *p, kvp_ref ref)
 		pthread_mutex_unlock(&held->lock);
 	if (!st) {
 		kvpi_ctr_add(s, KVP_C_STALE, 1);
-		end_call(p, s, false);
+		kvpi_end_call(p, s, false);
 		return KVP_OK;
 	}
 	int si = stream_of_state(p, st);
@@ -476,7 +458,7 @@ static int free_single(struct kvp_pool *p, kvp_ref ref)
 		kvpi_put_blocks(p, s, si, &id, 1);
 	if (kvpi_st_used(st) < p->block_size)
 		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - 1);
-	end_call(p, s, true);
+	kvpi_end_call(p, s, true);
 	return KVP_OK;
 }
 
@@ -517,7 +499,7 @@ int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
 		kvpi_ctr_add(s, KVP_C_STALE, a.stale);
 	if (a.not_full)
 		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - a.not_full);
-	end_call(p, s, a.freed != 0);
+	kvpi_end_call(p, s, a.freed != 0);
 	return KVP_OK;
 }
 
@@ -547,7 +529,7 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	struct kvp_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	if (!r) {
 		pthread_mutex_unlock(&sh->lock);
-		end_call(p, s, false);
+		kvpi_end_call(p, s, false);
 		return KVP_ENOENT;
 	}
 	kvpi_bias_revoke(p, s, r);
@@ -580,6 +562,6 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	for (int si = 0; si < 2; si++)
 		kvpi_put_chain(p, s, si, first[si], last[si], cnt[si]);
 	kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - not_full);
-	end_call(p, s, true);
+	kvpi_end_call(p, s, true);
 	return KVP_OK;
 }

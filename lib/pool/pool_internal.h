@@ -378,4 +378,25 @@ static inline void kvpi_history_tick(struct kvp_pool *p, struct kvp_tslot *s)
 		kvpi_history_tick_slow(p, calls);
 }
 
+/* kvpi_end_call - end a public call: count it for the history cadence when
+ * it changed the pool (@mutated), and give the fallback slot back if taken. */
+static inline void kvpi_end_call(struct kvp_pool *p, struct kvp_tslot *s, bool mutated)
+{
+	if (mutated)
+		kvpi_history_tick(p, s);
+	kvpi_tslot_put(p, s);
+}
+
+/* kvpi_fail_call - end an allocate call that got no blocks: an exhaustion is
+ * counted and recorded in the history; returns @rc. */
+static inline int kvpi_fail_call(struct kvp_pool *p, struct kvp_tslot *s, int rc)
+{
+	if (rc == KVP_EEXHAUSTED) {
+		kvpi_ctr_add(s, KVP_C_EXHAUSTED, 1);
+		kvpi_history_record(p);
+	}
+	kvpi_end_call(p, s, false);
+	return rc;
+}
+
 #endif /* KVPOOL_LIB_POOL_INTERNAL_H */

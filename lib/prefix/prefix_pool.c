@@ -22,27 +22,6 @@
 
 #define FREE_BATCH 64u
 
-/* The ids are written into the caller's kvp_ref array before it gets its
- * refs: a may_alias type keeps that within C's aliasing rules. */
-typedef uint32_t __attribute__((may_alias)) u32_alias;
-
-static void end_call(struct kvp_pool *p, struct kvp_tslot *s, bool mutated)
-{
-	if (mutated)
-		kvpi_history_tick(p, s);
-	kvpi_tslot_put(p, s);
-}
-
-static int fail_call(struct kvp_pool *p, struct kvp_tslot *s, int rc)
-{
-	if (rc == KVP_EEXHAUSTED) {
-		kvpi_ctr_add(s, KVP_C_EXHAUSTED, 1);
-		kvpi_history_record(p);
-	}
-	end_call(p, s, false);
-	return rc;
-}
-
 /* Hand out block @id, held exclusively (popped, evicted or grown); returns
  * its new generation. */
 static uint32_t stamp(struct kvp_pool *p, uint32_t id, uint32_t used, uint64_t flags,
@@ -141,7 +120,7 @@ int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner o
 	struct kvp_prefix *pf = p->prefix;
 	struct kvp_tslot *s = kvpi_tslot_get(p);
 	struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
-	u32_alias *ids = (u32_alias *)refs;
+	kvp_u32_alias *ids = (kvp_u32_alias *)refs;
 	uint32_t bs = p->block_size;
 
 	kvpi_rcu_read_lock();
@@ -155,13 +134,13 @@ int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner o
 	}
 	int rc = KVP_ENOMEM;
 	if (r && kvpi_pfx_oreserve(pf, r, nb) == 0)
-		rc = kvpi_pfx_get_blocks(p, s, si, (kvp_u32_alias *)ids, nb);
+		rc = kvpi_pfx_get_blocks(p, s, si, ids, nb);
 	if (rc != KVP_OK) {
 		if (r && made)
 			kvpi_pfx_oremove(sh, r);
 		pthread_mutex_unlock(&sh->lock);
 		kvpi_rcu_read_unlock();
-		return fail_call(p, s, rc);
+		return kvpi_fail_call(p, s, rc);
 	}
 	uint64_t reused = 0;
 	uint32_t last_used = n_tokens - (nb - 1) * bs;
@@ -185,7 +164,7 @@ int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner o
 	kvpi_ctr_add(s, KVP_C_NOT_FULL, last_used < bs);
 	kvpi_account_in_use(p, s, nb);
 	kvpi_rcu_read_unlock();
-	end_call(p, s, true);
+	kvpi_end_call(p, s, true);
 	return KVP_OK;
 }
 
@@ -197,7 +176,7 @@ int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref 
 	int rc = kvpi_pfx_get_blocks(p, s, si, &id, 1);
 	if (rc != KVP_OK) {
 		kvpi_rcu_read_unlock();
-		return fail_call(p, s, rc);
+		return kvpi_fail_call(p, s, rc);
 	}
 	bool re;
 	uint32_t gen = stamp(p, id, p->block_size, KVP_ST_RAW, 0, format, &re);
@@ -205,7 +184,7 @@ int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref 
 	kvpi_ctr_add(s, KVP_C_REUSED, re);
 	kvpi_account_in_use(p, s, 1);
 	kvpi_rcu_read_unlock();
-	end_call(p, s, true);
+	kvpi_end_call(p, s, true);
 	*out = KVP_MAKE_REF(id, gen);
 	return KVP_OK;
 }
@@ -347,7 +326,7 @@ int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		if (shared_now(p, refs[i])) {
 			kvpi_rcu_read_unlock();
-			end_call(p, s, false);
+			kvpi_end_call(p, s, false);
 			return KVP_EINVAL;
 		}
 	}
@@ -395,7 +374,7 @@ int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
 		pthread_mutex_unlock(&held->lock);
 	acc_finish(p, s, &a);
 	kvpi_rcu_read_unlock();
-	end_call(p, s, a.changed);
+	kvpi_end_call(p, s, a.changed);
 	return KVP_OK;
 }
 
@@ -425,7 +404,7 @@ int kvpi_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs
 	pthread_mutex_unlock(&sh->lock);
 	acc_finish(p, s, &a);
 	kvpi_rcu_read_unlock();
-	end_call(p, s, a.changed);
+	kvpi_end_call(p, s, a.changed);
 	return KVP_OK;
 }
 
@@ -442,7 +421,7 @@ int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 	if (!r) {
 		pthread_mutex_unlock(&sh->lock);
 		kvpi_rcu_read_unlock();
-		end_call(p, s, false);
+		kvpi_end_call(p, s, false);
 		return KVP_ENOENT;
 	}
 	/* Last block first: published ones become cached in that order, so
@@ -459,7 +438,7 @@ int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 	pthread_mutex_unlock(&sh->lock);
 	acc_finish(p, s, &a);
 	kvpi_rcu_read_unlock();
-	end_call(p, s, true);
+	kvpi_end_call(p, s, true);
 	return KVP_OK;
 }
 
