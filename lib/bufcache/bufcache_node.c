@@ -26,7 +26,7 @@ int bc_nodes_init(struct bc_nodes *n)
 		atomic_init(&n->seg[i], NULL);
 	atomic_init(&n->total, 0);
 	for (int i = 0; i < BC_SHARDS; i++)
-		atomic_init(&n->shard[i].head, bc_tagged(BC_NIL, 0));
+		atomic_init(&n->shard[i].head, kvpi_tagged_pack(0, BC_NIL));
 	return pthread_mutex_init(&n->grow_lock, NULL) ? -1 : 0;
 }
 
@@ -57,11 +57,10 @@ static void push_chain(struct bc_nodes *n, unsigned s, uint32_t first, uint32_t 
 	struct bc_node *l = bc_node(n, last);
 
 	do {
-		atomic_store_explicit(&l->free_next, bc_idx(old), memory_order_relaxed);
+		atomic_store_explicit(&l->free_next, kvpi_tagged_index(old), memory_order_relaxed);
 		/* Release: publishes free_next and everything written to the nodes before. */
-	} while (
-	    !atomic_compare_exchange_weak_explicit(head, &old, bc_tagged(first, bc_tag(old) + 1),
-	                                           memory_order_release, memory_order_relaxed));
+	} while (!atomic_compare_exchange_weak_explicit(
+	    head, &old, kvpi_tagged_next(old, first), memory_order_release, memory_order_relaxed));
 }
 
 void bc_nodes_push(struct bc_nodes *n, uint32_t idx)
@@ -75,13 +74,13 @@ static uint32_t pop_shard(struct bc_nodes *n, unsigned s)
 	/* Acquire: pairs with push's release so the node's fields are visible. */
 	uint64_t old = atomic_load_explicit(head, memory_order_acquire);
 
-	while (bc_idx(old) != BC_NIL) {
-		uint32_t nx =
-		    atomic_load_explicit(&bc_node(n, bc_idx(old))->free_next, memory_order_relaxed);
-		if (atomic_compare_exchange_weak_explicit(
-		        head, &old, bc_tagged(nx, bc_tag(old) + 1), memory_order_acquire,
-		        memory_order_acquire))
-			return bc_idx(old);
+	while (kvpi_tagged_index(old) != BC_NIL) {
+		uint32_t nx = atomic_load_explicit(&bc_node(n, kvpi_tagged_index(old))->free_next,
+		                                   memory_order_relaxed);
+		if (atomic_compare_exchange_weak_explicit(head, &old, kvpi_tagged_next(old, nx),
+		                                          memory_order_acquire,
+		                                          memory_order_acquire))
+			return kvpi_tagged_index(old);
 	}
 	return BC_NIL;
 }
@@ -118,7 +117,7 @@ int bc_nodes_grow(struct bc_nodes *n, uint64_t want)
 			break;
 		}
 		for (size_t i = 0; i < cnt; i++) {
-			atomic_init(&s[i].next, bc_tagged(BC_NIL, 0));
+			atomic_init(&s[i].next, kvpi_tagged_pack(0, BC_NIL));
 			atomic_init(&s[i].free_next, (uint32_t)(base + i + 1));
 			s[i].lprev = s[i].lnext = BC_NIL;
 		}

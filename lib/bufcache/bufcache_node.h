@@ -37,24 +37,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lib/base/tagged.h"
+
 #define BC_NIL       UINT32_MAX
 #define BC_SEG0      256u
 #define BC_NODE_SEGS 24 /* 256 * (2^24 - 1) nodes: more than a 1 TiB budget of 256-byte buffers */
 #define BC_SHARDS    16
-
-/* A CAS word naming a node: index in the low 32 bits, ABA tag in the high 32. */
-static inline uint64_t bc_tagged(uint32_t idx, uint32_t tag)
-{
-	return ((uint64_t)tag << 32) | idx;
-}
-static inline uint32_t bc_idx(uint64_t w)
-{
-	return (uint32_t)w;
-}
-static inline uint32_t bc_tag(uint64_t w)
-{
-	return (uint32_t)(w >> 32);
-}
 
 struct bc_node {
 	_Atomic uint64_t next;      /* exact-class queue link (tagged), see bufcache_queue.h */

@@ -17,9 +17,9 @@ void bc_queue_init(struct bc_nodes *n, struct bc_queue *q, uint32_t dummy)
 	struct bc_node *d = bc_node(n, dummy);
 	uint64_t nx = atomic_load_explicit(&d->next, memory_order_relaxed);
 
-	atomic_store_explicit(&d->next, bc_tagged(BC_NIL, bc_tag(nx) + 1), memory_order_relaxed);
-	atomic_init(&q->head, bc_tagged(dummy, 0));
-	atomic_init(&q->tail, bc_tagged(dummy, 0));
+	atomic_store_explicit(&d->next, kvpi_tagged_next(nx, BC_NIL), memory_order_relaxed);
+	atomic_init(&q->head, kvpi_tagged_pack(0, dummy));
+	atomic_init(&q->tail, kvpi_tagged_pack(0, dummy));
 	atomic_init(&q->count, 0);
 }
 
@@ -29,30 +29,30 @@ void bc_queue_enqueue(struct bc_nodes *n, struct bc_queue *q, uint32_t idx)
 	uint64_t tail, next, nx = atomic_load_explicit(&x->next, memory_order_relaxed);
 
 	/* Relaxed: published by the release CAS that links x below. */
-	atomic_store_explicit(&x->next, bc_tagged(BC_NIL, bc_tag(nx) + 1), memory_order_relaxed);
+	atomic_store_explicit(&x->next, kvpi_tagged_next(nx, BC_NIL), memory_order_relaxed);
 	for (;;) {
 		struct bc_node *t;
 
 		tail = atomic_load_explicit(&q->tail, memory_order_acquire);
-		t = bc_node(n, bc_idx(tail));
+		t = bc_node(n, kvpi_tagged_index(tail));
 		next = atomic_load_explicit(&t->next, memory_order_acquire);
 		if (tail != atomic_load_explicit(&q->tail, memory_order_acquire))
 			continue;
-		if (bc_idx(next) == BC_NIL) {
+		if (kvpi_tagged_index(next) == BC_NIL) {
 			/* Release: x's ptr/cap/next (and the buffer's contents) go with the link.
 			 */
 			if (atomic_compare_exchange_weak_explicit(
-			        &t->next, &next, bc_tagged(idx, bc_tag(next) + 1),
-			        memory_order_release, memory_order_relaxed))
+			        &t->next, &next, kvpi_tagged_next(next, idx), memory_order_release,
+			        memory_order_relaxed))
 				break;
 		} else {
 			/* Tail lags: help swing it (the link, not the tail, carries the data). */
 			atomic_compare_exchange_weak_explicit(
-			    &q->tail, &tail, bc_tagged(bc_idx(next), bc_tag(tail) + 1),
+			    &q->tail, &tail, kvpi_tagged_next(tail, kvpi_tagged_index(next)),
 			    memory_order_release, memory_order_relaxed);
 		}
 	}
-	atomic_compare_exchange_strong_explicit(&q->tail, &tail, bc_tagged(idx, bc_tag(tail) + 1),
+	atomic_compare_exchange_strong_explicit(&q->tail, &tail, kvpi_tagged_next(tail, idx),
 	                                        memory_order_release, memory_order_relaxed);
 }
 
@@ -62,26 +62,26 @@ int bc_queue_dequeue(struct bc_nodes *n, struct bc_queue *q, void **ptr, size_t 
 	for (;;) {
 		uint64_t head = atomic_load_explicit(&q->head, memory_order_acquire);
 		uint64_t tail = atomic_load_explicit(&q->tail, memory_order_acquire);
-		uint64_t next =
-		    atomic_load_explicit(&bc_node(n, bc_idx(head))->next, memory_order_acquire);
+		uint64_t next = atomic_load_explicit(&bc_node(n, kvpi_tagged_index(head))->next,
+		                                     memory_order_acquire);
 		struct bc_node *x;
 		uintptr_t p;
 		uint64_t c;
 
 		if (head != atomic_load_explicit(&q->head, memory_order_acquire))
 			continue;
-		if (bc_idx(head) == bc_idx(tail)) {
-			if (bc_idx(next) == BC_NIL)
+		if (kvpi_tagged_index(head) == kvpi_tagged_index(tail)) {
+			if (kvpi_tagged_index(next) == BC_NIL)
 				return 0;
 			atomic_compare_exchange_weak_explicit(
-			    &q->tail, &tail, bc_tagged(bc_idx(next), bc_tag(tail) + 1),
+			    &q->tail, &tail, kvpi_tagged_next(tail, kvpi_tagged_index(next)),
 			    memory_order_release, memory_order_relaxed);
 			continue;
 		}
-		if (bc_idx(next) == BC_NIL)
+		if (kvpi_tagged_index(next) == BC_NIL)
 			continue; /* inconsistent snapshot (head moved under us): retry */
 		/* Read before the CAS: once head moves, x may be recycled by others. */
-		x = bc_node(n, bc_idx(next));
+		x = bc_node(n, kvpi_tagged_index(next));
 		p = atomic_load_explicit(&x->ptr, memory_order_relaxed);
 		c = atomic_load_explicit(&x->cap, memory_order_relaxed);
 		/* acq_rel on success.  Acquire: the buffer's history happens
@@ -90,11 +90,11 @@ int bc_queue_dequeue(struct bc_nodes *n, struct bc_queue *q, void **ptr, size_t 
 		 * that linked the node now at the head, so it cannot read a
 		 * stale next field of a recycled node (free on x86). */
 		if (atomic_compare_exchange_weak_explicit(
-		        &q->head, &head, bc_tagged(bc_idx(next), bc_tag(head) + 1),
+		        &q->head, &head, kvpi_tagged_next(head, kvpi_tagged_index(next)),
 		        memory_order_acq_rel, memory_order_relaxed)) {
 			*ptr = (void *)p;
 			*cap = (size_t)c;
-			*spare = bc_idx(head);
+			*spare = kvpi_tagged_index(head);
 			return 1;
 		}
 	}

@@ -56,7 +56,7 @@ int bc_queue_dequeue(struct bc_nodes *n, struct bc_queue *q, void **ptr, size_t 
 /* bc_queue_dummy - the current dummy (only when no other thread uses the queue) */
 static inline uint32_t bc_queue_dummy(struct bc_queue *q)
 {
-	return bc_idx(atomic_load_explicit(&q->head, memory_order_relaxed));
+	return kvpi_tagged_index(atomic_load_explicit(&q->head, memory_order_relaxed));
 }
 
 #endif /* KVPOOL_LIB_BUFCACHE_QUEUE_H */

@@ -1,9 +1,9 @@
 /*
  * lib/pool/freestack.h - a stream's global free list: Treiber stack + exact count.
  *
- * The head is one 64-bit word, {ABA tag (high 32), top id (low 32)}, changed
- * only by compare-and-swap; every successful change bumps the tag, so a
- * CAS that succeeds proves nothing moved since its load.  The links live in
+ * The head is one tagged word (lib/base/tagged.h), {ABA tag, top id},
+ * changed only by compare-and-swap; every successful change bumps the tag,
+ * so a CAS that succeeds proves nothing moved since its load.  The links live in
  * the block table (kvp_block.free_next).
  *
  * Beside the stack, 'avail' counts the blocks that may be reserved.  It is
@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "lib/base/spin.h"
+#include "lib/base/tagged.h"
 #include "lib/pool/blocktable.h"
 
 /*
@@ -43,14 +44,15 @@ struct kvp_freestack {
 	char pad1[56];
 };
 
+/* kvpi_fs_pack - a head word {@tag, @id}: the tagged word of lib/base/tagged.h */
 static inline uint64_t kvpi_fs_pack(uint32_t tag, uint32_t id)
 {
-	return ((uint64_t)tag << 32) | id;
+	return kvpi_tagged_pack(tag, id);
 }
 
 static inline void kvpi_fs_init(struct kvp_freestack *fs)
 {
-	atomic_init(&fs->head, kvpi_fs_pack(0, KVP_NO_ID));
+	atomic_init(&fs->head, kvpi_tagged_pack(0, KVP_NO_ID));
 	atomic_init(&fs->avail, 0);
 }
 
@@ -65,13 +67,12 @@ static inline void kvpi_fs_push_chain(struct kvp_freestack *fs, struct kvp_block
 	/* relaxed: the CAS below (release) publishes the link. */
 	uint64_t h = atomic_load_explicit(&fs->head, memory_order_relaxed);
 	do {
-		atomic_store_explicit(&lb->free_next, (uint32_t)h, memory_order_relaxed);
+		atomic_store_explicit(&lb->free_next, kvpi_tagged_index(h), memory_order_relaxed);
 		/* release on success: a popper that acquires this head sees
 		 * the link and everything the freeing thread wrote to the
 		 * blocks (and their storage) before freeing them. */
 	} while (!atomic_compare_exchange_weak_explicit(
-	    &fs->head, &h, kvpi_fs_pack((uint32_t)(h >> 32) + 1, first), memory_order_release,
-	    memory_order_relaxed));
+	    &fs->head, &h, kvpi_tagged_next(h, first), memory_order_release, memory_order_relaxed));
 	/* release: a reserver that sees the count (acquire) also sees the push. */
 	atomic_fetch_add_explicit(&fs->avail, n, memory_order_release);
 }
@@ -138,7 +139,7 @@ static inline void kvpi_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_blo
 		/* acquire: see the links and block writes of the pushers. */
 		uint64_t h = atomic_load_explicit(&fs->head, memory_order_acquire);
 		uint32_t want = n - got < 8 ? n - got : 8, k = 0;
-		uint32_t id = (uint32_t)h, next = (uint32_t)h;
+		uint32_t id = kvpi_tagged_index(h), next = id;
 		while (k < want && next != KVP_NO_ID) {
 			/* Past the top, a link may have been written after our
 			 * head load (the CAS will then fail): only follow ids
@@ -157,9 +158,9 @@ static inline void kvpi_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_blo
 		}
 		/* acquire on success: pairs with the release push of every
 		 * block we take (release sequence of RMWs on head). */
-		if (atomic_compare_exchange_weak_explicit(
-		        &fs->head, &h, kvpi_fs_pack((uint32_t)(h >> 32) + 1, next),
-		        memory_order_acquire, memory_order_relaxed))
+		if (atomic_compare_exchange_weak_explicit(&fs->head, &h, kvpi_tagged_next(h, next),
+		                                          memory_order_acquire,
+		                                          memory_order_relaxed))
 			got += k;
 	}
 }
