@@ -22,8 +22,7 @@
 int bc_nodes_init(struct bc_nodes *n)
 {
 	memset(n, 0, sizeof(*n));
-	for (int i = 0; i < BC_NODE_SEGS; i++)
-		atomic_init(&n->seg[i], NULL);
+	kvpi_segtab_init(&n->segs);
 	atomic_init(&n->total, 0);
 	for (int i = 0; i < BC_SHARDS; i++)
 		atomic_init(&n->shard[i].head, kvpi_tagged_pack(0, BC_NIL));
@@ -32,8 +31,7 @@ int bc_nodes_init(struct bc_nodes *n)
 
 void bc_nodes_destroy(struct bc_nodes *n)
 {
-	for (int i = 0; i < BC_NODE_SEGS; i++)
-		kvpi_sys_free(atomic_load_explicit(&n->seg[i], memory_order_relaxed));
+	kvpi_segtab_destroy(&n->segs);
 	pthread_mutex_destroy(&n->grow_lock);
 }
 
@@ -104,7 +102,8 @@ int bc_nodes_grow(struct bc_nodes *n, uint64_t want)
 	pthread_mutex_lock(&n->grow_lock);
 	while (atomic_load_explicit(&n->total, memory_order_relaxed) < want) {
 		unsigned k = n->nsegs;
-		size_t cnt = (size_t)BC_SEG0 << k, base = (size_t)BC_SEG0 * (((size_t)1 << k) - 1);
+		size_t cnt = kvpi_seg_len(BC_SEG0_SHIFT, k),
+		       base = kvpi_seg_first(BC_SEG0_SHIFT, k);
 		struct bc_node *s;
 
 		if (k >= BC_NODE_SEGS) {
@@ -121,8 +120,9 @@ int bc_nodes_grow(struct bc_nodes *n, uint64_t want)
 			atomic_init(&s[i].free_next, (uint32_t)(base + i + 1));
 			s[i].lprev = s[i].lnext = BC_NIL;
 		}
-		/* Release: the initialised segment is visible to every bc_node() that finds it. */
-		atomic_store_explicit(&n->seg[k], s, memory_order_release);
+		/* Installed with release (under grow_lock, so the CAS always wins): the
+		 * initialised segment is visible to every bc_node() that finds it. */
+		kvpi_segtab_install(&n->segs, k, s);
 		n->nsegs = k + 1;
 		atomic_store_explicit(&n->total, base + cnt, memory_order_relaxed);
 		push_chain(n, bc_thread_shard(), (uint32_t)base, (uint32_t)(base + cnt - 1));

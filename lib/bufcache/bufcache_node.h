@@ -11,9 +11,10 @@
  * of a recycled node are therefore harmless and are caught by the 32-bit tags
  * of the compare-and-swap words that index nodes.
  *
- * Nodes are named by a 32-bit index (BC_NIL = none).  Segment k holds
- * BC_SEG0 << k nodes, so 26 segments cover the whole index space and the
- * directory is a fixed array: no pointer ever moves.
+ * Nodes are named by a 32-bit index (BC_NIL = none) and live in the
+ * library's segmented id table (lib/base/segtable.h): segment k holds
+ * 256 << k nodes, so BC_NODE_SEGS segments cover the whole index space and
+ * the directory is a fixed array: no pointer ever moves.
  *
  * Synchronization:
  *
@@ -37,12 +38,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lib/base/segtable.h"
 #include "lib/base/tagged.h"
 
-#define BC_NIL       UINT32_MAX
-#define BC_SEG0      256u
-#define BC_NODE_SEGS 24 /* 256 * (2^24 - 1) nodes: more than a 1 TiB budget of 256-byte buffers */
-#define BC_SHARDS    16
+#define BC_NIL        UINT32_MAX
+#define BC_SEG0_SHIFT 8  /* segment 0 holds 256 nodes */
+#define BC_NODE_SEGS  24 /* 256 * (2^24 - 1) nodes: more than a 1 TiB budget of 256-byte buffers */
+#define BC_SHARDS     16
 
 struct bc_node {
 	_Atomic uint64_t next;      /* exact-class queue link (tagged), see bufcache_queue.h */
@@ -57,9 +59,9 @@ struct bc_shard_head {
 };
 
 struct bc_nodes {
-	_Atomic(struct bc_node *) seg[BC_NODE_SEGS];
-	_Atomic uint64_t total; /* nodes in published segments */
-	unsigned nsegs;         /* under grow_lock */
+	struct kvpi_segtab segs; /* segments 0 .. nsegs-1 of struct bc_node */
+	_Atomic uint64_t total;  /* nodes in published segments */
+	unsigned nsegs;          /* under grow_lock */
 	pthread_mutex_t grow_lock;
 	struct bc_shard_head shard[BC_SHARDS];
 };
@@ -70,11 +72,9 @@ void bc_nodes_destroy(struct bc_nodes *n);
 /* bc_node - the node with index @idx (which must have been handed out by this slab) */
 static inline struct bc_node *bc_node(struct bc_nodes *n, uint32_t idx)
 {
-	unsigned k = 63u - (unsigned)__builtin_clzll((uint64_t)idx / BC_SEG0 + 1);
-	size_t base = (size_t)BC_SEG0 * (((size_t)1 << k) - 1);
-	/* Acquire pairs with the release store that published the segment. */
-	struct bc_node *s = atomic_load_explicit(&n->seg[k], memory_order_acquire);
-	return &s[(size_t)idx - base];
+	/* acquire (in kvpi_segtab_get): pairs with the install that published the segment. */
+	struct bc_node *s = kvpi_segtab_get(&n->segs, kvpi_seg_of(idx, BC_SEG0_SHIFT));
+	return &s[kvpi_seg_off(idx, BC_SEG0_SHIFT)];
 }
 
 extern _Thread_local unsigned bc_shard_plus1 __attribute__((visibility("hidden")));

@@ -47,6 +47,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "lib/base/segtable.h"
+
 #define KVP_BT_BASE_SHIFT 10
 #define KVP_BT_BASE       (1u << KVP_BT_BASE_SHIFT)
 #define KVP_BT_MAX_SEGS   32
@@ -133,12 +135,11 @@ static inline struct kvp_block *kvpi_bt_block(struct kvp_blocktable *bt, uint32_
 {
 	if (__builtin_expect(id < bt->n0, 1))
 		return &bt->seg0[id];
-	uint32_t v = id - bt->n0 + KVP_BT_BASE;
-	uint32_t msb = 31u - (uint32_t)__builtin_clz(v);
+	uint32_t i = id - bt->n0;
 	/* relaxed: see the table above (the id's publication orders it). */
 	struct kvp_block *s =
-	    atomic_load_explicit(&bt->seg[msb - KVP_BT_BASE_SHIFT], memory_order_relaxed);
-	return &s[v - (1u << msb)];
+	    atomic_load_explicit(&bt->seg[kvpi_seg_of(i, KVP_BT_BASE_SHIFT)], memory_order_relaxed);
+	return &s[kvpi_seg_off(i, KVP_BT_BASE_SHIFT)];
 }
 
 /**

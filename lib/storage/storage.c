@@ -3,11 +3,12 @@
  *
  * Design.
  *
- * Table: a slot (one atomic word) per block id, in segments that never
- * move: segment k holds 1024 << k slots, so 22 segments cover every id
- * below KVP_MAX_BLOCKS and the top level is a fixed array of 22 pointers.
- * A segment is made (zeroed) by the first write that needs it and
- * published with a CAS; a loser frees its copy.  Growth of the pool thus
+ * Table: a slot (one atomic word) per block id, in the library's
+ * segmented id table (lib/base/segtable.h), whose segments never move:
+ * segment k holds 1024 << k slots, so 22 segments cover every id below
+ * KVP_MAX_BLOCKS and the top level is a fixed array of pointers.  A
+ * segment is made (zeroed) by the first write that needs it and installed
+ * with a CAS; a loser frees its copy.  Growth of the pool thus
  * never moves or copies a slot, and readers need no protection for the
  * table itself (segments die with the storage).
  *
@@ -58,13 +59,13 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "lib/base/segtable.h"
 #include "lib/base/spin.h"
 #include "lib/storage/codec.h"
 #include "lib/storage/storage_hazard.h"
 #include "lib/base/sysmem.h"
 
 #define SEG0_SHIFT 10u
-#define N_SEGS     22u
 #define SLOT_LOCK  ((uintptr_t)1)
 #define BUF_ALIGN  256u
 
@@ -87,42 +88,31 @@ struct kvp_storage {
 	kvp_bufcache *cache;
 	uint32_t row_dim;
 	uint32_t block_size;
-	_Atomic(_Atomic uintptr_t *) seg[N_SEGS];
+	struct kvpi_segtab slots; /* segments of _Atomic uintptr_t slots */
 	_Atomic uint64_t resident, n_buffers, made, dropped, format_changes;
 };
 
 /* --- slot table ---------------------------------------------------------- */
 
-static inline uint32_t seg_index(uint32_t id, uint32_t *off)
-{
-	uint32_t t = id + (1u << SEG0_SHIFT); /* id < 2^31, no overflow */
-	uint32_t hb = 31u - (uint32_t)__builtin_clz(t);
-
-	*off = t - (1u << hb);
-	return hb - SEG0_SHIFT;
-}
-
 /* The slot of @id, or NULL when its segment does not exist (and @create is
- * false, or making it failed). */
+ * false, or making it failed).  @id < KVP_MAX_BLOCKS. */
 static _Atomic uintptr_t *slot_of(kvp_storage *s, uint32_t id, bool create)
 {
-	uint32_t off, k = seg_index(id, &off);
-	/* acquire: a published segment's zeroed slots are visible */
-	_Atomic uintptr_t *seg = atomic_load_explicit(&s->seg[k], memory_order_acquire);
+	uint32_t k = kvpi_seg_of(id, SEG0_SHIFT);
+	/* acquire (in kvpi_segtab_get): an installed segment's zeroed slots are visible */
+	_Atomic uintptr_t *seg = kvpi_segtab_get(&s->slots, k);
 
 	if (!seg && create) {
 		_Atomic uintptr_t *fresh =
-		    kvpi_sys_calloc((size_t)1 << (SEG0_SHIFT + k), sizeof(*fresh), 64);
+		    kvpi_sys_calloc(kvpi_seg_len(SEG0_SHIFT, k), sizeof(*fresh), 64);
 		if (!fresh)
 			return NULL;
 		/* release publishes the zeroed segment; acquire on failure reads the winner's */
-		if (atomic_compare_exchange_strong_explicit(
-		        &s->seg[k], &seg, fresh, memory_order_acq_rel, memory_order_acquire))
-			seg = fresh;
-		else
+		seg = kvpi_segtab_install(&s->slots, k, fresh);
+		if (seg != fresh)
 			kvpi_sys_free(fresh);
 	}
-	return seg ? &seg[off] : NULL;
+	return seg ? &seg[kvpi_seg_off(id, SEG0_SHIFT)] : NULL;
 }
 
 /* Lock a slot; returns the buffer it held.  acquire: pairs with the
@@ -291,6 +281,7 @@ int kvp_storage_create(kvp_pool *pool, uint32_t row_dim, kvp_bufcache *cache, kv
 	s->cache = cache;
 	s->row_dim = row_dim;
 	s->block_size = kvp_pool_block_size(pool);
+	kvpi_segtab_init(&s->slots);
 	rc = kvp_pool_add_retire_hook(pool, storage_retire_hook, s);
 	if (rc != KVP_OK) {
 		kvpi_sys_free(s);
@@ -302,23 +293,24 @@ int kvp_storage_create(kvp_pool *pool, uint32_t row_dim, kvp_bufcache *cache, kv
 
 void kvp_storage_destroy(kvp_storage *s)
 {
-	uint32_t k, i;
+	uint32_t k;
 
 	if (!s)
 		return;
 	/* under the pool's grow lock: no retire hook of ours runs after this */
 	kvp_pool_remove_retire_hook(s->pool, storage_retire_hook, s);
-	for (k = 0; k < N_SEGS; k++) {
-		_Atomic uintptr_t *seg = atomic_load_explicit(&s->seg[k], memory_order_acquire);
+	for (k = 0; k < KVPI_SEGTAB_MAX; k++) {
+		_Atomic uintptr_t *seg = kvpi_segtab_get(&s->slots, k);
 		if (!seg)
 			continue;
-		for (i = 0; i < (1u << (SEG0_SHIFT + k)); i++) {
+		for (size_t i = 0; i < kvpi_seg_len(SEG0_SHIFT, k); i++) {
+			/* acquire: the last unlock's buffer and its header */
 			uintptr_t b = atomic_load_explicit(&seg[i], memory_order_acquire);
 			if (b)
 				buf_free(s, (struct sbuf *)(b & ~SLOT_LOCK));
 		}
-		kvpi_sys_free(seg);
 	}
+	kvpi_segtab_destroy(&s->slots);
 	kvpi_sys_free(s);
 }
 
