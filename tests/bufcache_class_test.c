@@ -3,7 +3,7 @@
  *
  * Random sets and clears over all 2^18 exact classes (dense runs inside one
  * group, lone bits far apart, every group and l1 word boundary), then
- * bc_bitmap_find(from) must equal a linear scan of the reference for every
+ * kvpi_bc_bitmap_find(from) must equal a linear scan of the reference for every
  * probed `from`.  Also the size helpers: units for a request.
  */
 #include "lib/testing/bufcache_class.h"
@@ -12,52 +12,52 @@
 #include <stdlib.h>
 #include <string.h>
 
-static unsigned char ref[BC_EXACT_UNITS];
+static unsigned char ref[KVPI_BC_EXACT_UNITS];
 
 static long ref_find(size_t from)
 {
-	for (size_t i = from; i < BC_EXACT_UNITS; i++)
+	for (size_t i = from; i < KVPI_BC_EXACT_UNITS; i++)
 		if (ref[i])
 			return (long)i;
 	return -1;
 }
 
-static void set(struct bc_bitmap *b, size_t c)
+static void set(struct kvpi_bc_bitmap *b, size_t c)
 {
-	bc_bitmap_set(b, c);
+	kvpi_bc_bitmap_set(b, c);
 	ref[c] = 1;
 }
 
-static void clear(struct bc_bitmap *b, size_t c)
+static void clear(struct kvpi_bc_bitmap *b, size_t c)
 {
-	bc_bitmap_clear(b, c);
+	kvpi_bc_bitmap_clear(b, c);
 	ref[c] = 0;
 }
 
-static void probe(struct bc_bitmap *b, uint64_t *rng)
+static void probe(struct kvpi_bc_bitmap *b, uint64_t *rng)
 {
 	static const size_t edges[] = {0, 1, 63, 64, 65, 4095, 4096, 4097, 262080, 262143};
 
 	for (size_t i = 0; i < sizeof(edges) / sizeof(edges[0]); i++)
-		CHECK_EQ(bc_bitmap_find(b, edges[i]), ref_find(edges[i]));
+		CHECK_EQ(kvpi_bc_bitmap_find(b, edges[i]), ref_find(edges[i]));
 	for (int i = 0; i < 200; i++) {
-		size_t f = tu_rand(rng) % BC_EXACT_UNITS;
-		CHECK_EQ(bc_bitmap_find(b, f), ref_find(f));
+		size_t f = tu_rand(rng) % KVPI_BC_EXACT_UNITS;
+		CHECK_EQ(kvpi_bc_bitmap_find(b, f), ref_find(f));
 	}
-	CHECK_EQ(bc_bitmap_find(b, BC_EXACT_UNITS), -1);
+	CHECK_EQ(kvpi_bc_bitmap_find(b, KVPI_BC_EXACT_UNITS), -1);
 }
 
 static void bitmap_matches_reference(void)
 {
-	struct bc_bitmap b;
+	struct kvpi_bc_bitmap b;
 	uint64_t rng = 42;
 
-	CHECK_EQ(bc_bitmap_init(&b), 0);
+	CHECK_EQ(kvpi_bc_bitmap_init(&b), 0);
 	memset(ref, 0, sizeof(ref));
 	probe(&b, &rng);
 	for (int round = 0; round < 300; round++) {
 		uint64_t r = tu_rand(&rng);
-		size_t c = (size_t)(r % BC_EXACT_UNITS);
+		size_t c = (size_t)(r % KVPI_BC_EXACT_UNITS);
 		switch (r >> 60 & 3) {
 		case 0: /* a lone bit */
 			if (ref[c])
@@ -82,24 +82,24 @@ static void bitmap_matches_reference(void)
 		probe(&b, &rng);
 	}
 	/* Clear everything that is left: the bitmap reads empty again. */
-	for (size_t i = 0; i < BC_EXACT_UNITS; i++)
+	for (size_t i = 0; i < KVPI_BC_EXACT_UNITS; i++)
 		if (ref[i])
 			clear(&b, i);
-	CHECK_EQ(bc_bitmap_find(&b, 0), -1);
-	bc_bitmap_destroy(&b);
+	CHECK_EQ(kvpi_bc_bitmap_find(&b, 0), -1);
+	kvpi_bc_bitmap_destroy(&b);
 }
 
 static void units_for_request(void)
 {
-	CHECK_EQ(bc_units_for_request(0), 1);
-	CHECK_EQ(bc_units_for_request(1), 1);
-	CHECK_EQ(bc_units_for_request(256), 1);
-	CHECK_EQ(bc_units_for_request(257), 2);
-	CHECK_EQ(bc_units_for_request(512), 2);
-	CHECK_EQ(bc_units_for_request(KVP_BUF_LOCKFREE_MAX), BC_EXACT_UNITS);
-	CHECK_EQ(bc_units_for_request(KVP_BUF_LOCKFREE_MAX + 1), BC_EXACT_UNITS + 1);
-	CHECK_EQ(bc_floor_log2(1), 0);
-	CHECK_EQ(bc_floor_log2(BC_EXACT_UNITS), BC_EXACT_BITS);
+	CHECK_EQ(kvpi_bc_units_for_request(0), 1);
+	CHECK_EQ(kvpi_bc_units_for_request(1), 1);
+	CHECK_EQ(kvpi_bc_units_for_request(256), 1);
+	CHECK_EQ(kvpi_bc_units_for_request(257), 2);
+	CHECK_EQ(kvpi_bc_units_for_request(512), 2);
+	CHECK_EQ(kvpi_bc_units_for_request(KVP_BUF_LOCKFREE_MAX), KVPI_BC_EXACT_UNITS);
+	CHECK_EQ(kvpi_bc_units_for_request(KVP_BUF_LOCKFREE_MAX + 1), KVPI_BC_EXACT_UNITS + 1);
+	CHECK_EQ(kvpi_bc_floor_log2(1), 0);
+	CHECK_EQ(kvpi_bc_floor_log2(KVPI_BC_EXACT_UNITS), KVPI_BC_EXACT_BITS);
 }
 
 int main(void)

@@ -4,7 +4,7 @@
  * Design (see kvpool/bufcache.h for the contract and docs/BUFCACHE.md):
  *
  * - Two tiers.  Each thread has a front for the cache (bufcache_front.h): up
- *   to BC_FRONT_DEPTH buffers per capacity class up to 128 KiB, in FIFO order,
+ *   to KVPI_BC_FRONT_DEPTH buffers per capacity class up to 128 KiB, in FIFO order,
  *   touched only by that thread except when another thread claims it.  Behind
  *   the fronts is the shared tier every thread reaches: up to 64 MiB one
  *   lock-free FIFO per capacity (bufcache_exact.h) indexed by a three-level
@@ -13,7 +13,7 @@
  * - A hit takes the front's smallest fitting buffer only when the shared
  *   tier has no fitting buffer of that capacity or smaller (a read of the
  *   shared bitmap); otherwise the shared tier's best fit.  A free goes to the
- *   front; a class deeper than BC_FRONT_DEPTH, or a front holding more than
+ *   front; a class deeper than KVPI_BC_FRONT_DEPTH, or a front holding more than
  *   front_max bytes, spills its oldest buffers to the tail of the shared
  *   queues.  So, per class, every shared buffer that came from a thread's
  *   front is older than that front's: with one thread the two tiers together
@@ -45,10 +45,10 @@
 
 #include <string.h>
 
-#define BC_NODE_SLACK   (2 * BC_SHARDS)
-#define BC_SPILL_MAX    8
-#define BC_FRONT_MAXCAP ((size_t)8 << 20)
-#define BC_BATCH_MAX    ((size_t)1 << 20)
+#define KVPI_BC_NODE_SLACK   (2 * KVPI_BC_SHARDS)
+#define KVPI_BC_SPILL_MAX    8
+#define KVPI_BC_FRONT_MAXCAP ((size_t)8 << 20)
+#define KVPI_BC_BATCH_MAX    ((size_t)1 << 20)
 
 static _Atomic uint64_t next_uid = 1;
 
@@ -59,7 +59,7 @@ int kvp_bufcache_create(size_t max_cached_bytes, kvp_bufcache **out)
 	if (!out)
 		return KVP_EINVAL;
 	*out = NULL;
-	bc_front_setup();
+	kvpi_bc_front_setup();
 	c = kvpi_sys_alloc(sizeof(*c), 128);
 	if (!c)
 		return KVP_ENOMEM;
@@ -67,40 +67,41 @@ int kvp_bufcache_create(size_t max_cached_bytes, kvp_bufcache **out)
 	c->budget = max_cached_bytes;
 	/* Relaxed: any distinct value will do. */
 	c->uid = atomic_fetch_add_explicit(&next_uid, 1, memory_order_relaxed);
-	c->front_max =
-	    max_cached_bytes / 8 < BC_FRONT_MAXCAP ? max_cached_bytes / 8 : BC_FRONT_MAXCAP;
-	c->batch = (max_cached_bytes / 256 < BC_BATCH_MAX ? max_cached_bytes / 256 : BC_BATCH_MAX) &
+	c->front_max = max_cached_bytes / 8 < KVPI_BC_FRONT_MAXCAP ? max_cached_bytes / 8
+	                                                           : KVPI_BC_FRONT_MAXCAP;
+	c->batch = (max_cached_bytes / 256 < KVPI_BC_BATCH_MAX ? max_cached_bytes / 256
+	                                                       : KVPI_BC_BATCH_MAX) &
 	           ~(size_t)(KVP_BUF_ALIGN - 1);
 	atomic_init(&c->fronts, NULL);
 	atomic_init(&c->cached, 0);
 	atomic_init(&c->peak, 0);
 	atomic_init(&c->live, 0);
 	atomic_init(&c->live_bytes, 0);
-	bc_stats_init(&c->stats);
-	if (bc_nodes_init(&c->nodes))
+	kvpi_bc_stats_init(&c->stats);
+	if (kvpi_bc_nodes_init(&c->nodes))
 		goto fail_nodes;
-	if (bc_exact_init(&c->exact))
+	if (kvpi_bc_exact_init(&c->exact))
 		goto fail_exact;
-	if (bc_large_init(&c->large))
+	if (kvpi_bc_large_init(&c->large))
 		goto fail_large;
-	bc_front_registry_add(c);
+	kvpi_bc_front_registry_add(c);
 	/* The creating thread's front now, so its first calls allocate nothing more. */
-	if (!bc_front_lookup(c, c->uid))
+	if (!kvpi_bc_front_lookup(c, c->uid))
 		goto fail_front;
 	*out = c;
 	return KVP_OK;
 fail_front:
-	bc_front_registry_remove(c);
-	for (struct bc_front *f = atomic_load_explicit(&c->fronts, memory_order_relaxed), *n; f;
-	     f = n) {
+	kvpi_bc_front_registry_remove(c);
+	for (struct kvpi_bc_front *f = atomic_load_explicit(&c->fronts, memory_order_relaxed), *n;
+	     f; f = n) {
 		n = f->next;
 		kvpi_sys_free(f);
 	}
-	bc_large_destroy(&c->large);
+	kvpi_bc_large_destroy(&c->large);
 fail_large:
-	bc_exact_destroy(&c->exact);
+	kvpi_bc_exact_destroy(&c->exact);
 fail_exact:
-	bc_nodes_destroy(&c->nodes);
+	kvpi_bc_nodes_destroy(&c->nodes);
 fail_nodes:
 	kvpi_sys_free(c);
 	return KVP_ENOMEM;
@@ -109,10 +110,10 @@ fail_nodes:
 /* Take the smallest shared buffer whose capacity covers @need_units; 1 on success. */
 static int take_fit(kvp_bufcache *c, size_t need_units, void **p, size_t *cap)
 {
-	if (need_units <= BC_EXACT_UNITS &&
-	    bc_exact_take(&c->exact, &c->nodes, need_units - 1, p, cap))
+	if (need_units <= KVPI_BC_EXACT_UNITS &&
+	    kvpi_bc_exact_take(&c->exact, &c->nodes, need_units - 1, p, cap))
 		return 1;
-	return bc_large_take(&c->large, &c->nodes, need_units, p, cap);
+	return kvpi_bc_large_take(&c->large, &c->nodes, need_units, p, cap);
 }
 
 /* First non-empty shared exact class >= @cls, or -1 (reads only). */
@@ -121,45 +122,46 @@ static inline long shared_first(kvp_bufcache *c, size_t cls)
 	/* seq_cst like every bitmap reader (a plain load on x86): an empty tier is one word. */
 	if (!atomic_load_explicit(&c->exact.bm.l0, memory_order_seq_cst))
 		return -1;
-	return bc_bitmap_find(&c->exact.bm, cls);
+	return kvpi_bc_bitmap_find(&c->exact.bm, cls);
 }
 
-void bc_release_to_system(kvp_bufcache *c, struct bc_front *me, void *p, size_t cap)
+void kvpi_bc_release_to_system(kvp_bufcache *c, struct kvpi_bc_front *me, void *p, size_t cap)
 {
 	kvpi_sys_free(p);
 	/* Relaxed: `live` sizes the node slab, live_bytes feeds stats; neither orders memory. */
 	atomic_fetch_sub_explicit(&c->live, 1, memory_order_relaxed);
 	atomic_fetch_sub_explicit(&c->live_bytes, cap, memory_order_relaxed);
-	bc_count_by(c, me, BC_SYS_FREES, 1);
+	kvpi_bc_count_by(c, me, KVPI_BC_SYS_FREES, 1);
 }
 
-int bc_shared_put(kvp_bufcache *c, void *p, size_t cap)
+int kvpi_bc_shared_put(kvp_bufcache *c, void *p, size_t cap)
 {
-	size_t units = cap >> BC_UNIT_SHIFT;
-	uint32_t idx = bc_nodes_pop(&c->nodes);
-	struct bc_node *x;
+	size_t units = cap >> KVPI_BC_UNIT_SHIFT;
+	uint32_t idx = kvpi_bc_nodes_pop(&c->nodes);
+	struct kvpi_bc_node *x;
 
-	if (idx == BC_NIL)
+	if (idx == KVPI_BC_NIL)
 		return 0;
-	x = bc_node(&c->nodes, idx);
+	x = kvpi_bc_node(&c->nodes, idx);
 	/* Relaxed: published by the release that links the node into its class. */
 	atomic_store_explicit(&x->ptr, (uintptr_t)p, memory_order_relaxed);
 	atomic_store_explicit(&x->cap, cap, memory_order_relaxed);
-	if (units <= BC_EXACT_UNITS)
-		bc_exact_put(&c->exact, &c->nodes, units - 1, idx);
+	if (units <= KVPI_BC_EXACT_UNITS)
+		kvpi_bc_exact_put(&c->exact, &c->nodes, units - 1, idx);
 	else
-		bc_large_put(&c->large, &c->nodes, idx);
+		kvpi_bc_large_put(&c->large, &c->nodes, idx);
 	return 1;
 }
 
 /* Put buffers taken out of a front into the shared tier (their bytes stay reserved). */
-static void put_spills(kvp_bufcache *c, struct bc_front *me, void **p, const size_t *cap, int n)
+static void put_spills(kvp_bufcache *c, struct kvpi_bc_front *me, void **p, const size_t *cap,
+                       int n)
 {
 	for (int i = 0; i < n; i++) {
-		if (bc_shared_put(c, p[i], cap[i]))
+		if (kvpi_bc_shared_put(c, p[i], cap[i]))
 			continue;
-		bc_unreserve(c, cap[i]);
-		bc_release_to_system(c, me, p[i], cap[i]);
+		kvpi_bc_unreserve(c, cap[i]);
+		kvpi_bc_release_to_system(c, me, p[i], cap[i]);
 	}
 }
 
@@ -175,70 +177,70 @@ static void raise_peak(kvp_bufcache *c, size_t v)
 }
 
 /* Evict the smallest (then least recently cached) buffer; 1 if one was evicted. */
-static int evict_one(kvp_bufcache *c, struct bc_front *me)
+static int evict_one(kvp_bufcache *c, struct kvpi_bc_front *me)
 {
 	void *p = NULL;
 	size_t cap = 0;
 
-	if (me && bc_front_enter(me)) {
-		long f = bc_front_find(me, 0), g;
+	if (me && kvpi_bc_front_enter(me)) {
+		long f = kvpi_bc_front_find(me, 0), g;
 		if (f >= 0 && ((g = shared_first(c, 0)) < 0 || g > f)) {
-			p = bc_front_pop(me, (size_t)f);
-			cap = bc_front_cap((size_t)f);
+			p = kvpi_bc_front_pop(me, (size_t)f);
+			cap = kvpi_bc_front_cap((size_t)f);
 		}
-		bc_front_leave(me);
+		kvpi_bc_front_leave(me);
 	}
 	/* Both tiers empty: other fronts' buffers must still be reachable.  Two
 	 * rounds at most, so a thread whose drained buffers others keep taking
 	 * returns instead of chasing them. */
 	for (int round = 0; !p && !take_fit(c, 1, &p, &cap); round++)
-		if (round == 2 || !bc_fronts_drain(c, me, 1))
+		if (round == 2 || !kvpi_bc_fronts_drain(c, me, 1))
 			return 0;
-	bc_unreserve(c, cap);
-	bc_release_to_system(c, me, p, cap);
-	bc_count_by(c, me, BC_EVICTIONS, 1);
+	kvpi_bc_unreserve(c, cap);
+	kvpi_bc_release_to_system(c, me, p, cap);
+	kvpi_bc_count_by(c, me, KVPI_BC_EVICTIONS, 1);
 	return 1;
 }
 
 /* Create what a later free of a @cap-byte buffer will need; failures only cost caching. */
 static void prepare_metadata(kvp_bufcache *c, size_t cap)
 {
-	size_t units = cap >> BC_UNIT_SHIFT;
+	size_t units = cap >> KVPI_BC_UNIT_SHIFT;
 	size_t live = atomic_load_explicit(&c->live, memory_order_relaxed);
-	size_t room = c->budget >> BC_UNIT_SHIFT;
+	size_t room = c->budget >> KVPI_BC_UNIT_SHIFT;
 	uint64_t want;
 
-	if (units <= BC_EXACT_UNITS && !bc_exact_ready(&c->exact, units - 1))
-		bc_exact_ensure_group(&c->exact, &c->nodes, units - 1);
-	want = bc_exact_groups(&c->exact) * BC_GROUP_SIZE + (live < room ? live : room) +
-	       BC_NODE_SLACK;
-	if (bc_nodes_total(&c->nodes) < want)
-		bc_nodes_grow(&c->nodes, want);
+	if (units <= KVPI_BC_EXACT_UNITS && !kvpi_bc_exact_ready(&c->exact, units - 1))
+		kvpi_bc_exact_ensure_group(&c->exact, &c->nodes, units - 1);
+	want = kvpi_bc_exact_groups(&c->exact) * KVPI_BC_GROUP_SIZE + (live < room ? live : room) +
+	       KVPI_BC_NODE_SLACK;
+	if (kvpi_bc_nodes_total(&c->nodes) < want)
+		kvpi_bc_nodes_grow(&c->nodes, want);
 }
 
 /* The shared path of an allocation: shared best fit, else the system (@me may be NULL). */
-static __attribute__((noinline)) void *alloc_shared(kvp_bufcache *c, struct bc_front *me,
+static __attribute__((noinline)) void *alloc_shared(kvp_bufcache *c, struct kvpi_bc_front *me,
                                                     size_t requested, size_t *actual)
 {
 	size_t cap = kvp_bufcache_round(requested);
 	void *p;
 
-	if (take_fit(c, bc_units_for_request(requested), &p, actual)) {
-		bc_unreserve(c, *actual);
-		bc_count_by(c, me, BC_HITS, 1);
+	if (take_fit(c, kvpi_bc_units_for_request(requested), &p, actual)) {
+		kvpi_bc_unreserve(c, *actual);
+		kvpi_bc_count_by(c, me, KVPI_BC_HITS, 1);
 		return p;
 	}
-	bc_count_by(c, me, BC_MISSES, 1);
+	kvpi_bc_count_by(c, me, KVPI_BC_MISSES, 1);
 	while (!(p = kvpi_sys_alloc(cap, KVP_BUF_ALIGN))) {
 		if (!evict_one(c, me)) {
 			*actual = 0;
 			return NULL;
 		}
-		bc_count_by(c, me, BC_OOM_RETRIES, 1);
+		kvpi_bc_count_by(c, me, KVPI_BC_OOM_RETRIES, 1);
 	}
 	atomic_fetch_add_explicit(&c->live, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&c->live_bytes, cap, memory_order_relaxed);
-	bc_count_by(c, me, BC_SYS_ALLOCS, 1);
+	kvpi_bc_count_by(c, me, KVPI_BC_SYS_ALLOCS, 1);
 	prepare_metadata(c, cap);
 	*actual = cap;
 	return p;
@@ -247,7 +249,7 @@ static __attribute__((noinline)) void *alloc_shared(kvp_bufcache *c, struct bc_f
 /* Give back the part of a front's reservation above one batch (held). */
 static __attribute__((noinline)) size_t trim_reserve(kvp_bufcache *c, size_t res)
 {
-	bc_unreserve(c, res - c->batch);
+	kvpi_bc_unreserve(c, res - c->batch);
 	return c->batch;
 }
 
@@ -257,7 +259,7 @@ static __attribute__((noinline)) void *alloc_slow(kvp_bufcache *c, size_t reques
 		*actual = 0;
 	if (!c || !actual || requested > KVP_BUF_MAX_REQUEST)
 		return NULL;
-	return alloc_shared(c, bc_front_lookup(c, c->uid), requested, actual);
+	return alloc_shared(c, kvpi_bc_front_lookup(c, c->uid), requested, actual);
 }
 
 /*
@@ -268,39 +270,39 @@ static __attribute__((noinline)) void *alloc_slow(kvp_bufcache *c, size_t reques
  */
 void *kvp_bufcache_alloc(kvp_bufcache *c, size_t requested, size_t *actual)
 {
-	struct bc_tls_ent *e = bc_tls_head;
-	struct bc_front *f;
+	struct kvpi_bc_tls_ent *e = kvpi_bc_tls_head;
+	struct kvpi_bc_front *f;
 	size_t cls, got, res;
 	long k, g;
 	void *p;
 
 	if (!e || e->c != c || !actual || e->uid != c->uid ||
-	    requested > (size_t)BC_FRONT_UNITS << BC_UNIT_SHIFT)
+	    requested > (size_t)KVPI_BC_FRONT_UNITS << KVPI_BC_UNIT_SHIFT)
 		return alloc_slow(c, requested, actual);
 	f = e->f;
-	cls = bc_units_for_request(requested) - 1;
-	if (!bc_front_enter(f))
+	cls = kvpi_bc_units_for_request(requested) - 1;
+	if (!kvpi_bc_front_enter(f))
 		return alloc_shared(c, f, requested, actual);
-	k = bc_front_find(f, cls);
+	k = kvpi_bc_front_find(f, cls);
 	if (k < 0 || ((g = shared_first(c, cls)) >= 0 && g <= k)) {
-		bc_front_leave(f);
+		kvpi_bc_front_leave(f);
 		return alloc_shared(c, f, requested, actual);
 	}
-	p = bc_front_pop(f, (size_t)k);
-	got = bc_front_cap((size_t)k);
+	p = kvpi_bc_front_pop(f, (size_t)k);
+	got = kvpi_bc_front_cap((size_t)k);
 	/* The buffer's bytes stay reserved, as the front's; keep at most 2 batches. */
-	res = bc_front_get(&f->reserve) + got;
+	res = kvpi_bc_front_get(&f->reserve) + got;
 	if (res > 2 * c->batch)
 		res = trim_reserve(c, res);
-	bc_front_set(&f->reserve, res);
-	bc_front_ctr_add(f, BC_HITS, 1);
-	bc_front_leave(f);
+	kvpi_bc_front_set(&f->reserve, res);
+	kvpi_bc_front_ctr_add(f, KVPI_BC_HITS, 1);
+	kvpi_bc_front_leave(f);
 	*actual = got;
 	return p;
 }
 
 /* Reserve @cap bytes of budget, evicting smallest-first as needed; 1 on success. */
-static int reserve(kvp_bufcache *c, struct bc_front *me, size_t cap)
+static int reserve(kvp_bufcache *c, struct kvpi_bc_front *me, size_t cap)
 {
 	size_t cur = atomic_load_explicit(&c->cached, memory_order_relaxed);
 	int reclaimed = 0;
@@ -314,11 +316,11 @@ static int reserve(kvp_bufcache *c, struct bc_front *me, size_t cap)
 				break;
 			continue;
 		}
-		if (!reclaimed && bc_fronts_reserve_sum(c, me) >= cur - (c->budget - cap)) {
+		if (!reclaimed && kvpi_bc_fronts_reserve_sum(c, me) >= cur - (c->budget - cap)) {
 			/* Other fronts' unused reservations cover the shortfall: take them
 			 * back instead of evicting (once; a claim pass costs a membarrier). */
 			reclaimed = 1;
-			bc_fronts_drain(c, me, 0);
+			kvpi_bc_fronts_drain(c, me, 0);
 		} else if (!evict_one(c, me)) {
 			/* Nothing left to evict, but emptying the other fronts may have
 			 * given their reservations back: room, if they were enough. */
@@ -354,35 +356,36 @@ static int take_batch(kvp_bufcache *c, size_t need, size_t *res)
 }
 
 /* Whether class @cls's shared group exists (so the buffer can spill); front held. */
-static inline int front_ready(kvp_bufcache *c, struct bc_front *me, size_t cls)
+static inline int front_ready(kvp_bufcache *c, struct kvpi_bc_front *me, size_t cls)
 {
-	uint64_t bit = (uint64_t)1 << (cls >> BC_GROUP_BITS);
+	uint64_t bit = (uint64_t)1 << (cls >> KVPI_BC_GROUP_BITS);
 
 	if (me->ready & bit)
 		return 1;
-	if (!bc_exact_ready(&c->exact, cls))
+	if (!kvpi_bc_exact_ready(&c->exact, cls))
 		return 0;
 	me->ready |= bit;
 	return 1;
 }
 
 /* Spill what overflows the held front (class @cls too deep, or too many bytes), then leave. */
-static __attribute__((noinline)) void front_spill(kvp_bufcache *c, struct bc_front *me, size_t cls)
+static __attribute__((noinline)) void front_spill(kvp_bufcache *c, struct kvpi_bc_front *me,
+                                                  size_t cls)
 {
-	size_t scap[BC_SPILL_MAX];
-	void *sp[BC_SPILL_MAX];
+	size_t scap[KVPI_BC_SPILL_MAX];
+	void *sp[KVPI_BC_SPILL_MAX];
 	int n = 0;
 
-	if (me->cnt[cls] > BC_FRONT_DEPTH) {
-		sp[n] = bc_front_pop(me, cls);
-		scap[n++] = bc_front_cap(cls);
+	if (me->cnt[cls] > KVPI_BC_FRONT_DEPTH) {
+		sp[n] = kvpi_bc_front_pop(me, cls);
+		scap[n++] = kvpi_bc_front_cap(cls);
 	}
-	while (bc_front_get(&me->bytes) > c->front_max && n < BC_SPILL_MAX) {
-		long l = bc_front_largest(me);
-		sp[n] = bc_front_pop(me, (size_t)l);
-		scap[n++] = bc_front_cap((size_t)l);
+	while (kvpi_bc_front_get(&me->bytes) > c->front_max && n < KVPI_BC_SPILL_MAX) {
+		long l = kvpi_bc_front_largest(me);
+		sp[n] = kvpi_bc_front_pop(me, (size_t)l);
+		scap[n++] = kvpi_bc_front_cap((size_t)l);
 	}
-	bc_front_leave(me);
+	kvpi_bc_front_leave(me);
 	put_spills(c, me, sp, scap, n);
 }
 
@@ -391,77 +394,78 @@ static __attribute__((noinline)) void front_spill(kvp_bufcache *c, struct bc_fro
  * leave the front (spilling what overflows).  @res is the front's
  * reservation after this buffer's bytes were taken from it.
  */
-static inline void front_put(kvp_bufcache *c, struct bc_front *me, void *p, size_t cap, size_t res)
+static inline void front_put(kvp_bufcache *c, struct kvpi_bc_front *me, void *p, size_t cap,
+                             size_t res)
 {
-	size_t cls = (cap >> BC_UNIT_SHIFT) - 1, v;
+	size_t cls = (cap >> KVPI_BC_UNIT_SHIFT) - 1, v;
 
-	bc_front_push(me, cls, p);
-	bc_front_set(&me->reserve, res);
+	kvpi_bc_front_push(me, cls, p);
+	kvpi_bc_front_set(&me->reserve, res);
 	/* The cached bytes, less this front's reservation (exact with one thread). */
 	v = atomic_load_explicit(&c->cached, memory_order_relaxed) - res;
 	if (v > atomic_load_explicit(&c->peak, memory_order_relaxed))
 		raise_peak(c, v);
-	if (me->cnt[cls] > BC_FRONT_DEPTH || bc_front_get(&me->bytes) > c->front_max)
+	if (me->cnt[cls] > KVPI_BC_FRONT_DEPTH || kvpi_bc_front_get(&me->bytes) > c->front_max)
 		front_spill(c, me, cls);
 	else
-		bc_front_leave(me);
+		kvpi_bc_front_leave(me);
 }
 
 /* The front could not take the buffer: the shared path, with evictions. */
-static __attribute__((noinline)) void free_slow(kvp_bufcache *c, struct bc_front *me, void *ptr,
-                                                size_t actual)
+static __attribute__((noinline)) void free_slow(kvp_bufcache *c, struct kvpi_bc_front *me,
+                                                void *ptr, size_t actual)
 {
-	size_t units = actual >> BC_UNIT_SHIFT;
+	size_t units = actual >> KVPI_BC_UNIT_SHIFT;
 
-	if (units <= BC_EXACT_UNITS && !bc_exact_ready(&c->exact, units - 1))
+	if (units <= KVPI_BC_EXACT_UNITS && !kvpi_bc_exact_ready(&c->exact, units - 1))
 		goto to_system;
-	if (me && bc_front_enter(me)) {
+	if (me && kvpi_bc_front_enter(me)) {
 		/* Our unused reservation is room: give it back before deciding to evict. */
-		size_t res = bc_front_get(&me->reserve);
+		size_t res = kvpi_bc_front_get(&me->reserve);
 		if (res) {
-			bc_unreserve(c, res);
-			bc_front_set(&me->reserve, 0);
+			kvpi_bc_unreserve(c, res);
+			kvpi_bc_front_set(&me->reserve, 0);
 		}
-		bc_front_leave(me);
+		kvpi_bc_front_leave(me);
 	}
 	if (!reserve(c, me, actual))
 		goto to_system;
-	if (me && units <= BC_FRONT_UNITS && bc_front_enter(me)) {
+	if (me && units <= KVPI_BC_FRONT_UNITS && kvpi_bc_front_enter(me)) {
 		if (front_ready(c, me, units - 1)) {
-			front_put(c, me, ptr, actual, bc_front_get(&me->reserve));
+			front_put(c, me, ptr, actual, kvpi_bc_front_get(&me->reserve));
 			return;
 		}
-		bc_front_leave(me);
+		kvpi_bc_front_leave(me);
 	}
-	if (bc_shared_put(c, ptr, actual))
+	if (kvpi_bc_shared_put(c, ptr, actual))
 		return;
-	bc_unreserve(c, actual);
+	kvpi_bc_unreserve(c, actual);
 to_system:
-	bc_release_to_system(c, me, ptr, actual);
+	kvpi_bc_release_to_system(c, me, ptr, actual);
 }
 
 /* A free that is not a plain front free: checks, then the front or the shared path. */
 static __attribute__((noinline)) void free_checked(kvp_bufcache *c, void *ptr, size_t actual)
 {
-	size_t units = actual >> BC_UNIT_SHIFT, res;
-	struct bc_front *me;
+	size_t units = actual >> KVPI_BC_UNIT_SHIFT, res;
+	struct kvpi_bc_front *me;
 
 	if (!c || !ptr)
 		return;
-	me = bc_front_lookup(c, c->uid);
+	me = kvpi_bc_front_lookup(c, c->uid);
 	if (!actual || actual % KVP_BUF_ALIGN || (uintptr_t)ptr % KVP_BUF_ALIGN ||
 	    actual > c->budget) {
-		bc_release_to_system(c, me, ptr, actual);
+		kvpi_bc_release_to_system(c, me, ptr, actual);
 		return;
 	}
-	if (me && units <= BC_FRONT_UNITS && bc_front_enter(me)) {
-		res = bc_front_get(&me->reserve);
+	if (me && units <= KVPI_BC_FRONT_UNITS && kvpi_bc_front_enter(me)) {
+		res = kvpi_bc_front_get(&me->reserve);
 		if (front_ready(c, me, units - 1) &&
 		    (res >= actual || take_batch(c, actual - res, &res))) {
 			front_put(c, me, ptr, actual, res - actual);
 			return;
 		}
-		bc_front_leave(me);
+		kvpi_bc_front_leave(me);
 	}
 	free_slow(c, me, ptr, actual);
 }
@@ -473,24 +477,24 @@ static __attribute__((noinline)) void free_checked(kvp_bufcache *c, void *ptr, s
  */
 void kvp_bufcache_free(kvp_bufcache *c, void *ptr, size_t actual)
 {
-	struct bc_tls_ent *e = bc_tls_head;
-	struct bc_front *f;
+	struct kvpi_bc_tls_ent *e = kvpi_bc_tls_head;
+	struct kvpi_bc_front *f;
 	size_t res;
 
 	if (!e || e->c != c || !ptr || e->uid != c->uid || !actual ||
 	    (actual | (uintptr_t)ptr) % KVP_BUF_ALIGN || actual > c->budget ||
-	    actual > (size_t)BC_FRONT_UNITS << BC_UNIT_SHIFT) {
+	    actual > (size_t)KVPI_BC_FRONT_UNITS << KVPI_BC_UNIT_SHIFT) {
 		free_checked(c, ptr, actual);
 		return;
 	}
 	f = e->f;
-	if (!bc_front_enter(f)) {
+	if (!kvpi_bc_front_enter(f)) {
 		free_slow(c, f, ptr, actual);
 		return;
 	}
-	res = bc_front_get(&f->reserve);
-	if (res < actual || !front_ready(c, f, (actual >> BC_UNIT_SHIFT) - 1)) {
-		bc_front_leave(f);
+	res = kvpi_bc_front_get(&f->reserve);
+	if (res < actual || !front_ready(c, f, (actual >> KVPI_BC_UNIT_SHIFT) - 1)) {
+		kvpi_bc_front_leave(f);
 		free_checked(c, ptr, actual);
 		return;
 	}
@@ -503,44 +507,44 @@ void kvp_bufcache_free(kvp_bufcache *c, void *ptr, size_t actual)
  * a clear with none empties the cache. */
 void kvp_bufcache_clear(kvp_bufcache *c)
 {
-	struct bc_front *me;
+	struct kvpi_bc_front *me;
 	uint64_t left;
 	void *p;
 	size_t cap;
 
 	if (!c)
 		return;
-	me = bc_front_lookup(c, c->uid);
-	bc_fronts_drain(c, me, 1);
-	left = bc_exact_count(&c->exact) + bc_large_count(&c->large);
+	me = kvpi_bc_front_lookup(c, c->uid);
+	kvpi_bc_fronts_drain(c, me, 1);
+	left = kvpi_bc_exact_count(&c->exact) + kvpi_bc_large_count(&c->large);
 	while (left && take_fit(c, 1, &p, &cap)) {
 		left--;
-		bc_unreserve(c, cap);
-		bc_release_to_system(c, me, p, cap);
+		kvpi_bc_unreserve(c, cap);
+		kvpi_bc_release_to_system(c, me, p, cap);
 	}
 }
 
 void kvp_bufcache_destroy(kvp_bufcache *c)
 {
-	struct bc_front *f, *next;
+	struct kvpi_bc_front *f, *next;
 	void *p;
 	size_t cap;
 
 	if (!c)
 		return;
 	/* After this no exiting thread touches the cache (registry lock). */
-	bc_front_registry_remove(c);
+	kvpi_bc_front_registry_remove(c);
 	for (f = atomic_load_explicit(&c->fronts, memory_order_acquire); f; f = next) {
 		next = f->next;
 		while (f->l1)
-			kvpi_sys_free(bc_front_pop(f, (size_t)bc_front_find(f, 0)));
+			kvpi_sys_free(kvpi_bc_front_pop(f, (size_t)kvpi_bc_front_find(f, 0)));
 		kvpi_sys_free(f);
 	}
 	while (take_fit(c, 1, &p, &cap))
 		kvpi_sys_free(p);
-	bc_large_destroy(&c->large);
-	bc_exact_destroy(&c->exact);
-	bc_nodes_destroy(&c->nodes);
+	kvpi_bc_large_destroy(&c->large);
+	kvpi_bc_exact_destroy(&c->exact);
+	kvpi_bc_nodes_destroy(&c->nodes);
 	kvpi_sys_free(c);
 }
 
@@ -551,21 +555,21 @@ static uint64_t sub0(uint64_t a, uint64_t b)
 }
 
 /* Sum the fronts' counters into @v; their reservations and buffers into the rest. */
-static void sum_fronts(kvp_bufcache *c, uint64_t v[BC_N_CTRS], uint64_t *res, uint64_t *bufs)
+static void sum_fronts(kvp_bufcache *c, uint64_t v[KVPI_BC_N_CTRS], uint64_t *res, uint64_t *bufs)
 {
 	*res = *bufs = 0;
-	for (struct bc_front *f = atomic_load_explicit(&c->fronts, memory_order_acquire); f;
+	for (struct kvpi_bc_front *f = atomic_load_explicit(&c->fronts, memory_order_acquire); f;
 	     f = f->next) {
-		for (int k = 0; k < BC_N_CTRS; k++)
+		for (int k = 0; k < KVPI_BC_N_CTRS; k++)
 			v[k] += atomic_load_explicit(&f->ctr[k], memory_order_relaxed);
-		*res += bc_front_get(&f->reserve);
+		*res += kvpi_bc_front_get(&f->reserve);
 		*bufs += atomic_load_explicit(&f->nbufs, memory_order_relaxed);
 	}
 }
 
 size_t kvp_bufcache_cached_bytes(kvp_bufcache *c)
 {
-	uint64_t v[BC_N_CTRS] = {0}, res, bufs;
+	uint64_t v[KVPI_BC_N_CTRS] = {0}, res, bufs;
 
 	if (!c)
 		return 0;
@@ -575,21 +579,22 @@ size_t kvp_bufcache_cached_bytes(kvp_bufcache *c)
 
 int kvp_bufcache_get_stats(kvp_bufcache *c, kvp_bufcache_stats *out)
 {
-	uint64_t v[BC_N_CTRS], res, bufs;
+	uint64_t v[KVPI_BC_N_CTRS], res, bufs;
 
 	if (!c || !out)
 		return KVP_EINVAL;
-	bc_stats_sum(&c->stats, v);
+	kvpi_bc_stats_sum(&c->stats, v);
 	sum_fronts(c, v, &res, &bufs);
-	out->hits = v[BC_HITS];
-	out->misses = v[BC_MISSES];
-	out->evictions = v[BC_EVICTIONS];
-	out->oom_retries = v[BC_OOM_RETRIES];
-	out->system_allocs = v[BC_SYS_ALLOCS];
-	out->system_frees = v[BC_SYS_FREES];
+	out->hits = v[KVPI_BC_HITS];
+	out->misses = v[KVPI_BC_MISSES];
+	out->evictions = v[KVPI_BC_EVICTIONS];
+	out->oom_retries = v[KVPI_BC_OOM_RETRIES];
+	out->system_allocs = v[KVPI_BC_SYS_ALLOCS];
+	out->system_frees = v[KVPI_BC_SYS_FREES];
 	out->cached_bytes = sub0(atomic_load_explicit(&c->cached, memory_order_relaxed), res);
 	out->peak_cached_bytes = atomic_load_explicit(&c->peak, memory_order_relaxed);
-	out->cached_buffers = bc_exact_count(&c->exact) + bc_large_count(&c->large) + bufs;
+	out->cached_buffers =
+	    kvpi_bc_exact_count(&c->exact) + kvpi_bc_large_count(&c->large) + bufs;
 	out->bytes_in_use =
 	    sub0(atomic_load_explicit(&c->live_bytes, memory_order_relaxed), out->cached_bytes);
 	return KVP_OK;

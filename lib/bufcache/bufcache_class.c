@@ -26,17 +26,17 @@ size_t kvp_bufcache_round(size_t requested)
 	return r ? r : KVP_BUF_ALIGN;
 }
 
-int bc_bitmap_init(struct bc_bitmap *b)
+int kvpi_bc_bitmap_init(struct kvpi_bc_bitmap *b)
 {
 	atomic_init(&b->l0, 0);
-	for (size_t i = 0; i < BC_N_GROUPS >> 6; i++)
+	for (size_t i = 0; i < KVPI_BC_N_GROUPS >> 6; i++)
 		atomic_init(&b->l1[i], 0);
 	/* calloc'ed zero words are valid initial atomics (lock-free uint64_t). */
-	b->l2 = kvpi_sys_calloc(BC_N_GROUPS, sizeof(*b->l2), 64);
+	b->l2 = kvpi_sys_calloc(KVPI_BC_N_GROUPS, sizeof(*b->l2), 64);
 	return b->l2 ? 0 : -1;
 }
 
-void bc_bitmap_destroy(struct bc_bitmap *b)
+void kvpi_bc_bitmap_destroy(struct kvpi_bc_bitmap *b)
 {
 	kvpi_sys_free((void *)b->l2);
 	b->l2 = NULL;
@@ -60,23 +60,23 @@ static inline int word_clear(_Atomic uint64_t *w, size_t i)
 	return old == bit(i);
 }
 
-static void set_l1(struct bc_bitmap *b, size_t g)
+static void set_l1(struct kvpi_bc_bitmap *b, size_t g)
 {
 	if (word_set(&b->l1[g >> 6], g))
 		atomic_fetch_or_explicit(&b->l0, bit(g >> 6), memory_order_seq_cst);
 }
 
-void bc_bitmap_set(struct bc_bitmap *b, size_t cls)
+void kvpi_bc_bitmap_set(struct kvpi_bc_bitmap *b, size_t cls)
 {
-	size_t g = cls >> BC_GROUP_BITS;
+	size_t g = cls >> KVPI_BC_GROUP_BITS;
 
 	if (word_set(&b->l2[g], cls))
 		set_l1(b, g);
 }
 
-void bc_bitmap_clear(struct bc_bitmap *b, size_t cls)
+void kvpi_bc_bitmap_clear(struct kvpi_bc_bitmap *b, size_t cls)
 {
-	size_t g = cls >> BC_GROUP_BITS, w1 = g >> 6;
+	size_t g = cls >> KVPI_BC_GROUP_BITS, w1 = g >> 6;
 
 	if (!word_clear(&b->l2[g], cls))
 		return;
@@ -96,17 +96,17 @@ static inline uint64_t from_bit(uint64_t w, size_t from)
 	return w & (~(uint64_t)0 << from);
 }
 
-long bc_bitmap_find(struct bc_bitmap *b, size_t from)
+long kvpi_bc_bitmap_find(struct kvpi_bc_bitmap *b, size_t from)
 {
-	while (from < BC_EXACT_UNITS) {
-		size_t g = from >> BC_GROUP_BITS;
+	while (from < KVPI_BC_EXACT_UNITS) {
+		size_t g = from >> KVPI_BC_GROUP_BITS;
 		uint64_t m =
 		    from_bit(atomic_load_explicit(&b->l2[g], memory_order_seq_cst), from & 63);
 		if (m)
-			return (long)((g << BC_GROUP_BITS) + (size_t)__builtin_ctzll(m));
+			return (long)((g << KVPI_BC_GROUP_BITS) + (size_t)__builtin_ctzll(m));
 		/* Next non-empty group after g: first in l1[g >> 6], then via l0. */
 		g++;
-		if (g >= BC_N_GROUPS)
+		if (g >= KVPI_BC_N_GROUPS)
 			return -1;
 		m = (g & 63) ? from_bit(atomic_load_explicit(&b->l1[g >> 6], memory_order_seq_cst),
 		                        g & 63)
@@ -129,7 +129,7 @@ long bc_bitmap_find(struct bc_bitmap *b, size_t from)
 			g = (w1 << 6) + (size_t)__builtin_ctzll(m);
 		}
 		/* A stale upper bit sends us to an empty group: the loop re-checks from it. */
-		from = g << BC_GROUP_BITS;
+		from = g << KVPI_BC_GROUP_BITS;
 	}
 	return -1;
 }

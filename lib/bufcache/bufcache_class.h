@@ -4,21 +4,21 @@
  * Capacities are multiples of KVP_BUF_ALIGN (256).  A capacity of u units
  * (u * 256 bytes) belongs to one of two tiers:
  *
- *   exact tier   1 <= u <= BC_EXACT_UNITS (capacities up to 64 MiB): one size
+ *   exact tier   1 <= u <= KVPI_BC_EXACT_UNITS (capacities up to 64 MiB): one size
  *                class per capacity, class index u - 1.  Best fit is "the first
  *                non-empty class at or above the request", found through a
  *                three-level bitmap (64 x 64 x 64 bits) in three word loads.
- *   large tier   u > BC_EXACT_UNITS: one class per power of two of u (see
+ *   large tier   u > KVPI_BC_EXACT_UNITS: one class per power of two of u (see
  *                bufcache_large.h).
  *
- * Synchronization (bc_bitmap):
+ * Synchronization (kvpi_bc_bitmap):
  *
- *   operation        may run concurrently with   progress    memory order
- *   ---------------  --------------------------  ----------  ------------
- *   bc_bitmap_set    everything                  wait-free   seq_cst RMW
- *   bc_bitmap_clear  everything                  wait-free   seq_cst RMW + load
- *   bc_bitmap_find   everything                  lock-free   seq_cst loads
- *   init / destroy   nothing
+ *   operation             may run concurrently with   progress    memory order
+ *   --------------------  --------------------------  ----------  ------------
+ *   kvpi_bc_bitmap_set    everything                  wait-free   seq_cst RMW
+ *   kvpi_bc_bitmap_clear  everything                  wait-free   seq_cst RMW + load
+ *   kvpi_bc_bitmap_find   everything                  lock-free   seq_cst loads
+ *   init / destroy        nothing
  *
  * The bitmap is a hint that converges: a class's bit is set by whoever takes
  * the class's buffer count from 0 to 1, and cleared by whoever takes it from 1
@@ -42,45 +42,46 @@
 
 #include <kvpool/bufcache.h>
 
-#define BC_UNIT_SHIFT  8 /* log2(KVP_BUF_ALIGN) */
-#define BC_EXACT_BITS  18
-#define BC_EXACT_UNITS ((size_t)1 << BC_EXACT_BITS) /* 262144 units = 64 MiB */
-#define BC_GROUP_BITS  6                            /* 64 classes per group / bitmap word */
-#define BC_GROUP_SIZE  (1u << BC_GROUP_BITS)
-#define BC_N_GROUPS    (BC_EXACT_UNITS >> BC_GROUP_BITS) /* 4096 */
+#define KVPI_BC_UNIT_SHIFT  8 /* log2(KVP_BUF_ALIGN) */
+#define KVPI_BC_EXACT_BITS  18
+#define KVPI_BC_EXACT_UNITS ((size_t)1 << KVPI_BC_EXACT_BITS) /* 262144 units = 64 MiB */
+#define KVPI_BC_GROUP_BITS  6 /* 64 classes per group / bitmap word */
+#define KVPI_BC_GROUP_SIZE  (1u << KVPI_BC_GROUP_BITS)
+#define KVPI_BC_N_GROUPS    (KVPI_BC_EXACT_UNITS >> KVPI_BC_GROUP_BITS) /* 4096 */
 
-_Static_assert((BC_EXACT_UNITS << BC_UNIT_SHIFT) == KVP_BUF_LOCKFREE_MAX, "tier boundary");
+_Static_assert((KVPI_BC_EXACT_UNITS << KVPI_BC_UNIT_SHIFT) == KVP_BUF_LOCKFREE_MAX,
+               "tier boundary");
 
-/* bc_units_for_request - smallest unit count whose capacity is >= @requested (>= 1) */
-static inline size_t bc_units_for_request(size_t requested)
+/* kvpi_bc_units_for_request - smallest unit count whose capacity is >= @requested (>= 1) */
+static inline size_t kvpi_bc_units_for_request(size_t requested)
 {
-	size_t u = (requested >> BC_UNIT_SHIFT) + ((requested & 255) != 0);
+	size_t u = (requested >> KVPI_BC_UNIT_SHIFT) + ((requested & 255) != 0);
 	return u ? u : 1;
 }
 
-/* bc_floor_log2 - floor(log2(@v)) for @v > 0 */
-static inline unsigned bc_floor_log2(uint64_t v)
+/* kvpi_bc_floor_log2 - floor(log2(@v)) for @v > 0 */
+static inline unsigned kvpi_bc_floor_log2(uint64_t v)
 {
 	return 63u - (unsigned)__builtin_clzll(v);
 }
 
-struct bc_bitmap {
-	_Atomic uint64_t l0;                   /* bit i: l1[i] != 0 */
-	_Atomic uint64_t l1[BC_N_GROUPS >> 6]; /* bit j of l1[i]: l2[i*64+j] != 0 */
-	_Atomic uint64_t *l2;                  /* BC_N_GROUPS words, one per group */
+struct kvpi_bc_bitmap {
+	_Atomic uint64_t l0;                        /* bit i: l1[i] != 0 */
+	_Atomic uint64_t l1[KVPI_BC_N_GROUPS >> 6]; /* bit j of l1[i]: l2[i*64+j] != 0 */
+	_Atomic uint64_t *l2;                       /* KVPI_BC_N_GROUPS words, one per group */
 };
 
-/* bc_bitmap_init - all bits clear; returns 0 or -1 when the system allocator fails */
-int bc_bitmap_init(struct bc_bitmap *b);
-void bc_bitmap_destroy(struct bc_bitmap *b);
+/* kvpi_bc_bitmap_init - all bits clear; returns 0 or -1 when the system allocator fails */
+int kvpi_bc_bitmap_init(struct kvpi_bc_bitmap *b);
+void kvpi_bc_bitmap_destroy(struct kvpi_bc_bitmap *b);
 
-/* bc_bitmap_set - mark class @cls (< BC_EXACT_UNITS) non-empty */
-void bc_bitmap_set(struct bc_bitmap *b, size_t cls);
+/* kvpi_bc_bitmap_set - mark class @cls (< KVPI_BC_EXACT_UNITS) non-empty */
+void kvpi_bc_bitmap_set(struct kvpi_bc_bitmap *b, size_t cls);
 
-/* bc_bitmap_clear - mark class @cls empty (the caller re-checks its count afterwards) */
-void bc_bitmap_clear(struct bc_bitmap *b, size_t cls);
+/* kvpi_bc_bitmap_clear - mark class @cls empty (the caller re-checks its count afterwards) */
+void kvpi_bc_bitmap_clear(struct kvpi_bc_bitmap *b, size_t cls);
 
-/* bc_bitmap_find - first class >= @from whose bit is set, or -1 */
-long bc_bitmap_find(struct bc_bitmap *b, size_t from);
+/* kvpi_bc_bitmap_find - first class >= @from whose bit is set, or -1 */
+long kvpi_bc_bitmap_find(struct kvpi_bc_bitmap *b, size_t from);
 
 #endif /* KVPOOL_LIB_BUFCACHE_CLASS_H */

@@ -13,53 +13,53 @@
 #include "lib/bufcache/bufcache_exact.h"
 #include "lib/base/sysmem.h"
 
-int bc_exact_init(struct bc_exact *ex)
+int kvpi_bc_exact_init(struct kvpi_bc_exact *ex)
 {
 	atomic_init(&ex->n_groups, 0);
-	if (bc_bitmap_init(&ex->bm))
+	if (kvpi_bc_bitmap_init(&ex->bm))
 		return -1;
 	/* Zeroed memory is a valid array of NULL atomic pointers on this ABI. */
-	ex->dir = kvpi_sys_calloc(BC_N_GROUPS, sizeof(*ex->dir), 64);
+	ex->dir = kvpi_sys_calloc(KVPI_BC_N_GROUPS, sizeof(*ex->dir), 64);
 	if (!ex->dir || pthread_mutex_init(&ex->group_lock, NULL)) {
 		kvpi_sys_free((void *)ex->dir);
-		bc_bitmap_destroy(&ex->bm);
+		kvpi_bc_bitmap_destroy(&ex->bm);
 		return -1;
 	}
 	return 0;
 }
 
-void bc_exact_destroy(struct bc_exact *ex)
+void kvpi_bc_exact_destroy(struct kvpi_bc_exact *ex)
 {
-	for (size_t g = 0; g < BC_N_GROUPS; g++)
+	for (size_t g = 0; g < KVPI_BC_N_GROUPS; g++)
 		kvpi_sys_free(atomic_load_explicit(&ex->dir[g], memory_order_relaxed));
 	kvpi_sys_free((void *)ex->dir);
-	bc_bitmap_destroy(&ex->bm);
+	kvpi_bc_bitmap_destroy(&ex->bm);
 	pthread_mutex_destroy(&ex->group_lock);
 }
 
 /* Take @cnt free nodes into @out, growing the slab if needed; 0 or -1 (then none taken). */
-static int take_nodes(struct bc_nodes *n, uint32_t *out, unsigned cnt)
+static int take_nodes(struct kvpi_bc_nodes *n, uint32_t *out, unsigned cnt)
 {
 	for (unsigned i = 0; i < cnt; i++) {
-		out[i] = bc_nodes_pop(n);
-		if (out[i] == BC_NIL && (bc_nodes_grow(n, bc_nodes_total(n) + cnt) ||
-		                         (out[i] = bc_nodes_pop(n)) == BC_NIL)) {
+		out[i] = kvpi_bc_nodes_pop(n);
+		if (out[i] == KVPI_BC_NIL && (kvpi_bc_nodes_grow(n, kvpi_bc_nodes_total(n) + cnt) ||
+		                              (out[i] = kvpi_bc_nodes_pop(n)) == KVPI_BC_NIL)) {
 			while (i--)
-				bc_nodes_push(n, out[i]);
+				kvpi_bc_nodes_push(n, out[i]);
 			return -1;
 		}
 	}
 	return 0;
 }
 
-int bc_exact_ensure_group(struct bc_exact *ex, struct bc_nodes *n, size_t cls)
+int kvpi_bc_exact_ensure_group(struct kvpi_bc_exact *ex, struct kvpi_bc_nodes *n, size_t cls)
 {
-	size_t g = cls >> BC_GROUP_BITS;
-	uint32_t dummies[BC_GROUP_SIZE];
-	struct bc_group *grp;
+	size_t g = cls >> KVPI_BC_GROUP_BITS;
+	uint32_t dummies[KVPI_BC_GROUP_SIZE];
+	struct kvpi_bc_group *grp;
 	int rc = 0;
 
-	if (bc_exact_ready(ex, cls))
+	if (kvpi_bc_exact_ready(ex, cls))
 		return 0;
 	pthread_mutex_lock(&ex->group_lock);
 	if (atomic_load_explicit(&ex->dir[g], memory_order_relaxed))
@@ -68,12 +68,12 @@ int bc_exact_ensure_group(struct bc_exact *ex, struct bc_nodes *n, size_t cls)
 	grp = kvpi_sys_alloc(sizeof(*grp), 64);
 	if (!grp)
 		goto out;
-	if (take_nodes(n, dummies, BC_GROUP_SIZE)) {
+	if (take_nodes(n, dummies, KVPI_BC_GROUP_SIZE)) {
 		kvpi_sys_free(grp);
 		goto out;
 	}
-	for (unsigned i = 0; i < BC_GROUP_SIZE; i++)
-		bc_queue_init(n, &grp->q[i], dummies[i]);
+	for (unsigned i = 0; i < KVPI_BC_GROUP_SIZE; i++)
+		kvpi_bc_queue_init(n, &grp->q[i], dummies[i]);
 	/* Release: the queues' initial state is visible to whoever finds the group. */
 	atomic_store_explicit(&ex->dir[g], grp, memory_order_release);
 	atomic_fetch_add_explicit(&ex->n_groups, 1, memory_order_relaxed);
@@ -83,51 +83,52 @@ out:
 	return rc;
 }
 
-uint64_t bc_exact_count(struct bc_exact *ex)
+uint64_t kvpi_bc_exact_count(struct kvpi_bc_exact *ex)
 {
 	int64_t sum = 0;
 
-	for (size_t g = 0; g < BC_N_GROUPS; g++) {
-		struct bc_group *grp = atomic_load_explicit(&ex->dir[g], memory_order_acquire);
-		for (unsigned i = 0; grp && i < BC_GROUP_SIZE; i++)
+	for (size_t g = 0; g < KVPI_BC_N_GROUPS; g++) {
+		struct kvpi_bc_group *grp = atomic_load_explicit(&ex->dir[g], memory_order_acquire);
+		for (unsigned i = 0; grp && i < KVPI_BC_GROUP_SIZE; i++)
 			sum += atomic_load_explicit(&grp->q[i].count, memory_order_relaxed);
 	}
 	return sum > 0 ? (uint64_t)sum : 0;
 }
 
-static inline struct bc_queue *queue_of(struct bc_exact *ex, size_t cls)
+static inline struct kvpi_bc_queue *queue_of(struct kvpi_bc_exact *ex, size_t cls)
 {
-	struct bc_group *grp =
-	    atomic_load_explicit(&ex->dir[cls >> BC_GROUP_BITS], memory_order_acquire);
-	return &grp->q[cls & (BC_GROUP_SIZE - 1)];
+	struct kvpi_bc_group *grp =
+	    atomic_load_explicit(&ex->dir[cls >> KVPI_BC_GROUP_BITS], memory_order_acquire);
+	return &grp->q[cls & (KVPI_BC_GROUP_SIZE - 1)];
 }
 
-void bc_exact_put(struct bc_exact *ex, struct bc_nodes *n, size_t cls, uint32_t idx)
+void kvpi_bc_exact_put(struct kvpi_bc_exact *ex, struct kvpi_bc_nodes *n, size_t cls, uint32_t idx)
 {
-	struct bc_queue *q = queue_of(ex, cls);
+	struct kvpi_bc_queue *q = queue_of(ex, cls);
 
 	/* seq_cst: part of the count/bitmap protocol (see bufcache_class.h). */
 	if (atomic_fetch_add_explicit(&q->count, 1, memory_order_seq_cst) == 0)
-		bc_bitmap_set(&ex->bm, cls);
-	bc_queue_enqueue(n, q, idx);
+		kvpi_bc_bitmap_set(&ex->bm, cls);
+	kvpi_bc_queue_enqueue(n, q, idx);
 }
 
-int bc_exact_take(struct bc_exact *ex, struct bc_nodes *n, size_t from, void **ptr, size_t *cap)
+int kvpi_bc_exact_take(struct kvpi_bc_exact *ex, struct kvpi_bc_nodes *n, size_t from, void **ptr,
+                       size_t *cap)
 {
 	for (;;) {
-		long cls = bc_bitmap_find(&ex->bm, from);
-		struct bc_queue *q;
+		long cls = kvpi_bc_bitmap_find(&ex->bm, from);
+		struct kvpi_bc_queue *q;
 		uint32_t spare;
 
 		if (cls < 0)
 			return 0;
 		q = queue_of(ex, (size_t)cls);
-		if (bc_queue_dequeue(n, q, ptr, cap, &spare)) {
-			bc_nodes_push(n, spare);
+		if (kvpi_bc_queue_dequeue(n, q, ptr, cap, &spare)) {
+			kvpi_bc_nodes_push(n, spare);
 			if (atomic_fetch_sub_explicit(&q->count, 1, memory_order_seq_cst) == 1) {
-				bc_bitmap_clear(&ex->bm, (size_t)cls);
+				kvpi_bc_bitmap_clear(&ex->bm, (size_t)cls);
 				if (atomic_load_explicit(&q->count, memory_order_seq_cst) > 0)
-					bc_bitmap_set(&ex->bm, (size_t)cls);
+					kvpi_bc_bitmap_set(&ex->bm, (size_t)cls);
 			}
 			return 1;
 		}

@@ -28,12 +28,12 @@
 #include "lib/base/sysmem.h"
 
 /* initial-exec: one instruction to reach it (see lib/pool/tslot.c). */
-__thread struct bc_tls_ent *bc_tls_head __attribute__((tls_model("initial-exec")));
+__thread struct kvpi_bc_tls_ent *kvpi_bc_tls_head __attribute__((tls_model("initial-exec")));
 /* The cache for which this thread last failed to make a front: not retried per call. */
 static __thread uint64_t nofront_uid __attribute__((tls_model("initial-exec")));
 
 #ifndef KVP_TSAN
-int bc_front_asym;
+int kvpi_bc_front_asym;
 #endif
 
 static pthread_key_t tls_key;
@@ -49,17 +49,17 @@ static void setup(void)
 {
 	tls_key_ok = kvpi_sys_key_create(&tls_key, tls_destructor) == 0;
 #ifndef KVP_TSAN
-	bc_front_asym =
+	kvpi_bc_front_asym =
 	    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 #endif
 }
 
-void bc_front_setup(void)
+void kvpi_bc_front_setup(void)
 {
 	pthread_once(&setup_once, setup);
 }
 
-void bc_front_registry_add(kvp_bufcache *c)
+void kvpi_bc_front_registry_add(kvp_bufcache *c)
 {
 	pthread_mutex_lock(&reg_lock);
 	c->reg_next = reg_head;
@@ -67,7 +67,7 @@ void bc_front_registry_add(kvp_bufcache *c)
 	pthread_mutex_unlock(&reg_lock);
 }
 
-void bc_front_registry_remove(kvp_bufcache *c)
+void kvpi_bc_front_registry_remove(kvp_bufcache *c)
 {
 	pthread_mutex_lock(&reg_lock);
 	kvp_bufcache **pp = &reg_head;
@@ -87,9 +87,9 @@ static int registry_alive(const kvp_bufcache *c, uint64_t uid)
 	return 0;
 }
 
-struct bc_front *bc_front_alloc(void)
+struct kvpi_bc_front *kvpi_bc_front_alloc(void)
 {
-	struct bc_front *f = kvpi_sys_calloc(1, sizeof(*f), 64);
+	struct kvpi_bc_front *f = kvpi_sys_calloc(1, sizeof(*f), 64);
 
 	/* Zeroed memory: IDLE, unclaimed, empty, untaken (valid atomics on this ABI). */
 	return f;
@@ -99,7 +99,7 @@ struct bc_front *bc_front_alloc(void)
 static void barrier_all(void)
 {
 #ifndef KVP_TSAN
-	if (bc_front_asym)
+	if (kvpi_bc_front_asym)
 		syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
 #endif
 }
@@ -111,53 +111,53 @@ static void barrier_all(void)
  * back to the system once it holds no front.  Returns buffers moved + 1 if
  * a reservation came back.
  */
-static uint64_t empty_front(kvp_bufcache *c, struct bc_front *f, int buffers, void **rejects)
+static uint64_t empty_front(kvp_bufcache *c, struct kvpi_bc_front *f, int buffers, void **rejects)
 {
 	uint64_t moved = 0;
-	size_t res = bc_front_get(&f->reserve);
+	size_t res = kvpi_bc_front_get(&f->reserve);
 
 	while (buffers && f->l1) {
-		long cls = bc_front_find(f, 0);
-		void *p = bc_front_pop(f, (size_t)cls);
-		if (!bc_shared_put(c, p, bc_front_cap((size_t)cls))) {
+		long cls = kvpi_bc_front_find(f, 0);
+		void *p = kvpi_bc_front_pop(f, (size_t)cls);
+		if (!kvpi_bc_shared_put(c, p, kvpi_bc_front_cap((size_t)cls))) {
 			((void **)p)[0] = *rejects; /* the chain and the capacity, in the buffer */
-			((size_t *)p)[1] = bc_front_cap((size_t)cls);
+			((size_t *)p)[1] = kvpi_bc_front_cap((size_t)cls);
 			*rejects = p;
 		}
 		moved++;
 	}
 	if (res) {
-		bc_unreserve(c, res);
-		bc_front_set(&f->reserve, 0);
+		kvpi_bc_unreserve(c, res);
+		kvpi_bc_front_set(&f->reserve, 0);
 		moved++;
 	}
 	return moved;
 }
 
 /* Give back buffers chained by empty_front (their bytes are still reserved). */
-static void release_rejects(kvp_bufcache *c, struct bc_front *me, void *p)
+static void release_rejects(kvp_bufcache *c, struct kvpi_bc_front *me, void *p)
 {
 	while (p) {
 		void *next = *(void **)p;
 		/* The capacity travels in the second word (empty_front). */
 		size_t cap = ((size_t *)p)[1];
-		bc_unreserve(c, cap);
-		bc_release_to_system(c, me, p, cap);
+		kvpi_bc_unreserve(c, cap);
+		kvpi_bc_release_to_system(c, me, p, cap);
 		p = next;
 	}
 }
 
-static int worth_claiming(struct bc_front *f, int buffers)
+static int worth_claiming(struct kvpi_bc_front *f, int buffers)
 {
 	/* Relaxed: a hint; a buffer put in after this look is a later free. */
 	return (buffers && atomic_load_explicit(&f->nbufs, memory_order_relaxed)) ||
-	       bc_front_get(&f->reserve);
+	       kvpi_bc_front_get(&f->reserve);
 }
 
-uint64_t bc_fronts_drain(kvp_bufcache *c, struct bc_front *me, int buffers)
+uint64_t kvpi_bc_fronts_drain(kvp_bufcache *c, struct kvpi_bc_front *me, int buffers)
 {
 	/* Acquire: see each front's initial state as published by its push. */
-	struct bc_front *head = atomic_load_explicit(&c->fronts, memory_order_acquire), *f;
+	struct kvpi_bc_front *head = atomic_load_explicit(&c->fronts, memory_order_acquire), *f;
 	uint64_t moved = 0;
 	void *rejects = NULL;
 	int any = 0, busy_elsewhere = 0;
@@ -183,7 +183,7 @@ uint64_t bc_fronts_drain(kvp_bufcache *c, struct bc_front *me, int buffers)
 		if (atomic_load_explicit(&f->claim, memory_order_relaxed) != token)
 			continue;
 		/* seq_cst: the claimer's load half; acquire: the owner's last writes. */
-		while (atomic_load_explicit(&f->state, memory_order_seq_cst) != BC_FRONT_IDLE)
+		while (atomic_load_explicit(&f->state, memory_order_seq_cst) != KVPI_BC_FRONT_IDLE)
 			kvpi_spin_wait(&spin);
 		moved += empty_front(c, f, buffers, &rejects);
 		/* Release: the owner's next enter (acquire) sees the emptied front. */
@@ -199,14 +199,14 @@ uint64_t bc_fronts_drain(kvp_bufcache *c, struct bc_front *me, int buffers)
 	return moved;
 }
 
-size_t bc_fronts_reserve_sum(kvp_bufcache *c, struct bc_front *me)
+size_t kvpi_bc_fronts_reserve_sum(kvp_bufcache *c, struct kvpi_bc_front *me)
 {
 	size_t sum = 0;
 
-	for (struct bc_front *f = atomic_load_explicit(&c->fronts, memory_order_acquire); f;
+	for (struct kvpi_bc_front *f = atomic_load_explicit(&c->fronts, memory_order_acquire); f;
 	     f = f->next)
 		if (f != me)
-			sum += bc_front_get(&f->reserve);
+			sum += kvpi_bc_front_get(&f->reserve);
 	return sum;
 }
 
@@ -215,15 +215,15 @@ size_t bc_fronts_reserve_sum(kvp_bufcache *c, struct bc_front *me)
  * tier, reservation to the budget, the front to the next new thread.
  * Registry lock held and the cache alive.
  */
-static void front_release(kvp_bufcache *c, struct bc_front *f)
+static void front_release(kvp_bufcache *c, struct kvpi_bc_front *f)
 {
 	void *rejects = NULL;
 	struct kvpi_spin spin = {0};
 
-	while (!bc_front_enter(f)) /* a drainer holds it for a moment: wait */
+	while (!kvpi_bc_front_enter(f)) /* a drainer holds it for a moment: wait */
 		kvpi_spin_wait(&spin);
 	empty_front(c, f, 1, &rejects);
-	bc_front_leave(f);
+	kvpi_bc_front_leave(f);
 	release_rejects(c, f, rejects);
 	/* Release: the thread that takes the front next (acquire CAS) sees it empty
 	 * and our final counter values. */
@@ -232,13 +232,13 @@ static void front_release(kvp_bufcache *c, struct bc_front *f)
 
 static void tls_destructor(void *unused)
 {
-	struct bc_tls_ent *e = bc_tls_head;
+	struct kvpi_bc_tls_ent *e = kvpi_bc_tls_head;
 
 	(void)unused;
-	bc_tls_head = NULL;
+	kvpi_bc_tls_head = NULL;
 	pthread_mutex_lock(&reg_lock);
 	while (e) {
-		struct bc_tls_ent *next = e->next;
+		struct kvpi_bc_tls_ent *next = e->next;
 		if (registry_alive(e->c, e->uid))
 			front_release(e->c, e->f);
 		kvpi_sys_free(e);
@@ -251,9 +251,9 @@ static void tls_destructor(void *unused)
 static void tls_prune(void)
 {
 	pthread_mutex_lock(&reg_lock);
-	struct bc_tls_ent **pp = &bc_tls_head;
+	struct kvpi_bc_tls_ent **pp = &kvpi_bc_tls_head;
 	while (*pp) {
-		struct bc_tls_ent *e = *pp;
+		struct kvpi_bc_tls_ent *e = *pp;
 		if (!registry_alive(e->c, e->uid)) {
 			*pp = e->next;
 			kvpi_sys_free(e);
@@ -265,9 +265,9 @@ static void tls_prune(void)
 }
 
 /* Take a front another thread gave up, or make one and add it to the list. */
-static struct bc_front *front_take(kvp_bufcache *c)
+static struct kvpi_bc_front *front_take(kvp_bufcache *c)
 {
-	struct bc_front *f, *head;
+	struct kvpi_bc_front *f, *head;
 
 	/* Acquire: see the fronts' contents as published by their push. */
 	for (f = atomic_load_explicit(&c->fronts, memory_order_acquire); f; f = f->next) {
@@ -278,7 +278,7 @@ static struct bc_front *front_take(kvp_bufcache *c)
 		        &f->taken, &exp, 1, memory_order_acquire, memory_order_relaxed))
 			return f;
 	}
-	f = bc_front_alloc();
+	f = kvpi_bc_front_alloc();
 	if (!f)
 		return NULL;
 	atomic_init(&f->taken, 1);
@@ -291,17 +291,17 @@ static struct bc_front *front_take(kvp_bufcache *c)
 	return f;
 }
 
-struct bc_front *bc_front_get_slow(kvp_bufcache *c, uint64_t uid)
+struct kvpi_bc_front *kvpi_bc_front_get_slow(kvp_bufcache *c, uint64_t uid)
 {
-	struct bc_tls_ent *e;
-	struct bc_front *f;
+	struct kvpi_bc_tls_ent *e;
+	struct kvpi_bc_front *f;
 
-	for (e = bc_tls_head; e; e = e->next)
+	for (e = kvpi_bc_tls_head; e; e = e->next)
 		if (e->c == c && e->uid == uid)
 			return e->f;
 	if (nofront_uid == uid)
 		return NULL;
-	bc_front_setup();
+	kvpi_bc_front_setup();
 	if (!tls_key_ok)
 		goto fail;
 	tls_prune();
@@ -316,8 +316,8 @@ struct bc_front *bc_front_get_slow(kvp_bufcache *c, uint64_t uid)
 	e->c = c;
 	e->uid = uid;
 	e->f = f;
-	e->next = bc_tls_head;
-	bc_tls_head = e;
+	e->next = kvpi_bc_tls_head;
+	kvpi_bc_tls_head = e;
 	/* Any non-NULL value makes the destructor run at thread exit. */
 	pthread_setspecific(tls_key, (void *)1);
 	return f;

@@ -3,7 +3,7 @@
  *
  * Each thread that calls a cache gets one front for that cache: a handful of
  * recently freed buffers per capacity class (capacities up to
- * BC_FRONT_UNITS * 256 = 128 KiB, at most BC_FRONT_DEPTH per class), an
+ * KVPI_BC_FRONT_UNITS * 256 = 128 KiB, at most KVPI_BC_FRONT_DEPTH per class), an
  * unused budget reservation, and the thread's event counters.  A hit or a
  * free served by the front writes only the front (its own cache lines) and
  * reads the cache's shared bitmap and budget words, which nobody writes
@@ -47,15 +47,15 @@
  *
  * Synchronization:
  *
- *   operation                may run concurrently with        progress
- *   -----------------------  -------------------------------  --------------------------
- *   bc_front_of              everything but destroy           wait-free (TLS) / registry
- *                                                             lock on a thread's first call
- *   bc_front_enter / leave   claims of the same front         wait-free
- *   bc_front_find/pop/push   nothing on the same front        holder only, O(1)
- *   bc_fronts_drain          everything but destroy           waits out owners' calls
- *   bc_front_ctr_add         readers of the counter           owner thread only
- *   reserve, bytes, nbufs    readers (relaxed loads)          written by the holder
+ *   operation                     may run concurrently with        progress
+ *   ----------------------------  -------------------------------  --------------------------
+ *   kvpi_bc_front_of              everything but destroy           wait-free (TLS) / registry
+ *                                                                  lock on a thread's first call
+ *   kvpi_bc_front_enter / leave   claims of the same front         wait-free
+ *   kvpi_bc_front_find/pop/push   nothing on the same front        holder only, O(1)
+ *   kvpi_bc_fronts_drain          everything but destroy           waits out owners' calls
+ *   kvpi_bc_front_ctr_add         readers of the counter           owner thread only
+ *   reserve, bytes, nbufs         readers (relaxed loads)          written by the holder
  */
 #ifndef KVPOOL_LIB_BUFCACHE_FRONT_H
 #define KVPOOL_LIB_BUFCACHE_FRONT_H
@@ -69,88 +69,88 @@
 #include "lib/bufcache/bufcache_stats.h"
 #include "lib/base/tsan.h"
 
-#define BC_FRONT_UNITS 512 /* classes 0..511: capacities up to 128 KiB */
-_Static_assert(((size_t)BC_FRONT_UNITS << 8) == KVP_BUF_FRONT_MAX, "front range");
-#define BC_FRONT_GROUPS (BC_FRONT_UNITS / 64)
-#define BC_FRONT_DEPTH  32 /* buffers per class */
+#define KVPI_BC_FRONT_UNITS 512 /* classes 0..511: capacities up to 128 KiB */
+_Static_assert(((size_t)KVPI_BC_FRONT_UNITS << 8) == KVP_BUF_FRONT_MAX, "front range");
+#define KVPI_BC_FRONT_GROUPS (KVPI_BC_FRONT_UNITS / 64)
+#define KVPI_BC_FRONT_DEPTH  32 /* buffers per class */
 
-#define BC_FRONT_IDLE 0u
-#define BC_FRONT_BUSY 1u
+#define KVPI_BC_FRONT_IDLE 0u
+#define KVPI_BC_FRONT_BUSY 1u
 
 struct kvp_bufcache;
 
-struct bc_front {
+struct kvpi_bc_front {
 	_Alignas(64) _Atomic uint32_t state; /* owner: IDLE / BUSY */
 	_Atomic uintptr_t claim;             /* nonzero (the claimer's token) while claimed */
 	uint64_t l1;                         /* holder: bit g set when l2[g] != 0 */
-	uint64_t l2[BC_FRONT_GROUPS];        /* holder: bit c set when class c is non-empty */
+	uint64_t l2[KVPI_BC_FRONT_GROUPS];   /* holder: bit c set when class c is non-empty */
 	uint64_t ready;                      /* holder: shared-tier groups known to exist */
 	_Atomic size_t reserve;              /* holder writes: budget reserved, not used */
 	_Atomic size_t bytes;                /* holder writes: capacity of buffers held */
 	_Atomic uint64_t nbufs;              /* holder writes: buffers held */
 	_Atomic int taken;                   /* 1 while a live thread owns the front */
-	struct bc_front *next;               /* immutable once on the cache's list */
-	_Alignas(64) _Atomic uint64_t ctr[BC_N_CTRS]; /* owner thread only writes */
-	void *head[BC_FRONT_UNITS];                   /* oldest buffer of each class */
-	void *tail[BC_FRONT_UNITS];                   /* newest */
-	uint8_t cnt[BC_FRONT_UNITS];
+	struct kvpi_bc_front *next;          /* immutable once on the cache's list */
+	_Alignas(64) _Atomic uint64_t ctr[KVPI_BC_N_CTRS]; /* owner thread only writes */
+	void *head[KVPI_BC_FRONT_UNITS];                   /* oldest buffer of each class */
+	void *tail[KVPI_BC_FRONT_UNITS];                   /* newest */
+	uint8_t cnt[KVPI_BC_FRONT_UNITS];
 };
 
 /* A thread's {cache, uid, front} entries, most recently made first. */
-struct bc_tls_ent {
-	struct bc_tls_ent *next;
+struct kvpi_bc_tls_ent {
+	struct kvpi_bc_tls_ent *next;
 	struct kvp_bufcache *c;
 	uint64_t uid;
-	struct bc_front *f;
+	struct kvpi_bc_front *f;
 };
 
-extern __thread struct bc_tls_ent *bc_tls_head __attribute__((tls_model("initial-exec")));
+extern __thread struct kvpi_bc_tls_ent *kvpi_bc_tls_head __attribute__((tls_model("initial-exec")));
 
 #ifdef KVP_TSAN
-#define bc_front_asym 0
+#define kvpi_bc_front_asym 0
 #else
-extern int bc_front_asym; /* set once, before any cache exists */
+extern int kvpi_bc_front_asym; /* set once, before any cache exists */
 #endif
 
 /* The calling thread's front for @c, made on first use; NULL when none could be made. */
-struct bc_front *bc_front_get_slow(struct kvp_bufcache *c, uint64_t uid);
+struct kvpi_bc_front *kvpi_bc_front_get_slow(struct kvp_bufcache *c, uint64_t uid);
 
-static inline struct bc_front *bc_front_lookup(struct kvp_bufcache *c, uint64_t uid)
+static inline struct kvpi_bc_front *kvpi_bc_front_lookup(struct kvp_bufcache *c, uint64_t uid)
 {
-	struct bc_tls_ent *e = bc_tls_head;
+	struct kvpi_bc_tls_ent *e = kvpi_bc_tls_head;
 
 	if (e && e->c == c && e->uid == uid)
 		return e->f;
-	return bc_front_get_slow(c, uid);
+	return kvpi_bc_front_get_slow(c, uid);
 }
 
-/* bc_front_enter - the owner takes its front; 0 when a claimer holds it (then go shared) */
-static inline int bc_front_enter(struct bc_front *f)
+/* kvpi_bc_front_enter - the owner takes its front; 0 when a claimer holds it (then go shared) */
+static inline int kvpi_bc_front_enter(struct kvpi_bc_front *f)
 {
-	if (bc_front_asym) {
+	if (kvpi_bc_front_asym) {
 		/* Relaxed + compiler barrier: the claimer's membarrier orders it (see above). */
-		atomic_store_explicit(&f->state, BC_FRONT_BUSY, memory_order_relaxed);
+		atomic_store_explicit(&f->state, KVPI_BC_FRONT_BUSY, memory_order_relaxed);
 		atomic_signal_fence(memory_order_seq_cst);
 	} else {
 		/* seq_cst: the store half of the symmetric Dekker pair with the claimer. */
-		atomic_store_explicit(&f->state, BC_FRONT_BUSY, memory_order_seq_cst);
+		atomic_store_explicit(&f->state, KVPI_BC_FRONT_BUSY, memory_order_seq_cst);
 	}
 	/* seq_cst (a plain load on x86): the load half; acquire part: see what a
 	 * claimer left when it released the front. */
 	if (!atomic_load_explicit(&f->claim, memory_order_seq_cst))
 		return 1;
-	atomic_store_explicit(&f->state, BC_FRONT_IDLE, memory_order_release);
+	atomic_store_explicit(&f->state, KVPI_BC_FRONT_IDLE, memory_order_release);
 	return 0;
 }
 
-/* bc_front_leave - release: the next holder sees everything written while held */
-static inline void bc_front_leave(struct bc_front *f)
+/* kvpi_bc_front_leave - release: the next holder sees everything written while held */
+static inline void kvpi_bc_front_leave(struct kvpi_bc_front *f)
 {
-	atomic_store_explicit(&f->state, BC_FRONT_IDLE, memory_order_release);
+	atomic_store_explicit(&f->state, KVPI_BC_FRONT_IDLE, memory_order_release);
 }
 
-/* bc_front_find - smallest non-empty class >= @cls (< BC_FRONT_UNITS), or -1 */
-static inline long bc_front_find(const struct bc_front *f, size_t cls)
+/* kvpi_bc_front_find - smallest non-empty class >= @cls (< KVPI_BC_FRONT_UNITS), or -1 */
+static inline long kvpi_bc_front_find(const struct kvpi_bc_front *f, size_t cls)
 {
 	size_t g = cls >> 6;
 	uint64_t m = f->l2[g] & (~(uint64_t)0 << (cls & 63));
@@ -164,8 +164,8 @@ static inline long bc_front_find(const struct bc_front *f, size_t cls)
 	return (long)((g << 6) + (size_t)__builtin_ctzll(f->l2[g]));
 }
 
-/* bc_front_largest - largest non-empty class, or -1 */
-static inline long bc_front_largest(const struct bc_front *f)
+/* kvpi_bc_front_largest - largest non-empty class, or -1 */
+static inline long kvpi_bc_front_largest(const struct kvpi_bc_front *f)
 {
 	size_t g;
 
@@ -175,24 +175,24 @@ static inline long bc_front_largest(const struct bc_front *f)
 	return (long)((g << 6) + 63u - (unsigned)__builtin_clzll(f->l2[g]));
 }
 
-static inline size_t bc_front_cap(size_t cls)
+static inline size_t kvpi_bc_front_cap(size_t cls)
 {
 	return (cls + 1) << 8;
 }
 
 /* Relaxed single-writer update of a level the holder keeps. */
-static inline void bc_front_set(_Atomic size_t *v, size_t x)
+static inline void kvpi_bc_front_set(_Atomic size_t *v, size_t x)
 {
 	atomic_store_explicit(v, x, memory_order_relaxed);
 }
 
-static inline size_t bc_front_get(_Atomic size_t *v)
+static inline size_t kvpi_bc_front_get(_Atomic size_t *v)
 {
 	return atomic_load_explicit(v, memory_order_relaxed);
 }
 
-/* bc_front_pop - take the oldest buffer of non-empty class @cls (holder only) */
-static inline void *bc_front_pop(struct bc_front *f, size_t cls)
+/* kvpi_bc_front_pop - take the oldest buffer of non-empty class @cls (holder only) */
+static inline void *kvpi_bc_front_pop(struct kvpi_bc_front *f, size_t cls)
 {
 	void *p = f->head[cls];
 
@@ -203,14 +203,14 @@ static inline void *bc_front_pop(struct bc_front *f, size_t cls)
 		if (!f->l2[g])
 			f->l1 &= ~((uint64_t)1 << g);
 	}
-	bc_front_set(&f->bytes, bc_front_get(&f->bytes) - bc_front_cap(cls));
+	kvpi_bc_front_set(&f->bytes, kvpi_bc_front_get(&f->bytes) - kvpi_bc_front_cap(cls));
 	atomic_store_explicit(&f->nbufs, atomic_load_explicit(&f->nbufs, memory_order_relaxed) - 1,
 	                      memory_order_relaxed);
 	return p;
 }
 
-/* bc_front_push - append @p (capacity bc_front_cap(@cls)) as the newest of its class */
-static inline void bc_front_push(struct bc_front *f, size_t cls, void *p)
+/* kvpi_bc_front_push - append @p (capacity kvpi_bc_front_cap(@cls)) as the newest of its class */
+static inline void kvpi_bc_front_push(struct kvpi_bc_front *f, size_t cls, void *p)
 {
 	*(void **)p = NULL;
 	if (f->cnt[cls]++ == 0) {
@@ -222,24 +222,24 @@ static inline void bc_front_push(struct bc_front *f, size_t cls, void *p)
 		*(void **)f->tail[cls] = p;
 	}
 	f->tail[cls] = p;
-	bc_front_set(&f->bytes, bc_front_get(&f->bytes) + bc_front_cap(cls));
+	kvpi_bc_front_set(&f->bytes, kvpi_bc_front_get(&f->bytes) + kvpi_bc_front_cap(cls));
 	atomic_store_explicit(&f->nbufs, atomic_load_explicit(&f->nbufs, memory_order_relaxed) + 1,
 	                      memory_order_relaxed);
 }
 
-/* bc_front_ctr_add - add @d to counter @k; only the front's owner thread calls it */
-static inline void bc_front_ctr_add(struct bc_front *f, enum bc_ctr k, uint64_t d)
+/* kvpi_bc_front_ctr_add - add @d to counter @k; only the front's owner thread calls it */
+static inline void kvpi_bc_front_ctr_add(struct kvpi_bc_front *f, enum kvpi_bc_ctr k, uint64_t d)
 {
 	/* Relaxed load + store, no locked instruction: one writer; readers sum. */
 	uint64_t v = atomic_load_explicit(&f->ctr[k], memory_order_relaxed);
 	atomic_store_explicit(&f->ctr[k], v + d, memory_order_relaxed);
 }
 
-/* bc_front_alloc - a zeroed, IDLE, untaken front; NULL when the system fails */
-struct bc_front *bc_front_alloc(void);
+/* kvpi_bc_front_alloc - a zeroed, IDLE, untaken front; NULL when the system fails */
+struct kvpi_bc_front *kvpi_bc_front_alloc(void);
 
 /*
- * bc_fronts_drain - claim every front of @c that holds something and empty it
+ * kvpi_bc_fronts_drain - claim every front of @c that holds something and empty it
  * @me:      the caller's front (counters), or NULL
  * @buffers: 1: move its buffers to the shared tier and its reservation back;
  *           0: take back its unused reservation only
@@ -248,16 +248,16 @@ struct bc_front *bc_front_alloc(void);
  * The caller must not hold its own front.  Returns how many buffers moved
  * plus 1 if any reservation came back (0: nothing was reachable).
  */
-uint64_t bc_fronts_drain(struct kvp_bufcache *c, struct bc_front *me, int buffers);
+uint64_t kvpi_bc_fronts_drain(struct kvp_bufcache *c, struct kvpi_bc_front *me, int buffers);
 
-/* bc_fronts_reserve_sum - unused reservations of fronts other than @me (racy sum) */
-size_t bc_fronts_reserve_sum(struct kvp_bufcache *c, struct bc_front *me);
+/* kvpi_bc_fronts_reserve_sum - unused reservations of fronts other than @me (racy sum) */
+size_t kvpi_bc_fronts_reserve_sum(struct kvp_bufcache *c, struct kvpi_bc_front *me);
 
-/* bc_front_registry_add / remove - the live-cache registry (thread exit against destroy) */
-void bc_front_registry_add(struct kvp_bufcache *c);
-void bc_front_registry_remove(struct kvp_bufcache *c);
+/* kvpi_bc_front_registry_add / remove - the live-cache registry (thread exit against destroy) */
+void kvpi_bc_front_registry_add(struct kvp_bufcache *c);
+void kvpi_bc_front_registry_remove(struct kvp_bufcache *c);
 
-/* bc_front_setup - once per process: pick the asymmetric protocol when membarrier works */
-void bc_front_setup(void);
+/* kvpi_bc_front_setup - once per process: pick the asymmetric protocol when membarrier works */
+void kvpi_bc_front_setup(void);
 
 #endif /* KVPOOL_LIB_BUFCACHE_FRONT_H */

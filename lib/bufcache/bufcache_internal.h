@@ -1,5 +1,6 @@
 /*
- * lib/bufcache/bufcache_internal.h - the buffer cache object, shared by bufcache.c and bufcache_front.c.
+ * lib/bufcache/bufcache_internal.h - the buffer cache object, shared by bufcache.c and
+ * bufcache_front.c.
  *
  * Budget words (see lib/bufcache/bufcache.c for the protocol):
  *
@@ -30,40 +31,41 @@ struct kvp_bufcache {
 	size_t front_max;              /* bytes one front may hold */
 	size_t batch;                  /* reservation batch of a front */
 	struct kvp_bufcache *reg_next; /* registry of live caches (bufcache_front.c) */
-	_Atomic(struct bc_front *) fronts; /* add-only list */
-	struct bc_nodes nodes;
-	struct bc_exact exact;
-	struct bc_large large;
-	struct bc_stats stats;
+	_Atomic(struct kvpi_bc_front *) fronts; /* add-only list */
+	struct kvpi_bc_nodes nodes;
+	struct kvpi_bc_exact exact;
+	struct kvpi_bc_large large;
+	struct kvpi_bc_stats stats;
 	_Alignas(64) _Atomic size_t cached; /* budget reservation, see above */
 	_Alignas(64) _Atomic size_t peak;   /* high-water mark of cached bytes */
 	_Atomic size_t live;                /* buffers from the system not yet given back */
 	_Atomic size_t live_bytes;          /* their capacity */
 };
 
-/* bc_count_by - count an event in @me's counters (the caller's front) or the stripes */
-static inline void bc_count_by(kvp_bufcache *c, struct bc_front *me, enum bc_ctr k, uint64_t d)
+/* kvpi_bc_count_by - count an event in @me's counters (the caller's front) or the stripes */
+static inline void kvpi_bc_count_by(kvp_bufcache *c, struct kvpi_bc_front *me, enum kvpi_bc_ctr k,
+                                    uint64_t d)
 {
 	if (me)
-		bc_front_ctr_add(me, k, d);
+		kvpi_bc_front_ctr_add(me, k, d);
 	else
-		bc_count(&c->stats, k, d);
+		kvpi_bc_count(&c->stats, k, d);
 }
 
-/* bc_unreserve - give @n bytes of reservation back (relaxed: a budget, not a data carrier) */
-static inline void bc_unreserve(kvp_bufcache *c, size_t n)
+/* kvpi_bc_unreserve - give @n bytes of reservation back (relaxed: a budget, not a data carrier) */
+static inline void kvpi_bc_unreserve(kvp_bufcache *c, size_t n)
 {
 	atomic_fetch_sub_explicit(&c->cached, n, memory_order_relaxed);
 }
 
 /*
- * bc_shared_put - put a buffer whose bytes are already reserved into the shared tier
+ * kvpi_bc_shared_put - put a buffer whose bytes are already reserved into the shared tier
  * Returns 1, or 0 when no node was free (the caller then un-reserves it and
- * gives it back to the system: bc_release_to_system).
+ * gives it back to the system: kvpi_bc_release_to_system).
  */
-int bc_shared_put(kvp_bufcache *c, void *p, size_t cap);
+int kvpi_bc_shared_put(kvp_bufcache *c, void *p, size_t cap);
 
-/* bc_release_to_system - give a buffer that is in no part of the cache back to the system */
-void bc_release_to_system(kvp_bufcache *c, struct bc_front *me, void *p, size_t cap);
+/* kvpi_bc_release_to_system - give a buffer that is in no part of the cache back to the system */
+void kvpi_bc_release_to_system(kvp_bufcache *c, struct kvpi_bc_front *me, void *p, size_t cap);
 
 #endif /* KVPOOL_LIB_BUFCACHE_INTERNAL_H */

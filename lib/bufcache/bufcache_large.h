@@ -1,7 +1,8 @@
 /*
- * lib/bufcache/bufcache_large.h - the large tier: buffers above 64 MiB, one sorted list per power of two.
+ * lib/bufcache/bufcache_large.h - the large tier: buffers above 64 MiB, one sorted list per power
+ * of two.
  *
- * Capacities above BC_EXACT_UNITS * 256 (64 MiB) are too many to give each
+ * Capacities above KVPI_BC_EXACT_UNITS * 256 (64 MiB) are too many to give each
  * its own class, so they are grouped by floor(log2(units)), and each group
  * keeps its buffers in a doubly-linked list sorted by capacity, least
  * recently cached first among equal capacities.  A list is guarded by its own
@@ -15,11 +16,11 @@
  *
  * Synchronization:
  *
- *   operation        may run concurrently with   progress
- *   ---------------  --------------------------  ---------------------------
- *   bc_large_put     put, take                   one class mutex, O(list)
- *   bc_large_take    put, take                   class mutexes, one at a time
- *   init / destroy   nothing
+ *   operation             may run concurrently with   progress
+ *   --------------------  --------------------------  ---------------------------
+ *   kvpi_bc_large_put     put, take                   one class mutex, O(list)
+ *   kvpi_bc_large_take    put, take                   class mutexes, one at a time
+ *   init / destroy        nothing
  *
  * nonempty has bit k set while class k's list is non-empty; it changes only
  * under class k's mutex, so once no thread is inside the tier it is exact.
@@ -32,36 +33,36 @@
 #include "lib/bufcache/bufcache_class.h"
 #include "lib/bufcache/bufcache_node.h"
 
-#define BC_LARGE_CLASSES (64 - BC_EXACT_BITS)
+#define KVPI_BC_LARGE_CLASSES (64 - KVPI_BC_EXACT_BITS)
 
-struct bc_large_class {
+struct kvpi_bc_large_class {
 	_Alignas(64) pthread_mutex_t lock;
 	uint32_t head, tail; /* node indices, smallest (then oldest) first */
 };
 
-struct bc_large {
+struct kvpi_bc_large {
 	_Atomic uint64_t nonempty;
 	_Atomic uint64_t count; /* buffers in the tier (changed under class locks) */
-	struct bc_large_class cls[BC_LARGE_CLASSES];
+	struct kvpi_bc_large_class cls[KVPI_BC_LARGE_CLASSES];
 };
 
-int bc_large_init(struct bc_large *lg);
-void bc_large_destroy(struct bc_large *lg);
+int kvpi_bc_large_init(struct kvpi_bc_large *lg);
+void kvpi_bc_large_destroy(struct kvpi_bc_large *lg);
 
-/* bc_large_put - cache node @idx (ptr and cap set, cap > 64 MiB) */
-void bc_large_put(struct bc_large *lg, struct bc_nodes *n, uint32_t idx);
+/* kvpi_bc_large_put - cache node @idx (ptr and cap set, cap > 64 MiB) */
+void kvpi_bc_large_put(struct kvpi_bc_large *lg, struct kvpi_bc_nodes *n, uint32_t idx);
 
-/* bc_large_count - buffers in the tier */
-static inline uint64_t bc_large_count(struct bc_large *lg)
+/* kvpi_bc_large_count - buffers in the tier */
+static inline uint64_t kvpi_bc_large_count(struct kvpi_bc_large *lg)
 {
 	return atomic_load_explicit(&lg->count, memory_order_relaxed);
 }
 
 /*
- * bc_large_take - take the smallest buffer whose capacity >= @need_units * 256
+ * kvpi_bc_large_take - take the smallest buffer whose capacity >= @need_units * 256
  * (least recently cached among equals); 1 on success, 0 when none.
  */
-int bc_large_take(struct bc_large *lg, struct bc_nodes *n, size_t need_units, void **ptr,
-                  size_t *cap);
+int kvpi_bc_large_take(struct kvpi_bc_large *lg, struct kvpi_bc_nodes *n, size_t need_units,
+                       void **ptr, size_t *cap);
 
 #endif /* KVPOOL_LIB_BUFCACHE_LARGE_H */

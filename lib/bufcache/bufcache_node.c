@@ -19,40 +19,40 @@
 
 #include <string.h>
 
-int bc_nodes_init(struct bc_nodes *n)
+int kvpi_bc_nodes_init(struct kvpi_bc_nodes *n)
 {
 	memset(n, 0, sizeof(*n));
 	kvpi_segtab_init(&n->segs);
 	atomic_init(&n->total, 0);
-	for (int i = 0; i < BC_SHARDS; i++)
-		atomic_init(&n->shard[i].head, kvpi_tagged_pack(0, BC_NIL));
+	for (int i = 0; i < KVPI_BC_SHARDS; i++)
+		atomic_init(&n->shard[i].head, kvpi_tagged_pack(0, KVPI_BC_NIL));
 	return pthread_mutex_init(&n->grow_lock, NULL) ? -1 : 0;
 }
 
-void bc_nodes_destroy(struct bc_nodes *n)
+void kvpi_bc_nodes_destroy(struct kvpi_bc_nodes *n)
 {
 	kvpi_segtab_destroy(&n->segs);
 	pthread_mutex_destroy(&n->grow_lock);
 }
 
-_Thread_local unsigned bc_shard_plus1;
+_Thread_local unsigned kvpi_bc_shard_plus1;
 
-unsigned bc_thread_shard_assign(void)
+unsigned kvpi_bc_thread_shard_assign(void)
 {
 	/* Round-robin assignment at a thread's first call; relaxed: any value works. */
 	static _Atomic unsigned next_shard;
 
-	bc_shard_plus1 =
-	    1 + atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % BC_SHARDS;
-	return bc_shard_plus1 - 1;
+	kvpi_bc_shard_plus1 =
+	    1 + atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % KVPI_BC_SHARDS;
+	return kvpi_bc_shard_plus1 - 1;
 }
 
 /* Push the chain @first..@last (already linked through free_next) onto shard @s. */
-static void push_chain(struct bc_nodes *n, unsigned s, uint32_t first, uint32_t last)
+static void push_chain(struct kvpi_bc_nodes *n, unsigned s, uint32_t first, uint32_t last)
 {
 	_Atomic uint64_t *head = &n->shard[s].head;
 	uint64_t old = atomic_load_explicit(head, memory_order_relaxed);
-	struct bc_node *l = bc_node(n, last);
+	struct kvpi_bc_node *l = kvpi_bc_node(n, last);
 
 	do {
 		atomic_store_explicit(&l->free_next, kvpi_tagged_index(old), memory_order_relaxed);
@@ -61,52 +61,52 @@ static void push_chain(struct bc_nodes *n, unsigned s, uint32_t first, uint32_t 
 	    head, &old, kvpi_tagged_next(old, first), memory_order_release, memory_order_relaxed));
 }
 
-void bc_nodes_push(struct bc_nodes *n, uint32_t idx)
+void kvpi_bc_nodes_push(struct kvpi_bc_nodes *n, uint32_t idx)
 {
-	push_chain(n, bc_thread_shard(), idx, idx);
+	push_chain(n, kvpi_bc_thread_shard(), idx, idx);
 }
 
-static uint32_t pop_shard(struct bc_nodes *n, unsigned s)
+static uint32_t pop_shard(struct kvpi_bc_nodes *n, unsigned s)
 {
 	_Atomic uint64_t *head = &n->shard[s].head;
 	/* Acquire: pairs with push's release so the node's fields are visible. */
 	uint64_t old = atomic_load_explicit(head, memory_order_acquire);
 
-	while (kvpi_tagged_index(old) != BC_NIL) {
-		uint32_t nx = atomic_load_explicit(&bc_node(n, kvpi_tagged_index(old))->free_next,
-		                                   memory_order_relaxed);
+	while (kvpi_tagged_index(old) != KVPI_BC_NIL) {
+		uint32_t nx = atomic_load_explicit(
+		    &kvpi_bc_node(n, kvpi_tagged_index(old))->free_next, memory_order_relaxed);
 		if (atomic_compare_exchange_weak_explicit(head, &old, kvpi_tagged_next(old, nx),
 		                                          memory_order_acquire,
 		                                          memory_order_acquire))
 			return kvpi_tagged_index(old);
 	}
-	return BC_NIL;
+	return KVPI_BC_NIL;
 }
 
-uint32_t bc_nodes_pop(struct bc_nodes *n)
+uint32_t kvpi_bc_nodes_pop(struct kvpi_bc_nodes *n)
 {
-	unsigned s = bc_thread_shard();
+	unsigned s = kvpi_bc_thread_shard();
 
-	for (unsigned i = 0; i < BC_SHARDS; i++) {
-		uint32_t idx = pop_shard(n, (s + i) % BC_SHARDS);
-		if (idx != BC_NIL)
+	for (unsigned i = 0; i < KVPI_BC_SHARDS; i++) {
+		uint32_t idx = pop_shard(n, (s + i) % KVPI_BC_SHARDS);
+		if (idx != KVPI_BC_NIL)
 			return idx;
 	}
-	return BC_NIL;
+	return KVPI_BC_NIL;
 }
 
-int bc_nodes_grow(struct bc_nodes *n, uint64_t want)
+int kvpi_bc_nodes_grow(struct kvpi_bc_nodes *n, uint64_t want)
 {
 	int rc = 0;
 
 	pthread_mutex_lock(&n->grow_lock);
 	while (atomic_load_explicit(&n->total, memory_order_relaxed) < want) {
 		unsigned k = n->nsegs;
-		size_t cnt = kvpi_seg_len(BC_SEG0_SHIFT, k),
-		       base = kvpi_seg_first(BC_SEG0_SHIFT, k);
-		struct bc_node *s;
+		size_t cnt = kvpi_seg_len(KVPI_BC_SEG0_SHIFT, k),
+		       base = kvpi_seg_first(KVPI_BC_SEG0_SHIFT, k);
+		struct kvpi_bc_node *s;
 
-		if (k >= BC_NODE_SEGS) {
+		if (k >= KVPI_BC_NODE_SEGS) {
 			rc = -1;
 			break;
 		}
@@ -116,16 +116,16 @@ int bc_nodes_grow(struct bc_nodes *n, uint64_t want)
 			break;
 		}
 		for (size_t i = 0; i < cnt; i++) {
-			atomic_init(&s[i].next, kvpi_tagged_pack(0, BC_NIL));
+			atomic_init(&s[i].next, kvpi_tagged_pack(0, KVPI_BC_NIL));
 			atomic_init(&s[i].free_next, (uint32_t)(base + i + 1));
-			s[i].lprev = s[i].lnext = BC_NIL;
+			s[i].lprev = s[i].lnext = KVPI_BC_NIL;
 		}
 		/* Installed with release (under grow_lock, so the CAS always wins): the
-		 * initialised segment is visible to every bc_node() that finds it. */
+		 * initialised segment is visible to every kvpi_bc_node() that finds it. */
 		kvpi_segtab_install(&n->segs, k, s);
 		n->nsegs = k + 1;
 		atomic_store_explicit(&n->total, base + cnt, memory_order_relaxed);
-		push_chain(n, bc_thread_shard(), (uint32_t)base, (uint32_t)(base + cnt - 1));
+		push_chain(n, kvpi_bc_thread_shard(), (uint32_t)base, (uint32_t)(base + cnt - 1));
 	}
 	pthread_mutex_unlock(&n->grow_lock);
 	return rc;

@@ -12,33 +12,33 @@
  */
 #include "lib/bufcache/bufcache_queue.h"
 
-void bc_queue_init(struct bc_nodes *n, struct bc_queue *q, uint32_t dummy)
+void kvpi_bc_queue_init(struct kvpi_bc_nodes *n, struct kvpi_bc_queue *q, uint32_t dummy)
 {
-	struct bc_node *d = bc_node(n, dummy);
+	struct kvpi_bc_node *d = kvpi_bc_node(n, dummy);
 	uint64_t nx = atomic_load_explicit(&d->next, memory_order_relaxed);
 
-	atomic_store_explicit(&d->next, kvpi_tagged_next(nx, BC_NIL), memory_order_relaxed);
+	atomic_store_explicit(&d->next, kvpi_tagged_next(nx, KVPI_BC_NIL), memory_order_relaxed);
 	atomic_init(&q->head, kvpi_tagged_pack(0, dummy));
 	atomic_init(&q->tail, kvpi_tagged_pack(0, dummy));
 	atomic_init(&q->count, 0);
 }
 
-void bc_queue_enqueue(struct bc_nodes *n, struct bc_queue *q, uint32_t idx)
+void kvpi_bc_queue_enqueue(struct kvpi_bc_nodes *n, struct kvpi_bc_queue *q, uint32_t idx)
 {
-	struct bc_node *x = bc_node(n, idx);
+	struct kvpi_bc_node *x = kvpi_bc_node(n, idx);
 	uint64_t tail, next, nx = atomic_load_explicit(&x->next, memory_order_relaxed);
 
 	/* Relaxed: published by the release CAS that links x below. */
-	atomic_store_explicit(&x->next, kvpi_tagged_next(nx, BC_NIL), memory_order_relaxed);
+	atomic_store_explicit(&x->next, kvpi_tagged_next(nx, KVPI_BC_NIL), memory_order_relaxed);
 	for (;;) {
-		struct bc_node *t;
+		struct kvpi_bc_node *t;
 
 		tail = atomic_load_explicit(&q->tail, memory_order_acquire);
-		t = bc_node(n, kvpi_tagged_index(tail));
+		t = kvpi_bc_node(n, kvpi_tagged_index(tail));
 		next = atomic_load_explicit(&t->next, memory_order_acquire);
 		if (tail != atomic_load_explicit(&q->tail, memory_order_acquire))
 			continue;
-		if (kvpi_tagged_index(next) == BC_NIL) {
+		if (kvpi_tagged_index(next) == KVPI_BC_NIL) {
 			/* Release: x's ptr/cap/next (and the buffer's contents) go with the link.
 			 */
 			if (atomic_compare_exchange_weak_explicit(
@@ -56,32 +56,32 @@ void bc_queue_enqueue(struct bc_nodes *n, struct bc_queue *q, uint32_t idx)
 	                                        memory_order_release, memory_order_relaxed);
 }
 
-int bc_queue_dequeue(struct bc_nodes *n, struct bc_queue *q, void **ptr, size_t *cap,
-                     uint32_t *spare)
+int kvpi_bc_queue_dequeue(struct kvpi_bc_nodes *n, struct kvpi_bc_queue *q, void **ptr, size_t *cap,
+                          uint32_t *spare)
 {
 	for (;;) {
 		uint64_t head = atomic_load_explicit(&q->head, memory_order_acquire);
 		uint64_t tail = atomic_load_explicit(&q->tail, memory_order_acquire);
-		uint64_t next = atomic_load_explicit(&bc_node(n, kvpi_tagged_index(head))->next,
-		                                     memory_order_acquire);
-		struct bc_node *x;
+		uint64_t next = atomic_load_explicit(
+		    &kvpi_bc_node(n, kvpi_tagged_index(head))->next, memory_order_acquire);
+		struct kvpi_bc_node *x;
 		uintptr_t p;
 		uint64_t c;
 
 		if (head != atomic_load_explicit(&q->head, memory_order_acquire))
 			continue;
 		if (kvpi_tagged_index(head) == kvpi_tagged_index(tail)) {
-			if (kvpi_tagged_index(next) == BC_NIL)
+			if (kvpi_tagged_index(next) == KVPI_BC_NIL)
 				return 0;
 			atomic_compare_exchange_weak_explicit(
 			    &q->tail, &tail, kvpi_tagged_next(tail, kvpi_tagged_index(next)),
 			    memory_order_release, memory_order_relaxed);
 			continue;
 		}
-		if (kvpi_tagged_index(next) == BC_NIL)
+		if (kvpi_tagged_index(next) == KVPI_BC_NIL)
 			continue; /* inconsistent snapshot (head moved under us): retry */
 		/* Read before the CAS: once head moves, x may be recycled by others. */
-		x = bc_node(n, kvpi_tagged_index(next));
+		x = kvpi_bc_node(n, kvpi_tagged_index(next));
 		p = atomic_load_explicit(&x->ptr, memory_order_relaxed);
 		c = atomic_load_explicit(&x->cap, memory_order_relaxed);
 		/* acq_rel on success.  Acquire: the buffer's history happens

@@ -14,11 +14,11 @@
  *
  * Synchronization:
  *
- *   operation          may run concurrently with   progress
- *   -----------------  --------------------------  ---------
- *   bc_queue_enqueue   enqueue, dequeue            lock-free
- *   bc_queue_dequeue   enqueue, dequeue            lock-free
- *   bc_queue_init      nothing (before publication)
+ *   operation               may run concurrently with   progress
+ *   ----------------------  --------------------------  ---------
+ *   kvpi_bc_queue_enqueue   enqueue, dequeue            lock-free
+ *   kvpi_bc_queue_dequeue   enqueue, dequeue            lock-free
+ *   kvpi_bc_queue_init      nothing (before publication)
  *
  * Memory order: the link CAS in enqueue is release, dequeue's loads of links
  * are acquire: the enqueuer's writes to the node (ptr, cap) and, through the
@@ -32,29 +32,29 @@
 
 #include "lib/bufcache/bufcache_node.h"
 
-struct bc_queue {
+struct kvpi_bc_queue {
 	_Alignas(64) _Atomic uint64_t head; /* tagged index of the dummy */
 	_Atomic uint64_t tail;              /* tagged index of the last node (may lag by one) */
 	_Atomic int64_t count;              /* buffers in the queue (+ enqueues in flight) */
 };
 
-/* bc_queue_init - empty queue whose dummy is node @dummy */
-void bc_queue_init(struct bc_nodes *n, struct bc_queue *q, uint32_t dummy);
+/* kvpi_bc_queue_init - empty queue whose dummy is node @dummy */
+void kvpi_bc_queue_init(struct kvpi_bc_nodes *n, struct kvpi_bc_queue *q, uint32_t dummy);
 
-/* bc_queue_enqueue - append node @idx, whose ptr and cap the caller has set */
-void bc_queue_enqueue(struct bc_nodes *n, struct bc_queue *q, uint32_t idx);
+/* kvpi_bc_queue_enqueue - append node @idx, whose ptr and cap the caller has set */
+void kvpi_bc_queue_enqueue(struct kvpi_bc_nodes *n, struct kvpi_bc_queue *q, uint32_t idx);
 
 /*
- * bc_queue_dequeue - take the oldest buffer
+ * kvpi_bc_queue_dequeue - take the oldest buffer
  * On success stores its pointer and capacity, stores in *@spare the index of a
- * node the caller must free (bc_nodes_push), and returns 1.  Returns 0 when
+ * node the caller must free (kvpi_bc_nodes_push), and returns 1.  Returns 0 when
  * the queue is empty.
  */
-int bc_queue_dequeue(struct bc_nodes *n, struct bc_queue *q, void **ptr, size_t *cap,
-                     uint32_t *spare);
+int kvpi_bc_queue_dequeue(struct kvpi_bc_nodes *n, struct kvpi_bc_queue *q, void **ptr, size_t *cap,
+                          uint32_t *spare);
 
-/* bc_queue_dummy - the current dummy (only when no other thread uses the queue) */
-static inline uint32_t bc_queue_dummy(struct bc_queue *q)
+/* kvpi_bc_queue_dummy - the current dummy (only when no other thread uses the queue) */
+static inline uint32_t kvpi_bc_queue_dummy(struct kvpi_bc_queue *q)
 {
 	return kvpi_tagged_index(atomic_load_explicit(&q->head, memory_order_relaxed));
 }

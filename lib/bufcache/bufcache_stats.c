@@ -17,19 +17,19 @@
 #include <stdio.h>
 #include <string.h>
 
-void bc_stats_init(struct bc_stats *st)
+void kvpi_bc_stats_init(struct kvpi_bc_stats *st)
 {
-	for (int s = 0; s < BC_SHARDS; s++)
-		for (int c = 0; c < BC_N_CTRS; c++)
+	for (int s = 0; s < KVPI_BC_SHARDS; s++)
+		for (int c = 0; c < KVPI_BC_N_CTRS; c++)
 			atomic_init(&st->s[s].v[c], 0);
 }
 
-void bc_stats_sum(struct bc_stats *st, uint64_t out[BC_N_CTRS])
+void kvpi_bc_stats_sum(struct kvpi_bc_stats *st, uint64_t out[KVPI_BC_N_CTRS])
 {
-	for (int c = 0; c < BC_N_CTRS; c++)
+	for (int c = 0; c < KVPI_BC_N_CTRS; c++)
 		out[c] = 0;
-	for (int s = 0; s < BC_SHARDS; s++)
-		for (int c = 0; c < BC_N_CTRS; c++)
+	for (int s = 0; s < KVPI_BC_SHARDS; s++)
+		for (int c = 0; c < KVPI_BC_N_CTRS; c++)
 			out[c] += atomic_load_explicit(&st->s[s].v[c], memory_order_relaxed);
 }
 
