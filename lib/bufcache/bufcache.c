@@ -52,15 +52,53 @@
 
 static _Atomic uint64_t next_uid = 1;
 
+/* Set up @c's shared tier and node slab; on failure undo what was set up.  0 or -1. */
+static int parts_init(kvp_bufcache *c)
+{
+	if (kvpi_bc_nodes_init(&c->nodes))
+		return -1;
+	if (kvpi_bc_exact_init(&c->exact))
+		goto undo_nodes;
+	if (kvpi_bc_large_init(&c->large))
+		goto undo_exact;
+	return 0;
+undo_exact:
+	kvpi_bc_exact_destroy(&c->exact);
+undo_nodes:
+	kvpi_bc_nodes_destroy(&c->nodes);
+	return -1;
+}
+
+/* Undo parts_init (single-threaded). */
+static void parts_destroy(kvp_bufcache *c)
+{
+	kvpi_bc_large_destroy(&c->large);
+	kvpi_bc_exact_destroy(&c->exact);
+	kvpi_bc_nodes_destroy(&c->nodes);
+}
+
+/* Free every front of @c and the buffers in them (single-threaded, out of the registry). */
+static void fronts_free(kvp_bufcache *c)
+{
+	struct kvpi_bc_front *next;
+
+	/* Acquire: pairs with the release push of each front (it is initialised). */
+	for (struct kvpi_bc_front *f = atomic_load_explicit(&c->fronts, memory_order_acquire); f;
+	     f = next) {
+		next = f->next;
+		while (f->l1)
+			kvpi_sys_free(kvpi_bc_front_pop(f, (size_t)kvpi_bc_front_find(f, 0)));
+		kvpi_sys_free(f);
+	}
+}
+
 int kvp_bufcache_create(size_t max_cached_bytes, kvp_bufcache **out)
 {
-	kvp_bufcache *c;
-
 	if (!out)
 		return KVP_EINVAL;
 	*out = NULL;
 	kvpi_bc_front_setup();
-	c = kvpi_sys_alloc(sizeof(*c), 128);
+	kvp_bufcache *c = kvpi_sys_alloc(sizeof(*c), 128);
 	if (!c)
 		return KVP_ENOMEM;
 	memset(c, 0, sizeof(*c));
@@ -78,33 +116,21 @@ int kvp_bufcache_create(size_t max_cached_bytes, kvp_bufcache **out)
 	atomic_init(&c->live, 0);
 	atomic_init(&c->live_bytes, 0);
 	kvpi_bc_stats_init(&c->stats);
-	if (kvpi_bc_nodes_init(&c->nodes))
-		goto fail_nodes;
-	if (kvpi_bc_exact_init(&c->exact))
-		goto fail_exact;
-	if (kvpi_bc_large_init(&c->large))
-		goto fail_large;
+	if (parts_init(c)) {
+		kvpi_sys_free(c);
+		return KVP_ENOMEM;
+	}
 	kvpi_bc_front_registry_add(c);
 	/* The creating thread's front now, so its first calls allocate nothing more. */
-	if (!kvpi_bc_front_lookup(c, c->uid))
-		goto fail_front;
+	if (!kvpi_bc_front_lookup(c, c->uid)) {
+		kvpi_bc_front_registry_remove(c);
+		fronts_free(c);
+		parts_destroy(c);
+		kvpi_sys_free(c);
+		return KVP_ENOMEM;
+	}
 	*out = c;
 	return KVP_OK;
-fail_front:
-	kvpi_bc_front_registry_remove(c);
-	for (struct kvpi_bc_front *f = atomic_load_explicit(&c->fronts, memory_order_relaxed), *n;
-	     f; f = n) {
-		n = f->next;
-		kvpi_sys_free(f);
-	}
-	kvpi_bc_large_destroy(&c->large);
-fail_large:
-	kvpi_bc_exact_destroy(&c->exact);
-fail_exact:
-	kvpi_bc_nodes_destroy(&c->nodes);
-fail_nodes:
-	kvpi_sys_free(c);
-	return KVP_ENOMEM;
 }
 
 /* Take the smallest shared buffer whose capacity covers @need_units; 1 on success. */
@@ -128,7 +154,8 @@ static inline long shared_first(kvp_bufcache *c, size_t cls)
 void kvpi_bc_release_to_system(kvp_bufcache *c, struct kvpi_bc_front *me, void *p, size_t cap)
 {
 	kvpi_sys_free(p);
-	/* Relaxed: `live` sizes the node slab, live_bytes feeds stats; neither orders memory. */
+	/* Relaxed, both: `live` sizes the node slab, live_bytes feeds stats;
+	 * neither orders memory. */
 	atomic_fetch_sub_explicit(&c->live, 1, memory_order_relaxed);
 	atomic_fetch_sub_explicit(&c->live_bytes, cap, memory_order_relaxed);
 	kvpi_bc_count_by(c, me, KVPI_BC_SYS_FREES, 1);
@@ -138,12 +165,11 @@ int kvpi_bc_shared_put(kvp_bufcache *c, void *p, size_t cap)
 {
 	size_t units = cap >> KVPI_BC_UNIT_SHIFT;
 	uint32_t idx = kvpi_bc_nodes_pop(&c->nodes);
-	struct kvpi_bc_node *x;
-
 	if (idx == KVPI_BC_NIL)
 		return 0;
-	x = kvpi_bc_node(&c->nodes, idx);
-	/* Relaxed: published by the release that links the node into its class. */
+	struct kvpi_bc_node *x = kvpi_bc_node(&c->nodes, idx);
+	/* Relaxed, both: published by what links the node into its class (the
+	 * exact queue's release CAS, or the large class's mutex). */
 	atomic_store_explicit(&x->ptr, (uintptr_t)p, memory_order_relaxed);
 	atomic_store_explicit(&x->cap, cap, memory_order_relaxed);
 	if (units <= KVPI_BC_EXACT_UNITS)
@@ -168,9 +194,8 @@ static void put_spills(kvp_bufcache *c, struct kvpi_bc_front *me, void **p, cons
 /* Raise the high-water mark to @v. */
 static void raise_peak(kvp_bufcache *c, size_t v)
 {
+	/* Relaxed, here and in the CAS: a statistic. */
 	size_t peak = atomic_load_explicit(&c->peak, memory_order_relaxed);
-
-	/* Relaxed: a statistic. */
 	while (v > peak && !atomic_compare_exchange_weak_explicit(
 	                       &c->peak, &peak, v, memory_order_relaxed, memory_order_relaxed))
 		;
@@ -183,8 +208,9 @@ static int evict_one(kvp_bufcache *c, struct kvpi_bc_front *me)
 	size_t cap = 0;
 
 	if (me && kvpi_bc_front_enter(me)) {
-		long f = kvpi_bc_front_find(me, 0), g;
-		if (f >= 0 && ((g = shared_first(c, 0)) < 0 || g > f)) {
+		long f = kvpi_bc_front_find(me, 0);
+		long g = f >= 0 ? shared_first(c, 0) : -1;
+		if (f >= 0 && (g < 0 || g > f)) {
 			p = kvpi_bc_front_pop(me, (size_t)f);
 			cap = kvpi_bc_front_cap((size_t)f);
 		}
@@ -206,14 +232,14 @@ static int evict_one(kvp_bufcache *c, struct kvpi_bc_front *me)
 static void prepare_metadata(kvp_bufcache *c, size_t cap)
 {
 	size_t units = cap >> KVPI_BC_UNIT_SHIFT;
+	/* Relaxed: a sizing hint; orders nothing. */
 	size_t live = atomic_load_explicit(&c->live, memory_order_relaxed);
 	size_t room = c->budget >> KVPI_BC_UNIT_SHIFT;
-	uint64_t want;
 
 	if (units <= KVPI_BC_EXACT_UNITS && !kvpi_bc_exact_ready(&c->exact, units - 1))
 		kvpi_bc_exact_ensure_group(&c->exact, &c->nodes, units - 1);
-	want = kvpi_bc_exact_groups(&c->exact) * KVPI_BC_GROUP_SIZE + (live < room ? live : room) +
-	       KVPI_BC_NODE_SLACK;
+	uint64_t want = kvpi_bc_exact_groups(&c->exact) * KVPI_BC_GROUP_SIZE +
+	                (live < room ? live : room) + KVPI_BC_NODE_SLACK;
 	if (kvpi_bc_nodes_total(&c->nodes) < want)
 		kvpi_bc_nodes_grow(&c->nodes, want);
 }
@@ -238,6 +264,7 @@ static __attribute__((noinline)) void *alloc_shared(kvp_bufcache *c, struct kvpi
 		}
 		kvpi_bc_count_by(c, me, KVPI_BC_OOM_RETRIES, 1);
 	}
+	/* Relaxed, both: as in kvpi_bc_release_to_system. */
 	atomic_fetch_add_explicit(&c->live, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&c->live_bytes, cap, memory_order_relaxed);
 	kvpi_bc_count_by(c, me, KVPI_BC_SYS_ALLOCS, 1);
@@ -271,27 +298,23 @@ static __attribute__((noinline)) void *alloc_slow(kvp_bufcache *c, size_t reques
 void *kvp_bufcache_alloc(kvp_bufcache *c, size_t requested, size_t *actual)
 {
 	struct kvpi_bc_tls_ent *e = kvpi_bc_tls_head;
-	struct kvpi_bc_front *f;
-	size_t cls, got, res;
-	long k, g;
-	void *p;
 
 	if (!e || e->c != c || !actual || e->uid != c->uid ||
 	    requested > (size_t)KVPI_BC_FRONT_UNITS << KVPI_BC_UNIT_SHIFT)
 		return alloc_slow(c, requested, actual);
-	f = e->f;
-	cls = kvpi_bc_units_for_request(requested) - 1;
+	struct kvpi_bc_front *f = e->f;
+	size_t cls = kvpi_bc_units_for_request(requested) - 1;
 	if (!kvpi_bc_front_enter(f))
 		return alloc_shared(c, f, requested, actual);
-	k = kvpi_bc_front_find(f, cls);
+	long k = kvpi_bc_front_find(f, cls), g;
 	if (k < 0 || ((g = shared_first(c, cls)) >= 0 && g <= k)) {
 		kvpi_bc_front_leave(f);
 		return alloc_shared(c, f, requested, actual);
 	}
-	p = kvpi_bc_front_pop(f, (size_t)k);
-	got = kvpi_bc_front_cap((size_t)k);
+	void *p = kvpi_bc_front_pop(f, (size_t)k);
+	size_t got = kvpi_bc_front_cap((size_t)k);
 	/* The buffer's bytes stay reserved, as the front's; keep at most 2 batches. */
-	res = kvpi_bc_front_get(&f->reserve) + got;
+	size_t res = kvpi_bc_front_get(&f->reserve) + got;
 	if (res > 2 * c->batch)
 		res = trim_reserve(c, res);
 	kvpi_bc_front_set(&f->reserve, res);
@@ -304,6 +327,8 @@ void *kvp_bufcache_alloc(kvp_bufcache *c, size_t requested, size_t *actual)
 /* Reserve @cap bytes of budget, evicting smallest-first as needed; 1 on success. */
 static int reserve(kvp_bufcache *c, struct kvpi_bc_front *me, size_t cap)
 {
+	/* Relaxed, every access to `cached` here: a budget, not a carrier of data
+	 * (the CAS alone keeps it from passing the budget). */
 	size_t cur = atomic_load_explicit(&c->cached, memory_order_relaxed);
 	int reclaimed = 0;
 
@@ -323,12 +348,14 @@ static int reserve(kvp_bufcache *c, struct kvpi_bc_front *me, size_t cap)
 			kvpi_bc_fronts_drain(c, me, 0);
 		} else if (!evict_one(c, me)) {
 			/* Nothing left to evict, but emptying the other fronts may have
-			 * given their reservations back: room, if they were enough. */
+			 * given their reservations back: room, if they were enough.
+			 * Relaxed: as above. */
 			cur = atomic_load_explicit(&c->cached, memory_order_relaxed);
 			if (cur <= c->budget - cap)
 				continue;
 			return 0;
 		}
+		/* Relaxed: as above. */
 		cur = atomic_load_explicit(&c->cached, memory_order_relaxed);
 	}
 	raise_peak(c, cur + cap);
@@ -338,7 +365,9 @@ static int reserve(kvp_bufcache *c, struct kvpi_bc_front *me, size_t cap)
 /* Take at least @need more bytes of reservation for the front (held); 1 on success. */
 static int take_batch(kvp_bufcache *c, size_t need, size_t *res)
 {
-	size_t cur = atomic_load_explicit(&c->cached, memory_order_relaxed), want;
+	/* Relaxed: a budget, as in reserve(). */
+	size_t cur = atomic_load_explicit(&c->cached, memory_order_relaxed);
+	size_t want;
 
 	for (;;) {
 		if (cur > c->budget || c->budget - cur < need)
@@ -397,12 +426,13 @@ static __attribute__((noinline)) void front_spill(kvp_bufcache *c, struct kvpi_b
 static inline void front_put(kvp_bufcache *c, struct kvpi_bc_front *me, void *p, size_t cap,
                              size_t res)
 {
-	size_t cls = (cap >> KVPI_BC_UNIT_SHIFT) - 1, v;
+	size_t cls = (cap >> KVPI_BC_UNIT_SHIFT) - 1;
 
 	kvpi_bc_front_push(me, cls, p);
 	kvpi_bc_front_set(&me->reserve, res);
-	/* The cached bytes, less this front's reservation (exact with one thread). */
-	v = atomic_load_explicit(&c->cached, memory_order_relaxed) - res;
+	/* The cached bytes, less this front's reservation (exact with one thread).
+	 * Relaxed, both loads: a budget and a statistic; they order nothing. */
+	size_t v = atomic_load_explicit(&c->cached, memory_order_relaxed) - res;
 	if (v > atomic_load_explicit(&c->peak, memory_order_relaxed))
 		raise_peak(c, v);
 	if (me->cnt[cls] > KVPI_BC_FRONT_DEPTH || kvpi_bc_front_get(&me->bytes) > c->front_max)
@@ -417,8 +447,10 @@ static __attribute__((noinline)) void free_slow(kvp_bufcache *c, struct kvpi_bc_
 {
 	size_t units = actual >> KVPI_BC_UNIT_SHIFT;
 
-	if (units <= KVPI_BC_EXACT_UNITS && !kvpi_bc_exact_ready(&c->exact, units - 1))
-		goto to_system;
+	if (units <= KVPI_BC_EXACT_UNITS && !kvpi_bc_exact_ready(&c->exact, units - 1)) {
+		kvpi_bc_release_to_system(c, me, ptr, actual);
+		return;
+	}
 	if (me && kvpi_bc_front_enter(me)) {
 		/* Our unused reservation is room: give it back before deciding to evict. */
 		size_t res = kvpi_bc_front_get(&me->reserve);
@@ -428,8 +460,10 @@ static __attribute__((noinline)) void free_slow(kvp_bufcache *c, struct kvpi_bc_
 		}
 		kvpi_bc_front_leave(me);
 	}
-	if (!reserve(c, me, actual))
-		goto to_system;
+	if (!reserve(c, me, actual)) {
+		kvpi_bc_release_to_system(c, me, ptr, actual);
+		return;
+	}
 	if (me && units <= KVPI_BC_FRONT_UNITS && kvpi_bc_front_enter(me)) {
 		if (front_ready(c, me, units - 1)) {
 			front_put(c, me, ptr, actual, kvpi_bc_front_get(&me->reserve));
@@ -440,26 +474,23 @@ static __attribute__((noinline)) void free_slow(kvp_bufcache *c, struct kvpi_bc_
 	if (kvpi_bc_shared_put(c, ptr, actual))
 		return;
 	kvpi_bc_unreserve(c, actual);
-to_system:
 	kvpi_bc_release_to_system(c, me, ptr, actual);
 }
 
 /* A free that is not a plain front free: checks, then the front or the shared path. */
 static __attribute__((noinline)) void free_checked(kvp_bufcache *c, void *ptr, size_t actual)
 {
-	size_t units = actual >> KVPI_BC_UNIT_SHIFT, res;
-	struct kvpi_bc_front *me;
-
 	if (!c || !ptr)
 		return;
-	me = kvpi_bc_front_lookup(c, c->uid);
+	struct kvpi_bc_front *me = kvpi_bc_front_lookup(c, c->uid);
 	if (!actual || actual % KVP_BUF_ALIGN || (uintptr_t)ptr % KVP_BUF_ALIGN ||
 	    actual > c->budget) {
 		kvpi_bc_release_to_system(c, me, ptr, actual);
 		return;
 	}
+	size_t units = actual >> KVPI_BC_UNIT_SHIFT;
 	if (me && units <= KVPI_BC_FRONT_UNITS && kvpi_bc_front_enter(me)) {
-		res = kvpi_bc_front_get(&me->reserve);
+		size_t res = kvpi_bc_front_get(&me->reserve);
 		if (front_ready(c, me, units - 1) &&
 		    (res >= actual || take_batch(c, actual - res, &res))) {
 			front_put(c, me, ptr, actual, res - actual);
@@ -478,8 +509,6 @@ static __attribute__((noinline)) void free_checked(kvp_bufcache *c, void *ptr, s
 void kvp_bufcache_free(kvp_bufcache *c, void *ptr, size_t actual)
 {
 	struct kvpi_bc_tls_ent *e = kvpi_bc_tls_head;
-	struct kvpi_bc_front *f;
-	size_t res;
 
 	if (!e || e->c != c || !ptr || e->uid != c->uid || !actual ||
 	    (actual | (uintptr_t)ptr) % KVP_BUF_ALIGN || actual > c->budget ||
@@ -487,12 +516,12 @@ void kvp_bufcache_free(kvp_bufcache *c, void *ptr, size_t actual)
 		free_checked(c, ptr, actual);
 		return;
 	}
-	f = e->f;
+	struct kvpi_bc_front *f = e->f;
 	if (!kvpi_bc_front_enter(f)) {
 		free_slow(c, f, ptr, actual);
 		return;
 	}
-	res = kvpi_bc_front_get(&f->reserve);
+	size_t res = kvpi_bc_front_get(&f->reserve);
 	if (res < actual || !front_ready(c, f, (actual >> KVPI_BC_UNIT_SHIFT) - 1)) {
 		kvpi_bc_front_leave(f);
 		free_checked(c, ptr, actual);
@@ -507,16 +536,13 @@ void kvp_bufcache_free(kvp_bufcache *c, void *ptr, size_t actual)
  * a clear with none empties the cache. */
 void kvp_bufcache_clear(kvp_bufcache *c)
 {
-	struct kvpi_bc_front *me;
-	uint64_t left;
-	void *p;
-	size_t cap;
-
 	if (!c)
 		return;
-	me = kvpi_bc_front_lookup(c, c->uid);
+	struct kvpi_bc_front *me = kvpi_bc_front_lookup(c, c->uid);
 	kvpi_bc_fronts_drain(c, me, 1);
-	left = kvpi_bc_exact_count(&c->exact) + kvpi_bc_large_count(&c->large);
+	uint64_t left = kvpi_bc_exact_count(&c->exact) + kvpi_bc_large_count(&c->large);
+	void *p;
+	size_t cap;
 	while (left && take_fit(c, 1, &p, &cap)) {
 		left--;
 		kvpi_bc_unreserve(c, cap);
@@ -526,25 +552,16 @@ void kvp_bufcache_clear(kvp_bufcache *c)
 
 void kvp_bufcache_destroy(kvp_bufcache *c)
 {
-	struct kvpi_bc_front *f, *next;
-	void *p;
-	size_t cap;
-
 	if (!c)
 		return;
 	/* After this no exiting thread touches the cache (registry lock). */
 	kvpi_bc_front_registry_remove(c);
-	for (f = atomic_load_explicit(&c->fronts, memory_order_acquire); f; f = next) {
-		next = f->next;
-		while (f->l1)
-			kvpi_sys_free(kvpi_bc_front_pop(f, (size_t)kvpi_bc_front_find(f, 0)));
-		kvpi_sys_free(f);
-	}
+	fronts_free(c);
+	void *p;
+	size_t cap;
 	while (take_fit(c, 1, &p, &cap))
 		kvpi_sys_free(p);
-	kvpi_bc_large_destroy(&c->large);
-	kvpi_bc_exact_destroy(&c->exact);
-	kvpi_bc_nodes_destroy(&c->nodes);
+	parts_destroy(c);
 	kvpi_sys_free(c);
 }
 
@@ -558,11 +575,14 @@ static uint64_t sub0(uint64_t a, uint64_t b)
 static void sum_fronts(kvp_bufcache *c, uint64_t v[KVPI_BC_N_CTRS], uint64_t *res, uint64_t *bufs)
 {
 	*res = *bufs = 0;
+	/* Acquire: pairs with the release push of each front (it is initialised). */
 	for (struct kvpi_bc_front *f = atomic_load_explicit(&c->fronts, memory_order_acquire); f;
 	     f = f->next) {
 		for (int k = 0; k < KVPI_BC_N_CTRS; k++)
+			/* Relaxed: counters order nothing (bufcache_stats.h). */
 			v[k] += atomic_load_explicit(&f->ctr[k], memory_order_relaxed);
 		*res += kvpi_bc_front_get(&f->reserve);
+		/* Relaxed: a level read for statistics, as kvpi_bc_front_get. */
 		*bufs += atomic_load_explicit(&f->nbufs, memory_order_relaxed);
 	}
 }
@@ -574,6 +594,7 @@ size_t kvp_bufcache_cached_bytes(kvp_bufcache *c)
 	if (!c)
 		return 0;
 	sum_fronts(c, v, &res, &bufs);
+	/* Relaxed: a statistic, exact once the cache is quiescent. */
 	return sub0(atomic_load_explicit(&c->cached, memory_order_relaxed), res);
 }
 
@@ -591,6 +612,7 @@ int kvp_bufcache_get_stats(kvp_bufcache *c, kvp_bufcache_stats *out)
 	out->oom_retries = v[KVPI_BC_OOM_RETRIES];
 	out->system_allocs = v[KVPI_BC_SYS_ALLOCS];
 	out->system_frees = v[KVPI_BC_SYS_FREES];
+	/* Relaxed, the three loads below: statistics, exact once the cache is quiescent. */
 	out->cached_bytes = sub0(atomic_load_explicit(&c->cached, memory_order_relaxed), res);
 	out->peak_cached_bytes = atomic_load_explicit(&c->peak, memory_order_relaxed);
 	out->cached_buffers =

@@ -17,11 +17,9 @@
 
 size_t kvp_bufcache_round(size_t requested)
 {
-	size_t r;
-
 	if (requested > KVP_BUF_MAX_REQUEST)
 		return 0;
-	r = requested + (requested >> 3);
+	size_t r = requested + (requested >> 3);
 	r = (r + (KVP_BUF_ALIGN - 1)) & ~(size_t)(KVP_BUF_ALIGN - 1);
 	return r ? r : KVP_BUF_ALIGN;
 }
@@ -50,12 +48,14 @@ static inline uint64_t bit(size_t i)
 /* Set bit @i in @w; returns 1 when the word was zero before (the caller owns the parent bit). */
 static inline int word_set(_Atomic uint64_t *w, size_t i)
 {
+	/* seq_cst: the setter's half of the set/clear Dekker pair (bufcache_class.h). */
 	return atomic_fetch_or_explicit(w, bit(i), memory_order_seq_cst) == 0;
 }
 
 /* Clear bit @i in @w; returns 1 when this call made the word zero. */
 static inline int word_clear(_Atomic uint64_t *w, size_t i)
 {
+	/* seq_cst: the clearer's half of the set/clear Dekker pair (bufcache_class.h). */
 	uint64_t old = atomic_fetch_and_explicit(w, ~bit(i), memory_order_seq_cst);
 	return old == bit(i);
 }
@@ -63,6 +63,7 @@ static inline int word_clear(_Atomic uint64_t *w, size_t i)
 static void set_l1(struct kvpi_bc_bitmap *b, size_t g)
 {
 	if (word_set(&b->l1[g >> 6], g))
+		/* seq_cst: as word_set, one level up. */
 		atomic_fetch_or_explicit(&b->l0, bit(g >> 6), memory_order_seq_cst);
 }
 
@@ -82,10 +83,14 @@ void kvpi_bc_bitmap_clear(struct kvpi_bc_bitmap *b, size_t cls)
 		return;
 	/* l2[g] became zero: clear its bit in l1, then re-check l2[g]. */
 	if (word_clear(&b->l1[w1], g)) {
+		/* seq_cst, the clear-then-re-check protocol at l0: the RMW and the
+		 * re-read of the child word close the Dekker pair with a setter. */
 		atomic_fetch_and_explicit(&b->l0, ~bit(w1), memory_order_seq_cst);
 		if (atomic_load_explicit(&b->l1[w1], memory_order_seq_cst) != 0)
 			atomic_fetch_or_explicit(&b->l0, bit(w1), memory_order_seq_cst);
 	}
+	/* seq_cst: the re-check after our clear; a setter that raced us is seen here
+	 * or sees our clear (the Dekker pair of bufcache_class.h). */
 	if (atomic_load_explicit(&b->l2[g], memory_order_seq_cst) != 0)
 		set_l1(b, g);
 }
@@ -100,6 +105,8 @@ long kvpi_bc_bitmap_find(struct kvpi_bc_bitmap *b, size_t from)
 {
 	while (from < KVPI_BC_EXACT_UNITS) {
 		size_t g = from >> KVPI_BC_GROUP_BITS;
+		/* seq_cst, as every bitmap load (a plain load on x86): a reader that
+		 * races a clear sees either the clear or the setter's re-set. */
 		uint64_t m =
 		    from_bit(atomic_load_explicit(&b->l2[g], memory_order_seq_cst), from & 63);
 		if (m)
@@ -108,6 +115,7 @@ long kvpi_bc_bitmap_find(struct kvpi_bc_bitmap *b, size_t from)
 		g++;
 		if (g >= KVPI_BC_N_GROUPS)
 			return -1;
+		/* seq_cst: as above. */
 		m = (g & 63) ? from_bit(atomic_load_explicit(&b->l1[g >> 6], memory_order_seq_cst),
 		                        g & 63)
 		             : 0;
@@ -117,10 +125,12 @@ long kvpi_bc_bitmap_find(struct kvpi_bc_bitmap *b, size_t from)
 			size_t w1 = (g + 63) >> 6; /* first l1 word not yet looked at */
 			if (w1 >= 64)
 				return -1;
+			/* seq_cst: as above. */
 			m = from_bit(atomic_load_explicit(&b->l0, memory_order_seq_cst), w1);
 			if (!m)
 				return -1;
 			w1 = (size_t)__builtin_ctzll(m);
+			/* seq_cst: as above. */
 			m = atomic_load_explicit(&b->l1[w1], memory_order_seq_cst);
 			if (!m) { /* stale l0 bit: go on after that word */
 				from = (w1 + 1) << 12;

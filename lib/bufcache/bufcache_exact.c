@@ -31,6 +31,7 @@ int kvpi_bc_exact_init(struct kvpi_bc_exact *ex)
 void kvpi_bc_exact_destroy(struct kvpi_bc_exact *ex)
 {
 	for (size_t g = 0; g < KVPI_BC_N_GROUPS; g++)
+		/* relaxed: single-threaded, after every user is gone. */
 		kvpi_sys_free(atomic_load_explicit(&ex->dir[g], memory_order_relaxed));
 	kvpi_sys_free((void *)ex->dir);
 	kvpi_bc_bitmap_destroy(&ex->bm);
@@ -52,33 +53,35 @@ static int take_nodes(struct kvpi_bc_nodes *n, uint32_t *out, unsigned cnt)
 	return 0;
 }
 
-int kvpi_bc_exact_ensure_group(struct kvpi_bc_exact *ex, struct kvpi_bc_nodes *n, size_t cls)
+/* Make and publish group @g unless it exists; group_lock held.  0, or -1 on system failure. */
+static int make_group_locked(struct kvpi_bc_exact *ex, struct kvpi_bc_nodes *n, size_t g)
 {
-	size_t g = cls >> KVPI_BC_GROUP_BITS;
-	uint32_t dummies[KVPI_BC_GROUP_SIZE];
-	struct kvpi_bc_group *grp;
-	int rc = 0;
-
-	if (kvpi_bc_exact_ready(ex, cls))
-		return 0;
-	pthread_mutex_lock(&ex->group_lock);
+	/* relaxed: only group_lock holders store directory entries. */
 	if (atomic_load_explicit(&ex->dir[g], memory_order_relaxed))
-		goto out;
-	rc = -1;
-	grp = kvpi_sys_alloc(sizeof(*grp), 64);
+		return 0;
+	struct kvpi_bc_group *grp = kvpi_sys_alloc(sizeof(*grp), 64);
 	if (!grp)
-		goto out;
+		return -1;
+	uint32_t dummies[KVPI_BC_GROUP_SIZE];
 	if (take_nodes(n, dummies, KVPI_BC_GROUP_SIZE)) {
 		kvpi_sys_free(grp);
-		goto out;
+		return -1;
 	}
 	for (unsigned i = 0; i < KVPI_BC_GROUP_SIZE; i++)
 		kvpi_bc_queue_init(n, &grp->q[i], dummies[i]);
 	/* Release: the queues' initial state is visible to whoever finds the group. */
 	atomic_store_explicit(&ex->dir[g], grp, memory_order_release);
+	/* relaxed: a sizing hint for the node slab (kvpi_bc_exact_groups); orders nothing. */
 	atomic_fetch_add_explicit(&ex->n_groups, 1, memory_order_relaxed);
-	rc = 0;
-out:
+	return 0;
+}
+
+int kvpi_bc_exact_ensure_group(struct kvpi_bc_exact *ex, struct kvpi_bc_nodes *n, size_t cls)
+{
+	if (kvpi_bc_exact_ready(ex, cls))
+		return 0;
+	pthread_mutex_lock(&ex->group_lock);
+	int rc = make_group_locked(ex, n, cls >> KVPI_BC_GROUP_BITS);
 	pthread_mutex_unlock(&ex->group_lock);
 	return rc;
 }
@@ -88,8 +91,10 @@ uint64_t kvpi_bc_exact_count(struct kvpi_bc_exact *ex)
 	int64_t sum = 0;
 
 	for (size_t g = 0; g < KVPI_BC_N_GROUPS; g++) {
+		/* acquire: pairs with the release that published the group's queues. */
 		struct kvpi_bc_group *grp = atomic_load_explicit(&ex->dir[g], memory_order_acquire);
 		for (unsigned i = 0; grp && i < KVPI_BC_GROUP_SIZE; i++)
+			/* relaxed: a statistic, exact once the cache is quiescent. */
 			sum += atomic_load_explicit(&grp->q[i].count, memory_order_relaxed);
 	}
 	return sum > 0 ? (uint64_t)sum : 0;
@@ -97,6 +102,7 @@ uint64_t kvpi_bc_exact_count(struct kvpi_bc_exact *ex)
 
 static inline struct kvpi_bc_queue *queue_of(struct kvpi_bc_exact *ex, size_t cls)
 {
+	/* acquire: pairs with the release that published the group's queues. */
 	struct kvpi_bc_group *grp =
 	    atomic_load_explicit(&ex->dir[cls >> KVPI_BC_GROUP_BITS], memory_order_acquire);
 	return &grp->q[cls & (KVPI_BC_GROUP_SIZE - 1)];
@@ -117,14 +123,14 @@ int kvpi_bc_exact_take(struct kvpi_bc_exact *ex, struct kvpi_bc_nodes *n, size_t
 {
 	for (;;) {
 		long cls = kvpi_bc_bitmap_find(&ex->bm, from);
-		struct kvpi_bc_queue *q;
-		uint32_t spare;
-
 		if (cls < 0)
 			return 0;
-		q = queue_of(ex, (size_t)cls);
+		struct kvpi_bc_queue *q = queue_of(ex, (size_t)cls);
+		uint32_t spare;
 		if (kvpi_bc_queue_dequeue(n, q, ptr, cap, &spare)) {
 			kvpi_bc_nodes_push(n, spare);
+			/* seq_cst: the count/bitmap protocol (bufcache_class.h): who takes
+			 * the count to 0 clears the bit, then re-checks the count. */
 			if (atomic_fetch_sub_explicit(&q->count, 1, memory_order_seq_cst) == 1) {
 				kvpi_bc_bitmap_clear(&ex->bm, (size_t)cls);
 				if (atomic_load_explicit(&q->count, memory_order_seq_cst) > 0)

@@ -61,6 +61,7 @@ int kvpi_bc_exact_ensure_group(struct kvpi_bc_exact *ex, struct kvpi_bc_nodes *n
 /* kvpi_bc_exact_groups - groups created so far (each holds KVPI_BC_GROUP_SIZE dummy nodes) */
 static inline uint64_t kvpi_bc_exact_groups(struct kvpi_bc_exact *ex)
 {
+	/* relaxed: a sizing hint; orders nothing. */
 	return atomic_load_explicit(&ex->n_groups, memory_order_relaxed);
 }
 

@@ -114,7 +114,6 @@ static void barrier_all(void)
 static uint64_t empty_front(kvp_bufcache *c, struct kvpi_bc_front *f, int buffers, void **rejects)
 {
 	uint64_t moved = 0;
-	size_t res = kvpi_bc_front_get(&f->reserve);
 
 	while (buffers && f->l1) {
 		long cls = kvpi_bc_front_find(f, 0);
@@ -126,6 +125,7 @@ static uint64_t empty_front(kvp_bufcache *c, struct kvpi_bc_front *f, int buffer
 		}
 		moved++;
 	}
+	size_t res = kvpi_bc_front_get(&f->reserve);
 	if (res) {
 		kvpi_bc_unreserve(c, res);
 		kvpi_bc_front_set(&f->reserve, 0);
@@ -157,17 +157,17 @@ static int worth_claiming(struct kvpi_bc_front *f, int buffers)
 uint64_t kvpi_bc_fronts_drain(kvp_bufcache *c, struct kvpi_bc_front *me, int buffers)
 {
 	/* Acquire: see each front's initial state as published by its push. */
-	struct kvpi_bc_front *head = atomic_load_explicit(&c->fronts, memory_order_acquire), *f;
-	uint64_t moved = 0;
+	struct kvpi_bc_front *head = atomic_load_explicit(&c->fronts, memory_order_acquire);
 	void *rejects = NULL;
-	int any = 0, busy_elsewhere = 0;
 	uintptr_t token = (uintptr_t)&rejects; /* unique among live drainers */
+	int any = 0, busy_elsewhere = 0;
 
-	for (f = head; f; f = f->next) {
-		uintptr_t exp = 0;
+	for (struct kvpi_bc_front *f = head; f; f = f->next) {
 		if (!worth_claiming(f, buffers))
 			continue;
-		/* seq_cst: the claimer's store half of the Dekker pair (see the header). */
+		uintptr_t exp = 0;
+		/* seq_cst: the claimer's store half of the Dekker pair (see the header);
+		 * relaxed on failure: another drainer holds it, we only note that. */
 		if (atomic_compare_exchange_strong_explicit(
 		        &f->claim, &exp, token, memory_order_seq_cst, memory_order_relaxed)) {
 			any = 1;
@@ -177,11 +177,12 @@ uint64_t kvpi_bc_fronts_drain(kvp_bufcache *c, struct kvpi_bc_front *me, int buf
 	}
 	if (any)
 		barrier_all();
-	for (f = head; f; f = f->next) {
-		struct kvpi_spin spin = {0};
+	uint64_t moved = 0;
+	for (struct kvpi_bc_front *f = head; f; f = f->next) {
 		/* Relaxed: only our own CAS above stored our token. */
 		if (atomic_load_explicit(&f->claim, memory_order_relaxed) != token)
 			continue;
+		struct kvpi_spin spin = {0};
 		/* seq_cst: the claimer's load half; acquire: the owner's last writes. */
 		while (atomic_load_explicit(&f->state, memory_order_seq_cst) != KVPI_BC_FRONT_IDLE)
 			kvpi_spin_wait(&spin);
@@ -189,9 +190,12 @@ uint64_t kvpi_bc_fronts_drain(kvp_bufcache *c, struct kvpi_bc_front *me, int buf
 		/* Release: the owner's next enter (acquire) sees the emptied front. */
 		atomic_store_explicit(&f->claim, 0, memory_order_release);
 	}
-	/* Fronts another drainer held: wait until it is done, holding nothing ourselves. */
-	for (f = head; busy_elsewhere && f; f = f->next) {
+	/* Fronts another drainer held: wait until it is done, holding nothing ourselves
+	 * (bounded: a drainer holds a front for one empty_front). */
+	for (struct kvpi_bc_front *f = head; busy_elsewhere && f; f = f->next) {
 		struct kvpi_spin spin = {0};
+		/* Acquire: pairs with that drainer's release of the claim, so what
+		 * it moved to the shared tier is visible when we return. */
 		while (atomic_load_explicit(&f->claim, memory_order_acquire))
 			kvpi_spin_wait(&spin);
 	}
@@ -203,6 +207,7 @@ size_t kvpi_bc_fronts_reserve_sum(kvp_bufcache *c, struct kvpi_bc_front *me)
 {
 	size_t sum = 0;
 
+	/* Acquire: as in kvpi_bc_fronts_drain (the list's fronts initialised). */
 	for (struct kvpi_bc_front *f = atomic_load_explicit(&c->fronts, memory_order_acquire); f;
 	     f = f->next)
 		if (f != me)
@@ -267,22 +272,23 @@ static void tls_prune(void)
 /* Take a front another thread gave up, or make one and add it to the list. */
 static struct kvpi_bc_front *front_take(kvp_bufcache *c)
 {
-	struct kvpi_bc_front *f, *head;
-
 	/* Acquire: see the fronts' contents as published by their push. */
-	for (f = atomic_load_explicit(&c->fronts, memory_order_acquire); f; f = f->next) {
+	for (struct kvpi_bc_front *f = atomic_load_explicit(&c->fronts, memory_order_acquire); f;
+	     f = f->next) {
 		int exp = 0;
-		/* Acquire: pairs with the release in front_release. */
+		/* Relaxed look first (skip taken fronts without a locked instruction);
+		 * acquire CAS: pairs with the release in front_release. */
 		if (atomic_load_explicit(&f->taken, memory_order_relaxed) == 0 &&
 		    atomic_compare_exchange_strong_explicit(
 		        &f->taken, &exp, 1, memory_order_acquire, memory_order_relaxed))
 			return f;
 	}
-	f = kvpi_bc_front_alloc();
+	struct kvpi_bc_front *f = kvpi_bc_front_alloc();
 	if (!f)
 		return NULL;
 	atomic_init(&f->taken, 1);
-	head = atomic_load_explicit(&c->fronts, memory_order_relaxed);
+	/* relaxed: the release CAS below publishes; a stale head only fails it. */
+	struct kvpi_bc_front *head = atomic_load_explicit(&c->fronts, memory_order_relaxed);
 	do {
 		f->next = head;
 		/* Release: a drainer that finds the front sees it initialised. */
@@ -291,27 +297,31 @@ static struct kvpi_bc_front *front_take(kvp_bufcache *c)
 	return f;
 }
 
+/* Remember that this thread could not make a front for @uid (not retried per call). */
+static struct kvpi_bc_front *no_front(uint64_t uid)
+{
+	nofront_uid = uid;
+	return NULL;
+}
+
 struct kvpi_bc_front *kvpi_bc_front_get_slow(kvp_bufcache *c, uint64_t uid)
 {
-	struct kvpi_bc_tls_ent *e;
-	struct kvpi_bc_front *f;
-
-	for (e = kvpi_bc_tls_head; e; e = e->next)
+	for (struct kvpi_bc_tls_ent *e = kvpi_bc_tls_head; e; e = e->next)
 		if (e->c == c && e->uid == uid)
 			return e->f;
 	if (nofront_uid == uid)
 		return NULL;
 	kvpi_bc_front_setup();
 	if (!tls_key_ok)
-		goto fail;
+		return no_front(uid);
 	tls_prune();
-	e = kvpi_sys_alloc(sizeof(*e), 8);
+	struct kvpi_bc_tls_ent *e = kvpi_sys_alloc(sizeof(*e), 8);
 	if (!e)
-		goto fail;
-	f = front_take(c);
+		return no_front(uid);
+	struct kvpi_bc_front *f = front_take(c);
 	if (!f) {
 		kvpi_sys_free(e);
-		goto fail;
+		return no_front(uid);
 	}
 	e->c = c;
 	e->uid = uid;
@@ -321,7 +331,4 @@ struct kvpi_bc_front *kvpi_bc_front_get_slow(kvp_bufcache *c, uint64_t uid)
 	/* Any non-NULL value makes the destructor run at thread exit. */
 	pthread_setspecific(tls_key, (void *)1);
 	return f;
-fail:
-	nofront_uid = uid;
-	return NULL;
 }

@@ -80,19 +80,20 @@ _Static_assert(((size_t)KVPI_BC_FRONT_UNITS << 8) == KVP_BUF_FRONT_MAX, "front r
 struct kvp_bufcache;
 
 struct kvpi_bc_front {
-	_Alignas(64) _Atomic uint32_t state; /* owner: IDLE / BUSY */
-	_Atomic uintptr_t claim;             /* nonzero (the claimer's token) while claimed */
-	uint64_t l1;                         /* holder: bit g set when l2[g] != 0 */
-	uint64_t l2[KVPI_BC_FRONT_GROUPS];   /* holder: bit c set when class c is non-empty */
-	uint64_t ready;                      /* holder: shared-tier groups known to exist */
-	_Atomic size_t reserve;              /* holder writes: budget reserved, not used */
-	_Atomic size_t bytes;                /* holder writes: capacity of buffers held */
-	_Atomic uint64_t nbufs;              /* holder writes: buffers held */
-	_Atomic int taken;                   /* 1 while a live thread owns the front */
-	struct kvpi_bc_front *next;          /* immutable once on the cache's list */
-	_Alignas(64) _Atomic uint64_t ctr[KVPI_BC_N_CTRS]; /* owner thread only writes */
-	void *head[KVPI_BC_FRONT_UNITS];                   /* oldest buffer of each class */
-	void *tail[KVPI_BC_FRONT_UNITS];                   /* newest */
+	_Atomic uint32_t state __attribute__((aligned(64))); /* owner: IDLE / BUSY */
+	_Atomic uintptr_t claim;           /* nonzero (the claimer's token) while claimed */
+	uint64_t l1;                       /* holder: bit g set when l2[g] != 0 */
+	uint64_t l2[KVPI_BC_FRONT_GROUPS]; /* holder: bit c set when class c is non-empty */
+	uint64_t ready;                    /* holder: shared-tier groups known to exist */
+	_Atomic size_t reserve;            /* holder writes: budget reserved, not used */
+	_Atomic size_t bytes;              /* holder writes: capacity of buffers held */
+	_Atomic uint64_t nbufs;            /* holder writes: buffers held */
+	_Atomic int taken;                 /* 1 while a live thread owns the front */
+	struct kvpi_bc_front *next;        /* immutable once on the cache's list */
+	_Atomic uint64_t ctr[KVPI_BC_N_CTRS]
+	    __attribute__((aligned(64))); /* owner thread only writes */
+	void *head[KVPI_BC_FRONT_UNITS];  /* oldest buffer of each class */
+	void *tail[KVPI_BC_FRONT_UNITS];  /* newest */
 	uint8_t cnt[KVPI_BC_FRONT_UNITS];
 };
 
@@ -139,13 +140,17 @@ static inline int kvpi_bc_front_enter(struct kvpi_bc_front *f)
 	 * claimer left when it released the front. */
 	if (!atomic_load_explicit(&f->claim, memory_order_seq_cst))
 		return 1;
+	/* Release: as kvpi_bc_front_leave (we wrote nothing, but the claimer
+	 * waiting for IDLE acquires it). */
 	atomic_store_explicit(&f->state, KVPI_BC_FRONT_IDLE, memory_order_release);
 	return 0;
 }
 
-/* kvpi_bc_front_leave - release: the next holder sees everything written while held */
+/* kvpi_bc_front_leave - the owner gives its front back */
 static inline void kvpi_bc_front_leave(struct kvpi_bc_front *f)
 {
+	/* Release: the next holder (a claimer's acquire of IDLE) sees everything
+	 * written while held. */
 	atomic_store_explicit(&f->state, KVPI_BC_FRONT_IDLE, memory_order_release);
 }
 
@@ -167,11 +172,9 @@ static inline long kvpi_bc_front_find(const struct kvpi_bc_front *f, size_t cls)
 /* kvpi_bc_front_largest - largest non-empty class, or -1 */
 static inline long kvpi_bc_front_largest(const struct kvpi_bc_front *f)
 {
-	size_t g;
-
 	if (!f->l1)
 		return -1;
-	g = 63u - (unsigned)__builtin_clzll(f->l1);
+	size_t g = 63u - (unsigned)__builtin_clzll(f->l1);
 	return (long)((g << 6) + 63u - (unsigned)__builtin_clzll(f->l2[g]));
 }
 
@@ -180,14 +183,18 @@ static inline size_t kvpi_bc_front_cap(size_t cls)
 	return (cls + 1) << 8;
 }
 
-/* Relaxed single-writer update of a level the holder keeps. */
+/* kvpi_bc_front_set - single-writer update of a level the holder keeps */
 static inline void kvpi_bc_front_set(_Atomic size_t *v, size_t x)
 {
+	/* Relaxed: one writer (the holder; holders are ordered by enter/leave and
+	 * claims); other readers only sum levels for statistics and hints. */
 	atomic_store_explicit(v, x, memory_order_relaxed);
 }
 
+/* kvpi_bc_front_get - read a level the holder keeps (exact for the holder) */
 static inline size_t kvpi_bc_front_get(_Atomic size_t *v)
 {
+	/* Relaxed: as kvpi_bc_front_set. */
 	return atomic_load_explicit(v, memory_order_relaxed);
 }
 
@@ -204,6 +211,7 @@ static inline void *kvpi_bc_front_pop(struct kvpi_bc_front *f, size_t cls)
 			f->l1 &= ~((uint64_t)1 << g);
 	}
 	kvpi_bc_front_set(&f->bytes, kvpi_bc_front_get(&f->bytes) - kvpi_bc_front_cap(cls));
+	/* Relaxed: a level with one writer, as kvpi_bc_front_set. */
 	atomic_store_explicit(&f->nbufs, atomic_load_explicit(&f->nbufs, memory_order_relaxed) - 1,
 	                      memory_order_relaxed);
 	return p;
@@ -223,6 +231,7 @@ static inline void kvpi_bc_front_push(struct kvpi_bc_front *f, size_t cls, void 
 	}
 	f->tail[cls] = p;
 	kvpi_bc_front_set(&f->bytes, kvpi_bc_front_get(&f->bytes) + kvpi_bc_front_cap(cls));
+	/* Relaxed: a level with one writer, as kvpi_bc_front_set. */
 	atomic_store_explicit(&f->nbufs, atomic_load_explicit(&f->nbufs, memory_order_relaxed) + 1,
 	                      memory_order_relaxed);
 }

@@ -36,10 +36,10 @@ struct kvp_bufcache {
 	struct kvpi_bc_exact exact;
 	struct kvpi_bc_large large;
 	struct kvpi_bc_stats stats;
-	_Alignas(64) _Atomic size_t cached; /* budget reservation, see above */
-	_Alignas(64) _Atomic size_t peak;   /* high-water mark of cached bytes */
-	_Atomic size_t live;                /* buffers from the system not yet given back */
-	_Atomic size_t live_bytes;          /* their capacity */
+	_Atomic size_t cached __attribute__((aligned(64))); /* budget reservation, see above */
+	_Atomic size_t peak __attribute__((aligned(64)));   /* high-water mark of cached bytes */
+	_Atomic size_t live;       /* buffers from the system not yet given back */
+	_Atomic size_t live_bytes; /* their capacity */
 };
 
 /* kvpi_bc_count_by - count an event in @me's counters (the caller's front) or the stripes */
@@ -52,9 +52,10 @@ static inline void kvpi_bc_count_by(kvp_bufcache *c, struct kvpi_bc_front *me, e
 		kvpi_bc_count(&c->stats, k, d);
 }
 
-/* kvpi_bc_unreserve - give @n bytes of reservation back (relaxed: a budget, not a data carrier) */
+/* kvpi_bc_unreserve - give @n bytes of reservation back */
 static inline void kvpi_bc_unreserve(kvp_bufcache *c, size_t n)
 {
+	/* relaxed: a budget, not a carrier of data. */
 	atomic_fetch_sub_explicit(&c->cached, n, memory_order_relaxed);
 }
 

@@ -35,21 +35,23 @@ static unsigned class_of(size_t units)
 	return kvpi_bc_floor_log2(units) - KVPI_BC_EXACT_BITS;
 }
 
+/* A listed node's capacity; class mutex held. */
 static inline size_t cap_of(struct kvpi_bc_nodes *n, uint32_t idx)
 {
+	/* relaxed: the class mutex orders it (written before the node was listed). */
 	return (size_t)atomic_load_explicit(&kvpi_bc_node(n, idx)->cap, memory_order_relaxed);
 }
 
 void kvpi_bc_large_put(struct kvpi_bc_large *lg, struct kvpi_bc_nodes *n, uint32_t idx)
 {
 	struct kvpi_bc_node *x = kvpi_bc_node(n, idx);
+	/* relaxed: the caller set it, in this thread. */
 	size_t cap = (size_t)atomic_load_explicit(&x->cap, memory_order_relaxed);
 	unsigned k = class_of(cap >> KVPI_BC_UNIT_SHIFT);
 	struct kvpi_bc_large_class *lc = &lg->cls[k];
-	uint32_t after;
 
 	pthread_mutex_lock(&lc->lock);
-	after = lc->tail;
+	uint32_t after = lc->tail;
 	while (after != KVPI_BC_NIL && cap_of(n, after) > cap)
 		after = kvpi_bc_node(n, after)->lprev;
 	x->lprev = after;
@@ -64,6 +66,7 @@ void kvpi_bc_large_put(struct kvpi_bc_large *lg, struct kvpi_bc_nodes *n, uint32
 		kvpi_bc_node(n, after)->lnext = idx;
 	/* Relaxed: the bit is a hint; the list itself is ordered by the mutex. */
 	atomic_fetch_or_explicit(&lg->nonempty, (uint64_t)1 << k, memory_order_relaxed);
+	/* Relaxed: a statistic, exact once the tier is quiescent. */
 	atomic_fetch_add_explicit(&lg->count, 1, memory_order_relaxed);
 	pthread_mutex_unlock(&lc->lock);
 }
@@ -82,6 +85,7 @@ static void unlink_node(struct kvpi_bc_large *lg, struct kvpi_bc_nodes *n, unsig
 	else
 		kvpi_bc_node(n, x->lnext)->lprev = x->lprev;
 	x->lprev = x->lnext = KVPI_BC_NIL;
+	/* Relaxed, both: a statistic and a hint, as in kvpi_bc_large_put. */
 	atomic_fetch_sub_explicit(&lg->count, 1, memory_order_relaxed);
 	if (lc->head == KVPI_BC_NIL)
 		atomic_fetch_and_explicit(&lg->nonempty, ~((uint64_t)1 << k), memory_order_relaxed);
@@ -92,21 +96,23 @@ int kvpi_bc_large_take(struct kvpi_bc_large *lg, struct kvpi_bc_nodes *n, size_t
 {
 	size_t need = need_units << KVPI_BC_UNIT_SHIFT;
 	unsigned k0 = need_units > KVPI_BC_EXACT_UNITS ? class_of(need_units) : 0;
+	/* relaxed: a hint (see the header); each list is read under its mutex. */
 	uint64_t m =
 	    atomic_load_explicit(&lg->nonempty, memory_order_relaxed) & (~(uint64_t)0 << k0);
 
 	for (; m; m &= m - 1) {
 		unsigned k = (unsigned)__builtin_ctzll(m);
 		struct kvpi_bc_large_class *lc = &lg->cls[k];
-		uint32_t idx;
 
 		pthread_mutex_lock(&lc->lock);
+		uint32_t idx;
 		for (idx = lc->head; idx != KVPI_BC_NIL; idx = kvpi_bc_node(n, idx)->lnext) {
 			if (cap_of(n, idx) >= need)
 				break;
 		}
 		if (idx != KVPI_BC_NIL) {
 			struct kvpi_bc_node *x = kvpi_bc_node(n, idx);
+			/* relaxed: the class mutex orders it, as cap_of. */
 			*ptr = (void *)atomic_load_explicit(&x->ptr, memory_order_relaxed);
 			*cap = cap_of(n, idx);
 			unlink_node(lg, n, k, idx);

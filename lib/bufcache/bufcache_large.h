@@ -36,7 +36,7 @@
 #define KVPI_BC_LARGE_CLASSES (64 - KVPI_BC_EXACT_BITS)
 
 struct kvpi_bc_large_class {
-	_Alignas(64) pthread_mutex_t lock;
+	pthread_mutex_t lock __attribute__((aligned(64)));
 	uint32_t head, tail; /* node indices, smallest (then oldest) first */
 };
 
@@ -55,6 +55,7 @@ void kvpi_bc_large_put(struct kvpi_bc_large *lg, struct kvpi_bc_nodes *n, uint32
 /* kvpi_bc_large_count - buffers in the tier */
 static inline uint64_t kvpi_bc_large_count(struct kvpi_bc_large *lg)
 {
+	/* relaxed: a statistic, exact once the tier is quiescent. */
 	return atomic_load_explicit(&lg->count, memory_order_relaxed);
 }
 

@@ -56,7 +56,7 @@ struct kvpi_bc_node {
 };
 
 struct kvpi_bc_shard_head {
-	_Alignas(64) _Atomic uint64_t head; /* tagged index of the top free node */
+	_Atomic uint64_t head __attribute__((aligned(64))); /* tagged index of the top free node */
 };
 
 struct kvpi_bc_nodes {
@@ -100,9 +100,10 @@ void kvpi_bc_nodes_push(struct kvpi_bc_nodes *n, uint32_t idx);
  */
 int kvpi_bc_nodes_grow(struct kvpi_bc_nodes *n, uint64_t want);
 
-/* kvpi_bc_nodes_total - nodes that exist (relaxed: a sizing hint) */
+/* kvpi_bc_nodes_total - nodes that exist (a sizing hint) */
 static inline uint64_t kvpi_bc_nodes_total(struct kvpi_bc_nodes *n)
 {
+	/* relaxed: a sizing hint; the nodes are published by their free-list push. */
 	return atomic_load_explicit(&n->total, memory_order_relaxed);
 }
 

@@ -33,9 +33,9 @@
 #include "lib/bufcache/bufcache_node.h"
 
 struct kvpi_bc_queue {
-	_Alignas(64) _Atomic uint64_t head; /* tagged index of the dummy */
-	_Atomic uint64_t tail;              /* tagged index of the last node (may lag by one) */
-	_Atomic int64_t count;              /* buffers in the queue (+ enqueues in flight) */
+	_Atomic uint64_t head __attribute__((aligned(64))); /* tagged index of the dummy */
+	_Atomic uint64_t tail; /* tagged index of the last node (may lag by one) */
+	_Atomic int64_t count; /* buffers in the queue (+ enqueues in flight) */
 };
 
 /* kvpi_bc_queue_init - empty queue whose dummy is node @dummy */
@@ -56,6 +56,7 @@ int kvpi_bc_queue_dequeue(struct kvpi_bc_nodes *n, struct kvpi_bc_queue *q, void
 /* kvpi_bc_queue_dummy - the current dummy (only when no other thread uses the queue) */
 static inline uint32_t kvpi_bc_queue_dummy(struct kvpi_bc_queue *q)
 {
+	/* relaxed: no other thread uses the queue (the caller's precondition). */
 	return kvpi_tagged_index(atomic_load_explicit(&q->head, memory_order_relaxed));
 }
 

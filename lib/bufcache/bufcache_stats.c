@@ -30,6 +30,7 @@ void kvpi_bc_stats_sum(struct kvpi_bc_stats *st, uint64_t out[KVPI_BC_N_CTRS])
 		out[c] = 0;
 	for (int s = 0; s < KVPI_BC_SHARDS; s++)
 		for (int c = 0; c < KVPI_BC_N_CTRS; c++)
+			/* relaxed: counters order nothing (bufcache_stats.h). */
 			out[c] += atomic_load_explicit(&st->s[s].v[c], memory_order_relaxed);
 }
 

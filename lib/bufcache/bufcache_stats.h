@@ -36,7 +36,7 @@ enum kvpi_bc_ctr {
 };
 
 struct kvpi_bc_stripe {
-	_Alignas(128) _Atomic uint64_t v[KVPI_BC_N_CTRS];
+	_Atomic uint64_t v[KVPI_BC_N_CTRS] __attribute__((aligned(128)));
 };
 
 struct kvpi_bc_stats {
@@ -47,6 +47,7 @@ void kvpi_bc_stats_init(struct kvpi_bc_stats *st);
 
 static inline void kvpi_bc_count(struct kvpi_bc_stats *st, enum kvpi_bc_ctr c, uint64_t d)
 {
+	/* relaxed: counters order nothing (see above). */
 	atomic_fetch_add_explicit(&st->s[kvpi_bc_thread_shard()].v[c], d, memory_order_relaxed);
 }
 
