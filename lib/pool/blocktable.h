@@ -7,7 +7,9 @@
  * the ids from n0 + KVP_BT_BASE * (2^k - 1) up.  An id finds its block in
  * two loads and no read-side section: for id >= n0, v = id - n0 +
  * KVP_BT_BASE, k = floor(log2 v) - log2 KVP_BT_BASE (one clz), offset =
- * v - 2^floor(log2 v).  Every segment pointer sits in the table itself
+ * v - 2^floor(log2 v): the geometry of lib/base/segtable.h, shared with
+ * storage and the buffer cache (docs/DESIGN.md says why this table keeps
+ * its own directory).  Every segment pointer sits in the table itself
  * (an inline array), so nothing is ever replaced or freed before the pool
  * is destroyed: a block pointer stays valid for the pool's life.
  *
