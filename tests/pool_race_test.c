@@ -568,6 +568,202 @@ static void test_double_free_race(void)
 	kvp_pool_destroy(p);
 }
 
+/* ---- double frees of owned blocks, biased and locked paths ----
+ * An owned block's free clears in_use with a plain store under the owner's
+ * exclusion (the owner op of the thread the record is biased to, or the
+ * shard lock after a revocation), and kvp_block_set_used of an owned block
+ * takes the same exclusion.  Each round one thread allocates one-block
+ * requests (random fills) for a fresh owner, so the record is biased to it;
+ * then it and three others, after random delays, free every ref (each
+ * thread every ref, in its own random order, as kvp_free of one ref,
+ * kvp_free_block or batches of kvp_free), set fills with stale and current
+ * refs, and in some rounds one of them frees the owner with kvp_free_all;
+ * in odd rounds two threads instead set fills on every ref until all are
+ * freed.
+ * So the biased thread's frees race revocations, locked frees, free_all and
+ * set_used.  Checked after each round: every block was freed exactly once
+ * (n_frees), the rest counted stale (rounds without free_all: exactly
+ * attempts - blocks), every block is free again (a double free would push a
+ * block twice), and the signed n_not_full counter is exactly 0 (a set_used
+ * whose change a free overwrote would leave it off by one). */
+
+#define ODF_T     4
+#define ODF_N     24
+#define ODF_BATCH 4
+
+struct odf_shared {
+	kvp_pool *pool;
+	pthread_barrier_t start, done;
+	kvp_ref refs[ODF_N];
+	kvp_owner owner;
+	int free_all_by; /* thread index that calls kvp_free_all, or -1 */
+	int rounds, round_no;
+	_Atomic uint64_t attempts; /* refs passed to a free this round */
+	uint64_t stale_before;     /* n_stale_frees before the round */
+	size_t free_k;             /* free blocks of stream K, all freed */
+	pthread_barrier_t checked;
+};
+
+struct odf_arg {
+	struct odf_shared *sh;
+	int idx;
+	uint64_t rng;
+};
+
+static int64_t raw_not_full(kvp_pool *p)
+{
+	int64_t sum = 0;
+	for (struct kvp_tslot *s = atomic_load(&p->slots); s; s = s->next)
+		sum += (int64_t)atomic_load(&s->ctr[KVP_C_NOT_FULL]);
+	sum += (int64_t)atomic_load(&p->fallback->ctr[KVP_C_NOT_FULL]);
+	return sum;
+}
+
+/* Set fills on every ref, alternating full and not full, until all are
+ * freed: each change moves n_not_full, so one lost to a free shows. */
+static void odf_hammer(struct odf_arg *a)
+{
+	struct odf_shared *sh = a->sh;
+	bool gone[ODF_N] = {false};
+	for (int left = ODF_N, turn = 0; left > 0; turn++)
+		for (int i = 0; i < ODF_N; i++) {
+			if (gone[i])
+				continue;
+			int rc = kvp_block_set_used(sh->pool, sh->refs[i], turn & 1 ? 16 : 3);
+			CHECK(rc == KVP_OK || rc == KVP_ENOENT);
+			if (rc == KVP_ENOENT) {
+				gone[i] = true;
+				left--;
+			}
+		}
+}
+
+static void odf_touch(struct odf_arg *a)
+{
+	struct odf_shared *sh = a->sh;
+	if (a->idx >= 2 && a->idx != sh->free_all_by && (sh->round_no & 1)) {
+		odf_hammer(a);
+		return;
+	}
+	int order[ODF_N];
+	for (int i = 0; i < ODF_N; i++)
+		order[i] = i;
+	for (int i = ODF_N - 1; i > 0; i--) {
+		int j = (int)(tu_rand(&a->rng) % (uint64_t)(i + 1));
+		int t = order[i];
+		order[i] = order[j];
+		order[j] = t;
+	}
+	/* Foreign threads start a little later at random, so the biased
+	 * thread is often inside an owner op when the first revocation comes. */
+	if (a->idx != 0)
+		for (uint64_t d = tu_rand(&a->rng) % 2000; d > 0; d--)
+			atomic_signal_fence(memory_order_seq_cst);
+	uint64_t attempts = 0;
+	for (int k = 0; k < ODF_N;) {
+		if (sh->free_all_by == a->idx && k == ODF_N / 2) {
+			int rc = kvp_free_all(sh->pool, sh->owner);
+			CHECK(rc == KVP_OK || rc == KVP_ENOENT);
+		}
+		kvp_ref r = sh->refs[order[k]];
+		uint64_t op = tu_rand(&a->rng) % 8;
+		if (op < 2) {
+			int rc = kvp_block_set_used(sh->pool, r, (uint32_t)(tu_rand(&a->rng) % 17));
+			CHECK(rc == KVP_OK || rc == KVP_ENOENT);
+			continue; /* the ref is freed on a later turn */
+		}
+		if (op < 4) {
+			CHECK_EQ(kvp_free_block(sh->pool, r), KVP_OK);
+			attempts++;
+			k++;
+		} else if (op < 6 || k + ODF_BATCH > ODF_N) {
+			CHECK_EQ(kvp_free(sh->pool, &r, 1), KVP_OK);
+			attempts++;
+			k++;
+		} else {
+			kvp_ref batch[ODF_BATCH];
+			for (int i = 0; i < ODF_BATCH; i++)
+				batch[i] = sh->refs[order[k + i]];
+			CHECK_EQ(kvp_free(sh->pool, batch, ODF_BATCH), KVP_OK);
+			attempts += ODF_BATCH;
+			k += ODF_BATCH;
+		}
+	}
+	atomic_fetch_add(&sh->attempts, attempts);
+}
+
+static void *odf_worker(void *arg)
+{
+	struct odf_arg *a = arg;
+	struct odf_shared *sh = a->sh;
+	for (int round = 0; round < sh->rounds; round++) {
+		if (a->idx == 0) {
+			/* A fresh owner made by this thread's allocate: biased to it. */
+			sh->owner = 1000 + (kvp_owner)round;
+			sh->round_no = round;
+			sh->free_all_by = round % 3 == 0 ? (int)(round / 3 % ODF_T) : -1;
+			atomic_store(&sh->attempts, 0);
+			for (int i = 0; i < ODF_N; i++) {
+				size_t n;
+				uint32_t fill = 1 + (uint32_t)(tu_rand(&a->rng) % 16);
+				CHECK_EQ(kvp_allocate(sh->pool, KVP_K, fill, sh->owner, KVP_FP16,
+				                      &sh->refs[i], 1, &n),
+				         KVP_OK);
+			}
+		}
+		pthread_barrier_wait(&sh->start);
+		odf_touch(a);
+		pthread_barrier_wait(&sh->done);
+		if (a->idx == 0) {
+			kvp_stats s;
+			CHECK_EQ(kvp_pool_stats(sh->pool, &s), KVP_OK);
+			uint64_t att = atomic_load(&sh->attempts);
+			uint64_t freed_before = (uint64_t)round * ODF_N;
+			CHECK_EQ(s.n_allocations, freed_before + ODF_N);
+			CHECK_EQ(s.n_frees, freed_before + ODF_N);
+			uint64_t stale = s.n_stale_frees - sh->stale_before;
+			if (sh->free_all_by < 0)
+				CHECK_EQ(stale, att - ODF_N);
+			else
+				CHECK(stale <= att && stale >= att - ODF_N);
+			sh->stale_before = s.n_stale_frees;
+			CHECK_EQ(kvp_n_free(sh->pool, KVP_K), sh->free_k);
+			CHECK_EQ(raw_not_full(sh->pool), 0);
+			CHECK_EQ(kvp_free_all(sh->pool, sh->owner), KVP_ENOENT);
+		}
+		pthread_barrier_wait(&sh->checked);
+	}
+	return NULL;
+}
+
+static void test_owned_double_free_race(void)
+{
+	struct odf_shared sh;
+	memset(&sh, 0, sizeof(sh));
+	sh.pool = mkpool(256, false, 0, 8);
+	sh.rounds = KVP_TEST_TSAN ? 60 : 400;
+	sh.free_k = kvp_n_free(sh.pool, KVP_K);
+	pthread_barrier_init(&sh.start, NULL, ODF_T);
+	pthread_barrier_init(&sh.done, NULL, ODF_T);
+	pthread_barrier_init(&sh.checked, NULL, ODF_T);
+	struct odf_arg a[ODF_T];
+	for (int i = 0; i < ODF_T; i++) {
+		a[i].sh = &sh;
+		a[i].idx = i;
+		a[i].rng = seed0 ^ (0x9e3779b97f4a7c15ull * (uint64_t)(i + 1));
+	}
+	run_threads(ODF_T, odf_worker, a, sizeof(a[0]));
+	kvp_stats s;
+	CHECK_EQ(kvp_pool_stats(sh.pool, &s), KVP_OK);
+	CHECK_EQ(s.n_allocations, (uint64_t)sh.rounds * ODF_N);
+	CHECK_EQ(s.n_frees, (uint64_t)sh.rounds * ODF_N);
+	CHECK_EQ(s.n_not_full, 0);
+	pthread_barrier_destroy(&sh.start);
+	pthread_barrier_destroy(&sh.done);
+	pthread_barrier_destroy(&sh.checked);
+	kvp_pool_destroy(sh.pool);
+}
+
 /* ---- biased owners raced by other threads ----
  * Producers allocate for owners made on their own thread (so biased to it),
  * while consumers free those blocks, list and free_all those owners, and
@@ -877,6 +1073,7 @@ int main(void)
 	RUN(test_no_false_exhaustion);
 	RUN(test_register_race);
 	RUN(test_double_free_race);
+	RUN(test_owned_double_free_race);
 	RUN(test_biased_owner_handoff);
 	RUN(test_stats_read_under_churn);
 	RUN(test_short_lived_threads);

@@ -39,7 +39,8 @@
  *                                                   and otherwise may wait as below
  *   kvp_alloc_block        everything               the block path alone
  *   kvp_free               everything               per owner as kvp_allocate (none
- *                                                   for raw blocks); one CAS per block
+ *                                                   for raw blocks); one CAS per raw
+ *                                                   block
  *   kvp_free_all           everything               the owner's shard mutex
  *   kvp_blocks_for         everything               the owner's shard mutex
  *   kvp_register_owner /
@@ -47,7 +48,9 @@
  *   kvp_n_free             everything               wait-free (sums counters)
  *   kvp_shrink             everything               the pool's grow mutex
  *   kvp_block_get          everything               lock-free (seqlock retry)
- *   kvp_block_set_used     everything               lock-free (CAS on the block)
+ *   kvp_block_set_used     everything               an owned block: per owner as
+ *                                                   kvp_free; a raw block: lock-free
+ *                                                   (CAS on the block)
  *
  * A pool with prefix_cache keeps its owners in a table of its own and takes
  * a block's stripe mutex to change its holders: kvpool/prefix.h has the
@@ -367,7 +370,11 @@ int kvp_block_get(kvp_pool *pool, kvp_ref ref, kvp_block_info *out);
  *
  * Returns KVP_OK; KVP_ERANGE when @n_used > block_size; KVP_ENOENT when the
  * ref is stale or its block not in use (nothing changes); KVP_EINVAL for a
- * NULL pool.  Thread-safe, lock-free (one CAS on the block's state word).
+ * NULL pool.  Thread-safe.  An owned block is changed under its owner's
+ * exclusion, as kvp_free changes it: no lock when the owner is biased to the
+ * calling thread, else the owner's shard mutex (and, for an owner biased to
+ * another thread, a revocation of that bias).  A raw block (kvp_alloc_block)
+ * is changed by one CAS on its state word, lock-free.
  */
 int kvp_block_set_used(kvp_pool *pool, kvp_ref ref, uint32_t n_used);
 

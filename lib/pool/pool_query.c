@@ -4,7 +4,9 @@
  * kvp_block_get reads a block's state word, then its owner, then the state
  * again (a seqlock without a writer lock): the state word carries the
  * generation, so an unchanged word proves the owner read in between belongs
- * to the same hand-out.  kvp_block_set_used is one CAS on the state word.
+ * to the same hand-out.  kvp_block_set_used of an owned block takes the
+ * owner's exclusion, as a free does, and stores the new fill; of a raw
+ * block (or in a prefix pool) it is one CAS on the state word.
  */
 #include "lib/pool/pool_internal.h"
 #include "lib/prefix/prefix_internal.h"
@@ -160,43 +162,101 @@ int kvp_block_get(kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 	return rc;
 }
 
+/* A successful set_used's change to the n_not_full counter. */
+static void count_fill_change(struct kvp_pool *p, struct kvp_tslot *s, uint64_t st, uint32_t n_used)
+{
+	bool was = kvpi_st_used(st) < p->block_size;
+	bool now = n_used < p->block_size;
+	kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)((int64_t)now - (int64_t)was));
+}
+
+/* set_used of a raw block, or any block of a prefix pool: a CAS on the
+ * whole word (no owner's exclusion to rely on); @st was loaded with acquire. */
+static int set_used_cas(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_block *b, uint64_t st,
+                        uint32_t gen, uint32_t n_used)
+{
+	for (;;) {
+		if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+			return KVP_ENOENT;
+		if (st & KVP_ST_PUBLISHED) /* prefix mode: contents fixed */
+			return KVP_EINVAL;
+		/* release: a later free (acq_rel CAS) orders after this;
+		 * acquire on failure re-reads a coherent word. */
+		if (atomic_compare_exchange_weak_explicit(
+		        &b->state, &st, kvpi_st_with_used(st, n_used), memory_order_release,
+		        memory_order_acquire)) {
+			count_fill_change(p, s, st, n_used);
+			return KVP_OK;
+		}
+	}
+}
+
+/* set_used of an owned block; the caller holds the owner's exclusion, so
+ * no free can clear the word between our load and store (the free's plain
+ * store relies on that, lib/pool/pool_alloc.c). */
+static int set_used_owned(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_block *b,
+                          uint32_t gen, uint32_t n_used)
+{
+	/* acquire: see the state as its last writer left it. */
+	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+		return KVP_ENOENT;
+	/* release: a kvp_block_get that reads the new fill sees what the
+	 * caller wrote before (a plain store on x86). */
+	atomic_store_explicit(&b->state, kvpi_st_with_used(st, n_used), memory_order_release);
+	count_fill_change(p, s, st, n_used);
+	return KVP_OK;
+}
+
+/*
+ * kvp_block_set_used of an owned block: under the owner's exclusion, as a
+ * free of it would be (an owner op when the record is biased to us, else
+ * the shard lock with the bias revoked).  The owner read from the block is
+ * checked by the generation under the exclusion.
+ */
+static int set_used_exclusive(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_block *b,
+                              uint32_t gen, uint32_t n_used)
+{
+	/* relaxed: validated by the generation check under the exclusion. */
+	kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
+	struct kvp_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
+	if (r) {
+		int rc = set_used_owned(p, s, b, gen, n_used);
+		kvpi_bias_leave(s);
+		return rc;
+	}
+	uint64_t h = kvpi_owner_hash(owner);
+	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
+	pthread_mutex_lock(&sh->lock);
+	r = kvpi_oshard_find_h(sh, owner, h);
+	/* No record: the block was freed (its owner's last block) since the
+	 * owner load; set_used_owned then finds it stale. */
+	if (r)
+		kvpi_bias_revoke(p, s, r);
+	int rc = set_used_owned(p, s, b, gen, n_used);
+	pthread_mutex_unlock(&sh->lock);
+	return rc;
+}
+
 int kvp_block_set_used(kvp_pool *p, kvp_ref ref, uint32_t n_used)
 {
 	if (!p)
 		return KVP_EINVAL;
-	struct kvp_tslot *s = kvpi_tslot_get(p);
-	int rc = KVP_ENOENT;
 	struct kvp_block *b = ref_block(p, ref);
-	if (b) {
-		/* acquire: see the state as its last writer left it. */
-		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-		for (;;) {
-			if (kvpi_st_gen(st) != KVP_REF_GEN(ref) || !(st & KVP_ST_IN_USE)) {
-				rc = KVP_ENOENT;
-				break;
-			}
-			if (st & KVP_ST_PUBLISHED) { /* prefix mode: contents fixed */
-				rc = KVP_EINVAL;
-				break;
-			}
-			if (n_used > p->block_size) {
-				rc = KVP_ERANGE;
-				break;
-			}
-			/* release: a later free (acq_rel CAS) orders after this;
-			 * acquire on failure re-reads a coherent word. */
-			if (atomic_compare_exchange_weak_explicit(
-			        &b->state, &st, kvpi_st_with_used(st, n_used), memory_order_release,
-			        memory_order_acquire)) {
-				bool was = kvpi_st_used(st) < p->block_size;
-				bool now = n_used < p->block_size;
-				kvpi_ctr_add(s, KVP_C_NOT_FULL,
-				             (uint64_t)((int64_t)now - (int64_t)was));
-				rc = KVP_OK;
-				break;
-			}
-		}
-	}
+	if (!b)
+		return KVP_ENOENT;
+	uint32_t gen = KVP_REF_GEN(ref);
+	/* acquire: see the state as its last writer left it. */
+	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+		return KVP_ENOENT;
+	if (st & KVP_ST_PUBLISHED) /* prefix mode: contents fixed */
+		return KVP_EINVAL;
+	if (n_used > p->block_size)
+		return KVP_ERANGE;
+	struct kvp_tslot *s = kvpi_tslot_get(p);
+	int rc = p->prefix || (st & KVP_ST_RAW) ? set_used_cas(p, s, b, st, gen, n_used)
+	                                        : set_used_exclusive(p, s, b, gen, n_used);
 	kvpi_tslot_put(p, s);
 	return rc;
 }
