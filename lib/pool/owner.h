@@ -160,7 +160,7 @@ void kvpi_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc);
 void kvpi_rec_cache_free(struct kvp_rec_cache *rc);
 
 /** kvpi_orec_append - link block @id at the tail of @r's list */
-static inline void kvpi_orec_append(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
+static inline __attribute__((always_inline)) void kvpi_orec_append(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
 {
 	struct kvp_block *b = kvpi_bt_block(bt, id);
 	b->own_prev = r->tail;
@@ -174,7 +174,7 @@ static inline void kvpi_orec_append(struct kvp_orec *r, struct kvp_blocktable *b
 }
 
 /** kvpi_orec_unlink - take block @id (on @r's list) off it */
-static inline void kvpi_orec_unlink(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
+static inline __attribute__((always_inline)) void kvpi_orec_unlink(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
 {
 	struct kvp_block *b = kvpi_bt_block(bt, id);
 	if (b->own_prev == KVP_NO_ID)

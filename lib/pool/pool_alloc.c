@@ -5,14 +5,20 @@
  * one thread, which stamps a new generation, the owner and the fill into
  * its state word and links it into the owner's list (under the owner's
  * exclusion: the thread the owner's record is biased to, inside an owner
- * op, or else the shard lock) -> freed by whoever holds a current ref: the
- * in_use bit is cleared by a CAS on the state word under the owner's
- * exclusion (raw blocks: by the CAS alone), so of several racing frees
- * exactly one wins and the rest count as stale -> pushed back.
+ * op, or else the shard lock) -> freed by whoever holds a current ref ->
+ * pushed back.
  *
- * A block's state word is only ever changed by its exclusive holder (the
- * thread that popped it) or by a CAS that checks generation and in_use, so
- * a stale ref can never change a block that was handed out again.
+ * Who changes an in-use block's state word: an owned block's only writers
+ * (kvp_free, kvp_free_all, kvp_block_set_used) all hold the owner's
+ * exclusion, so the free checks the generation and in_use and clears them
+ * with a plain release store: of several racing frees exactly one sees the
+ * block in use, the rest count as stale.  A raw block (KVP_ST_RAW) has no
+ * owner to exclude anyone: its free and set_used are CASes on the whole
+ * word, and a raw ref's CAS can never succeed on an owned hand-out (the
+ * word it expects carries KVP_ST_RAW).  docs/DESIGN.md, "Giving blocks
+ * back", has the argument.
+ *
+ * So a stale ref can never change a block that was handed out again.
  */
 #include <string.h>
 
@@ -22,20 +28,21 @@
 
 #define KVP_FREE_BATCH 64u
 
-static int stream_of_state(const struct kvp_pool *p, uint64_t st)
+static inline int stream_of_state(const struct kvp_pool *p, uint64_t st)
 {
 	return p->separate_kv ? (int)kvpi_st_stream(st) : 0;
 }
 
-static uint64_t freed_state(uint64_t st)
+static inline uint64_t freed_state(uint64_t st)
 {
 	return st & ~(KVP_ST_IN_USE | KVP_ST_RAW | KVP_ST_USED_MASK);
 }
 
 /* Stamp a popped block as handed out; returns its new generation.  Sets
  * *reused when the block had been handed out before. */
-static uint32_t stamp_block(struct kvp_block *b, uint32_t used, uint64_t flags, kvp_owner owner,
-                            kvp_format format, bool *reused)
+static inline __attribute__((always_inline)) uint32_t
+stamp_block(struct kvp_block *b, uint32_t used, uint64_t flags, kvp_owner owner, kvp_format format,
+            bool *reused)
 {
 	/* relaxed: we hold the block exclusively since the acquire pop. */
 	uint64_t old = atomic_load_explicit(&b->state, memory_order_relaxed);
@@ -56,8 +63,8 @@ static uint32_t stamp_block(struct kvp_block *b, uint32_t used, uint64_t flags, 
 	return gen;
 }
 
-/* Clear in_use on a block still at @st's generation; returns the state it
- * had, or 0 when a racing free got there first. */
+/* Clear in_use on a raw block still at @st's generation (no exclusion: a
+ * CAS); returns the state it had, or 0 when a racing free got there first. */
 static uint64_t clear_in_use(struct kvp_block *b, uint64_t st, uint32_t gen)
 {
 	for (;;) {
@@ -70,6 +77,25 @@ static uint64_t clear_in_use(struct kvp_block *b, uint64_t st, uint32_t gen)
 		                                          memory_order_acquire))
 			return st;
 	}
+}
+
+/*
+ * Free an owned block whose state word is still at @gen and in use; the
+ * caller holds the owner's exclusion, so no other thread writes the word
+ * (every writer of an owned in-use block holds it: lib/pool/pool_alloc.c's
+ * header).  Returns the state it had, or 0 when it was stale.
+ */
+static inline uint64_t release_owned(struct kvp_block *b, uint32_t gen)
+{
+	/* acquire: orders the last holder's writes (storage, a set_used of
+	 * another thread under the same exclusion) before our push. */
+	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+		return 0;
+	/* release: a kvp_block_get or stale free that reads the freed word
+	 * also sees what we did before (a plain store on x86). */
+	atomic_store_explicit(&b->state, freed_state(st), memory_order_release);
+	return st;
 }
 
 /* Blocks needed for @n tokens: a shift when block_size is a power of two. */
@@ -208,17 +234,44 @@ static int allocate_locked(struct kvp_pool *p, struct kvp_tslot *s, int si, uint
 	return alloc_done(p, s, nb, n_tokens, reused, n_refs);
 }
 
-int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner owner,
-                 kvp_format format, kvp_ref *refs, size_t refs_cap, size_t *n_refs)
+/*
+ * One block for an owner biased to this thread, from the thread's own
+ * magazine: the common case, kept short (the general path below does the
+ * same with every case handled).  @s is the thread's own slot
+ * (kvpi_tslot_mine).  Returns false having changed nothing.
+ */
+static inline __attribute__((always_inline)) bool
+allocate_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t n_tokens,
+                  kvp_owner owner, kvp_format format, kvp_ref *ref)
 {
-	if (!n_refs)
-		return KVP_EINVAL;
-	*n_refs = 0;
-	if (!p || !refs || n_tokens == 0 || (unsigned)format >= KVP_N_FORMATS)
-		return KVP_EINVAL;
-	int si = kvpi_stream_index(p, stream);
-	if (si < 0)
-		return KVP_EINVAL;
+	struct kvp_orec *r = kvpi_bias_enter(p, s, owner);
+	if (!r)
+		return false;
+	uint32_t id;
+	if (!kvpi_mag_pop(p, s, si, &id)) {
+		kvpi_bias_leave(s);
+		return false;
+	}
+	/* Inside an owner op on our own record: no lock (a revoker waits). */
+	bool re;
+	uint32_t gen = stamp_block(kvpi_bt_block(&p->bt, id), n_tokens, 0, owner, format, &re);
+	kvpi_orec_append(r, &p->bt, id);
+	kvpi_bias_leave(s);
+	*ref = KVP_MAKE_REF(id, gen);
+	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
+	kvpi_ctr_add(s, KVP_C_REUSED, re);
+	kvpi_ctr_add(s, KVP_C_NOT_FULL, n_tokens < p->block_size);
+	kvpi_account_in_use(p, s, 1);
+	kvpi_history_tick(p, s);
+	return true;
+}
+
+/* kvp_allocate with its arguments checked, every case. */
+static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, int si,
+                                                      uint32_t n_tokens, kvp_owner owner,
+                                                      kvp_format format, kvp_ref *refs,
+                                                      size_t refs_cap, size_t *n_refs)
+{
 	uint32_t nb = blocks_for_tokens(p, n_tokens);
 	if (refs_cap < nb) {
 		*n_refs = nb;
@@ -264,13 +317,31 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 	return alloc_done(p, s, nb, n_tokens, reused, n_refs);
 }
 
-int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *out)
+int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner owner,
+                 kvp_format format, kvp_ref *refs, size_t refs_cap, size_t *n_refs)
 {
-	if (!p || !out || (unsigned)format >= KVP_N_FORMATS)
+	if (!n_refs)
+		return KVP_EINVAL;
+	*n_refs = 0;
+	if (!p || !refs || n_tokens == 0 || (unsigned)format >= KVP_N_FORMATS)
 		return KVP_EINVAL;
 	int si = kvpi_stream_index(p, stream);
 	if (si < 0)
 		return KVP_EINVAL;
+	if (n_tokens <= p->block_size && refs_cap != 0 && !p->prefix) {
+		struct kvp_tslot *s = kvpi_tslot_mine(p);
+		if (s && allocate_one_fast(p, s, si, n_tokens, owner, format, refs)) {
+			*n_refs = 1;
+			return KVP_OK;
+		}
+	}
+	return allocate_general(p, si, n_tokens, owner, format, refs, refs_cap, n_refs);
+}
+
+/* kvp_alloc_block with its arguments checked, every case. */
+static __attribute__((noinline)) int alloc_block_general(struct kvp_pool *p, int si,
+                                                         kvp_format format, kvp_ref *out)
+{
 	if (p->prefix)
 		return kvpi_pfx_alloc_block(p, si, format, out);
 	struct kvp_tslot *s = kvpi_tslot_get(p);
@@ -289,6 +360,30 @@ int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *
 	kvpi_end_call(p, s, true);
 	*out = KVP_MAKE_REF(id, gen);
 	return KVP_OK;
+}
+
+int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *out)
+{
+	if (!p || !out || (unsigned)format >= KVP_N_FORMATS)
+		return KVP_EINVAL;
+	int si = kvpi_stream_index(p, stream);
+	if (si < 0)
+		return KVP_EINVAL;
+	/* The common case, kept short: one block from the thread's own magazine. */
+	struct kvp_tslot *s = p->prefix ? NULL : kvpi_tslot_mine(p);
+	uint32_t id;
+	if (s && kvpi_mag_pop(p, s, si, &id)) {
+		bool re;
+		uint32_t gen = stamp_block(kvpi_bt_block(&p->bt, id), p->block_size, KVP_ST_RAW, 0,
+		                           format, &re);
+		kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
+		kvpi_ctr_add(s, KVP_C_REUSED, re);
+		kvpi_account_in_use(p, s, 1);
+		kvpi_history_tick(p, s);
+		*out = KVP_MAKE_REF(id, gen);
+		return KVP_OK;
+	}
+	return alloc_block_general(p, si, format, out);
 }
 
 /* Per-call accumulator for kvp_free: freed ids per stream, flushed in batches. */
@@ -365,13 +460,10 @@ static uint64_t free_owned(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_o
 	struct kvp_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	if (r)
 		kvpi_bias_revoke(p, s, r);
-	/* acquire: see the state as the allocator left it. */
-	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
-		return 0;
 	/* Same generation and in use: the owner read before is this hand-out's
-	 * (a generation never comes back while the block is in use). */
-	st = clear_in_use(b, st, gen);
+	 * (a generation never comes back while the block is in use), so the
+	 * shard lock with the bias revoked is its exclusion. */
+	uint64_t st = release_owned(b, gen);
 	if (!st || !r)
 		return st;
 	kvpi_orec_unlink(r, &p->bt, id);
@@ -384,11 +476,7 @@ static uint64_t free_owned(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_o
 static uint64_t free_biased(struct kvp_pool *p, struct kvp_orec *r, struct kvp_block *b,
                             uint32_t id, uint32_t gen, bool *empty)
 {
-	/* acquire: as in free_owned; now under the owner's exclusion. */
-	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
-		return 0;
-	st = clear_in_use(b, st, gen);
+	uint64_t st = release_owned(b, gen);
 	if (!st)
 		return 0;
 	kvpi_orec_unlink(r, &p->bt, id);
@@ -433,16 +521,13 @@ static inline __attribute__((always_inline)) uint64_t free_ref(struct kvp_pool *
 	return free_owned(p, s, sh, b, id, gen, owner, h);
 }
 
-/* kvp_free of one ref, without the batch accumulator. */
-static int free_single(struct kvp_pool *p, kvp_ref ref)
+/* kvp_free of one ref (id checked), without the batch accumulator: every case. */
+static __attribute__((noinline)) int free_single_general(struct kvp_pool *p, uint32_t id,
+                                                         uint32_t gen)
 {
-	uint32_t id = KVP_REF_ID(ref);
-	/* acquire: ids below n_ids are fully made (see kvp_pool_n_ids). */
-	if (id >= atomic_load_explicit(&p->n_ids, memory_order_acquire))
-		return KVP_ENOENT;
 	struct kvp_tslot *s = kvpi_tslot_get(p);
 	struct kvp_oshard *held = NULL;
-	uint64_t st = free_ref(p, s, &held, id, KVP_REF_GEN(ref));
+	uint64_t st = free_ref(p, s, &held, id, gen);
 	if (held)
 		pthread_mutex_unlock(&held->lock);
 	if (!st) {
@@ -460,6 +545,82 @@ static int free_single(struct kvp_pool *p, kvp_ref ref)
 		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - 1);
 	kvpi_end_call(p, s, true);
 	return KVP_OK;
+}
+
+/* A free through the fast path emptied record @owner's (unregistered) list:
+ * drop it, as free_ref does.  Rare (an unregistered owner's last block). */
+static __attribute__((noinline, cold)) void drop_emptied(struct kvp_pool *p, struct kvp_tslot *s,
+                                                         kvp_owner owner)
+{
+	uint64_t h = kvpi_owner_hash(owner);
+	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
+	pthread_mutex_lock(&sh->lock);
+	struct kvp_orec *r = kvpi_oshard_find_h(sh, owner, h);
+	if (r)
+		drop_if_empty(p, s, sh, r);
+	pthread_mutex_unlock(&sh->lock);
+}
+
+/*
+ * Free one block (id below n_ids) into the thread's own magazine: a raw
+ * block by its CAS, an owned one inside an owner op on its record biased to
+ * this thread.  The common case, kept short (free_single_general does the
+ * same with every case handled).  @s is the thread's own slot
+ * (kvpi_tslot_mine).  Returns false having changed nothing.
+ */
+static inline __attribute__((always_inline)) bool free_one_fast(struct kvp_pool *p,
+                                                                struct kvp_tslot *s, uint32_t id,
+                                                                uint32_t gen)
+{
+	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+	/* acquire: pairs with stamp_block's release. */
+	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+		return false; /* stale: counted by the general path */
+	if (st & KVP_ST_RAW) {
+		st = clear_in_use(b, st, gen);
+		if (!st)
+			return false;
+	} else {
+		/* relaxed: validated by the generation check under the exclusion. */
+		kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
+		struct kvp_orec *r = kvpi_bias_enter(p, s, owner);
+		if (!r)
+			return false;
+		st = release_owned(b, gen);
+		if (!st) {
+			kvpi_bias_leave(s);
+			return false;
+		}
+		kvpi_orec_unlink(r, &p->bt, id);
+		bool empty = r->count == 0 && !r->registered;
+		kvpi_bias_leave(s);
+		if (__builtin_expect(empty, 0))
+			drop_emptied(p, s, owner);
+	}
+	int si = stream_of_state(p, st);
+	/* Counted before the block can be taken again (see acc_flush). */
+	kvpi_ctr_add(s, KVP_C_FREES, 1);
+	kvpi_account_in_use(p, s, -1);
+	if (!kvpi_mag_push(p, s, si, id))
+		kvpi_put_blocks(p, s, si, &id, 1);
+	if (kvpi_st_used(st) < p->block_size)
+		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - 1);
+	kvpi_history_tick(p, s);
+	return true;
+}
+
+/* kvp_free of one ref, without the batch accumulator. */
+static inline __attribute__((always_inline)) int free_single(struct kvp_pool *p, kvp_ref ref)
+{
+	uint32_t id = KVP_REF_ID(ref);
+	/* acquire: ids below n_ids are fully made (see kvp_pool_n_ids). */
+	if (id >= atomic_load_explicit(&p->n_ids, memory_order_acquire))
+		return KVP_ENOENT;
+	struct kvp_tslot *s = kvpi_tslot_mine(p);
+	if (s && free_one_fast(p, s, id, KVP_REF_GEN(ref)))
+		return KVP_OK;
+	return free_single_general(p, id, KVP_REF_GEN(ref));
 }
 
 int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
@@ -538,8 +699,10 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	for (uint32_t id = r->head; id != KVP_NO_ID;) {
 		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
 		uint32_t next = b->own_next;
-		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-		st = clear_in_use(b, st, kvpi_st_gen(st));
+		/* Every block on the list is in use; the record's exclusion
+		 * (shard lock, bias revoked) makes us its only writer. */
+		uint64_t st = release_owned(
+		    b, kvpi_st_gen(atomic_load_explicit(&b->state, memory_order_relaxed)));
 		int si = stream_of_state(p, st);
 		not_full += kvpi_st_used(st) < p->block_size;
 		/* relaxed: published by the push CAS (release). */

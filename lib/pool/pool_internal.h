@@ -126,6 +126,22 @@ static inline struct kvp_tslot *kvpi_tslot_get(struct kvp_pool *p)
 	return kvpi_tslot_get_slow(p);
 }
 
+/**
+ * kvpi_tslot_mine - the calling thread's slot for @p when it is the first
+ * thread-local entry (the common case: one pool per thread), else NULL
+ *
+ * For the one-block fast paths: a slot found here is never the fallback
+ * slot (that one is never in a thread's list), so they skip every fallback
+ * check and need no kvpi_tslot_put.
+ */
+static inline struct kvp_tslot *kvpi_tslot_mine(const struct kvp_pool *p)
+{
+	struct kvpi_tls_ent *e = kvpi_tls_head;
+	if (__builtin_expect(e && e->pool == p && e->uid == p->uid, 1))
+		return e->slot;
+	return NULL;
+}
+
 /** kvpi_tslot_is_fallback - whether @s is the pool's shared fallback slot */
 static inline bool kvpi_tslot_is_fallback(const struct kvp_pool *p, const struct kvp_tslot *s)
 {
@@ -223,8 +239,8 @@ static inline struct kvp_ocache_ent *kvpi_ocache_ent_of(struct kvp_tslot *s, kvp
  * and count without a lock.  Returns the record or NULL (use the locked
  * path).  Never for the fallback slot.
  */
-static inline struct kvp_orec *kvpi_bias_enter(struct kvp_pool *p, struct kvp_tslot *s,
-                                               kvp_owner owner)
+static inline __attribute__((always_inline)) struct kvp_orec *
+kvpi_bias_enter(struct kvp_pool *p, struct kvp_tslot *s, kvp_owner owner)
 {
 	struct kvp_ocache_ent *e = kvpi_ocache_ent_of(s, owner);
 	struct kvp_orec *r = e->rec;
@@ -275,14 +291,15 @@ static inline bool kvpi_use_magazine(const struct kvp_pool *p, const struct kvp_
 }
 
 /*
- * kvpi_get_one_fast - take one block of stream @si from the thread's own
- * magazine into *@id; false when it is empty or the stream is starving
- * (then kvpi_get_blocks does the rest).
+ * kvpi_mag_pop - take one block of stream @si from the thread's own magazine
+ * into *@id; false when it is empty or the stream is starving.  Needs no
+ * kvpi_use_magazine check: the fallback slot's magazines and those of a
+ * pool with thread_cache 0 stay empty (nothing is ever pushed to them).
  */
-static inline bool kvpi_get_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id)
+static inline __attribute__((always_inline)) bool kvpi_mag_pop(struct kvp_pool *p,
+                                                               struct kvp_tslot *s, int si,
+                                                               uint32_t *id)
 {
-	if (!kvpi_use_magazine(p, s))
-		return false;
 	struct kvp_mag *m = &s->mag[si];
 	if (!kvpi_mag_enter(p, m, si))
 		return false;
@@ -298,14 +315,14 @@ static inline bool kvpi_get_one_fast(struct kvp_pool *p, struct kvp_tslot *s, in
 }
 
 /*
- * kvpi_put_one_fast - give block @id of stream @si to the thread's own
- * magazine; false when it is full or the stream is starving (then
- * kvpi_put_blocks does the rest).
+ * kvpi_mag_push - give block @id of stream @si to the thread's own magazine;
+ * false when it is full or the stream is starving.  @s must not be the
+ * fallback slot (its magazines have no room).
  */
-static inline bool kvpi_put_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t id)
+static inline __attribute__((always_inline)) bool kvpi_mag_push(struct kvp_pool *p,
+                                                                struct kvp_tslot *s, int si,
+                                                                uint32_t id)
 {
-	if (!kvpi_use_magazine(p, s))
-		return false;
 	struct kvp_mag *m = &s->mag[si];
 	if (!kvpi_mag_enter(p, m, si))
 		return false;
@@ -318,6 +335,26 @@ static inline bool kvpi_put_one_fast(struct kvp_pool *p, struct kvp_tslot *s, in
 	}
 	kvpi_mag_leave(m);
 	return room;
+}
+
+/*
+ * kvpi_get_one_fast - take one block of stream @si from the thread's own
+ * magazine into *@id; false when it is empty or the stream is starving
+ * (then kvpi_get_blocks does the rest).
+ */
+static inline bool kvpi_get_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id)
+{
+	return kvpi_use_magazine(p, s) && kvpi_mag_pop(p, s, si, id);
+}
+
+/*
+ * kvpi_put_one_fast - give block @id of stream @si to the thread's own
+ * magazine; false when it is full or the stream is starving (then
+ * kvpi_put_blocks does the rest).
+ */
+static inline bool kvpi_put_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t id)
+{
+	return kvpi_use_magazine(p, s) && kvpi_mag_push(p, s, si, id);
 }
 
 /* lib/pool/pool_blocks.c: the block path. */
@@ -336,21 +373,18 @@ void kvpi_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d
 /*
  * kvpi_account_in_use - note @d blocks more (or fewer) in use by this thread
  *
- * The common case stays thread-local: a small positive delta that does not
- * raise the thread's estimate above the pool's peak.  See the slow path for
- * the rules that keep the peak honest.
+ * The common case stays thread-local and reads no shared word: the new
+ * unpublished delta stays within [0, in_use_room], the room the slow path
+ * last left (at most KVP_PEAK_BATCH - 1, and no more than the pool's peak
+ * minus its published count then; -1 for the fallback slot, which always
+ * publishes).  See the slow path for why the peak stays honest.
  */
 static inline void kvpi_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
 {
 	int64_t nd = s->delta_in_use + d;
-	if (nd >= 0 && nd < (int64_t)KVP_PEAK_BATCH && !kvpi_tslot_is_fallback(p, s)) {
-		/* relaxed: statistics; the slow path explains the estimate. */
-		int64_t est = atomic_load_explicit(&p->in_use, memory_order_relaxed) + nd;
-		if (d <= 0 ||
-		    est <= (int64_t)atomic_load_explicit(&p->peak, memory_order_relaxed)) {
-			s->delta_in_use = nd;
-			return;
-		}
+	if (__builtin_expect(nd >= 0 && nd <= s->in_use_room, 1)) {
+		s->delta_in_use = nd;
+		return;
 	}
 	kvpi_account_in_use_slow(p, s, d);
 }

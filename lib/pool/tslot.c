@@ -103,6 +103,7 @@ static void tslot_release(struct kvp_pool *p, struct kvp_tslot *s)
 	}
 	atomic_fetch_add_explicit(&p->in_use, s->delta_in_use, memory_order_relaxed);
 	s->delta_in_use = 0;
+	s->in_use_room = 0; /* the next thread's first allocation recomputes it */
 	kvpi_rec_cache_drain(&p->owners, &s->recs);
 	/* release: the thread that takes the slot next (acquire CAS) sees our
 	 * final counter values and empty magazines. */

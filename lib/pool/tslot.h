@@ -86,6 +86,8 @@ struct kvp_tslot {
 	struct kvp_ocache_ent ocache[KVP_OCACHE_N]; /* owner only */
 	struct kvp_rec_cache recs; /* owner only: spare owner records (lib/pool/owner.h) */
 	int64_t delta_in_use;      /* owner only: blocks not yet added to pool->in_use */
+	int64_t in_use_room;       /* owner only: largest delta_in_use the fast path keeps
+	                            * (kvpi_account_in_use); -1 for the fallback slot */
 	uint32_t calls;            /* owner only: mutating calls, for history cadence */
 	uint32_t ids[] __attribute__((aligned(64)));
 } __attribute__((aligned(64)));
