@@ -30,8 +30,9 @@ import re, sys
 cg, dis, n, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 locks = set()
 for line in open(dis):
-    m = re.match(r'^\s+([0-9a-f]+):\s+(lock |xchg)', line)
-    if m:
+    m = re.match(r'^\s+([0-9a-f]+):\s+(lock |xchg\s+(\S+))', line)
+    # xchg %ax,%ax is the two-byte nop the assembler pads with: not locked.
+    if m and not (m.group(3) and m.group(3) == '%ax,%ax'):
         locks.add(int(m.group(1), 16))
 total = locked = 0
 cur = 0
