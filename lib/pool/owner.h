@@ -159,10 +159,10 @@ void kvpi_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc);
 /** kvpi_rec_cache_free - free the records in @rc (pool destroy) */
 void kvpi_rec_cache_free(struct kvp_rec_cache *rc);
 
-/** kvpi_orec_append - link block @id at the tail of @r's list */
-static inline __attribute__((always_inline)) void kvpi_orec_append(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
+/** kvpi_orec_append_b - link block @id, whose metadata is @b, at the tail of @r's list */
+static inline __attribute__((always_inline)) void
+kvpi_orec_append_b(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id, struct kvp_block *b)
 {
-	struct kvp_block *b = kvpi_bt_block(bt, id);
 	b->own_prev = r->tail;
 	b->own_next = KVP_NO_ID;
 	if (r->tail == KVP_NO_ID)
@@ -173,10 +173,18 @@ static inline __attribute__((always_inline)) void kvpi_orec_append(struct kvp_or
 	r->count++;
 }
 
-/** kvpi_orec_unlink - take block @id (on @r's list) off it */
-static inline __attribute__((always_inline)) void kvpi_orec_unlink(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
+/** kvpi_orec_append - link block @id at the tail of @r's list */
+static inline __attribute__((always_inline)) void
+kvpi_orec_append(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
 {
-	struct kvp_block *b = kvpi_bt_block(bt, id);
+	kvpi_orec_append_b(r, bt, id, kvpi_bt_block(bt, id));
+}
+
+/** kvpi_orec_unlink_b - take block @id, whose metadata is @b (on @r's list), off it */
+static inline __attribute__((always_inline)) void
+kvpi_orec_unlink_b(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id, struct kvp_block *b)
+{
+	(void)id;
 	if (b->own_prev == KVP_NO_ID)
 		r->head = b->own_next;
 	else
@@ -186,6 +194,13 @@ static inline __attribute__((always_inline)) void kvpi_orec_unlink(struct kvp_or
 	else
 		kvpi_bt_block(bt, b->own_next)->own_prev = b->own_prev;
 	r->count--;
+}
+
+/** kvpi_orec_unlink - take block @id (on @r's list) off it */
+static inline __attribute__((always_inline)) void
+kvpi_orec_unlink(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
+{
+	kvpi_orec_unlink_b(r, bt, id, kvpi_bt_block(bt, id));
 }
 
 /** kvpi_ocache_index - slot of @key in a thread's owner cache of 2^@bits entries

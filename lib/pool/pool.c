@@ -225,6 +225,10 @@ int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out)
 	p->history_len = cfg->history_len;
 	p->separate_kv = cfg->separate_kv;
 	p->n_streams = cfg->separate_kv ? 2 : 1;
+	p->si_of[KVP_K] = 0;
+	p->si_of[KVP_V] = cfg->separate_kv ? 1 : 0;
+	p->si_of[KVP_KV] = cfg->separate_kv ? -1 : 0;
+	p->si_of[3] = -1;
 	p->grow = cfg->grow_on_exhaustion;
 	p->uid = atomic_fetch_add_explicit(&next_uid, 1, memory_order_relaxed);
 	pthread_mutex_init(&p->grow_lock, NULL);

@@ -40,9 +40,10 @@ static inline uint64_t freed_state(uint64_t st)
 
 /* Stamp a popped block as handed out; returns its new generation.  Sets
  * *reused when the block had been handed out before. */
-static inline __attribute__((always_inline)) uint32_t
-stamp_block(struct kvp_block *b, uint32_t used, uint64_t flags, kvp_owner owner, kvp_format format,
-            bool *reused)
+static inline __attribute__((always_inline)) uint32_t stamp_block(struct kvp_block *b,
+                                                                  uint32_t used, uint64_t flags,
+                                                                  kvp_owner owner,
+                                                                  kvp_format format, bool *reused)
 {
 	/* relaxed: we hold the block exclusively since the acquire pop. */
 	uint64_t old = atomic_load_explicit(&b->state, memory_order_relaxed);
@@ -254,8 +255,9 @@ allocate_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t n_to
 	}
 	/* Inside an owner op on our own record: no lock (a revoker waits). */
 	bool re;
-	uint32_t gen = stamp_block(kvpi_bt_block(&p->bt, id), n_tokens, 0, owner, format, &re);
-	kvpi_orec_append(r, &p->bt, id);
+	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+	uint32_t gen = stamp_block(b, n_tokens, 0, owner, format, &re);
+	kvpi_orec_append_b(r, &p->bt, id, b);
 	kvpi_bias_leave(s);
 	*ref = KVP_MAKE_REF(id, gen);
 	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
@@ -267,10 +269,10 @@ allocate_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t n_to
 }
 
 /* kvp_allocate with its arguments checked, every case. */
-static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, int si,
-                                                      uint32_t n_tokens, kvp_owner owner,
-                                                      kvp_format format, kvp_ref *refs,
-                                                      size_t refs_cap, size_t *n_refs)
+static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, int si, uint32_t n_tokens,
+                                                      kvp_owner owner, kvp_format format,
+                                                      kvp_ref *refs, size_t refs_cap,
+                                                      size_t *n_refs)
 {
 	uint32_t nb = blocks_for_tokens(p, n_tokens);
 	if (refs_cap < nb) {
@@ -568,9 +570,8 @@ static __attribute__((noinline, cold)) void drop_emptied(struct kvp_pool *p, str
  * same with every case handled).  @s is the thread's own slot
  * (kvpi_tslot_mine).  Returns false having changed nothing.
  */
-static inline __attribute__((always_inline)) bool free_one_fast(struct kvp_pool *p,
-                                                                struct kvp_tslot *s, uint32_t id,
-                                                                uint32_t gen)
+static inline __attribute__((always_inline)) bool
+free_one_fast(struct kvp_pool *p, struct kvp_tslot *s, uint32_t id, uint32_t gen)
 {
 	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
 	/* acquire: pairs with stamp_block's release. */
@@ -592,7 +593,7 @@ static inline __attribute__((always_inline)) bool free_one_fast(struct kvp_pool 
 			kvpi_bias_leave(s);
 			return false;
 		}
-		kvpi_orec_unlink(r, &p->bt, id);
+		kvpi_orec_unlink_b(r, &p->bt, id, b);
 		bool empty = r->count == 0 && !r->registered;
 		kvpi_bias_leave(s);
 		if (__builtin_expect(empty, 0))

@@ -329,8 +329,8 @@ void kvpi_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d
 	uint64_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);
 	int64_t est = in_use + s->delta_in_use;
 	while (d > 0 && est > 0 && (uint64_t)est > peak) {
-		if (atomic_compare_exchange_weak_explicit(&p->peak, &peak, (uint64_t)est,
-		                                          memory_order_relaxed, memory_order_relaxed))
+		if (atomic_compare_exchange_weak_explicit(
+		        &p->peak, &peak, (uint64_t)est, memory_order_relaxed, memory_order_relaxed))
 			peak = (uint64_t)est;
 	}
 	int64_t room = (int64_t)peak - in_use;

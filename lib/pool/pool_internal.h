@@ -45,8 +45,9 @@ struct kvp_pool {
 	uint32_t history_len;
 	uint32_t n_streams; /* 2 with separate_kv, else 1 */
 	bool separate_kv;
-	bool grow;    /* false in prefix mode: that layer grows after eviction */
-	uint64_t uid; /* unique for the process's life; names the pool in TLS */
+	int8_t si_of[4]; /* stream -> stream index, or -1 (kvpi_stream_index) */
+	bool grow;       /* false in prefix mode: that layer grows after eviction */
+	uint64_t uid;    /* unique for the process's life; names the pool in TLS */
 
 	struct kvp_blocktable bt;
 	_Atomic uint32_t n_ids; /* blocks ever created; release-published */
@@ -98,9 +99,9 @@ struct kvp_pool {
 /* Stream index of @stream for this pool, or -1 if not valid for its layout. */
 static inline int kvpi_stream_index(const struct kvp_pool *p, kvp_stream stream)
 {
-	if (!p->separate_kv)
-		return (unsigned)stream <= KVP_KV ? 0 : -1;
-	return (stream == KVP_K || stream == KVP_V) ? (int)stream : -1;
+	/* A table made at create: separate_kv maps K and V to 0 and 1, else
+	 * K, V and KV all to 0; anything else is -1. */
+	return (unsigned)stream < 4 ? p->si_of[(unsigned)stream] : -1;
 }
 
 /* Stream tag stored in a block of stream index @si. */
@@ -174,9 +175,9 @@ static inline void kvpi_tslot_put(struct kvp_pool *p, struct kvp_tslot *s)
  * empty: in the single total order of seq_cst operations one of the two
  * stores precedes the other side's load.
  */
-static inline void kvpi_light_store(const struct kvp_pool *p, _Atomic uintptr_t *w, uintptr_t v)
+static inline void kvpi_light_store_m(bool asym, _Atomic uintptr_t *w, uintptr_t v)
 {
-	if (p->asym) {
+	if (asym) {
 		/* release (a plain store on x86 and, unlike a relaxed one, a
 		 * synchronisation point for whoever reads it) + compiler
 		 * barrier: the heavy side's membarrier supplies the fence. */
@@ -186,6 +187,12 @@ static inline void kvpi_light_store(const struct kvp_pool *p, _Atomic uintptr_t 
 		/* seq_cst: the store half of the symmetric Dekker pair. */
 		atomic_store_explicit(w, v, memory_order_seq_cst);
 	}
+}
+
+/* kvpi_light_store_m for pool @p's mode. */
+static inline void kvpi_light_store(const struct kvp_pool *p, _Atomic uintptr_t *w, uintptr_t v)
+{
+	kvpi_light_store_m(p->asym, w, v);
 }
 
 /* The heavy side's barrier, after its seq_cst store (lib/pool/pool.c). */
@@ -201,8 +208,11 @@ void kvpi_heavy_barrier(struct kvp_pool *p);
 static inline bool kvpi_mag_enter(struct kvp_pool *p, struct kvp_mag *m, int si)
 {
 	uint32_t st;
-	kvpi_light_store(p, &m->in_call, 1);
-	if (p->asym)
+	/* The mode, read once: the compiler barrier in the store would make
+	 * it read p->asym again. */
+	bool asym = p->asym;
+	kvpi_light_store_m(asym, &m->in_call, 1);
+	if (asym)
 		/* acquire: a drainer's release decrement of starving makes its
 		 * writes to this magazine visible once we read the count it left. */
 		st = atomic_load_explicit(&p->starving[si], memory_order_acquire);
@@ -246,12 +256,13 @@ kvpi_bias_enter(struct kvp_pool *p, struct kvp_tslot *s, kvp_owner owner)
 	struct kvp_orec *r = e->rec;
 	if (!r || e->key != owner)
 		return NULL;
-	kvpi_light_store(p, &s->in_owner_op, (uintptr_t)r);
+	bool asym = p->asym; /* read once, as in kvpi_mag_enter */
+	kvpi_light_store_m(asym, &s->in_owner_op, (uintptr_t)r);
 	/* relaxed (asym) / seq_cst (fallback): the load half of the Dekker
 	 * pair with kvpi_bias_revoke.  Only the value 's' matters, which only
 	 * this slot's thread ever stores. */
 	uintptr_t b =
-	    atomic_load_explicit(&r->bias, p->asym ? memory_order_relaxed : memory_order_seq_cst);
+	    atomic_load_explicit(&r->bias, asym ? memory_order_relaxed : memory_order_seq_cst);
 	/* The record is ours while biased to us: key and epoch are stable. */
 	if (b == (uintptr_t)s && r->key == owner && r->epoch == e->epoch)
 		return r;
@@ -296,9 +307,8 @@ static inline bool kvpi_use_magazine(const struct kvp_pool *p, const struct kvp_
  * kvpi_use_magazine check: the fallback slot's magazines and those of a
  * pool with thread_cache 0 stay empty (nothing is ever pushed to them).
  */
-static inline __attribute__((always_inline)) bool kvpi_mag_pop(struct kvp_pool *p,
-                                                               struct kvp_tslot *s, int si,
-                                                               uint32_t *id)
+static inline __attribute__((always_inline)) bool
+kvpi_mag_pop(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id)
 {
 	struct kvp_mag *m = &s->mag[si];
 	if (!kvpi_mag_enter(p, m, si))
@@ -319,9 +329,8 @@ static inline __attribute__((always_inline)) bool kvpi_mag_pop(struct kvp_pool *
  * false when it is full or the stream is starving.  @s must not be the
  * fallback slot (its magazines have no room).
  */
-static inline __attribute__((always_inline)) bool kvpi_mag_push(struct kvp_pool *p,
-                                                                struct kvp_tslot *s, int si,
-                                                                uint32_t id)
+static inline __attribute__((always_inline)) bool
+kvpi_mag_push(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t id)
 {
 	struct kvp_mag *m = &s->mag[si];
 	if (!kvpi_mag_enter(p, m, si))
