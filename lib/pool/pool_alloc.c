@@ -236,44 +236,23 @@ static int allocate_locked(struct kvp_pool *p, struct kvp_tslot *s, int si, uint
 }
 
 /*
- * One block for an owner biased to this thread, from the thread's own
- * magazine: the common case, kept short (the general path below does the
- * same with every case handled).  @s is the thread's own slot
- * (kvpi_tslot_mine).  Returns false having changed nothing.
+ * kvp_allocate's stream index, token count and format in one word, so the
+ * general path takes six arguments: all in registers, and the fast path's
+ * calls to it are tail calls (no callee-saved registers saved there).
  */
-static inline __attribute__((always_inline)) bool
-allocate_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t n_tokens,
-                  kvp_owner owner, kvp_format format, kvp_ref *ref)
+static inline uint64_t alloc_req(int si, uint32_t n_tokens, kvp_format format)
 {
-	struct kvp_orec *r = kvpi_bias_enter(p, s, owner);
-	if (!r)
-		return false;
-	uint32_t id;
-	if (!kvpi_mag_pop(p, s, si, &id)) {
-		kvpi_bias_leave(s);
-		return false;
-	}
-	/* Inside an owner op on our own record: no lock (a revoker waits). */
-	bool re;
-	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
-	uint32_t gen = stamp_block(b, n_tokens, 0, owner, format, &re);
-	kvpi_orec_append_b(r, &p->bt, id, b);
-	kvpi_bias_leave(s);
-	*ref = KVP_MAKE_REF(id, gen);
-	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
-	kvpi_ctr_add(s, KVP_C_REUSED, re);
-	kvpi_ctr_add(s, KVP_C_NOT_FULL, n_tokens < p->block_size);
-	kvpi_account_in_use(p, s, 1);
-	kvpi_history_tick(p, s);
-	return true;
+	return (uint64_t)n_tokens << 32 | (uint64_t)format << 8 | (uint64_t)si;
 }
 
-/* kvp_allocate with its arguments checked, every case. */
-static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, int si, uint32_t n_tokens,
-                                                      kvp_owner owner, kvp_format format,
-                                                      kvp_ref *refs, size_t refs_cap,
-                                                      size_t *n_refs)
+/* kvp_allocate with its arguments checked (@req: alloc_req), every case. */
+static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64_t req,
+                                                      kvp_owner owner, kvp_ref *refs,
+                                                      size_t refs_cap, size_t *n_refs)
 {
+	int si = (int)(req & 0xff);
+	kvp_format format = (kvp_format)((req >> 8) & 0xff);
+	uint32_t n_tokens = (uint32_t)(req >> 32);
 	uint32_t nb = blocks_for_tokens(p, n_tokens);
 	if (refs_cap < nb) {
 		*n_refs = nb;
@@ -330,14 +309,39 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 	int si = kvpi_stream_index(p, stream);
 	if (si < 0)
 		return KVP_EINVAL;
-	if (n_tokens <= p->block_size && refs_cap != 0 && !p->prefix) {
-		struct kvp_tslot *s = kvpi_tslot_mine(p);
-		if (s && allocate_one_fast(p, s, si, n_tokens, owner, format, refs)) {
-			*n_refs = 1;
-			return KVP_OK;
-		}
+	/*
+	 * The common case, kept short: one block, for an owner biased to this
+	 * thread, from the thread's own magazine.  Every other case, and any
+	 * step of this one that does not work out before the block is taken,
+	 * goes to allocate_general having changed nothing.  The only calls
+	 * here are tail calls (see kvpi_fast_end).
+	 */
+	struct kvp_tslot *s = kvpi_tslot_mine(p);
+	if (n_tokens > p->block_size || refs_cap == 0 || p->prefix || !s)
+		return allocate_general(p, alloc_req(si, n_tokens, format), owner, refs, refs_cap,
+		                        n_refs);
+	struct kvp_orec *r = kvpi_bias_enter(p, s, owner);
+	if (!r)
+		return allocate_general(p, alloc_req(si, n_tokens, format), owner, refs, refs_cap,
+		                        n_refs);
+	uint32_t id;
+	if (!kvpi_mag_pop(p, s, si, &id)) {
+		kvpi_bias_leave(s);
+		return allocate_general(p, alloc_req(si, n_tokens, format), owner, refs, refs_cap,
+		                        n_refs);
 	}
-	return allocate_general(p, si, n_tokens, owner, format, refs, refs_cap, n_refs);
+	/* Inside an owner op on our own record: no lock (a revoker waits). */
+	bool re;
+	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+	uint32_t gen = stamp_block(b, n_tokens, 0, owner, format, &re);
+	kvpi_orec_append_b(r, &p->bt, id, b);
+	kvpi_bias_leave(s);
+	refs[0] = KVP_MAKE_REF(id, gen);
+	*n_refs = 1;
+	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
+	kvpi_ctr_add(s, KVP_C_REUSED, re);
+	kvpi_ctr_add(s, KVP_C_NOT_FULL, n_tokens < p->block_size);
+	return kvpi_fast_end(p, s, 1);
 }
 
 /* kvp_alloc_block with its arguments checked, every case. */
@@ -371,21 +375,19 @@ int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *
 	int si = kvpi_stream_index(p, stream);
 	if (si < 0)
 		return KVP_EINVAL;
-	/* The common case, kept short: one block from the thread's own magazine. */
-	struct kvp_tslot *s = p->prefix ? NULL : kvpi_tslot_mine(p);
+	/* The common case, kept short: one block from the thread's own
+	 * magazine; only tail calls (see kvpi_fast_end). */
+	struct kvp_tslot *s = kvpi_tslot_mine(p);
 	uint32_t id;
-	if (s && kvpi_mag_pop(p, s, si, &id)) {
-		bool re;
-		uint32_t gen = stamp_block(kvpi_bt_block(&p->bt, id), p->block_size, KVP_ST_RAW, 0,
-		                           format, &re);
-		kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
-		kvpi_ctr_add(s, KVP_C_REUSED, re);
-		kvpi_account_in_use(p, s, 1);
-		kvpi_history_tick(p, s);
-		*out = KVP_MAKE_REF(id, gen);
-		return KVP_OK;
-	}
-	return alloc_block_general(p, si, format, out);
+	if (p->prefix || !s || !kvpi_mag_pop(p, s, si, &id))
+		return alloc_block_general(p, si, format, out);
+	bool re;
+	uint32_t gen =
+	    stamp_block(kvpi_bt_block(&p->bt, id), p->block_size, KVP_ST_RAW, 0, format, &re);
+	*out = KVP_MAKE_REF(id, gen);
+	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
+	kvpi_ctr_add(s, KVP_C_REUSED, re);
+	return kvpi_fast_end(p, s, 1);
 }
 
 /* Per-call accumulator for kvp_free: freed ids per stream, flushed in batches. */
@@ -523,6 +525,19 @@ static inline __attribute__((always_inline)) uint64_t free_ref(struct kvp_pool *
 	return free_owned(p, s, sh, b, id, gen, owner, h);
 }
 
+/*
+ * KVP_OK, opaque to the optimizer.  The out-of-line ends of kvp_free's fast
+ * path return it: for a static function that always returns KVP_OK the
+ * compiler drops the result and makes the fast path's tail calls into
+ * calls (and saves and restores callee-saved registers on every free).
+ */
+static inline int ok_opaque(void)
+{
+	int rc = KVP_OK;
+	__asm__("" : "+r"(rc));
+	return rc;
+}
+
 /* kvp_free of one ref (id checked), without the batch accumulator: every case. */
 static __attribute__((noinline)) int free_single_general(struct kvp_pool *p, uint32_t id,
                                                          uint32_t gen)
@@ -546,7 +561,7 @@ static __attribute__((noinline)) int free_single_general(struct kvp_pool *p, uin
 	if (kvpi_st_used(st) < p->block_size)
 		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - 1);
 	kvpi_end_call(p, s, true);
-	return KVP_OK;
+	return ok_opaque();
 }
 
 /* A free through the fast path emptied record @owner's (unregistered) list:
@@ -564,42 +579,14 @@ static __attribute__((noinline, cold)) void drop_emptied(struct kvp_pool *p, str
 }
 
 /*
- * Free one block (id below n_ids) into the thread's own magazine: a raw
- * block by its CAS, an owned one inside an owner op on its record biased to
- * this thread.  The common case, kept short (free_single_general does the
- * same with every case handled).  @s is the thread's own slot
- * (kvpi_tslot_mine).  Returns false having changed nothing.
+ * The end of a free through the fast path once the block is cleared (its
+ * old state @st, stream @si), every case: count the free, note the block out
+ * of use, give it back, count the fill and tick the history.  The fast
+ * path's rare cases end here, as a tail call.
  */
-static inline __attribute__((always_inline)) bool
-free_one_fast(struct kvp_pool *p, struct kvp_tslot *s, uint32_t id, uint32_t gen)
+static __attribute__((noinline)) int free_fast_tail(struct kvp_pool *p, struct kvp_tslot *s, int si,
+                                                    uint32_t id, uint64_t st)
 {
-	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
-	/* acquire: pairs with stamp_block's release. */
-	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
-		return false; /* stale: counted by the general path */
-	if (st & KVP_ST_RAW) {
-		st = clear_in_use(b, st, gen);
-		if (!st)
-			return false;
-	} else {
-		/* relaxed: validated by the generation check under the exclusion. */
-		kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
-		struct kvp_orec *r = kvpi_bias_enter(p, s, owner);
-		if (!r)
-			return false;
-		st = release_owned(b, gen);
-		if (!st) {
-			kvpi_bias_leave(s);
-			return false;
-		}
-		kvpi_orec_unlink_b(r, &p->bt, id, b);
-		bool empty = r->count == 0 && !r->registered;
-		kvpi_bias_leave(s);
-		if (__builtin_expect(empty, 0))
-			drop_emptied(p, s, owner);
-	}
-	int si = stream_of_state(p, st);
 	/* Counted before the block can be taken again (see acc_flush). */
 	kvpi_ctr_add(s, KVP_C_FREES, 1);
 	kvpi_account_in_use(p, s, -1);
@@ -608,30 +595,105 @@ free_one_fast(struct kvp_pool *p, struct kvp_tslot *s, uint32_t id, uint32_t gen
 	if (kvpi_st_used(st) < p->block_size)
 		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - 1);
 	kvpi_history_tick(p, s);
-	return true;
+	return ok_opaque();
 }
 
-/* kvp_free of one ref, without the batch accumulator. */
+/* free_fast_tail after the free emptied the record of @owner (unregistered):
+ * drop it first. */
+static __attribute__((noinline, cold)) int free_fast_drop(struct kvp_pool *p, struct kvp_tslot *s,
+                                                          int si, uint32_t id, uint64_t st,
+                                                          kvp_owner owner)
+{
+	drop_emptied(p, s, owner);
+	return free_fast_tail(p, s, si, id, st);
+}
+
+/* The fast path's end when its magazine was full or the stream starving
+ * (counted and accounted already): the block goes to the global stack. */
+static __attribute__((noinline)) int free_fast_put(struct kvp_pool *p, struct kvp_tslot *s, int si,
+                                                   uint32_t id, uint64_t st)
+{
+	kvpi_put_blocks(p, s, si, &id, 1);
+	if (kvpi_st_used(st) < p->block_size)
+		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - 1);
+	kvpi_history_tick(p, s);
+	return ok_opaque();
+}
+
+/* The fast path's end when a history snapshot may be due (the call is
+ * counted already, as @calls). */
+static __attribute__((noinline)) int free_fast_tick(struct kvp_pool *p, uint32_t calls)
+{
+	kvpi_history_tick_slow(p, calls);
+	return ok_opaque();
+}
+
+/*
+ * kvp_free of one ref.  The common case is kept short: a block (id below
+ * n_ids) freed into the thread's own magazine, a raw block by its CAS, an
+ * owned one inside an owner op on its record biased to this thread.
+ * Every other case, and any step of this one that does not work out before
+ * the block's state changes, goes to free_single_general having changed
+ * nothing.  The only calls are tail calls (see kvpi_fast_end).
+ */
 static inline __attribute__((always_inline)) int free_single(struct kvp_pool *p, kvp_ref ref)
 {
-	uint32_t id = KVP_REF_ID(ref);
+	uint32_t id = KVP_REF_ID(ref), gen = KVP_REF_GEN(ref);
 	/* acquire: ids below n_ids are fully made (see kvp_pool_n_ids). */
 	if (id >= atomic_load_explicit(&p->n_ids, memory_order_acquire))
 		return KVP_ENOENT;
 	struct kvp_tslot *s = kvpi_tslot_mine(p);
-	if (s && free_one_fast(p, s, id, KVP_REF_GEN(ref)))
-		return KVP_OK;
-	return free_single_general(p, id, KVP_REF_GEN(ref));
+	if (!s)
+		return free_single_general(p, id, gen);
+	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+	/* acquire: pairs with stamp_block's release. */
+	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+		return free_single_general(p, id, gen); /* stale: counted there */
+	kvp_owner owner = 0;
+	bool drop = false;
+	if (st & KVP_ST_RAW) {
+		st = clear_in_use(b, st, gen);
+		if (!st)
+			return free_single_general(p, id, gen);
+	} else {
+		/* relaxed: validated by the generation check under the exclusion. */
+		owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
+		struct kvp_orec *r = kvpi_bias_enter(p, s, owner);
+		if (!r)
+			return free_single_general(p, id, gen);
+		st = release_owned(b, gen);
+		if (!st) {
+			kvpi_bias_leave(s);
+			return free_single_general(p, id, gen);
+		}
+		kvpi_orec_unlink_b(r, &p->bt, id, b);
+		drop = r->count == 0 && !r->registered;
+		kvpi_bias_leave(s);
+	}
+	/* The block is ours to give back from here on. */
+	int si = stream_of_state(p, st);
+	int64_t nd = s->delta_in_use - 1;
+	if (__builtin_expect(drop, 0))
+		return free_fast_drop(p, s, si, id, st, owner);
+	if (__builtin_expect(nd < 0 || nd > s->in_use_room, 0))
+		return free_fast_tail(p, s, si, id, st);
+	/* Counted before the block can be taken again (see acc_flush). */
+	kvpi_ctr_add(s, KVP_C_FREES, 1);
+	s->delta_in_use = nd; /* kvpi_account_in_use's common case */
+	if (!kvpi_mag_push(p, s, si, id))
+		return free_fast_put(p, s, si, id, st);
+	if (kvpi_st_used(st) < p->block_size)
+		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - 1);
+	uint32_t calls = s->calls++;
+	if (__builtin_expect((calls & (KVP_HISTORY_EVERY - 1)) == 0, 0))
+		return free_fast_tick(p, calls);
+	return KVP_OK;
 }
 
-int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
+/* kvp_free of @n > 1 refs (or any in a prefix pool), arguments checked. */
+static __attribute__((noinline)) int free_batch(struct kvp_pool *p, const kvp_ref *refs, size_t n)
 {
-	if (!p || (!refs && n))
-		return KVP_EINVAL;
-	if (n == 0)
-		return KVP_OK;
-	if (n == 1 && !p->prefix)
-		return free_single(p, refs[0]);
 	uint32_t n_ids = kvp_pool_n_ids(p);
 	for (size_t i = 0; i < n; i++)
 		if (KVP_REF_ID(refs[i]) >= n_ids)
@@ -662,7 +724,24 @@ int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
 	if (a.not_full)
 		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - a.not_full);
 	kvpi_end_call(p, s, a.freed != 0);
-	return KVP_OK;
+	return ok_opaque();
+}
+
+int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
+{
+	if (!p || (!refs && n))
+		return KVP_EINVAL;
+	if (n == 0)
+		return KVP_OK;
+	if (n == 1 && !p->prefix)
+		return free_single(p, refs[0]);
+	return free_batch(p, refs, n);
+}
+
+/* kvp_free_block in a prefix pool: that layer's kvp_free. */
+static __attribute__((noinline)) int free_block_prefix(struct kvp_pool *p, kvp_ref ref)
+{
+	return kvp_free(p, &ref, 1);
 }
 
 int kvp_free_block(kvp_pool *p, kvp_ref ref)
@@ -670,7 +749,7 @@ int kvp_free_block(kvp_pool *p, kvp_ref ref)
 	if (!p)
 		return KVP_EINVAL;
 	if (p->prefix)
-		return kvp_free(p, &ref, 1);
+		return free_block_prefix(p, ref);
 	return free_single(p, ref);
 }
 

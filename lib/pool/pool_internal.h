@@ -421,6 +421,32 @@ static inline void kvpi_history_tick(struct kvp_pool *p, struct kvp_tslot *s)
 		kvpi_history_tick_slow(p, calls);
 }
 
+int kvpi_fast_end_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d);
+
+/*
+ * kvpi_fast_end - end a one-block fast path: note @d blocks more (or fewer)
+ * in use and count the call for the history; returns KVP_OK.
+ *
+ * The common case is two thread-local stores; when the in-use room is
+ * exceeded or a history snapshot may be due, kvpi_fast_end_slow does both
+ * the long way (lib/pool/pool_stats.c).  That call is the fast path's last
+ * act, a tail call, so a fast path that makes no other call keeps no
+ * register across one (no saves and restores of callee-saved registers).
+ */
+static inline __attribute__((always_inline)) int kvpi_fast_end(struct kvp_pool *p,
+                                                               struct kvp_tslot *s, int64_t d)
+{
+	int64_t nd = s->delta_in_use + d;
+	uint32_t calls = s->calls;
+	if (__builtin_expect(
+	        nd >= 0 && nd <= s->in_use_room && (calls & (KVP_HISTORY_EVERY - 1)) != 0, 1)) {
+		s->delta_in_use = nd;
+		s->calls = calls + 1;
+		return KVP_OK;
+	}
+	return kvpi_fast_end_slow(p, s, d);
+}
+
 /* kvpi_end_call - end a public call: count it for the history cadence when
  * it changed the pool (@mutated), and give the fallback slot back if taken. */
 static inline void kvpi_end_call(struct kvp_pool *p, struct kvp_tslot *s, bool mutated)

@@ -106,6 +106,13 @@ void kvpi_history_tick_slow(struct kvp_pool *p, uint32_t calls)
 		kvpi_history_record(p); /* this thread's KVP_HISTORY_EVERY-th call */
 }
 
+int kvpi_fast_end_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
+{
+	kvpi_account_in_use(p, s, d);
+	kvpi_history_tick(p, s);
+	return KVP_OK;
+}
+
 size_t kvp_pool_history(kvp_pool *p, kvp_stats *out, size_t cap)
 {
 	if (!p || (!out && cap))
