@@ -8,7 +8,12 @@
  *     revocation (a membarrier per request before);
  *   - the first allocate biases it to the allocating thread;
  *   - kvp_blocks_for revokes only a record biased to another thread, and
- *     never one that is unbiased or biased to the caller.
+ *     never one that is unbiased or biased to the caller;
+ *   - raw blocks: in the asymmetric mode a thread's raw blocks carry its
+ *     slot, its own frees keep the slot's raw bias, another thread's free
+ *     (or kvp_block_set_used) revokes it for good, after which new raw
+ *     blocks carry no slot; kvp_block_get reports no owner for either.  In
+ *     the fallback mode no slot is ever raw-biased.
  */
 #include <kvpool/kvpool.h>
 
@@ -87,6 +92,81 @@ static void test_own_biased_owner_not_revoked(void)
 	CHECK_EQ(kvp_free_all(P, 20), KVP_OK);
 }
 
+static kvp_ref raw_ref;
+
+static void *free_raw_ref(void *arg)
+{
+	(void)arg;
+	CHECK_EQ(kvp_free_block(P, raw_ref), KVP_OK);
+	return NULL;
+}
+
+static void *set_raw_ref(void *arg)
+{
+	(void)arg;
+	CHECK_EQ(kvp_block_set_used(P, raw_ref, 3), KVP_OK);
+	return NULL;
+}
+
+static uint64_t owner_word(kvp_ref r)
+{
+	return atomic_load(&kvpi_bt_block(&P->bt, KVP_REF_ID(r))->owner);
+}
+
+static void raw_case(void *(*foreign)(void *))
+{
+	kvp_pool_config c;
+	kvp_pool_config_init(&c);
+	c.n_blocks = 64;
+	kvp_pool *saved = P;
+	CHECK_EQ(kvp_pool_create(&c, &P), KVP_OK);
+	kvp_ref r;
+	CHECK_EQ(kvp_alloc_block(P, KVP_K, KVP_FP16, &r), KVP_OK);
+	struct kvp_tslot *me = kvpi_tslot_get(P);
+	kvpi_tslot_put(P, me);
+	bool biased = P->asym;
+	CHECK_EQ(atomic_load(&me->raw_bias), biased ? KVPI_RAW_BIASED : KVPI_RAW_REVOKED);
+	CHECK_EQ(owner_word(r), biased ? (uint64_t)(uintptr_t)me : 0);
+	kvp_block_info info;
+	CHECK_EQ(kvp_block_get(P, r, &info), KVP_OK);
+	CHECK_EQ(info.owner, 0);
+	CHECK_EQ(kvp_free_block(P, r), KVP_OK); /* our own: the bias stays */
+	CHECK_EQ(atomic_load(&me->raw_bias), biased ? KVPI_RAW_BIASED : KVPI_RAW_REVOKED);
+
+	CHECK_EQ(kvp_alloc_block(P, KVP_K, KVP_FP16, &raw_ref), KVP_OK);
+	pthread_t t;
+	CHECK_EQ(pthread_create(&t, NULL, foreign, NULL), 0);
+	CHECK_EQ(pthread_join(t, NULL), 0);
+	CHECK_EQ(atomic_load(&me->raw_bias), KVPI_RAW_REVOKED); /* for good */
+	if (foreign == set_raw_ref) {
+		CHECK_EQ(kvp_block_get(P, raw_ref, &info), KVP_OK);
+		CHECK_EQ(info.n_used, 3);
+		CHECK_EQ(kvp_free_block(P, raw_ref), KVP_OK);
+	}
+	CHECK_EQ(kvp_free_block(P, raw_ref), KVP_OK); /* now stale */
+	CHECK_EQ(kvp_alloc_block(P, KVP_K, KVP_FP16, &r), KVP_OK);
+	CHECK_EQ(owner_word(r), 0); /* a revoked slot stamps no slot */
+	CHECK_EQ(kvp_free_block(P, r), KVP_OK);
+	kvp_stats st;
+	CHECK_EQ(kvp_pool_stats(P, &st), KVP_OK);
+	CHECK_EQ(st.n_allocations, 3);
+	CHECK_EQ(st.n_frees, 3);
+	CHECK_EQ(st.n_stale_frees, 1);
+	CHECK_EQ(st.n_not_full, 0);
+	kvp_pool_destroy(P);
+	P = saved;
+}
+
+static void test_raw_bias_revoked_by_other_thread_free(void)
+{
+	raw_case(free_raw_ref);
+}
+
+static void test_raw_bias_revoked_by_other_thread_set_used(void)
+{
+	raw_case(set_raw_ref);
+}
+
 int main(void)
 {
 	kvp_pool_config c;
@@ -96,6 +176,8 @@ int main(void)
 	CHECK_EQ(kvp_pool_create(&c, &P), KVP_OK);
 	RUN(test_register_then_other_thread_allocates);
 	RUN(test_own_biased_owner_not_revoked);
+	RUN(test_raw_bias_revoked_by_other_thread_free);
+	RUN(test_raw_bias_revoked_by_other_thread_set_used);
 	CHECK_EQ(kvp_n_free(P, KVP_KV), 64);
 	kvp_pool_destroy(P);
 	return 0;

@@ -599,8 +599,8 @@ struct odf_shared {
 	int free_all_by; /* thread index that calls kvp_free_all, or -1 */
 	int rounds, round_no;
 	_Atomic uint64_t attempts; /* refs passed to a free this round */
-	uint64_t stale_before;     /* n_stale_frees before the round */
 	size_t free_k;             /* free blocks of stream K, all freed */
+	bool raw;                  /* kvp_alloc_block'd blocks instead of owned ones */
 	pthread_barrier_t checked;
 };
 
@@ -609,6 +609,12 @@ struct odf_arg {
 	int idx;
 	uint64_t rng;
 };
+
+static int cmp_ref_id(const void *a, const void *b)
+{
+	uint32_t x = KVP_REF_ID(*(const kvp_ref *)a), y = KVP_REF_ID(*(const kvp_ref *)b);
+	return x < y ? -1 : x > y;
+}
 
 static int64_t raw_not_full(kvp_pool *p)
 {
@@ -648,17 +654,19 @@ static void odf_touch(struct odf_arg *a)
 	int order[ODF_N];
 	for (int i = 0; i < ODF_N; i++)
 		order[i] = i;
-	for (int i = ODF_N - 1; i > 0; i--) {
+	/* Half the rounds every thread goes in the same order, so they
+	 * collide on the same ref at the same moment; else each shuffles. */
+	for (int i = ODF_N - 1; i > 0 && (sh->round_no & 2); i--) {
 		int j = (int)(tu_rand(&a->rng) % (uint64_t)(i + 1));
 		int t = order[i];
 		order[i] = order[j];
 		order[j] = t;
 	}
-	/* Foreign threads start a little later at random, so the biased
-	 * thread is often inside an owner op when the first revocation comes. */
-	if (a->idx != 0)
-		for (uint64_t d = tu_rand(&a->rng) % 2000; d > 0; d--)
-			atomic_signal_fence(memory_order_seq_cst);
+	/* Every thread starts a little later at random, so the biased thread
+	 * is often inside an owner (or raw) op when the first revocation
+	 * comes, and often not. */
+	for (uint64_t d = tu_rand(&a->rng) % 2000; d > 0; d--)
+		atomic_signal_fence(memory_order_seq_cst);
 	uint64_t attempts = 0;
 	for (int k = 0; k < ODF_N;) {
 		if (sh->free_all_by == a->idx && k == ODF_N / 2) {
@@ -698,17 +706,27 @@ static void *odf_worker(void *arg)
 	struct odf_shared *sh = a->sh;
 	for (int round = 0; round < sh->rounds; round++) {
 		if (a->idx == 0) {
-			/* A fresh owner made by this thread's allocate: biased to it. */
+			/* A fresh pool, so every round starts with this thread's
+			 * slot raw-biased (raw mode) and stats from zero; a fresh
+			 * owner made by this thread's allocate, so biased to it. */
+			sh->pool = mkpool(256, false, 0, 8);
+			sh->free_k = kvp_n_free(sh->pool, KVP_K);
 			sh->owner = 1000 + (kvp_owner)round;
 			sh->round_no = round;
-			sh->free_all_by = round % 3 == 0 ? (int)(round / 3 % ODF_T) : -1;
+			sh->free_all_by =
+			    !sh->raw && round % 3 == 0 ? (int)(round / 3 % ODF_T) : -1;
 			atomic_store(&sh->attempts, 0);
 			for (int i = 0; i < ODF_N; i++) {
 				size_t n;
 				uint32_t fill = 1 + (uint32_t)(tu_rand(&a->rng) % 16);
-				CHECK_EQ(kvp_allocate(sh->pool, KVP_K, fill, sh->owner, KVP_FP16,
-				                      &sh->refs[i], 1, &n),
-				         KVP_OK);
+				if (sh->raw)
+					CHECK_EQ(kvp_alloc_block(sh->pool, KVP_K, KVP_FP16,
+					                         &sh->refs[i]),
+					         KVP_OK);
+				else
+					CHECK_EQ(kvp_allocate(sh->pool, KVP_K, fill, sh->owner,
+					                      KVP_FP16, &sh->refs[i], 1, &n),
+					         KVP_OK);
 			}
 		}
 		pthread_barrier_wait(&sh->start);
@@ -718,31 +736,42 @@ static void *odf_worker(void *arg)
 			kvp_stats s;
 			CHECK_EQ(kvp_pool_stats(sh->pool, &s), KVP_OK);
 			uint64_t att = atomic_load(&sh->attempts);
-			uint64_t freed_before = (uint64_t)round * ODF_N;
-			CHECK_EQ(s.n_allocations, freed_before + ODF_N);
-			CHECK_EQ(s.n_frees, freed_before + ODF_N);
-			uint64_t stale = s.n_stale_frees - sh->stale_before;
+			CHECK_EQ(s.n_allocations, ODF_N);
+			CHECK_EQ(s.n_frees, ODF_N); /* each block freed exactly once */
 			if (sh->free_all_by < 0)
-				CHECK_EQ(stale, att - ODF_N);
+				CHECK_EQ(s.n_stale_frees, att - ODF_N);
 			else
-				CHECK(stale <= att && stale >= att - ODF_N);
-			sh->stale_before = s.n_stale_frees;
+				CHECK(s.n_stale_frees <= att && s.n_stale_frees >= att - ODF_N);
 			CHECK_EQ(kvp_n_free(sh->pool, KVP_K), sh->free_k);
 			CHECK_EQ(raw_not_full(sh->pool), 0);
-			CHECK_EQ(kvp_free_all(sh->pool, sh->owner), KVP_ENOENT);
+			CHECK_EQ(s.n_not_full, 0);
+			if (!sh->raw)
+				CHECK_EQ(kvp_free_all(sh->pool, sh->owner), KVP_ENOENT);
+			/* Every block once more, all distinct: none was pushed twice. */
+			kvp_ref all[256];
+			size_t got = 0;
+			while (got < sh->free_k)
+				CHECK_EQ(kvp_alloc_block(sh->pool, KVP_K, KVP_FP16, &all[got++]),
+				         KVP_OK);
+			kvp_ref extra;
+			CHECK_EQ(kvp_alloc_block(sh->pool, KVP_K, KVP_FP16, &extra),
+			         KVP_EEXHAUSTED);
+			qsort(all, got, sizeof(all[0]), cmp_ref_id);
+			for (size_t i = 1; i < got; i++)
+				CHECK(KVP_REF_ID(all[i]) != KVP_REF_ID(all[i - 1]));
+			kvp_pool_destroy(sh->pool);
 		}
 		pthread_barrier_wait(&sh->checked);
 	}
 	return NULL;
 }
 
-static void test_owned_double_free_race(void)
+static void owned_double_free_case(bool raw)
 {
 	struct odf_shared sh;
 	memset(&sh, 0, sizeof(sh));
-	sh.pool = mkpool(256, false, 0, 8);
+	sh.raw = raw;
 	sh.rounds = KVP_TEST_TSAN ? 60 : 400;
-	sh.free_k = kvp_n_free(sh.pool, KVP_K);
 	pthread_barrier_init(&sh.start, NULL, ODF_T);
 	pthread_barrier_init(&sh.done, NULL, ODF_T);
 	pthread_barrier_init(&sh.checked, NULL, ODF_T);
@@ -750,18 +779,26 @@ static void test_owned_double_free_race(void)
 	for (int i = 0; i < ODF_T; i++) {
 		a[i].sh = &sh;
 		a[i].idx = i;
-		a[i].rng = seed0 ^ (0x9e3779b97f4a7c15ull * (uint64_t)(i + 1));
+		a[i].rng = seed0 ^ (0x9e3779b97f4a7c15ull * (uint64_t)(i + 1)) ^ raw;
 	}
 	run_threads(ODF_T, odf_worker, a, sizeof(a[0]));
-	kvp_stats s;
-	CHECK_EQ(kvp_pool_stats(sh.pool, &s), KVP_OK);
-	CHECK_EQ(s.n_allocations, (uint64_t)sh.rounds * ODF_N);
-	CHECK_EQ(s.n_frees, (uint64_t)sh.rounds * ODF_N);
-	CHECK_EQ(s.n_not_full, 0);
 	pthread_barrier_destroy(&sh.start);
 	pthread_barrier_destroy(&sh.done);
 	pthread_barrier_destroy(&sh.checked);
-	kvp_pool_destroy(sh.pool);
+}
+
+static void test_owned_double_free_race(void)
+{
+	owned_double_free_case(false);
+}
+
+/* The same with raw blocks: in the asymmetric mode the allocating thread
+ * frees its raw blocks without a CAS while its slot's raw bias stands, and
+ * the first other thread's free or set_used revokes it (a fresh pool each
+ * round, so each round races one revocation). */
+static void test_raw_double_free_race(void)
+{
+	owned_double_free_case(true);
 }
 
 /* ---- biased owners raced by other threads ----
@@ -1074,6 +1111,7 @@ int main(void)
 	RUN(test_register_race);
 	RUN(test_double_free_race);
 	RUN(test_owned_double_free_race);
+	RUN(test_raw_double_free_race);
 	RUN(test_biased_owner_handoff);
 	RUN(test_stats_read_under_churn);
 	RUN(test_short_lived_threads);

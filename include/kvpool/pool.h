@@ -39,8 +39,9 @@
  *                                                   and otherwise may wait as below
  *   kvp_alloc_block        everything               the block path alone
  *   kvp_free               everything               per owner as kvp_allocate (none
- *                                                   for raw blocks); one CAS per raw
- *                                                   block
+ *                                                   for raw blocks); a raw block: one
+ *                                                   CAS, or none when its allocating
+ *                                                   thread frees it (see kvp_alloc_block)
  *   kvp_free_all           everything               the owner's shard mutex
  *   kvp_blocks_for         everything               the owner's shard mutex
  *   kvp_register_owner /
@@ -374,7 +375,8 @@ int kvp_block_get(kvp_pool *pool, kvp_ref ref, kvp_block_info *out);
  * exclusion, as kvp_free changes it: no lock when the owner is biased to the
  * calling thread, else the owner's shard mutex (and, for an owner biased to
  * another thread, a revocation of that bias).  A raw block (kvp_alloc_block)
- * is changed by one CAS on its state word, lock-free.
+ * is changed by one CAS on its state word, lock-free (and may revoke the
+ * allocating thread's raw bias, see kvp_alloc_block).
  */
 int kvp_block_set_used(kvp_pool *pool, kvp_ref ref, uint32_t n_used);
 
@@ -391,6 +393,13 @@ int kvp_block_set_used(kvp_pool *pool, kvp_ref ref, uint32_t n_used);
  * rte_mempool): the block belongs to no owner, so kvp_blocks_for and
  * kvp_free_all never see it; free it with kvp_free_block or kvp_free.
  * Same free-block search, growth and exhaustion rules as kvp_allocate.
+ *
+ * Freeing: the thread that allocated a raw block frees it without a locked
+ * instruction (its thread slot is "raw-biased"); the first time another
+ * thread frees or sets the fill of one of that thread's raw blocks, it
+ * revokes the bias for the rest of the thread's life (one membarrier, a
+ * few hundred nanoseconds to a few microseconds), after which every free of
+ * its raw blocks is one CAS, as in a pool without membarrier.
  *
  * Returns KVP_OK, KVP_EINVAL, KVP_EEXHAUSTED or KVP_ENOMEM (growth).
  * Thread-safe; lock-free unless it must grow the pool.

@@ -13,10 +13,13 @@
  * exclusion, so the free checks the generation and in_use and clears them
  * with a plain release store: of several racing frees exactly one sees the
  * block in use, the rest count as stale.  A raw block (KVP_ST_RAW) has no
- * owner to exclude anyone: its free and set_used are CASes on the whole
- * word, and a raw ref's CAS can never succeed on an owned hand-out (the
- * word it expects carries KVP_ST_RAW).  docs/DESIGN.md, "Giving blocks
- * back", has the argument.
+ * owner: its free and set_used are CASes on the whole word (a raw ref's
+ * CAS can never succeed on an owned hand-out: the word it expects carries
+ * KVP_ST_RAW), except that in the asymmetric mode the thread that
+ * allocated it frees it with the plain store while its slot's raw bias
+ * stands, which any other thread's change of such a block revokes first
+ * (below, "Raw blocks biased to their thread").  docs/DESIGN.md, "Giving
+ * blocks back", has the argument.
  *
  * So a stale ref can never change a block that was handed out again.
  */
@@ -81,10 +84,11 @@ static uint64_t clear_in_use(struct kvp_block *b, uint64_t st, uint32_t gen)
 }
 
 /*
- * Free an owned block whose state word is still at @gen and in use; the
- * caller holds the owner's exclusion, so no other thread writes the word
- * (every writer of an owned in-use block holds it: lib/pool/pool_alloc.c's
- * header).  Returns the state it had, or 0 when it was stale.
+ * Free a block whose state word is still at @gen and in use; the caller
+ * holds the block's exclusion, so no other thread writes the word: for an
+ * owned block the owner's (every writer of an owned in-use block holds it:
+ * the header above), for a raw block a raw op of the slot it is biased to.
+ * Returns the state it had, or 0 when it was stale.
  */
 static inline uint64_t release_owned(struct kvp_block *b, uint32_t gen)
 {
@@ -97,6 +101,81 @@ static inline uint64_t release_owned(struct kvp_block *b, uint32_t gen)
 	 * also sees what we did before (a plain store on x86). */
 	atomic_store_explicit(&b->state, freed_state(st), memory_order_release);
 	return st;
+}
+
+/*
+ * Raw blocks biased to their thread (asymmetric mode).  A raw block has no
+ * owner, so nothing excludes two frees of it but the CAS.  To spare the
+ * common case (a thread frees the raw blocks it allocated) that locked
+ * instruction, a raw hand-out stamped by a slot whose raw_bias is
+ * KVPI_RAW_BIASED carries the slot in its owner word, and that slot's
+ * thread frees it with the same Dekker pair as an owner op: it stores
+ * KVPI_RAW_OP in its in_owner_op word, loads its raw_bias, and while that
+ * is still KVPI_RAW_BIASED checks the generation and clears in_use with a
+ * plain release store (release_owned).  Every other thread that changes
+ * such a block's state (a free, or a set_used) first revokes the slot's
+ * raw bias for good (kvpi_raw_exclude): raw_bias BIASED -> REVOKING
+ * (seq_cst), the heavy barrier, a wait while the slot's in_owner_op is
+ * KVPI_RAW_OP, then REVOKED (release); other revokers wait for REVOKED.
+ * Either the revoker sees the op and waits for its end, or the op sees the
+ * bias gone and uses the CAS; after a revocation all changes are CASes,
+ * which exclude each other.  A revoked slot stamps 0 from then on, as the
+ * fallback mode and the fallback slot always do.  docs/DESIGN.md.
+ */
+
+/* The owner word a raw block handed out by slot @s carries. */
+static inline uint64_t raw_owner_word(struct kvp_tslot *s)
+{
+	/* relaxed: only this slot's thread acts on its own slot's value; a
+	 * revocation racing with the stamp leaves a word naming a revoked
+	 * slot, which every path treats as "use the CAS". */
+	return atomic_load_explicit(&s->raw_bias, memory_order_relaxed) == KVPI_RAW_BIASED
+	           ? (uint64_t)(uintptr_t)s
+	           : 0;
+}
+
+/* Revoke slot @t's raw bias (see above); returns once it is REVOKED. */
+static __attribute__((noinline, cold)) void raw_revoke(struct kvp_pool *p, struct kvp_tslot *t)
+{
+	struct kvpi_spin spin = {0};
+	uint32_t exp = KVPI_RAW_BIASED;
+	/* seq_cst: the store half of the revoker's Dekker pair. */
+	if (!atomic_compare_exchange_strong_explicit(&t->raw_bias, &exp, KVPI_RAW_REVOKING,
+	                                             memory_order_seq_cst, memory_order_acquire)) {
+		/* acquire: pairs with the revoker's release store of REVOKED,
+		 * after which every raw op of that slot that saw BIASED is over
+		 * and its stores visible. */
+		while (atomic_load_explicit(&t->raw_bias, memory_order_acquire) != KVPI_RAW_REVOKED)
+			kvpi_spin_wait(&spin);
+		return;
+	}
+	kvpi_heavy_barrier(p);
+	/* acquire (asym) / seq_cst (fallback): the load half; once it reads
+	 * anything but KVPI_RAW_OP (a release store by that thread), the op's
+	 * store to the state word is visible. */
+	while (atomic_load_explicit(&t->in_owner_op, p->asym ? memory_order_acquire
+	                                                     : memory_order_seq_cst) == KVPI_RAW_OP)
+		kvpi_spin_wait(&spin);
+	/* release: see the acquire above. */
+	atomic_store_explicit(&t->raw_bias, KVPI_RAW_REVOKED, memory_order_release);
+}
+
+void kvpi_raw_exclude(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_block *b, uint64_t st)
+{
+	/* relaxed: validated by the state re-read below. */
+	uint64_t o = atomic_load_explicit(&b->owner, memory_order_relaxed);
+	if (o == 0 || o == (uint64_t)(uintptr_t)s)
+		return; /* no bias, or our own: our CAS excludes everyone else's */
+	/* The word read is this hand-out's (a slot, since the hand-out is raw)
+	 * only if the state is unchanged since @st (loaded with acquire), as in
+	 * kvp_block_get; otherwise the caller's CAS, which expects @st, fails. */
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&b->state, memory_order_relaxed) != st)
+		return;
+	struct kvp_tslot *t = (struct kvp_tslot *)(uintptr_t)o;
+	/* acquire: as in raw_revoke's wait. */
+	if (atomic_load_explicit(&t->raw_bias, memory_order_acquire) != KVPI_RAW_REVOKED)
+		raw_revoke(p, t);
 }
 
 /* Blocks needed for @n tokens: a shift when block_size is a power of two. */
@@ -358,8 +437,8 @@ static __attribute__((noinline)) int alloc_block_general(struct kvp_pool *p, int
 			return kvpi_fail_call(p, s, rc);
 	}
 	bool re;
-	uint32_t gen =
-	    stamp_block(kvpi_bt_block(&p->bt, id), p->block_size, KVP_ST_RAW, 0, format, &re);
+	uint32_t gen = stamp_block(kvpi_bt_block(&p->bt, id), p->block_size, KVP_ST_RAW,
+	                           raw_owner_word(s), format, &re);
 	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
 	kvpi_ctr_add(s, KVP_C_REUSED, re);
 	kvpi_account_in_use(p, s, 1);
@@ -382,8 +461,8 @@ int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *
 	if (p->prefix || !s || !kvpi_mag_pop(p, s, si, &id))
 		return alloc_block_general(p, si, format, out);
 	bool re;
-	uint32_t gen =
-	    stamp_block(kvpi_bt_block(&p->bt, id), p->block_size, KVP_ST_RAW, 0, format, &re);
+	uint32_t gen = stamp_block(kvpi_bt_block(&p->bt, id), p->block_size, KVP_ST_RAW,
+	                           raw_owner_word(s), format, &re);
 	*out = KVP_MAKE_REF(id, gen);
 	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
 	kvpi_ctr_add(s, KVP_C_REUSED, re);
@@ -499,8 +578,10 @@ static inline __attribute__((always_inline)) uint64_t free_ref(struct kvp_pool *
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
 	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
 		return 0;
-	if (st & KVP_ST_RAW)
+	if (st & KVP_ST_RAW) {
+		kvpi_raw_exclude(p, s, b, st);
 		return clear_in_use(b, st, gen);
+	}
 	/* relaxed: validated by the generation check under the owner's exclusion. */
 	kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
 	struct kvp_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
@@ -653,7 +734,28 @@ static inline __attribute__((always_inline)) int free_single(struct kvp_pool *p,
 	kvp_owner owner = 0;
 	bool drop = false;
 	if (st & KVP_ST_RAW) {
-		st = clear_in_use(b, st, gen);
+		/* relaxed: compared only; the state re-read under the op (same
+		 * generation, in use) shows it was this hand-out's. */
+		uint64_t o = atomic_load_explicit(&b->owner, memory_order_relaxed);
+		if (o == (uint64_t)(uintptr_t)s) {
+			/* Biased to us: a raw op (see raw_owner_word). */
+			bool asym = p->asym;
+			kvpi_light_store_m(asym, &s->in_owner_op, KVPI_RAW_OP);
+			/* relaxed (asym) / seq_cst (fallback): the load half of the
+			 * Dekker pair with raw_revoke. */
+			uint32_t rb = atomic_load_explicit(
+			    &s->raw_bias, asym ? memory_order_relaxed : memory_order_seq_cst);
+			if (rb == KVPI_RAW_BIASED)
+				st = release_owned(b, gen);
+			/* release: a revoker waiting on us sees our store. */
+			atomic_store_explicit(&s->in_owner_op, 0, memory_order_release);
+			if (rb != KVPI_RAW_BIASED)
+				st = clear_in_use(b, st, gen);
+		} else if (o == 0) {
+			st = clear_in_use(b, st, gen);
+		} else {
+			return free_single_general(p, id, gen); /* another slot's: revoke */
+		}
 		if (!st)
 			return free_single_general(p, id, gen);
 	} else {

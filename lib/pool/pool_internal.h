@@ -295,6 +295,26 @@ void kvpi_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *
  */
 void kvpi_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r);
 
+/*
+ * Raw-block bias of a slot (struct kvp_tslot's raw_bias) and the value its
+ * in_owner_op word holds while its thread frees one of its raw blocks
+ * without a CAS (records are aligned, so 1 names none).
+ * lib/pool/pool_alloc.c has the protocol.
+ */
+#define KVPI_RAW_REVOKED  0u
+#define KVPI_RAW_BIASED   1u
+#define KVPI_RAW_REVOKING 2u
+#define KVPI_RAW_OP       ((uintptr_t)1)
+
+/*
+ * kvpi_raw_exclude - before changing the state word of raw block @b (a CAS)
+ * from slot @s: if the hand-out whose state is @st has its owner word naming
+ * another slot whose raw bias still stands, revoke that bias (once for the
+ * slot's life), so that slot's thread no longer frees it without a CAS.
+ * lib/pool/pool_alloc.c.
+ */
+void kvpi_raw_exclude(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_block *b, uint64_t st);
+
 /** kvpi_use_magazine - whether slot @s caches free blocks */
 static inline bool kvpi_use_magazine(const struct kvp_pool *p, const struct kvp_tslot *s)
 {

@@ -153,7 +153,8 @@ int kvp_block_get(kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 			out->n_used = kvpi_st_used(st);
 			out->in_use = (st & KVP_ST_IN_USE) != 0;
 			out->ever_allocated = (st & KVP_ST_EVER) != 0;
-			out->owner = out->in_use ? owner : 0;
+			/* A raw block's owner word names the slot it is biased to. */
+			out->owner = out->in_use && !(st & KVP_ST_RAW) ? owner : 0;
 			out->n_holders = out->in_use ? 1u : 0u;
 			out->published = false;
 			rc = KVP_OK;
@@ -180,6 +181,10 @@ static int set_used_cas(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_bloc
 			return KVP_ENOENT;
 		if (st & KVP_ST_PUBLISHED) /* prefix mode: contents fixed */
 			return KVP_EINVAL;
+		if (!p->prefix)
+			/* A raw block another thread may free without a CAS:
+			 * revoke that (lib/pool/pool_alloc.c). */
+			kvpi_raw_exclude(p, s, b, st);
 		/* release: a later free (acq_rel CAS) orders after this;
 		 * acquire on failure re-reads a coherent word. */
 		if (atomic_compare_exchange_weak_explicit(

@@ -82,6 +82,11 @@ struct kvp_tslot {
 	/* The record this slot's thread is inside an owner op on, or 0;
 	 * written only by that thread (kvpi_bias_enter/leave). */
 	_Atomic uintptr_t in_owner_op;
+	/* Raw blocks stamped by this slot's thread (their owner word = the
+	 * slot) may be freed by it without a CAS while this is
+	 * KVPI_RAW_BIASED; revoked for the slot's life by the first other
+	 * thread that frees or sets the fill of one (lib/pool/pool_alloc.c). */
+	_Atomic uint32_t raw_bias;
 	_Atomic uint64_t ctr[KVP_N_CTR];
 	struct kvp_ocache_ent ocache[KVP_OCACHE_N]; /* owner only */
 	struct kvp_rec_cache recs; /* owner only: spare owner records (lib/pool/owner.h) */
