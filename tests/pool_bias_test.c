@@ -13,11 +13,16 @@
  *     slot, its own frees keep the slot's raw bias, another thread's free
  *     (or kvp_block_set_used) revokes it for good, after which new raw
  *     blocks carry no slot; kvp_block_get reports no owner for either.  In
- *     the fallback mode no slot is ever raw-biased.
+ *     the fallback mode no slot is ever raw-biased;
+ *   - an allocate that must drain other threads' magazines holds no owner
+ *     shard lock while it waits for them: another thread can take the
+ *     owner's shard lock meanwhile (it used to wait for the whole drain).
  */
 #include <kvpool/kvpool.h>
 
 #include <pthread.h>
+#include <sched.h>
+#include <string.h>
 
 #include "lib/testing/pool_peek.h"
 #include "tests/testutil.h"
@@ -167,6 +172,88 @@ static void test_raw_bias_revoked_by_other_thread_set_used(void)
 	raw_case(set_raw_ref);
 }
 
+/* ---- a drain holds no shard lock ---- */
+
+struct drain_case {
+	kvp_pool *pool;
+	pthread_barrier_t parked, release;
+	kvp_ref got[64];
+	uint32_t want; /* blocks: one more than the global stack holds */
+	struct kvp_tslot *parked_slot;
+	int rc;
+};
+
+/* Fills its magazine with 8 free blocks, then stays alive (its slot taken). */
+static void *park_full_magazine(void *arg)
+{
+	struct drain_case *d = arg;
+	kvp_ref r[8];
+	for (int i = 0; i < 8; i++)
+		CHECK_EQ(kvp_alloc_block(d->pool, KVP_KV, KVP_FP16, &r[i]), KVP_OK);
+	for (int i = 0; i < 8; i++)
+		CHECK_EQ(kvp_free_block(d->pool, r[i]), KVP_OK);
+	d->parked_slot = kvpi_tslot_get(d->pool);
+	kvpi_tslot_put(d->pool, d->parked_slot);
+	pthread_barrier_wait(&d->parked);
+	pthread_barrier_wait(&d->release);
+	return NULL;
+}
+
+/* Needs one block more than the global stack has: must drain the parked
+ * thread's magazine. */
+static void *allocate_needing_drain(void *arg)
+{
+	struct drain_case *d = arg;
+	size_t n;
+	d->rc = kvp_allocate(d->pool, KVP_KV, d->want * 16, 77, KVP_FP16, d->got, 64, &n);
+	return NULL;
+}
+
+static void test_drain_holds_no_shard_lock(void)
+{
+	struct drain_case d;
+	memset(&d, 0, sizeof(d));
+	kvp_pool_config c;
+	kvp_pool_config_init(&c);
+	c.separate_kv = false;
+	c.n_blocks = 64;
+	c.block_size = 16;
+	c.thread_cache = 8;
+	CHECK_EQ(kvp_pool_create(&c, &d.pool), KVP_OK);
+	pthread_barrier_init(&d.parked, NULL, 2);
+	pthread_barrier_init(&d.release, NULL, 2);
+	pthread_t parker, alloc;
+	CHECK_EQ(pthread_create(&parker, NULL, park_full_magazine, &d), 0);
+	pthread_barrier_wait(&d.parked);
+	/* Pretend the parked thread is inside a call, so a drainer must wait
+	 * for it to take the blocks cached in its magazine. */
+	struct kvp_tslot *ps = d.parked_slot;
+	uint32_t cached = atomic_load(&ps->mag[0].count);
+	CHECK(cached > 0);
+	CHECK_EQ(kvp_n_free(d.pool, KVP_KV), 64);
+	d.want = 64 - cached + 1;
+	atomic_store(&ps->mag[0].in_call, 1);
+	CHECK_EQ(pthread_create(&alloc, NULL, allocate_needing_drain, &d), 0);
+	/* Wait until the allocate is draining (it raised starving)... */
+	while (atomic_load(&d.pool->starving[0]) == 0)
+		sched_yield();
+	/* ...and take the owner's shard lock meanwhile: free, since the
+	 * allocate takes it only after it has its blocks. */
+	struct kvp_oshard *sh = kvpi_owners_shard(&d.pool->owners, 77);
+	CHECK_EQ(pthread_mutex_trylock(&sh->lock), 0);
+	pthread_mutex_unlock(&sh->lock);
+	atomic_store(&ps->mag[0].in_call, 0); /* the "call" ends: the drain goes on */
+	CHECK_EQ(pthread_join(alloc, NULL), 0);
+	CHECK_EQ(d.rc, KVP_OK);
+	CHECK_EQ(kvp_free_all(d.pool, 77), KVP_OK);
+	pthread_barrier_wait(&d.release);
+	CHECK_EQ(pthread_join(parker, NULL), 0);
+	CHECK_EQ(kvp_n_free(d.pool, KVP_KV), 64);
+	pthread_barrier_destroy(&d.parked);
+	pthread_barrier_destroy(&d.release);
+	kvp_pool_destroy(d.pool);
+}
+
 int main(void)
 {
 	kvp_pool_config c;
@@ -178,6 +265,7 @@ int main(void)
 	RUN(test_own_biased_owner_not_revoked);
 	RUN(test_raw_bias_revoked_by_other_thread_free);
 	RUN(test_raw_bias_revoked_by_other_thread_set_used);
+	RUN(test_drain_holds_no_shard_lock);
 	CHECK_EQ(kvp_n_free(P, KVP_KV), 64);
 	kvp_pool_destroy(P);
 	return 0;

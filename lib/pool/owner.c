@@ -161,6 +161,19 @@ static void record_put(struct kvp_owners *o, struct kvp_rec_cache *rc, struct kv
 	pthread_mutex_unlock(&o->spare_lock);
 }
 
+int kvpi_rec_cache_reserve(struct kvp_owners *o, struct kvp_rec_cache *rc)
+{
+	if (rc->head)
+		return 0;
+	struct kvp_orec *r = record_get(o, rc);
+	if (!r)
+		return -1;
+	r->next = rc->head;
+	rc->head = r;
+	rc->n++;
+	return 0;
+}
+
 void kvpi_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc)
 {
 	if (!rc->head)

@@ -153,6 +153,13 @@ struct kvp_orec *kvpi_oshard_insert(struct kvp_owners *o, struct kvp_oshard *sh,
 void kvpi_oshard_remove(struct kvp_owners *o, struct kvp_oshard *sh, struct kvp_rec_cache *rc,
                         struct kvp_orec *r);
 
+/**
+ * kvpi_rec_cache_reserve - make sure @rc holds a record, so that the next
+ * kvpi_oshard_insert with @rc cannot fail; 0, or -1 when no memory could be
+ * had.  Caller: @rc's thread (or the fallback slot's lock holder).
+ */
+int kvpi_rec_cache_reserve(struct kvp_owners *o, struct kvp_rec_cache *rc);
+
 /** kvpi_rec_cache_drain - give every record in @rc back to @o (thread exit) */
 void kvpi_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc);
 

@@ -279,7 +279,32 @@ static inline __attribute__((always_inline)) int alloc_done(struct kvp_pool *p, 
 	return KVP_OK;
 }
 
-/* kvp_allocate's locked path: the owner is not biased to this thread. */
+/*
+ * Hand @nb blocks, already taken (their ids in @refs), out to @owner under
+ * its shard lock: its record is found, or made from the record the caller
+ * reserved in the slot's cache (so it cannot fail), and another thread's
+ * bias on it is revoked first.  Returns how many had been handed out before.
+ */
+static uint64_t hand_out_locked(struct kvp_pool *p, struct kvp_tslot *s, kvp_ref *refs, uint32_t nb,
+                                uint32_t n_tokens, kvp_owner owner, kvp_format format)
+{
+	uint64_t h = kvpi_owner_hash(owner);
+	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
+	pthread_mutex_lock(&sh->lock);
+	struct kvp_orec *r = kvpi_oshard_find_h(sh, owner, h);
+	if (r)
+		kvpi_bias_revoke(p, s, r);
+	else
+		r = kvpi_oshard_insert(&p->owners, sh, &s->recs, owner); /* reserved: not NULL */
+	uint64_t reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
+	kvpi_bias_adopt(p, s, r);
+	pthread_mutex_unlock(&sh->lock);
+	return reused;
+}
+
+/* kvp_allocate's locked path when no owner record could be reserved: the
+ * record is made first under the shard lock, held through the block path. */
+
 static int allocate_locked(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t n_tokens,
                            uint32_t nb, kvp_owner owner, uint64_t h, kvp_format format,
                            kvp_ref *refs, size_t *n_refs)
@@ -344,36 +369,33 @@ static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64
 	}
 
 	struct kvp_tslot *s = kvpi_tslot_get(p);
-	/* The caller's refs array doubles as scratch for the ids: no allocation. */
-	struct kvp_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
-	if (!r)
+	/*
+	 * The blocks are taken first, inside neither the owner's shard lock nor
+	 * an owner op: a drain (which waits for other threads' magazines and
+	 * issues the heavy barrier) or a growth then holds up no other thread
+	 * that touches this owner or any owner of its shard, and a revoker
+	 * never waits for an owner op that is draining.  The owner's record,
+	 * if it has none yet, is then made from a record reserved here, which
+	 * cannot fail; only if not even one record can be had (no memory) is
+	 * the record made first and the block path run under the shard lock
+	 * (allocate_locked), so a failure still leaves no trace.
+	 */
+	if (kvpi_rec_cache_reserve(&p->owners, &s->recs) != 0)
 		return allocate_locked(p, s, si, n_tokens, nb, owner, kvpi_owner_hash(owner),
 		                       format, refs, n_refs);
-	/* Inside an owner op on our own record: no lock.  A revoker waits for
-	 * us; the block path below takes no shard lock (lib/pool/pool_internal.h). */
-	int rc = KVP_OK;
-	uint64_t reused = 0;
-	if (nb == 1) {
-		/* The common case, kept short: one block from the magazine. */
-		uint32_t id;
-		bool re;
-		if (!kvpi_get_one_fast(p, s, si, &id))
-			rc = kvpi_get_blocks(p, s, si, &id, 1);
-		if (rc == KVP_OK) {
-			uint32_t gen =
-			    stamp_block(kvpi_bt_block(&p->bt, id), n_tokens, 0, owner, format, &re);
-			kvpi_orec_append(r, &p->bt, id);
-			refs[0] = KVP_MAKE_REF(id, gen);
-			reused = re;
-		}
-	} else {
-		rc = kvpi_get_blocks(p, s, si, (kvp_u32_alias *)refs, nb);
-		if (rc == KVP_OK)
-			reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
-	}
-	kvpi_bias_leave(s);
+	/* The caller's refs array doubles as scratch for the ids: no allocation. */
+	int rc = kvpi_get_blocks(p, s, si, (kvp_u32_alias *)refs, nb);
 	if (rc != KVP_OK)
 		return kvpi_fail_call(p, s, rc);
+	uint64_t reused;
+	struct kvp_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
+	if (r) {
+		/* Inside an owner op on our own record: no lock (a revoker waits). */
+		reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
+		kvpi_bias_leave(s);
+	} else {
+		reused = hand_out_locked(p, s, refs, nb, n_tokens, owner, format);
+	}
 	return alloc_done(p, s, nb, n_tokens, reused, n_refs);
 }
 

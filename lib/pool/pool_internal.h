@@ -9,10 +9,12 @@
  *   registry lock (thread exit) -> [waits for a drainer's claim]
  * An owner op (a thread inside its own biased owner record, lib/pool/owner.h)
  * takes no shard lock while inside, so a revoker that holds a shard lock
- * and waits for it closes no cycle.  A drainer waits for magazines whose
- * owners are inside a block-path call (in_call), which never waits for any
- * lock; a thread entering its magazine never waits at all (it sees the
- * stream starving and leaves the magazine alone).
+ * and waits for it closes no cycle.  Neither a shard lock nor an owner op
+ * is held across a drain or a growth (kvp_allocate takes its blocks first),
+ * except when no owner record can be reserved for lack of memory.  A drainer waits for magazines
+ * whose owners are inside a block-path call (in_call), which never waits for any lock; a thread
+ * entering its magazine never waits at all (it sees the stream starving and leaves the magazine
+ * alone).
  */
 #ifndef KVPOOL_LIB_POOL_INTERNAL_H
 #define KVPOOL_LIB_POOL_INTERNAL_H
