@@ -1,6 +1,11 @@
 /*
  * lib/pool/pool_internal.h - the pool object and the functions its .c files share.
  *
+ * Laid out as: the struct; the functions the .c files share, declared under
+ * the file that defines each; then the small inline helpers (thread slots,
+ * streams, the owner op, statistics), with the magazine protocol's inline
+ * half in lib/pool/magazine.h, included among them.
+ *
  * Locks and waits, in the order they nest (outer first):
  *   fallback_lock (only a thread without a slot) -> owner shard lock
  *     -> [waits for a biased thread to leave its owner op] -> owner op
@@ -56,7 +61,7 @@ struct kvp_pool {
 
 	struct kvp_freestack fs[2];
 	/* Raised by drainers (seq_cst RMW) before their heavy barrier; read
-	 * by owners entering a magazine.  See the protocol in lib/pool/tslot.h. */
+	 * by owners entering a magazine.  See the protocol in lib/pool/magazine.h. */
 	_Atomic uint32_t starving[2] __attribute__((aligned(64)));
 
 	/* Blocks managed (created - retired), per stream and total; grow_lock. */
@@ -97,6 +102,84 @@ struct kvp_pool {
 	/* Prefix cache (lib/prefix/prefix_internal.h); NULL when the pool has it off. */
 	struct kvp_prefix *prefix;
 };
+
+/*
+ * Raw-block bias of a slot (struct kvp_tslot's raw_bias) and the value its
+ * in_owner_op word holds while its thread frees one of its raw blocks
+ * without a CAS (records are aligned, so 1 names none).
+ * lib/pool/pool_alloc.c has the protocol.
+ */
+#define KVPI_RAW_REVOKED  0u
+#define KVPI_RAW_BIASED   1u
+#define KVPI_RAW_REVOKING 2u
+#define KVPI_RAW_OP       ((uintptr_t)1)
+
+/* ---- Functions the pool's .c files share, by the file that defines them ---- */
+
+/* lib/pool/pool.c: create, destroy, and the heavy barrier. */
+/* The heavy side's barrier of the asymmetric Dekker pairs, after its seq_cst
+ * store (lib/pool/magazine.h). */
+void kvpi_heavy_barrier(struct kvp_pool *p);
+
+/* lib/pool/pool_alloc.c: allocate and free; owner and raw-block bias. */
+/*
+ * kvpi_bias_revoke - make @r an ordinary shard-locked record
+ *
+ * Caller holds @r's shard lock.  If @r is biased to another slot, clears the
+ * bias, issues the heavy barrier and waits until that slot's thread is not
+ * inside an owner op on @r.  A record biased to the caller's own slot @s is
+ * left biased (its thread is here, not inside an op).  lib/pool/pool_alloc.c.
+ */
+void kvpi_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r);
+
+/*
+ * kvpi_bias_adopt - bias @r (shard lock held, not biased to another slot)
+ * to slot @s and cache it there, unless @s is the fallback slot or @r was
+ * revoked too often to be worth it.
+ */
+void kvpi_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r);
+
+/*
+ * kvpi_raw_exclude - before changing the state word of raw block @b (a CAS)
+ * from slot @s: if the hand-out whose state is @st has its owner word naming
+ * another slot whose raw bias still stands, revoke that bias (once for the
+ * slot's life), so that slot's thread no longer frees it without a CAS.
+ * lib/pool/pool_alloc.c.
+ */
+void kvpi_raw_exclude(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_block *b, uint64_t st);
+
+/* lib/pool/pool_blocks.c: the block path. */
+int kvpi_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
+                    uint32_t k);
+void kvpi_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
+                     uint32_t k);
+void kvpi_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
+                    uint32_t k);
+
+/* lib/pool/magazine.c: draining the magazines (lib/pool/magazine.h). */
+/* Drain stream @si's magazines into its global stack: until @want blocks are
+ * reservable (idle magazines first), or all of them (@want 0).  The caller
+ * has raised starving[si] (seq_cst). */
+void kvpi_drain_magazines(struct kvp_pool *p, int si, uint32_t want);
+
+/* lib/pool/pool_resize.c: growth (grow_lock held). */
+int kvpi_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids);
+/* kvp_shrink of stream @si, arguments checked (prefix mode retires in two steps). */
+int kvpi_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
+
+/* lib/pool/pool_stats.c: statistics, the in-use count and the history. */
+void kvpi_stats_sum(struct kvp_pool *p, kvp_stats *out);
+void kvpi_history_record(struct kvp_pool *p);
+void kvpi_history_tick_slow(struct kvp_pool *p, uint32_t calls);
+/* kvpi_account_in_use when the delta leaves the thread's room. */
+void kvpi_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d);
+/* kvpi_fast_end's rare case: kvpi_account_in_use and kvpi_history_tick; KVP_OK. */
+int kvpi_fast_end_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d);
+
+/* lib/pool/tslot.c: declared in lib/pool/tslot.h (kvpi_tslot_get_slow and
+ * the live-pool registry). */
+
+/* ---- Inline helpers ---- */
 
 /* Stream index of @stream for this pool, or -1 if not valid for its layout. */
 static inline int kvpi_stream_index(const struct kvp_pool *p, kvp_stream stream)
@@ -158,82 +241,8 @@ static inline void kvpi_tslot_put(struct kvp_pool *p, struct kvp_tslot *s)
 		kvpi_tslot_put_fallback(p);
 }
 
-/*
- * The two asymmetric Dekker pairs (magazine entry vs drainer, owner op vs
- * bias revoker).  The frequent side stores its "inside" word and then loads
- * the other side's word; the rare side stores its word, issues the heavy
- * barrier, then loads the frequent side's word.  (Once membarrier has
- * failed, kvpi_heavy_barrier uses an mprotect TLB shootdown instead, which
- * gives the same every-CPU fence; lib/pool/pool.c.)
- *
- * asym mode: the frequent side's store (release) and load (relaxed or
- * acquire) are plain moves on x86, with a compiler barrier between them, and the heavy barrier is
- * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED): it runs a full fence on
- * every CPU running a thread of the process before it returns, so either
- * the frequent thread's store had left its store buffer before the rare
- * side's load (which then sees it), or the frequent thread's load runs
- * after the fence and sees the rare side's store, made before the syscall.
- * fallback mode: all four accesses are seq_cst and the heavy barrier is
- * empty: in the single total order of seq_cst operations one of the two
- * stores precedes the other side's load.
- */
-static inline void kvpi_light_store_m(bool asym, _Atomic uintptr_t *w, uintptr_t v)
-{
-	if (asym) {
-		/* release (a plain store on x86 and, unlike a relaxed one, a
-		 * synchronisation point for whoever reads it) + compiler
-		 * barrier: the heavy side's membarrier supplies the fence. */
-		atomic_store_explicit(w, v, memory_order_release);
-		atomic_signal_fence(memory_order_seq_cst);
-	} else {
-		/* seq_cst: the store half of the symmetric Dekker pair. */
-		atomic_store_explicit(w, v, memory_order_seq_cst);
-	}
-}
-
-/* kvpi_light_store_m for pool @p's mode. */
-static inline void kvpi_light_store(const struct kvp_pool *p, _Atomic uintptr_t *w, uintptr_t v)
-{
-	kvpi_light_store_m(p->asym, w, v);
-}
-
-/* The heavy side's barrier, after its seq_cst store (lib/pool/pool.c). */
-void kvpi_heavy_barrier(struct kvp_pool *p);
-
-/*
- * kvpi_mag_enter - the owner enters magazine @m of stream @si
- *
- * Returns false, leaving the magazine alone, when the stream is starving
- * (a drainer may hold the magazine).  On true the caller holds it until
- * kvpi_mag_leave.
- */
-static inline bool kvpi_mag_enter(struct kvp_pool *p, struct kvp_mag *m, int si)
-{
-	uint32_t st;
-	/* The mode, read once: the compiler barrier in the store would make
-	 * it read p->asym again. */
-	bool asym = p->asym;
-	kvpi_light_store_m(asym, &m->in_call, 1);
-	if (asym)
-		/* acquire: a drainer's release decrement of starving makes its
-		 * writes to this magazine visible once we read the count it left. */
-		st = atomic_load_explicit(&p->starving[si], memory_order_acquire);
-	else
-		/* seq_cst: the load half of the symmetric Dekker pair. */
-		st = atomic_load_explicit(&p->starving[si], memory_order_seq_cst);
-	if (__builtin_expect(st == 0, 1))
-		return true;
-	/* release: nothing touched; lets a waiting drainer go on. */
-	atomic_store_explicit(&m->in_call, 0, memory_order_release);
-	return false;
-}
-
-/** kvpi_mag_leave - the owner leaves its magazine */
-static inline void kvpi_mag_leave(struct kvp_mag *m)
-{
-	/* release: a drainer that reads 0 (acquire) sees the ids and count. */
-	atomic_store_explicit(&m->in_call, 0, memory_order_release);
-}
+/* The magazine protocol's inline half: it needs struct kvp_pool above. */
+#include "lib/pool/magazine.h"
 
 /** kvpi_ocache_ent_of - @owner's entry in @s's owner cache */
 static inline struct kvp_ocache_ent *kvpi_ocache_ent_of(struct kvp_tslot *s, kvp_owner owner)
@@ -281,127 +290,6 @@ static inline void kvpi_bias_leave(struct kvp_tslot *s)
 }
 
 /*
- * kvpi_bias_revoke - make @r an ordinary shard-locked record
- *
- * Caller holds @r's shard lock.  If @r is biased to another slot, clears the
- * bias, issues the heavy barrier and waits until that slot's thread is not
- * inside an owner op on @r.  A record biased to the caller's own slot @s is
- * left biased (its thread is here, not inside an op).  lib/pool/pool_alloc.c.
- */
-void kvpi_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r);
-
-/*
- * kvpi_bias_adopt - bias @r (shard lock held, not biased to another slot)
- * to slot @s and cache it there, unless @s is the fallback slot or @r was
- * revoked too often to be worth it.
- */
-void kvpi_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r);
-
-/*
- * Raw-block bias of a slot (struct kvp_tslot's raw_bias) and the value its
- * in_owner_op word holds while its thread frees one of its raw blocks
- * without a CAS (records are aligned, so 1 names none).
- * lib/pool/pool_alloc.c has the protocol.
- */
-#define KVPI_RAW_REVOKED  0u
-#define KVPI_RAW_BIASED   1u
-#define KVPI_RAW_REVOKING 2u
-#define KVPI_RAW_OP       ((uintptr_t)1)
-
-/*
- * kvpi_raw_exclude - before changing the state word of raw block @b (a CAS)
- * from slot @s: if the hand-out whose state is @st has its owner word naming
- * another slot whose raw bias still stands, revoke that bias (once for the
- * slot's life), so that slot's thread no longer frees it without a CAS.
- * lib/pool/pool_alloc.c.
- */
-void kvpi_raw_exclude(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_block *b, uint64_t st);
-
-/** kvpi_use_magazine - whether slot @s caches free blocks */
-static inline bool kvpi_use_magazine(const struct kvp_pool *p, const struct kvp_tslot *s)
-{
-	return p->thread_cache != 0 && !kvpi_tslot_is_fallback(p, s);
-}
-
-/*
- * kvpi_mag_pop - take one block of stream @si from the thread's own magazine
- * into *@id; false when it is empty or the stream is starving.  Needs no
- * kvpi_use_magazine check: the fallback slot's magazines and those of a
- * pool with thread_cache 0 stay empty (nothing is ever pushed to them).
- */
-static inline __attribute__((always_inline)) bool
-kvpi_mag_pop(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id)
-{
-	struct kvp_mag *m = &s->mag[si];
-	if (!kvpi_mag_enter(p, m, si))
-		return false;
-	/* relaxed: we hold the magazine (see lib/pool/tslot.h). */
-	uint32_t cnt = atomic_load_explicit(&m->count, memory_order_relaxed);
-	bool hit = cnt != 0;
-	if (hit) {
-		*id = m->ids[cnt - 1];
-		atomic_store_explicit(&m->count, cnt - 1, memory_order_relaxed);
-	}
-	kvpi_mag_leave(m);
-	return hit;
-}
-
-/*
- * kvpi_mag_push - give block @id of stream @si to the thread's own magazine;
- * false when it is full or the stream is starving.  @s must not be the
- * fallback slot (its magazines have no room).
- */
-static inline __attribute__((always_inline)) bool
-kvpi_mag_push(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t id)
-{
-	struct kvp_mag *m = &s->mag[si];
-	if (!kvpi_mag_enter(p, m, si))
-		return false;
-	/* relaxed: we hold the magazine. */
-	uint32_t cnt = atomic_load_explicit(&m->count, memory_order_relaxed);
-	bool room = cnt < p->thread_cache;
-	if (room) {
-		m->ids[cnt] = id;
-		atomic_store_explicit(&m->count, cnt + 1, memory_order_relaxed);
-	}
-	kvpi_mag_leave(m);
-	return room;
-}
-
-/*
- * kvpi_get_one_fast - take one block of stream @si from the thread's own
- * magazine into *@id; false when it is empty or the stream is starving
- * (then kvpi_get_blocks does the rest).
- */
-static inline bool kvpi_get_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id)
-{
-	return kvpi_use_magazine(p, s) && kvpi_mag_pop(p, s, si, id);
-}
-
-/*
- * kvpi_put_one_fast - give block @id of stream @si to the thread's own
- * magazine; false when it is full or the stream is starving (then
- * kvpi_put_blocks does the rest).
- */
-static inline bool kvpi_put_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t id)
-{
-	return kvpi_use_magazine(p, s) && kvpi_mag_push(p, s, si, id);
-}
-
-/* lib/pool/pool_blocks.c: the block path. */
-int kvpi_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
-                    uint32_t k);
-void kvpi_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
-                     uint32_t k);
-void kvpi_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
-                    uint32_t k);
-/* Drain stream @si's magazines into its global stack: until @want blocks are
- * reservable (idle magazines first), or all of them (@want 0).  The caller
- * has raised starving[si] (seq_cst). */
-void kvpi_drain_magazines(struct kvp_pool *p, int si, uint32_t want);
-void kvpi_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d);
-
-/*
  * kvpi_account_in_use - note @d blocks more (or fewer) in use by this thread
  *
  * The common case stays thread-local and reads no shared word: the new
@@ -420,16 +308,6 @@ static inline void kvpi_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, 
 	kvpi_account_in_use_slow(p, s, d);
 }
 
-/* lib/pool/pool_resize.c: growth (grow_lock held). */
-int kvpi_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids);
-/* kvp_shrink of stream @si, arguments checked (prefix mode retires in two steps). */
-int kvpi_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
-
-/* lib/pool/pool_stats.c */
-void kvpi_stats_sum(struct kvp_pool *p, kvp_stats *out);
-void kvpi_history_record(struct kvp_pool *p);
-void kvpi_history_tick_slow(struct kvp_pool *p, uint32_t calls);
-
 /*
  * kvpi_history_tick - count a mutating call; on a slot's first call and every
  * KVP_HISTORY_EVERY-th one, see whether a snapshot is due (the pool's first
@@ -442,8 +320,6 @@ static inline void kvpi_history_tick(struct kvp_pool *p, struct kvp_tslot *s)
 	if ((calls & (KVP_HISTORY_EVERY - 1)) == 0)
 		kvpi_history_tick_slow(p, calls);
 }
-
-int kvpi_fast_end_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d);
 
 /*
  * kvpi_fast_end - end a one-block fast path: note @d blocks more (or fewer)

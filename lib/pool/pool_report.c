@@ -39,7 +39,7 @@ struct stream_fig {
 static size_t stream_figs(kvp_pool *p, struct stream_fig out[2])
 {
 	static const kvp_stream sep[2] = {KVP_K, KVP_V};
-	size_t n = kvp_pool_separate_kv(p) ? 2 : 1;
+	size_t n = p->separate_kv ? 2 : 1; /* the field: no call back into pool.c */
 	for (size_t i = 0; i < n; i++) {
 		kvp_stream st = n == 2 ? sep[i] : KVP_KV;
 		out[i].name = n == 2 ? (i == 0 ? "k" : "v") : "kv";

@@ -106,6 +106,46 @@ void kvpi_history_tick_slow(struct kvp_pool *p, uint32_t calls)
 		kvpi_history_record(p); /* this thread's KVP_HISTORY_EVERY-th call */
 }
 
+void kvpi_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
+{
+	/*
+	 * A thread keeps up to KVP_PEAK_BATCH - 1 newly allocated blocks to
+	 * itself before adding them to the pool's count, but publishes any net
+	 * free at once, so every unpublished delta is >= 0.  Then the estimate
+	 * below (published count + our own delta) never exceeds the true
+	 * number in use, so the peak never records one that did not happen.
+	 * The fast path keeps a delta only up to in_use_room = peak - published
+	 * count as read here (capped at KVP_PEAK_BATCH - 1): with one thread
+	 * those two words change only here, so every allocation that would
+	 * raise the peak comes here and the peak is exact.  With several
+	 * threads the published count may have grown since; at the instant of
+	 * the true maximum M the published count P was last raised by a
+	 * publish that raised the peak to at least P, and M - P is the sum of
+	 * the unpublished deltas: the peak misses at most KVP_PEAK_BATCH - 1
+	 * blocks per other thread, as before the room was cached.
+	 */
+	bool fb = kvpi_tslot_is_fallback(p, s);
+	s->delta_in_use += d;
+	if (s->delta_in_use >= (int64_t)KVP_PEAK_BATCH || s->delta_in_use < 0 || fb) {
+		/* relaxed: a statistic; orders nothing else. */
+		atomic_fetch_add_explicit(&p->in_use, s->delta_in_use, memory_order_relaxed);
+		s->delta_in_use = 0;
+	}
+	/* relaxed: statistics, as above. */
+	int64_t in_use = atomic_load_explicit(&p->in_use, memory_order_relaxed);
+	uint64_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);
+	int64_t est = in_use + s->delta_in_use;
+	while (d > 0 && est > 0 && (uint64_t)est > peak) {
+		if (atomic_compare_exchange_weak_explicit(
+		        &p->peak, &peak, (uint64_t)est, memory_order_relaxed, memory_order_relaxed))
+			peak = (uint64_t)est;
+	}
+	int64_t room = (int64_t)peak - in_use;
+	if (room > (int64_t)KVP_PEAK_BATCH - 1)
+		room = (int64_t)KVP_PEAK_BATCH - 1;
+	s->in_use_room = fb ? -1 : room;
+}
+
 int kvpi_fast_end_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
 {
 	kvpi_account_in_use(p, s, d);

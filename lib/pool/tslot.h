@@ -7,29 +7,7 @@
  * a slot is never freed before the pool, and a slot given up by an exiting
  * thread is reused by the next new thread.
  *
- * Magazine protocol (one magazine per stream per slot):
- *
- *   in_call   written only by the slot's thread: 1 while it is inside a
- *             block-path call that may touch the magazine, else 0;
- *   claimed   taken by a drainer (or the exiting owner) with a CAS, 0 -> 1,
- *             among threads that are not the magazine's owner;
- *   starving  (per stream, in the pool) raised by every drainer, seq_cst,
- *             for the whole drain.
- *
- * The owner enters by storing in_call = 1 and then loading starving; if it
- * is not 0 it stores in_call = 0 and leaves the magazine alone (the global
- * stack serves it).  A drainer raises starving, issues the heavy barrier
- * (membarrier in asym mode, nothing in the seq_cst fallback: see
- * kvpi_light_store in lib/pool/pool_internal.h), then for each magazine loads
- * in_call: at 0 it claims the magazine and empties it into the global
- * stack, at 1 it skips it or waits for 0.  By the Dekker argument, an owner
- * that loaded starving == 0 has its in_call == 1 seen by every drainer that
- * raised starving before, and an owner that entered after a drainer's
- * barrier sees starving != 0: the owner and a drainer are never inside the
- * same magazine.  Drainers exclude each other with 'claimed'.  So after one
- * pass that waited for every in_call == 1, each free block of the stream is
- * on the global stack or in transit in a call about to push it there.  The
- * owner never executes a locked instruction for its magazine in asym mode.
+ * Magazines are entered and drained by the protocol in lib/pool/magazine.h.
  *
  * Statistics counters have one writer, the slot's thread, which stores
  * load+delta with relaxed order (no locked instruction); readers sum them
