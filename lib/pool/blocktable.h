@@ -32,11 +32,14 @@
  *
  * One block's metadata is 32 bytes:
  *
- *   state      64-bit word changed only by CAS or by the block's exclusive
- *              holder: generation (32) | n_used (16) | in_use | ever_allocated
- *              | retired | raw (no owner) | stream (2) | format (4); in prefix
- *              mode also published, cached, evicting
- *   owner      the owner id while in use (relaxed; validated by the state)
+ *   state      64-bit word changed only by CAS or under the block's
+ *              exclusion (its exclusive holder after a pop, its owner's
+ *              exclusion, or a raw op: lib/pool/pool_alloc.c): generation (32)
+ *              | n_used (16) | in_use | ever_allocated | retired | raw (no
+ *              owner) | stream (2) | format (4); in prefix mode also
+ *              published, cached, evicting
+ *   owner      the owner id while in use; for a raw block the thread slot
+ *              it is biased to, or 0 (relaxed; validated by the state)
  *   free_next  link of the free stack (atomic: read by racing poppers)
  *   own_prev/own_next  links of the owner's list, under the owner's
  *              exclusion (its shard lock, or the thread it is biased to)
