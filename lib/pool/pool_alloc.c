@@ -604,8 +604,12 @@ static inline __attribute__((always_inline)) uint64_t free_ref(struct kvp_pool *
 		kvpi_raw_exclude(p, s, b, st);
 		return clear_in_use(b, st, gen);
 	}
-	/* relaxed: validated by the generation check under the owner's exclusion. */
-	kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
+	/* acquire (a plain load on x86): the generation check under the owner's
+	 * exclusion validates this word.  Should it be a later hand-out's owner,
+	 * the free before that hand-out happens-before the re-check, which then
+	 * sees the block freed or re-stamped (docs/DESIGN.md, "Why an owned
+	 * block's free needs no CAS"); relaxed would not order the re-check. */
+	kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_acquire);
 	struct kvp_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
 	if (r) {
 		bool empty = false;
@@ -781,8 +785,12 @@ static inline __attribute__((always_inline)) int free_single(struct kvp_pool *p,
 		if (!st)
 			return free_single_general(p, id, gen);
 	} else {
-		/* relaxed: validated by the generation check under the exclusion. */
-		owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
+		/* acquire (a plain load on x86): the generation check under the owner's
+		 * exclusion validates this word.  Should it be a later hand-out's owner,
+		 * the free before that hand-out happens-before the re-check, which then
+		 * sees the block freed or re-stamped (docs/DESIGN.md, "Why an owned
+		 * block's free needs no CAS"); relaxed would not order the re-check. */
+		owner = atomic_load_explicit(&b->owner, memory_order_acquire);
 		struct kvp_orec *r = kvpi_bias_enter(p, s, owner);
 		if (!r)
 			return free_single_general(p, id, gen);

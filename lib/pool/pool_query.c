@@ -222,8 +222,12 @@ static int set_used_owned(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_bl
 static int set_used_exclusive(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_block *b,
                               uint32_t gen, uint32_t n_used)
 {
-	/* relaxed: validated by the generation check under the exclusion. */
-	kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
+	/* acquire (a plain load on x86): the generation check under the owner's
+	 * exclusion validates this word.  Should it be a later hand-out's owner,
+	 * the free before that hand-out happens-before the re-check, which then
+	 * sees the block freed or re-stamped (docs/DESIGN.md, "Why an owned
+	 * block's free needs no CAS"); relaxed would not order the re-check. */
+	kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_acquire);
 	struct kvp_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
 	if (r) {
 		int rc = set_used_owned(p, s, b, gen, n_used);
