@@ -18,11 +18,13 @@
  * threads evicting at once (nothing cached meanwhile), exactly the least
  * recently cached blocks are gone (the guarantee lib/prefix/prefix_lru.c states).
  *
- * The race windows are widened: the index lookup, a match's CAS out of
- * CACHED and the LRU unlink of a revived block are wrapped (-Wl,--wrap) to
- * yield now and then: between a lookup and its validation, between a
- * match's read of the state and its CAS, and between its winning CAS and
- * its unlink, where an evictor or a publisher may slip in.
+ * The race windows are widened: the index lookup, every CAS on a block's
+ * state word (the lock bit's CAS of a match, release, publish or reset, and
+ * the evictor's CAS CACHED -> EVICTING) and the listing of a block at its
+ * last release are wrapped (-Wl,--wrap) to yield now and then: between a
+ * lookup and its lock, between reading a state and the CAS from it, and
+ * while a block is locked, where an evictor, a release or a publisher may
+ * slip in.
  *
  * KVP_RACE_SEED picks the seed.
  */
@@ -48,24 +50,26 @@ static _Thread_local uint64_t wrap_rng = 88172645463325252ull;
 
 struct kvp_prefix;
 struct kvp_pnode;
+struct kvp_block;
 struct kvp_pnode *__real_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
                                                const kvp_hash *key);
 struct kvp_pnode *__wrap_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
                                                const kvp_hash *key);
-void __real_kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
-struct kvp_block;
-bool __real_kvpi_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst);
-bool __wrap_kvpi_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst);
+bool __real_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
+bool __wrap_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
+void __real_kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id);
+void __wrap_kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id);
 
-/* A match's CAS out of CACHED, after a pause now and then. */
-bool __wrap_kvpi_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst)
+/* Every CAS on a block's state word (a lock, an eviction), after a pause
+ * now and then: between reading the state and changing it. */
+bool __wrap_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst)
 {
-	if (tu_rand(&wrap_rng) % 2 == 0)
+	if (tu_rand(&wrap_rng) % 4 == 0)
 		sched_yield();
-	return __real_kvpi_pfx_leave_cached(b, st, nst);
+	return __real_kvpi_pfx_cas(b, st, nst);
 }
-void __wrap_kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
 
+/* A lookup, then a pause now and then before its block is locked. */
 struct kvp_pnode *__wrap_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
                                                const kvp_hash *key)
 {
@@ -75,12 +79,14 @@ struct kvp_pnode *__wrap_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t s
 	return n;
 }
 
-void __wrap_kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id)
+/* Listing a block at its last release: the block stays locked meanwhile. */
+void __wrap_kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id)
 {
 	if (tu_rand(&wrap_rng) % 4 == 0)
 		sched_yield();
-	__real_kvpi_pfx_lru_unlink(pf, si, id);
+	__real_kvpi_pfx_lru_insert(pf, si, id);
 }
+
 static kvp_pool *pool;
 /* The ledger: written by a block's allocator before it publishes, read by holders. */
 static uint64_t content[MAXIDS];

@@ -37,7 +37,7 @@
  *              exclusion, or a raw op: lib/pool/pool_alloc.c): generation (32)
  *              | n_used (16) | in_use | ever_allocated | retired | raw (no
  *              owner) | stream (2) | format (4); in prefix mode also
- *              published, cached, evicting
+ *              published, cached, evicting, locked
  *   owner      the owner id while in use; for a raw block the thread slot
  *              it is biased to, or 0 (relaxed; validated by the state)
  *   free_next  link of the free stack (atomic: read by racing poppers)
@@ -84,10 +84,12 @@ _Static_assert(sizeof(struct kvp_block) == 32, "block metadata must stay 32 byte
 #define KVP_ST_RAW          (1ull << 51)
 #define KVP_ST_STREAM_SHIFT 52
 /* Prefix cache only (lib/prefix/prefix_internal.h): findable by key, cached (free
- * and on an LRU list), taken off the LRU by an evictor. */
+ * and findable), taken by an evictor, and the block's lock bit (its prefix
+ * fields are being changed: other writers of the word wait until it clears). */
 #define KVP_ST_PUBLISHED    (1ull << 54)
 #define KVP_ST_CACHED       (1ull << 55)
 #define KVP_ST_EVICTING     (1ull << 60)
+#define KVP_ST_LOCKED       (1ull << 61)
 #define KVP_ST_FORMAT_SHIFT 56
 
 static inline uint32_t kvpi_st_gen(uint64_t st)

@@ -181,6 +181,12 @@ static int set_used_cas(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_bloc
 			return KVP_ENOENT;
 		if (st & KVP_ST_PUBLISHED) /* prefix mode: contents fixed */
 			return KVP_EINVAL;
+		if (st & KVP_ST_LOCKED) { /* prefix mode: wait for the lock holder */
+			sched_yield();
+			/* acquire: see the state the lock holder left. */
+			st = atomic_load_explicit(&b->state, memory_order_acquire);
+			continue;
+		}
 		if (!p->prefix)
 			/* A raw block another thread may free without a CAS:
 			 * revoke that (lib/pool/pool_alloc.c). */

@@ -3,12 +3,13 @@
  * prefix state's life cycle.  lib/prefix/prefix_internal.h has the design.
  *
  * Matching: each key is looked up in the index with no lock; the block the
- * node names is then locked by its stripe mutex and checked (still
- * published under that very node, right format).  An in-use block gains a
- * hold; a cached one is taken by a CAS CACHED -> IN_USE with a new
- * generation, which an evictor's CAS CACHED -> EVICTING may beat (then the
- * key is a miss).  The whole call holds the owner's shard mutex, so the
- * owner's hold array takes the matched blocks in order.
+ * node names is then locked (one CAS on its state word, from a state that
+ * is published, in use or cached, and of the right format) and checked
+ * (still published under that very node).  An in-use block gains a hold;
+ * a cached one becomes in use with a new generation, left on its LRU list
+ * (marked stale).  An evictor's CAS CACHED -> EVICTING may beat the lock's
+ * CAS (then the key is a miss).  The whole call holds the owner's shard
+ * mutex, so the owner's hold array takes the matched blocks in order.
  */
 #include <string.h>
 
@@ -55,7 +56,10 @@ static void side_destroy(struct kvp_prefix *pf)
 			if (!seg)
 				continue;
 			for (uint32_t i = 0; i < KVP_SEG_BLOCKS; i++)
-				for (struct kvp_pnode *n = seg[i].spare, *nx; n; n = nx) {
+				for (struct kvp_pnode *n = atomic_load_explicit(
+				                          &seg[i].spare, memory_order_relaxed),
+				                      *nx;
+				     n; n = nx) {
 					nx = n->spare;
 					kvpi_sys_free(n);
 				}
@@ -85,8 +89,6 @@ int kvpi_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
 	 * ones).  Without magazines every uncached free block is on the global
 	 * stack: the order is exact and nothing waits. */
 	p->thread_cache = 0;
-	for (uint32_t i = 0; i < KVP_PFX_STRIPES; i++)
-		pthread_mutex_init(&pf->stripe[i], NULL);
 	kvpi_pfx_lru_init(pf);
 	if (kvpi_pfx_owners_init(pf) != 0 || kvpi_pfx_index_init(pf) != 0 ||
 	    kvpi_pfx_extend(pf, cfg->n_blocks) != 0)
@@ -103,37 +105,46 @@ void kvpi_pfx_destroy(struct kvp_pool *p)
 	side_destroy(pf);
 	kvpi_pfx_owners_destroy(pf);
 	kvpi_pfx_lru_destroy(pf);
-	for (uint32_t i = 0; i < KVP_PFX_STRIPES; i++)
-		pthread_mutex_destroy(&pf->stripe[i]);
 	kvpi_sys_free(pf);
 	p->prefix = NULL;
+}
+
+/* A state a match may lock: published, in use or cached (not being
+ * evicted), of format *@arg. */
+static bool match_ok(uint64_t st, const void *arg)
+{
+	return (st & KVP_ST_PUBLISHED) && (st & (KVP_ST_IN_USE | KVP_ST_CACHED)) &&
+	       !(st & KVP_ST_EVICTING) && kvpi_st_format(st) == *(const uint32_t *)arg;
 }
 
 /*
  * Take @owner's hold on the block @n names, if it is still published under
  * @n in @format.  Returns false for a miss.  Owner shard mutex held.
  */
-static bool take_hold(struct kvp_pool *p, struct kvp_porec *r, struct kvp_pnode *n,
-                      kvp_format format, kvp_owner owner, kvp_ref *out, uint64_t *revived)
+static bool take_hold(struct kvp_pool *p, struct kvp_porec *r, struct kvp_pnode *n, uint32_t format,
+                      kvp_owner owner, kvp_ref *out, int64_t *revived)
 {
 	struct kvp_prefix *pf = p->prefix;
 	uint32_t id = n->id;
 	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
 	struct kvp_pside *e = kvpi_pfx_side(pf, id);
-	pthread_mutex_t *lk = kvpi_pfx_stripe(pf, id);
-	bool ok = false;
+	uint64_t seen;
 
-	pthread_mutex_lock(lk);
-	/* acquire: see the publisher's or last holder's writes. */
-	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if (e->pub != n || !(st & KVP_ST_PUBLISHED) || kvpi_st_format(st) != (uint32_t)format)
-		goto out;
+	/* The one CAS that settles a race with an evictor or a release. */
+	uint64_t st = kvpi_pfx_lock(b, match_ok, &format, &seen);
+	if (!st)
+		return false;
+	if (e->pub != n) { /* evicted and published again meanwhile */
+		kvpi_pfx_unlock(b, st);
+		return false;
+	}
 	if (st & KVP_ST_IN_USE) {
-		/* relaxed: under the stripe mutex. */
+		/* relaxed (holders, owner_xor, owner): under the lock. */
 		uint32_t h = atomic_load_explicit(&e->holders, memory_order_relaxed);
 		bool mine = h == 1 ? atomic_load_explicit(&b->owner, memory_order_relaxed) == owner
 		                   : kvpi_pfx_ofind_pos(pf, r, id) >= 0;
 		if (!mine) {
+			kvpi_pfx_bump(e);
 			atomic_store_explicit(&e->holders, h + 1, memory_order_relaxed);
 			atomic_store_explicit(
 			    &e->owner_xor,
@@ -141,31 +152,30 @@ static bool take_hold(struct kvp_pool *p, struct kvp_porec *r, struct kvp_pnode 
 			    memory_order_relaxed);
 			kvpi_pfx_oappend(pf, r, id);
 		}
+		kvpi_pfx_unlock(b, st);
 		*out = KVP_MAKE_REF(id, kvpi_st_gen(st));
-		ok = true;
-	} else if (st & KVP_ST_CACHED) {
-		uint32_t gen = kvpi_st_gen(st) + 1;
-		if (gen == 0)
-			gen = 1;
-		uint64_t nst =
-		    kvpi_st_make(gen, p->block_size, KVP_ST_IN_USE | KVP_ST_EVER | KVP_ST_PUBLISHED,
-		                 kvpi_st_stream(st), (uint32_t)format);
-		/* The one CAS that settles a race with an evictor. */
-		if (kvpi_pfx_leave_cached(b, st, nst)) {
-			/* relaxed: under the stripe mutex. */
-			atomic_store_explicit(&e->holders, 1, memory_order_relaxed);
-			atomic_store_explicit(&e->owner_xor, owner, memory_order_relaxed);
-			atomic_store_explicit(&b->owner, owner, memory_order_relaxed);
-			kvpi_pfx_lru_unlink(pf, kvpi_pfx_si(p, st), id);
-			kvpi_pfx_oappend(pf, r, id);
-			*out = KVP_MAKE_REF(id, gen);
-			*revived += 1;
-			ok = true;
-		}
+		return true;
 	}
-out:
-	pthread_mutex_unlock(lk);
-	return ok;
+	/* Cached: revive it with a new generation, left where it is on its
+	 * LRU list (an evictor that meets it moves or drops it). */
+	uint32_t gen = kvpi_st_gen(st) + 1;
+	if (gen == 0)
+		gen = 1;
+	kvpi_pfx_bump(e);
+	/* relaxed: under the lock. */
+	atomic_store_explicit(&e->holders, 1, memory_order_relaxed);
+	atomic_store_explicit(&e->owner_xor, owner, memory_order_relaxed);
+	atomic_store_explicit(&b->owner, owner, memory_order_relaxed);
+	int si = kvpi_pfx_si(p, st);
+	if (kvpi_pfx_flag(&e->listed))
+		kvpi_pfx_set_flag(&e->stale, true);
+	revived[si]++;
+	kvpi_pfx_oappend(pf, r, id);
+	kvpi_pfx_unlock(b, kvpi_st_make(gen, p->block_size,
+	                                KVP_ST_IN_USE | KVP_ST_EVER | KVP_ST_PUBLISHED,
+	                                kvpi_st_stream(st), format));
+	*out = KVP_MAKE_REF(id, gen);
+	return true;
 }
 
 int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kvp_hash *keys,
@@ -194,7 +204,7 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 	struct kvp_tslot *s = kvpi_tslot_get(p);
 	struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
 	uint32_t tag = kvpi_stream_tag(p, si);
-	uint64_t revived = 0;
+	int64_t revived[2] = {0, 0};
 	size_t i = 0;
 
 	kvpi_rcu_read_lock();
@@ -215,7 +225,7 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 	}
 	for (; i < n_keys; i++) {
 		struct kvp_pnode *n = kvpi_pfx_index_lookup(pf, tag, &keys[i]);
-		if (!n || !take_hold(p, r, n, format, owner, &refs[i], &revived))
+		if (!n || !take_hold(p, r, n, (uint32_t)format, owner, &refs[i], revived))
 			break;
 	}
 	if (r->count == 0 && made)
@@ -223,16 +233,33 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 	pthread_mutex_unlock(&sh->lock);
 	kvpi_ctr_add(s, KVP_C_PQUERIES, n_keys);
 	kvpi_ctr_add(s, KVP_C_PHITS, i);
-	kvpi_ctr_add(s, KVP_C_ALLOCS, revived);
-	kvpi_ctr_add(s, KVP_C_REUSED, revived);
-	if (revived)
-		kvpi_account_in_use(p, s, (int64_t)revived);
+	uint64_t nrev = (uint64_t)(revived[0] + revived[1]);
+	kvpi_ctr_add(s, KVP_C_ALLOCS, nrev);
+	kvpi_ctr_add(s, KVP_C_REUSED, nrev);
+	if (nrev)
+		kvpi_account_in_use(p, s, (int64_t)nrev);
+	revived[0] = -revived[0];
+	revived[1] = -revived[1];
+	kvpi_pfx_count_cached(pf, revived);
 	kvpi_rcu_read_unlock();
 	if (i)
 		kvpi_history_tick(p, s);
 	kvpi_tslot_put(p, s);
 	*n_matched = i;
 	return KVP_OK;
+}
+
+struct pub_arg {
+	uint32_t gen, block_size;
+};
+
+/* A state publish may lock: the ref's hand-out, in use, full, not raw, not
+ * published yet. */
+static bool publish_ok(uint64_t st, const void *arg)
+{
+	const struct pub_arg *a = arg;
+	return kvpi_st_gen(st) == a->gen && !(st & KVP_ST_RETIRED) && (st & KVP_ST_IN_USE) &&
+	       !(st & (KVP_ST_RAW | KVP_ST_PUBLISHED)) && kvpi_st_used(st) == a->block_size;
 }
 
 int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
@@ -243,54 +270,36 @@ int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
 	if (id >= kvp_pool_n_ids(p))
 		return KVP_ENOENT;
 	struct kvp_prefix *pf = p->prefix;
+	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+	struct kvp_pside *e = kvpi_pfx_side(pf, id);
+	struct pub_arg arg = {KVP_REF_GEN(ref), p->block_size};
+	uint64_t seen;
 	int rc = KVP_OK;
 
 	kvpi_rcu_read_lock();
-	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
-	struct kvp_pside *e = kvpi_pfx_side(pf, id);
-	pthread_mutex_t *lk = kvpi_pfx_stripe(pf, id);
-	pthread_mutex_lock(lk);
-	/* acquire: see the hand-out's fields. */
-	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if (kvpi_st_gen(st) != KVP_REF_GEN(ref) || (st & KVP_ST_RETIRED)) {
-		rc = KVP_ENOENT;
-	} else if (!(st & KVP_ST_IN_USE) || (st & (KVP_ST_RAW | KVP_ST_PUBLISHED)) ||
-	           kvpi_st_used(st) != p->block_size) {
-		rc = KVP_EINVAL;
+	uint64_t st = kvpi_pfx_lock(b, publish_ok, &arg, &seen);
+	if (!st) {
+		kvpi_rcu_read_unlock();
+		return kvpi_st_gen(seen) != arg.gen || (seen & KVP_ST_RETIRED) ? KVP_ENOENT
+		                                                               : KVP_EINVAL;
+	}
+	struct kvp_pnode *n = kvpi_pfx_node_get(pf, e);
+	if (!n) {
+		rc = KVP_ENOMEM;
 	} else {
-		struct kvp_pnode *n = kvpi_pfx_node_get(pf, e);
-		if (!n) {
-			rc = KVP_ENOMEM;
-			goto out;
-		}
 		n->key = key;
 		n->id = id;
 		n->stream = kvpi_st_stream(st);
+		/* Matchers that find the node wait for our lock, then check pub. */
 		if (kvpi_pfx_index_add(pf, n)) {
-			/* Never in the index: reusable at once. */
-			n->spare = e->spare;
-			e->spare = n;
+			kvpi_pfx_node_put(e, n); /* never in the index: reusable at once */
 			rc = KVP_EEXIST;
-			goto out;
-		}
-		/* Matchers wait for this mutex, so none sees the node before
-		 * the block is marked.  Only set_used may change the word now.
-		 * acq_rel: orders the holder's writes before the mark. */
-		while (!atomic_compare_exchange_weak_explicit(&b->state, &st, st | KVP_ST_PUBLISHED,
-		                                              memory_order_acq_rel,
-		                                              memory_order_acquire)) {
-			if (kvpi_st_used(st) != p->block_size) {
-				rc = KVP_EINVAL; /* set_used emptied it meanwhile */
-				break;
-			}
-		}
-		if (rc == KVP_OK)
+		} else {
 			e->pub = n;
-		else
-			kvpi_pfx_index_del(pf, n);
+			st |= KVP_ST_PUBLISHED;
+		}
 	}
-out:
-	pthread_mutex_unlock(lk);
+	kvpi_pfx_unlock(b, st);
 	kvpi_rcu_read_unlock();
 	return rc;
 }
@@ -313,26 +322,30 @@ struct unpub_arg {
 	size_t n;
 };
 
-/* Unpublish the held block @n names (its stripe mutex is taken here). */
+/* A state reset may unpublish: published and held. */
+static bool unpub_ok(uint64_t st, const void *arg)
+{
+	(void)arg;
+	return (st & KVP_ST_PUBLISHED) && (st & KVP_ST_IN_USE);
+}
+
+/* Unpublish the held block @n names (locked here). */
 static void unpublish(struct kvp_pnode *n, void *arg)
 {
 	struct unpub_arg *a = arg;
 	struct kvp_prefix *pf = a->p->prefix;
-	uint32_t id = n->id;
-	struct kvp_block *b = kvpi_bt_block(&a->p->bt, id);
-	struct kvp_pside *e = kvpi_pfx_side(pf, id);
-	pthread_mutex_t *lk = kvpi_pfx_stripe(pf, id);
-	pthread_mutex_lock(lk);
-	/* acquire: the current state. */
-	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if (e->pub == n && (st & KVP_ST_IN_USE)) {
-		/* release: kvp_block_get sees a whole word.  Nobody else changes
-		 * a published in-use block's word without this mutex. */
-		atomic_fetch_and_explicit(&b->state, ~KVP_ST_PUBLISHED, memory_order_release);
+	struct kvp_block *b = kvpi_bt_block(&a->p->bt, n->id);
+	struct kvp_pside *e = kvpi_pfx_side(pf, n->id);
+	uint64_t seen;
+	uint64_t st = kvpi_pfx_lock(b, unpub_ok, NULL, &seen);
+	if (!st)
+		return; /* cached (or evicted) since the reset's eviction pass */
+	if (e->pub == n) {
 		kvpi_pfx_forget(pf, e);
+		st &= ~KVP_ST_PUBLISHED;
 		a->n++;
 	}
-	pthread_mutex_unlock(lk);
+	kvpi_pfx_unlock(b, st);
 }
 
 size_t kvp_prefix_reset(kvp_pool *p)

@@ -2,19 +2,22 @@
  * lib/prefix/prefix_index.c - the key index of the prefix cache: liburcu's cds_lfht.
  *
  * Keys are (stream tag, 128-bit content key).  Lookups run in a read-side
- * section and take no lock; add and delete run under the stripe mutex of
- * the node's block, so for one block at most one node is ever live, and a
- * node's fields never change while it is in the table.  A deleted node may
- * still be read by lookups that found it before the delete, so it goes
- * back to its block's spare list only after a grace period (call_rcu);
- * publishing takes a spare node before it allocates one, so a warm server
- * allocates no nodes.
+ * section and take no lock; add and delete run with the node's block
+ * locked (its state word's lock bit) or owned by an evictor, so for one
+ * block at most one node is ever live, and a node's fields never change
+ * while it is in the table.  A deleted node may still be read by lookups
+ * that found it before the delete, so it goes back to its block's spare
+ * stack only after a grace period (call_rcu); publishing takes a spare node
+ * before it allocates one, so a warm server allocates no nodes.  The spare
+ * stack is a Treiber stack with one popper at a time (the publisher, which
+ * holds the block's lock) and any number of pushers (callbacks): a pop
+ * cannot meet ABA, because only a pop removes nodes.
  *
  * liburcu's code is not instrumented for ThreadSanitizer: a publisher
  * releases on the node's address after filling it, and the match function
  * acquires on it before reading it (the cds_lfht add/lookup pair provides
  * that ordering on the hardware).  Reuse is ordered by the grace period
- * (lib/base/rcu.c) and the stripe mutex.
+ * (lib/base/rcu.c) and the spare stack's CAS.
  */
 #include <time.h>
 #include <urcu/urcu-bp.h>
@@ -141,12 +144,7 @@ static void node_back(struct kvp_rcu_cb *cb)
 	struct kvp_pnode *n =
 	    (struct kvp_pnode *)(void *)((char *)cb - __builtin_offsetof(struct kvp_pnode, rcu));
 	struct kvp_prefix *pf = n->pf;
-	pthread_mutex_t *lk = kvpi_pfx_stripe(pf, n->id);
-	pthread_mutex_lock(lk);
-	struct kvp_pside *e = kvpi_pfx_side(pf, n->id);
-	n->spare = e->spare;
-	e->spare = n;
-	pthread_mutex_unlock(lk);
+	kvpi_pfx_node_put(kvpi_pfx_side(pf, n->id), n);
 	/* release: the last touch of the pool's memory by this callback;
 	 * kvpi_pfx_index_destroy (acquire) waits for 0 or for a barrier. */
 	atomic_fetch_sub_explicit(&pf->deferred, 1, memory_order_release);
@@ -161,13 +159,27 @@ void kvpi_pfx_index_del(struct kvp_prefix *pf, struct kvp_pnode *n)
 	kvpi_rcu_call(&n->rcu, node_back);
 }
 
+void kvpi_pfx_node_put(struct kvp_pside *e, struct kvp_pnode *n)
+{
+	/* relaxed load: the CAS below checks it. */
+	struct kvp_pnode *top = atomic_load_explicit(&e->spare, memory_order_relaxed);
+	do
+		n->spare = top;
+	/* release: the popper (acquire) sees n->spare and the node. */
+	while (!atomic_compare_exchange_weak_explicit(&e->spare, &top, n, memory_order_release,
+	                                              memory_order_relaxed));
+}
+
 struct kvp_pnode *kvpi_pfx_node_get(struct kvp_prefix *pf, struct kvp_pside *e)
 {
-	struct kvp_pnode *n = e->spare;
-	if (n) {
-		e->spare = n->spare;
+	/* acquire: see the pusher's n->spare. */
+	struct kvp_pnode *n = atomic_load_explicit(&e->spare, memory_order_acquire);
+	/* acquire on failure: as above.  We are the only popper (block lock). */
+	while (n && !atomic_compare_exchange_weak_explicit(
+	                &e->spare, &n, n->spare, memory_order_acquire, memory_order_acquire))
+		;
+	if (n)
 		return n;
-	}
 	n = kvpi_sys_alloc(sizeof(*n), 64);
 	if (n)
 		n->pf = pf;

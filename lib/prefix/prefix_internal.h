@@ -6,65 +6,102 @@
  *   - a side entry per block id (struct kvp_pside) in a two-level table that
  *     never moves (segments of KVP_SEG_BLOCKS entries, made with the pool's
  *     growth under its grow mutex and published with a release store):
- *     hold count, XOR of the holders' owner ids, the block's index node, its
- *     spare index nodes, its LRU links, and a hint of its position in its
- *     latest holder's hold array;
- *   - KVP_PFX_STRIPES block stripe mutexes: stripe (id % KVP_PFX_STRIPES)
- *     guards hold count, holder XOR, index node and spare nodes of its blocks,
- *     and every change of a block's state word except three: set_used and the
- *     hand-out of a popped block (both as in the plain pool), and the
- *     evictor's CACHED -> EVICTING CAS;
+ *     hold count, XOR of the holders' owner ids, the node the block is
+ *     published under, its spare index nodes, its LRU links and flags, and
+ *     a hint of its position in its latest holder's hold array;
+ *   - a lock bit in each block's state word (KVP_ST_LOCKED): the block's
+ *     prefix fields (hold count, holder XOR, owner, published node, LRU
+ *     flags) change only while it is set, and the store that clears it
+ *     also writes the block's next state.  Taking it is one CAS on the
+ *     state word, from a state the taker has checked; so a match, a
+ *     release, a publish and an eviction of the same block are ordered by
+ *     that one word, and blocks never share a lock;
  *   - the key index: liburcu's lock-free resizable hash table (cds_lfht, bp
  *     flavor) of index nodes keyed by (stream tag, 128-bit key); looked up
- *     in a read-side section with no lock, changed under the block's stripe
- *     mutex; a deleted node is reused only after a grace period (call_rcu
- *     hands it back to its block's spare list);
+ *     in a read-side section with no lock, changed with the block locked
+ *     (or owned by an evictor); a deleted node is reused only after a grace
+ *     period (call_rcu pushes it back on its block's spare stack);
  *   - per stream, KVP_PFX_LRU_SHARDS LRU lists of cached blocks (mutex per
  *     shard, shard = id % KVP_PFX_LRU_SHARDS), each in order of a global
- *     cache sequence number stamped under the shard mutex;
+ *     sequence number stamped under the shard mutex when a block is put on
+ *     the list.  The lists are lazy: a match that takes a cached block
+ *     leaves it on its list (marked stale), and a block whose last holder
+ *     lets go while it is still listed stays where it is.  An evictor that
+ *     meets a held block drops it from the list, and one that meets a stale
+ *     cached block moves it to the tail (new sequence number); only the last
+ *     release of a block that is on no list takes a shard mutex.  The
+ *     number of cached blocks per shard is a separate counter;
  *   - its own owner table (KVP_PFX_OWNER_SHARDS shards, mutex each): an
  *     owner record holds the ids it holds in an array, in hold order, with
  *     tombstones (KVP_NO_ID) compacted when they outnumber the live ids.
  *     Records and their arrays are recycled per shard.
  *
- * Block states in prefix mode (state word bits, lib/pool/blocktable.h):
+ * Block states in prefix mode (state word bits, lib/pool/blocktable.h).
+ * "lock" = CAS st -> st|LOCKED from a checked st; "unlock to S" = release
+ * store of S (LOCKED clear).
  *
- *   free (on a free stack or magazine) --allocate--> IN_USE (1 holder)
- *   IN_USE --match--> IN_USE (one more holder)     (stripe mutex)
- *   IN_USE --publish--> IN_USE|PUBLISHED           (stripe mutex, CAS)
- *   IN_USE --last hold dropped, unpublished--> free (stripe mutex, CAS)
- *   IN_USE|PUBLISHED --last hold dropped--> CACHED|PUBLISHED, on an LRU list
- *                                           (stripe mutex, then LRU mutex)
- *   CACHED --match--> IN_USE|PUBLISHED, new generation (stripe mutex, CAS)
- *   CACHED --evictor--> EVICTING (LRU mutex, CAS; no stripe mutex) --key
- *           dropped under the stripe mutex--> free, handed out or pushed.
+ *   free (on a free stack) --allocate (exclusive, popped)--> IN_USE, 1 holder
+ *   IN_USE|PUBLISHED --match: lock, holders+1, unlock--> same state
+ *   IN_USE --publish: lock, index add, unlock to--> IN_USE|PUBLISHED
+ *   IN_USE, 2+ holders --release: lock, holders-1, unlock--> same state
+ *   IN_USE, unpublished, last hold --release: lock, unlock to--> free
+ *                                   (then pushed on the free stack)
+ *   IN_USE|PUBLISHED, last hold --release: lock, count it cached, list it
+ *                                   if on no list, unlock to--> CACHED|PUBLISHED
+ *   CACHED --match: lock, 1 holder, unlock to--> IN_USE|PUBLISHED, gen + 1
+ *   CACHED, not stale --evictor: CAS (LRU mutex held)--> EVICTING --index
+ *           node deleted, store--> free (exclusive: handed out or pushed)
+ *   IN_USE|PUBLISHED --reset: lock, index del, unlock to--> IN_USE
+ *   listed CACHED stale / listed IN_USE --evictor: try-lock (one CAS, never
+ *           waits), move to tail / drop from list, unlock--> same state
+ *   any plain-pool writer (set_used) waits while LOCKED.
  *
- * A match and an eviction race only on the CAS out of CACHED: exactly one
- * wins.  The winner of a match unlinks the block from its LRU list; an
- * evictor that walks past a block whose CAS it lost leaves it to that match.
+ * Why nothing is lost or handed out twice: a block leaves CACHED only by a
+ * CAS from a state with CACHED set and LOCKED clear: the matcher's lock
+ * (which then revives it) or the evictor's CAS to EVICTING; whichever CAS
+ * comes first changes the word, so the other fails and sees the new state
+ * (a held block: a miss for nobody, a hit for the matcher; EVICTING: a
+ * miss).  A matcher found its node in the index before it locked, so after
+ * locking it checks that the block is still published under that very
+ * node (pside.pub changes only while locked or while EVICTING, and a node
+ * is not reused while any read-side section that saw it runs), so a block
+ * evicted and published again under another key is a miss, never a wrong
+ * hit.  Every hold is counted under the lock, so the last release (count
+ * to 0) is decided once; a block becomes cached (counted, listed) while
+ * still locked, so an evictor never sees it CACHED and unlisted.  DESIGN
+ * in docs/PREFIX.md ("Concurrency protocol") walks through the races.
  *
  * Lock order (outer first):
- *   owner shard mutex (prefix table) -> block stripe mutex -> LRU shard mutex
+ *   owner shard mutex (prefix table) -> block lock bit -> LRU shard mutex
  *   owner shard mutex -> [leave read-side section] grow mutex (growth)
- * A thread holds at most one stripe and one LRU mutex at a time.  An evictor
- * takes a stripe mutex only after it has released its LRU mutex.  The
- * call_rcu callback takes one stripe mutex and nothing else.
+ * A thread holds at most one block lock and one LRU mutex at a time.  An
+ * evictor, holding an LRU mutex, only ever tries a block lock once (a CAS
+ * that fails when it is set), so it never waits for one.
  *
  * Synchronization:
  *
  *   data                       written by / under            read by / under
  *   -------------------------  ----------------------------  --------------------------
- *   pside.holders, .owner_xor  stripe mutex, or the hand-out  stripe mutex; block_get
- *                              (exclusive) before its         racily (atomic, seqlock
- *                              release store of the state     on the state word)
- *   pside.pub, .spare          stripe mutex                   stripe mutex
- *   pside.lru_*                LRU shard mutex                LRU shard mutex
+ *   pside.holders, .owner_xor  block lock, or the hand-out    block lock; block_get
+ *                              (exclusive) before its         racily (seqlock on the
+ *                              release store of the state     state word, retry while
+ *                                                             locked)
+ *   pside.pub                  block lock, or an evictor      block lock
+ *                              (EVICTING, exclusive)
+ *   pside.spare                push: any (CAS, call_rcu        pop: block lock (one
+ *                              callback); pop: block lock     consumer at a time)
+ *   pside.listed, lru links    LRU shard mutex (+ block lock  LRU shard mutex; listed
+ *   and seq                    for listed)                    also under block lock
+ *   pside.stale                block lock                     block lock, or evictor
+ *                                                             after acquire of the state
  *   pside.pos_hint             any (relaxed): a hint, always  owner shard mutex, checked
  *                              checked against the array      against the array
- *   lru.head_seq, lru.n        LRU shard mutex (atomic)       evictors' scans, n_free,
- *                                                             stats (relaxed, hints)
- *   index (cds_lfht)           add/del under stripe mutex,    lookups in a read-side
- *                              in a read-side section         section, no lock
+ *   lru.head_seq               LRU shard mutex (atomic)       evictors' scans (hint)
+ *   prefix.cached              atomic add of a call's net     n_free, stats, admission
+ *                              change, at its end             (relaxed; exact when quiet)
+ *   index (cds_lfht)           add/del with the block locked  lookups in a read-side
+ *                              or EVICTING, in a read-side    section, no lock
+ *                              section
  *   porec (owner records)      owner shard mutex              owner shard mutex
  */
 #ifndef KVPOOL_LIB_PREFIX_INTERNAL_H
@@ -79,8 +116,8 @@
 
 #include "lib/pool/pool_internal.h"
 #include "lib/base/rcu.h"
+#include "lib/base/spin.h"
 
-#define KVP_PFX_STRIPES      1024u
 #define KVP_PFX_LRU_SHARDS   16u
 #define KVP_PFX_OWNER_SHARDS 256u
 /* Side table: top level of KVP_PFX_TOP entries, each a segment directory of
@@ -101,7 +138,7 @@ struct kvp_pnode {
 	} node; /* a struct cds_lfht_node (lib/prefix/prefix_index.c checks the size) */
 	struct kvp_rcu_cb rcu;   /* deferred reuse */
 	struct kvp_prefix *pf;   /* for the deferred callback */
-	struct kvp_pnode *spare; /* next on the block's spare list */
+	struct kvp_pnode *spare; /* next on the block's spare stack */
 	kvp_hash key;
 	uint32_t id;
 	uint32_t stream; /* stream tag (kvpi_stream_tag) */
@@ -110,19 +147,35 @@ struct kvp_pnode {
 /* Per-block prefix state (see the table above). */
 struct kvp_pside {
 	_Atomic uint32_t holders;
+	_Atomic uint32_t version; /* bumped by every locker that changes holders or owner */
 	_Atomic uint32_t pos_hint;
 	_Atomic uint64_t owner_xor;
-	struct kvp_pnode *pub;   /* the node the block is published under, or NULL */
-	struct kvp_pnode *spare; /* nodes past their grace period, for reuse */
+	struct kvp_pnode *pub;             /* the node the block is published under, or NULL */
+	_Atomic(struct kvp_pnode *) spare; /* nodes past their grace period, for reuse */
 	uint64_t lru_seq;
 	uint32_t lru_prev, lru_next;
+	/* Relaxed atomics (the evictor peeks at stale before it takes the
+	 * lock; the lock bit and LRU mutex order every write). */
+	_Atomic bool listed; /* on its LRU list */
+	_Atomic bool stale;  /* listed, and taken by a match since it was put there */
 };
+
+/* Relaxed accessors of the flags above: their writers are ordered by the
+ * block lock and the LRU mutex, which publish them. */
+static inline bool kvpi_pfx_flag(_Atomic bool *f)
+{
+	return atomic_load_explicit(f, memory_order_relaxed);
+}
+
+static inline void kvpi_pfx_set_flag(_Atomic bool *f, bool v)
+{
+	atomic_store_explicit(f, v, memory_order_relaxed);
+}
 
 struct kvp_plru {
 	pthread_mutex_t lock;
 	uint32_t head, tail;
 	_Atomic uint64_t head_seq; /* UINT64_MAX when empty */
-	_Atomic uint32_t n;
 } __attribute__((aligned(64)));
 
 struct kvp_porec {
@@ -150,8 +203,10 @@ struct kvp_prefix {
 	_Atomic uint64_t deferred; /* index nodes waiting for a grace period */
 	/* relaxed fetch_add under an LRU shard mutex: a number, orders nothing. */
 	_Atomic uint64_t seq __attribute__((aligned(64)));
+	/* Cached blocks per stream: each call adds what it changed once, at
+	 * its end (relaxed: a count; exact when no call runs). */
+	_Atomic int64_t cached[2] __attribute__((aligned(64)));
 	_Atomic(_Atomic(struct kvp_pside *) *) top[KVP_PFX_TOP];
-	pthread_mutex_t stripe[KVP_PFX_STRIPES];
 	struct kvp_plru lru[2][KVP_PFX_LRU_SHARDS];
 	struct kvp_poshard osh[KVP_PFX_OWNER_SHARDS];
 };
@@ -168,9 +223,99 @@ static inline struct kvp_pside *kvpi_pfx_side(struct kvp_prefix *pf, uint32_t id
 	return &seg[id & KVP_SEG_MASK];
 }
 
-static inline pthread_mutex_t *kvpi_pfx_stripe(struct kvp_prefix *pf, uint32_t id)
+/*
+ * kvpi_pfx_cas - the CAS on a block's state word that takes its lock bit or
+ * moves it out of CACHED (@st expected, @nst new): matches, releases and
+ * evictions of one block are ordered by it, and when a match and an evictor
+ * race for a cached block exactly one such CAS wins.  Out of line so the
+ * race test can widen the window before it.
+ */
+bool kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
+
+/*
+ * kvpi_pfx_lock - lock block @b when @ok(@st, @arg) accepts its state
+ *
+ * Waits while another thread holds the lock.  Returns the state it locked
+ * (LOCKED clear in the value returned), or 0 when @ok refused the state
+ * (then nothing is locked; *@seen gets the state refused).
+ */
+static inline uint64_t kvpi_pfx_lock(struct kvp_block *b, bool (*ok)(uint64_t st, const void *arg),
+                                     const void *arg, uint64_t *seen)
 {
-	return &pf->stripe[id % KVP_PFX_STRIPES];
+	struct kvpi_spin spin = {0};
+	for (;;) {
+		/* acquire: see what the last unlocker (or hand-out) wrote. */
+		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+		if (!(st & KVP_ST_LOCKED)) {
+			if (!ok(st, arg)) {
+				*seen = st;
+				return 0;
+			}
+			if (kvpi_pfx_cas(b, st, st | KVP_ST_LOCKED))
+				return st;
+			continue;
+		}
+		kvpi_spin_wait(&spin);
+	}
+}
+
+/* kvpi_pfx_unlock - leave block @b's lock, its state now @st */
+static inline void kvpi_pfx_unlock(struct kvp_block *b, uint64_t st)
+{
+	/* release: whoever locks or reads the word next (acquire) sees every
+	 * prefix field written under the lock, and the holders' writes. */
+	atomic_store_explicit(&b->state, st & ~KVP_ST_LOCKED, memory_order_release);
+}
+
+/* A locker about to change @e's holders or the block's owner: readers that
+ * straddle the change see the version move (kvpi_pfx_snapshot). */
+static inline void kvpi_pfx_bump(struct kvp_pside *e)
+{
+	/* relaxed load: only lockers write it.  release store: a reader that
+	 * sees the new version (acquire) sees the lock taken, hence LOCKED or
+	 * the state after it.  release fence: a reader whose loads see a
+	 * field written below sees the new version after its acquire fence. */
+	uint32_t v = atomic_load_explicit(&e->version, memory_order_relaxed);
+	atomic_store_explicit(&e->version, v + 1, memory_order_release);
+	atomic_thread_fence(memory_order_release);
+}
+
+/*
+ * kvpi_pfx_snapshot - a consistent read of block @b's state, owner and hold
+ * count without its lock: retries while it is locked, or while the state
+ * or @e's version moved during the read.
+ */
+static inline uint64_t kvpi_pfx_snapshot(struct kvp_block *b, struct kvp_pside *e, kvp_owner *owner,
+                                         uint32_t *holders)
+{
+	struct kvpi_spin spin = {0};
+	for (;;) {
+		/* acquire (both): pair with kvpi_pfx_bump's release store and the
+		 * unlock's (or hand-out's) release store. */
+		uint32_t v = atomic_load_explicit(&e->version, memory_order_acquire);
+		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+		if (!(st & KVP_ST_LOCKED)) {
+			/* relaxed: validated by the re-reads below. */
+			*owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
+			*holders = atomic_load_explicit(&e->holders, memory_order_relaxed);
+			/* acquire fence: keeps the loads above before the re-reads,
+			 * and pairs with kvpi_pfx_bump's release fence. */
+			atomic_thread_fence(memory_order_acquire);
+			if (atomic_load_explicit(&b->state, memory_order_relaxed) == st &&
+			    atomic_load_explicit(&e->version, memory_order_relaxed) == v)
+				return st;
+		}
+		kvpi_spin_wait(&spin);
+	}
+}
+
+/* Add a call's changes @d[si] to the cached counts (relaxed: a count, exact
+ * when no call runs, and only ever a hint to concurrent readers). */
+static inline void kvpi_pfx_count_cached(struct kvp_prefix *pf, const int64_t d[2])
+{
+	for (int si = 0; si < 2; si++)
+		if (d[si])
+			atomic_fetch_add_explicit(&pf->cached[si], d[si], memory_order_relaxed);
 }
 
 /* Stream index of a block from its state word. */
@@ -192,28 +337,26 @@ struct kvp_pnode *kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
                                         const kvp_hash *key);
 /* Add @n; returns NULL, or the node already published under its key. */
 struct kvp_pnode *kvpi_pfx_index_add(struct kvp_prefix *pf, struct kvp_pnode *n);
-/* Delete @n (stripe mutex held) and hand it back to its block after a grace period. */
+/* Delete @n (block locked or EVICTING); back to its block after a grace period. */
 void kvpi_pfx_index_del(struct kvp_prefix *pf, struct kvp_pnode *n);
-/* A node for block @id: its spare one, or a new one (NULL: no memory). Stripe held. */
+/* A node for block @e: a spare one, or a new one (NULL: no memory).  Block locked. */
 struct kvp_pnode *kvpi_pfx_node_get(struct kvp_prefix *pf, struct kvp_pside *e);
+/* Give back a node that never was in the index (reusable at once). */
+void kvpi_pfx_node_put(struct kvp_pside *e, struct kvp_pnode *n);
 /* Call @fn on every node in the index (read-side section; @fn may delete it). */
 void kvpi_pfx_index_each(struct kvp_prefix *pf, void (*fn)(struct kvp_pnode *n, void *arg),
                          void *arg);
-/* Forget the key of block @id: its stripe mutex held. */
+/* Forget the key of block @e: locked, or EVICTING. */
 void kvpi_pfx_forget(struct kvp_prefix *pf, struct kvp_pside *e);
 
 /* lib/prefix/prefix_lru.c: LRU lists of cached blocks. */
 void kvpi_pfx_lru_init(struct kvp_prefix *pf);
 void kvpi_pfx_lru_destroy(struct kvp_prefix *pf);
+/* Put @id at the tail of its list (block locked, on no list). */
 void kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id);
+/* Take @id off its list if it is on one (block locked). */
 void kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
 uint64_t kvpi_pfx_n_cached(struct kvp_prefix *pf, int si);
-/*
- * The CAS out of CACHED (state @st) to @nst: a match (to IN_USE) and an
- * evictor (to EVICTING) race on it, and exactly one wins.  Out of line so
- * the race test can widen the window before it.
- */
-bool kvpi_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst);
 /*
  * Evict up to @n cached blocks of stream @si, least recently cached first,
  * into @ids; their keys are forgotten and their state words are plain free

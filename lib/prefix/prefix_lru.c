@@ -3,24 +3,42 @@
  *
  * Per stream, KVP_PFX_LRU_SHARDS doubly linked lists through the blocks'
  * side entries, each under its own mutex; a block lives in shard
- * (id % KVP_PFX_LRU_SHARDS).  Caching a block stamps it with the next value
- * of one global sequence counter while holding its shard's mutex and
- * appends it, so every list is in sequence order, and each shard publishes
- * the sequence number of its head (head_seq).
+ * (id % KVP_PFX_LRU_SHARDS).  Putting a block on a list stamps it with the
+ * next value of one global sequence counter while holding the shard's
+ * mutex and appends it, so every list is in sequence order, and each shard
+ * publishes the sequence number of its head (head_seq).
  *
- * Eviction scans the shards' head_seq, locks the shard with the smallest,
- * and takes the first block of that list that is still cached (CAS
- * CACHED -> EVICTING), provided its sequence number is not above the
- * second smallest head seen; otherwise it scans again (another thread took
- * a block meanwhile, so the retry is progress somewhere).
+ * The lists are lazy (lib/prefix/prefix_internal.h): a match takes a cached
+ * block without unlinking it (the block is marked stale), and a release
+ * caches a block that is still listed without touching the list.  An
+ * evictor walks from the head of the shard with the smallest head_seq:
+ *   - a cached block that is not stale: CAS CACHED -> EVICTING (the CAS a
+ *     racing match's lock may beat; then the block is held, see below);
+ *   - a stale cached block (taken and let go again since it was listed):
+ *     moved to the tail with a new sequence number, as if cached now;
+ *   - a held block: dropped from the list (its last release lists it
+ *     again);
+ *   - a locked block: skipped (its locker is changing it).
+ * The last two take the block's lock bit with one CAS that never waits.
+ * A head whose sequence number is above the second smallest head seen
+ * ends the walk (another shard may now hold an older block); the evictor
+ * then scans again (another thread took a block meanwhile, so the retry
+ * is progress somewhere).
  *
- * What holds (documented in kvpool/prefix.h's terms):
- *   - within a shard, blocks are evicted strictly in caching order;
- *   - an eviction during which no block is cached takes the least recently
- *     cached block of the whole stream at the moment it takes it (heads
- *     only move to later blocks while nothing is cached, so the smallest
- *     head seen stays the smallest); in particular eviction is exact LRU
- *     with one thread, and when many threads only evict;
+ * What holds (stated in kvpool/prefix.h's terms): let a block's caching
+ * time be when it was put on its list, or when an evictor moved it to the
+ * tail.  Then
+ *   - within a shard, blocks are evicted strictly in caching-time order;
+ *   - a block cached, taken by a match and cached again keeps its old
+ *     caching time until an eviction reaches it, which moves it to the
+ *     tail: it outlives every block of its shard cached before that
+ *     moment, but not necessarily the blocks cached between its first
+ *     caching and its release;
+ *   - an eviction during which no block is cached takes, among blocks that
+ *     no match took since they were cached, the least recently cached
+ *     block of the whole stream; in particular eviction is exact LRU with
+ *     one thread when no cached block is matched, and when many threads
+ *     only evict;
  *   - a block cached while an eviction scans may be ordered either way
  *     against the block that eviction takes.
  */
@@ -37,7 +55,6 @@ void kvpi_pfx_lru_init(struct kvp_prefix *pf)
 			pthread_mutex_init(&l->lock, NULL);
 			l->head = l->tail = KVP_NO_ID;
 			atomic_init(&l->head_seq, UINT64_MAX);
-			atomic_init(&l->n, 0);
 		}
 }
 
@@ -63,11 +80,10 @@ static void set_head(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id)
 	                      memory_order_relaxed);
 }
 
-void kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id)
+/* Shard mutex held; @id on no list. */
+static void append_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id)
 {
-	struct kvp_plru *l = shard_of(pf, si, id);
 	struct kvp_pside *e = kvpi_pfx_side(pf, id);
-	pthread_mutex_lock(&l->lock);
 	/* relaxed: a number taken under the shard mutex, so each list is sorted. */
 	e->lru_seq = atomic_fetch_add_explicit(&pf->seq, 1, memory_order_relaxed);
 	e->lru_next = KVP_NO_ID;
@@ -77,12 +93,11 @@ void kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id)
 	else
 		kvpi_pfx_side(pf, l->tail)->lru_next = id;
 	l->tail = id;
-	atomic_store_explicit(&l->n, atomic_load_explicit(&l->n, memory_order_relaxed) + 1,
-	                      memory_order_relaxed);
-	pthread_mutex_unlock(&l->lock);
+	kvpi_pfx_set_flag(&e->listed, true);
+	kvpi_pfx_set_flag(&e->stale, false);
 }
 
-/* Shard mutex held. */
+/* Shard mutex held; @id listed. */
 static void unlink_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id)
 {
 	struct kvp_pside *e = kvpi_pfx_side(pf, id);
@@ -95,32 +110,42 @@ static void unlink_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id
 	else
 		kvpi_pfx_side(pf, e->lru_next)->lru_prev = e->lru_prev;
 	e->lru_prev = e->lru_next = KVP_NO_ID;
-	atomic_store_explicit(&l->n, atomic_load_explicit(&l->n, memory_order_relaxed) - 1,
-	                      memory_order_relaxed);
+	kvpi_pfx_set_flag(&e->listed, false);
+	kvpi_pfx_set_flag(&e->stale, false);
+}
+
+void kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id)
+{
+	struct kvp_plru *l = shard_of(pf, si, id);
+	pthread_mutex_lock(&l->lock);
+	append_locked(pf, l, id);
+	pthread_mutex_unlock(&l->lock);
 }
 
 void kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id)
 {
 	struct kvp_plru *l = shard_of(pf, si, id);
 	pthread_mutex_lock(&l->lock);
-	unlink_locked(pf, l, id);
+	/* listed changes only under this mutex and the block's lock (held). */
+	if (kvpi_pfx_flag(&kvpi_pfx_side(pf, id)->listed))
+		unlink_locked(pf, l, id);
 	pthread_mutex_unlock(&l->lock);
 }
 
 uint64_t kvpi_pfx_n_cached(struct kvp_prefix *pf, int si)
 {
-	uint64_t n = 0;
-	for (uint32_t i = 0; i < KVP_PFX_LRU_SHARDS; i++)
-		/* relaxed: a count, exact when quiescent. */
-		n += atomic_load_explicit(&pf->lru[si][i].n, memory_order_relaxed);
-	return n;
+	/* relaxed: a count, exact when no call runs (below 0 for a moment
+	 * when a revive's call ends before the caching call's). */
+	int64_t n = atomic_load_explicit(&pf->cached[si], memory_order_relaxed);
+	return n > 0 ? (uint64_t)n : 0;
 }
 
-bool kvpi_pfx_leave_cached(struct kvp_block *b, uint64_t st, uint64_t nst)
+bool kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst)
 {
-	/* acq_rel: the winner owns the block (evictor) or its contents
-	 * (match) from here on, ordered after the writes of its last holders
-	 * (their release store of CACHED). */
+	/* acq_rel: the winner owns the block (evictor) or its lock from here
+	 * on, ordered after the writes of its last holders and lockers (their
+	 * release stores); release: nothing to publish for a lock, but the
+	 * evictor's EVICTING orders its scan's reads. */
 	return atomic_compare_exchange_strong_explicit(&b->state, &st, nst, memory_order_acq_rel,
 	                                               memory_order_acquire);
 }
@@ -154,17 +179,35 @@ static uint32_t evict_one(struct kvp_pool *p, int si)
 			struct kvp_pside *e = kvpi_pfx_side(pf, id);
 			if (e->lru_seq > m2)
 				break; /* another shard may now hold an older block */
+			uint32_t next = e->lru_next;
 			struct kvp_block *b = kvpi_bt_block(&p->bt, id);
-			/* acquire: see the state its last holder left. */
+			/* acquire: see the state its last holder or locker left,
+			 * and the stale flag written before that release. */
 			uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-			if ((st & KVP_ST_CACHED) &&
-			    kvpi_pfx_leave_cached(b, st, (st & ~KVP_ST_CACHED) | KVP_ST_EVICTING)) {
-				unlink_locked(pf, l, id);
-				pthread_mutex_unlock(&l->lock);
-				return id;
+			/* Locked: its locker is changing it; leave it.  (A listed
+			 * block is always held or cached: the release that frees
+			 * a listed block takes it off first.) */
+			if ((st & KVP_ST_LOCKED) || !(st & (KVP_ST_IN_USE | KVP_ST_CACHED))) {
+				id = next;
+				continue;
 			}
-			/* A match took it and will unlink it. */
-			id = e->lru_next;
+			if ((st & KVP_ST_CACHED) && !kvpi_pfx_flag(&e->stale)) {
+				if (kvpi_pfx_cas(b, st, (st & ~KVP_ST_CACHED) | KVP_ST_EVICTING)) {
+					unlink_locked(pf, l, id);
+					pthread_mutex_unlock(&l->lock);
+					return id;
+				}
+				id = next; /* a match took it: it is held now */
+				continue;
+			}
+			/* Held, or stale: fix its place under its lock, tried once. */
+			if (kvpi_pfx_cas(b, st, st | KVP_ST_LOCKED)) {
+				unlink_locked(pf, l, id);
+				if (st & KVP_ST_CACHED) /* stale: as if cached now */
+					append_locked(pf, l, id);
+				kvpi_pfx_unlock(b, st);
+			}
+			id = next;
 		}
 		pthread_mutex_unlock(&l->lock);
 		kvpi_spin_wait(&spin);
@@ -181,19 +224,20 @@ uint32_t kvpi_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_
 			break;
 		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
 		struct kvp_pside *e = kvpi_pfx_side(pf, id);
-		pthread_mutex_t *lk = kvpi_pfx_stripe(pf, id);
-		/* Matchers validate the key under this mutex: after it, none can
-		 * find the block by its old key. */
-		pthread_mutex_lock(lk);
+		/* We own the block (EVICTING): no match can lock it, and a
+		 * matcher that found the old node sees EVICTING, then free. */
 		kvpi_pfx_forget(pf, e);
-		/* relaxed load: we own the block (EVICTING).  release store: a
-		 * kvp_block_get (acquire) sees a whole word. */
+		/* relaxed load: ours.  release store: a kvp_block_get or a
+		 * matcher (acquire) sees a whole word, and the next owner the
+		 * last holders' writes (chained through our acquire CAS). */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
 		atomic_store_explicit(&b->state, st & ~(KVP_ST_EVICTING | KVP_ST_PUBLISHED),
 		                      memory_order_release);
-		pthread_mutex_unlock(lk);
 		ids[got++] = id;
 	}
+	int64_t d[2] = {0, 0};
+	d[si] = -(int64_t)got;
+	kvpi_pfx_count_cached(pf, d);
 	kvpi_ctr_add(s, KVP_C_EVICTIONS, got);
 	return got;
 }

@@ -10,11 +10,15 @@
  * request first takes uncached free blocks, then evicts cached ones, and
  * only then grows (kvpi_pfx_get_blocks).
  *
+ * The free paths, kvp_blocks_for and kvp_block_get read no index node, so
+ * they run outside RCU read-side sections (the side table never moves).
+ *
  * Dropping a hold (drop_hold) runs under the holder's owner shard mutex
- * and the block's stripe mutex: the last hold of a published block makes
- * it cached (onto its LRU list, under the stripe mutex, so no match can
- * see it cached and not listed); the last hold of any other block frees it
- * onto the block path, in batches, after the locks are gone.
+ * with the block locked (its state word's lock bit): the last hold of a
+ * published block makes it cached (counted, and put on its LRU list unless
+ * it is still there, before the unlock, so no evictor sees it cached and
+ * unlisted); the last hold of any other block frees it onto the block
+ * path, in batches, after the locks are gone.
  */
 #include <string.h>
 
@@ -51,24 +55,21 @@ static uint32_t stamp(struct kvp_pool *p, uint32_t id, uint32_t used, uint64_t f
 int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
                         uint32_t k)
 {
-	/* Uncached free blocks (the pool's own growth is off in prefix mode). */
-	if (kvpi_get_blocks(p, s, si, ids, k) == KVP_OK)
-		return KVP_OK;
 	struct kvp_prefix *pf = p->prefix;
 	struct kvp_freestack *fs = &p->fs[si];
 	int rc = KVP_OK;
 	/*
-	 * Starving, as the block path's last step: every magazine is drained
-	 * into the global stack and stays out of the way while we count, so
-	 * free blocks parked in other threads' caches are never missed.  Then
-	 * whatever uncached blocks there are, then cached ones (evicted), then
-	 * growth: all or nothing, and nothing evicted unless the request can
-	 * be met.
+	 * A prefix pool has no per-thread magazines (kvpi_pfx_create), so every
+	 * uncached free block is on the stream's global stack: no drain, no
+	 * starving flag, no heavy barrier.  Whatever uncached blocks there
+	 * are, then cached ones (evicted), then growth: all or nothing, and
+	 * nothing evicted unless the request can be met.
 	 */
-	/* seq_cst: the store half of the magazine Dekker pair (lib/pool/tslot.h). */
-	atomic_fetch_add_explicit(&p->starving[si], 1, memory_order_seq_cst);
-	kvpi_drain_magazines(p, si, 0);
 	uint32_t r = kvpi_fs_reserve(fs, 1, k), e = 0;
+	if (r == k) {
+		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);
+		return KVP_OK;
+	}
 	uint64_t c = kvpi_pfx_n_cached(pf, si);
 	if ((uint64_t)r + c < k) {
 		uint64_t shortfall = k - r - c;
@@ -109,8 +110,6 @@ int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32
 	} else if (r) {
 		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);
 	}
-	/* release: nothing to publish; only lifts the bypass. */
-	atomic_fetch_sub_explicit(&p->starving[si], 1, memory_order_release);
 	return rc;
 }
 
@@ -193,6 +192,7 @@ int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref 
 struct acc {
 	uint32_t ids[2][FREE_BATCH];
 	uint32_t n[2];
+	int64_t cached[2]; /* blocks cached, per stream */
 	uint64_t stale, not_full;
 	bool changed;
 };
@@ -210,11 +210,24 @@ static void acc_flush(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a, in
 
 enum drop { D_STALE, D_KEPT, D_CACHED, D_FREED };
 
+struct drop_arg {
+	uint32_t gen;
+	bool any_gen;
+};
+
+/* A state a release may lock: in use, of the ref's hand-out. */
+static bool drop_ok(uint64_t st, const void *arg)
+{
+	const struct drop_arg *a = arg;
+	return (st & KVP_ST_IN_USE) && (a->any_gen || kvpi_st_gen(st) == a->gen);
+}
+
 /*
  * Drop @owner's hold on block @id (at generation @gen unless @any_gen).
  * The caller holds @owner's shard mutex (none for a raw block, owner 0)
  * and has checked that @owner holds the block; the state is checked again
- * here under the stripe mutex.  *@st_out gets the state before a free.
+ * here with the block locked.  *@st_out gets the state before a free or
+ * before the block became cached.
  */
 static enum drop drop_hold(struct kvp_pool *p, struct kvp_tslot *s, uint32_t id, uint32_t gen,
                            bool any_gen, kvp_owner owner, uint64_t *st_out)
@@ -222,17 +235,14 @@ static enum drop drop_hold(struct kvp_pool *p, struct kvp_tslot *s, uint32_t id,
 	struct kvp_prefix *pf = p->prefix;
 	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
 	struct kvp_pside *e = kvpi_pfx_side(pf, id);
-	pthread_mutex_t *lk = kvpi_pfx_stripe(pf, id);
-	enum drop d;
+	struct drop_arg arg = {gen, any_gen};
+	uint64_t seen;
 
-	pthread_mutex_lock(lk);
-	/* acquire: see the state and the holders' writes. */
-	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if ((!any_gen && kvpi_st_gen(st) != gen) || !(st & KVP_ST_IN_USE)) {
-		pthread_mutex_unlock(lk);
+	uint64_t st = kvpi_pfx_lock(b, drop_ok, &arg, &seen);
+	if (!st)
 		return D_STALE;
-	}
-	/* relaxed (holders, owner_xor, owner): under the stripe mutex. */
+	kvpi_pfx_bump(e);
+	/* relaxed (holders, owner_xor, owner): under the lock. */
 	uint32_t h = atomic_load_explicit(&e->holders, memory_order_relaxed) - 1;
 	uint64_t x = atomic_load_explicit(&e->owner_xor, memory_order_relaxed) ^ owner;
 	atomic_store_explicit(&e->holders, h, memory_order_relaxed);
@@ -240,31 +250,28 @@ static enum drop drop_hold(struct kvp_pool *p, struct kvp_tslot *s, uint32_t id,
 	if (h > 0) {
 		if (h == 1) /* the XOR of one holder is that holder */
 			atomic_store_explicit(&b->owner, x, memory_order_relaxed);
-		d = D_KEPT;
-	} else if (st & KVP_ST_PUBLISHED) {
+		kvpi_pfx_unlock(b, st);
+		return D_KEPT;
+	}
+	int si = kvpi_pfx_si(p, st);
+	if (st & KVP_ST_PUBLISHED) {
 		/* Counted before a match can take it again. */
 		kvpi_ctr_add(s, KVP_C_FREES, 1);
 		kvpi_account_in_use(p, s, -1);
-		/* release: a match or evictor (acquire) sees the holders' writes.
-		 * No CAS needed: set_used refuses a published block, and every
-		 * other writer of an in-use block's state holds this mutex. */
-		atomic_store_explicit(&b->state,
-		                      (st & ~(KVP_ST_IN_USE | KVP_ST_RAW)) | KVP_ST_CACHED,
-		                      memory_order_release);
-		kvpi_pfx_lru_insert(pf, kvpi_pfx_si(p, st), id);
-		d = D_CACHED;
-	} else {
-		/* acq_rel: set_used may race (it takes no mutex); acquire orders
-		 * the holders' last writes before our push. */
-		while (!atomic_compare_exchange_weak_explicit(
-		    &b->state, &st, st & ~(KVP_ST_IN_USE | KVP_ST_RAW | KVP_ST_USED_MASK),
-		    memory_order_acq_rel, memory_order_acquire))
-			;
+		/* Still listed (a match took it from its list and left it
+		 * there): stays; the evictor moves it to the tail. */
+		if (!kvpi_pfx_flag(&e->listed))
+			kvpi_pfx_lru_insert(pf, si, id);
 		*st_out = st;
-		d = D_FREED;
+		kvpi_pfx_unlock(b, (st & ~(KVP_ST_IN_USE | KVP_ST_RAW)) | KVP_ST_CACHED);
+		return D_CACHED;
 	}
-	pthread_mutex_unlock(lk);
-	return d;
+	/* Unpublished by a reset while held: off its list before it is free. */
+	if (kvpi_pfx_flag(&e->listed))
+		kvpi_pfx_lru_unlink(pf, si, id);
+	*st_out = st;
+	kvpi_pfx_unlock(b, st & ~(KVP_ST_IN_USE | KVP_ST_RAW | KVP_ST_USED_MASK));
+	return D_FREED;
 }
 
 static void note(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a, enum drop d, uint64_t st,
@@ -275,9 +282,11 @@ static void note(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a, enum dr
 		return;
 	}
 	a->changed = true;
+	int si = kvpi_pfx_si(p, st);
+	if (d == D_CACHED)
+		a->cached[si]++;
 	if (d != D_FREED)
 		return;
-	int si = kvpi_pfx_si(p, st);
 	a->not_full += kvpi_st_used(st) < p->block_size;
 	a->ids[si][a->n[si]++] = id;
 	if (a->n[si] == FREE_BATCH)
@@ -288,6 +297,7 @@ static void acc_finish(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a)
 {
 	for (int si = 0; si < 2; si++)
 		acc_flush(p, s, a, si);
+	kvpi_pfx_count_cached(p->prefix, a->cached);
 	kvpi_ctr_add(s, KVP_C_STALE, a->stale);
 	kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - a->not_full);
 }
@@ -295,6 +305,7 @@ static void acc_finish(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a)
 static void acc_init(struct acc *a)
 {
 	a->n[0] = a->n[1] = 0;
+	a->cached[0] = a->cached[1] = 0;
 	a->stale = a->not_full = 0;
 	a->changed = false;
 }
@@ -303,16 +314,11 @@ static void acc_init(struct acc *a)
 static bool shared_now(struct kvp_pool *p, kvp_ref ref)
 {
 	uint32_t id = KVP_REF_ID(ref);
-	struct kvp_prefix *pf = p->prefix;
-	pthread_mutex_t *lk = kvpi_pfx_stripe(pf, id);
-	pthread_mutex_lock(lk);
-	/* acquire: see the hand-out's fields. relaxed holders: under the mutex. */
-	uint64_t st = atomic_load_explicit(&kvpi_bt_block(&p->bt, id)->state, memory_order_acquire);
-	bool shared =
-	    kvpi_st_gen(st) == KVP_REF_GEN(ref) && (st & KVP_ST_IN_USE) &&
-	    atomic_load_explicit(&kvpi_pfx_side(pf, id)->holders, memory_order_relaxed) >= 2;
-	pthread_mutex_unlock(lk);
-	return shared;
+	kvp_owner owner;
+	uint32_t holders;
+	uint64_t st = kvpi_pfx_snapshot(kvpi_bt_block(&p->bt, id), kvpi_pfx_side(p->prefix, id),
+	                                &owner, &holders);
+	return kvpi_st_gen(st) == KVP_REF_GEN(ref) && (st & KVP_ST_IN_USE) && holders >= 2;
 }
 
 int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
@@ -322,10 +328,8 @@ int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
 	struct kvp_poshard *held = NULL;
 	struct acc a;
 	acc_init(&a);
-	kvpi_rcu_read_lock();
 	for (size_t i = 0; i < n; i++) {
 		if (shared_now(p, refs[i])) {
-			kvpi_rcu_read_unlock();
 			kvpi_end_call(p, s, false);
 			return KVP_EINVAL;
 		}
@@ -373,7 +377,6 @@ int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
 	if (held)
 		pthread_mutex_unlock(&held->lock);
 	acc_finish(p, s, &a);
-	kvpi_rcu_read_unlock();
 	kvpi_end_call(p, s, a.changed);
 	return KVP_OK;
 }
@@ -385,7 +388,6 @@ int kvpi_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs
 	struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
 	struct acc a;
 	acc_init(&a);
-	kvpi_rcu_read_lock();
 	pthread_mutex_lock(&sh->lock);
 	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
 	for (size_t i = n; i-- > 0;) {
@@ -403,7 +405,6 @@ int kvpi_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs
 		kvpi_pfx_oremove(sh, r);
 	pthread_mutex_unlock(&sh->lock);
 	acc_finish(p, s, &a);
-	kvpi_rcu_read_unlock();
 	kvpi_end_call(p, s, a.changed);
 	return KVP_OK;
 }
@@ -415,12 +416,10 @@ int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 	struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
 	struct acc a;
 	acc_init(&a);
-	kvpi_rcu_read_lock();
 	pthread_mutex_lock(&sh->lock);
 	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
 	if (!r) {
 		pthread_mutex_unlock(&sh->lock);
-		kvpi_rcu_read_unlock();
 		kvpi_end_call(p, s, false);
 		return KVP_ENOENT;
 	}
@@ -437,7 +436,6 @@ int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 	kvpi_pfx_oremove(sh, r);
 	pthread_mutex_unlock(&sh->lock);
 	acc_finish(p, s, &a);
-	kvpi_rcu_read_unlock();
 	kvpi_end_call(p, s, true);
 	return KVP_OK;
 }
@@ -447,7 +445,6 @@ int kvpi_pfx_blocks_for(struct kvp_pool *p, kvp_owner owner, kvp_ref *refs, size
 	struct kvp_prefix *pf = p->prefix;
 	struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
 	int rc = KVP_OK;
-	kvpi_rcu_read_lock();
 	pthread_mutex_lock(&sh->lock);
 	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
 	if (!r) {
@@ -470,7 +467,6 @@ int kvpi_pfx_blocks_for(struct kvp_pool *p, kvp_owner owner, kvp_ref *refs, size
 		*n = k;
 	}
 	pthread_mutex_unlock(&sh->lock);
-	kvpi_rcu_read_unlock();
 	return rc;
 }
 
@@ -550,22 +546,11 @@ int kvpi_pfx_block_get(struct kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 {
 	int rc = KVP_ENOENT;
 	uint32_t id = KVP_REF_ID(ref);
-	kvpi_rcu_read_lock();
 	if (id < kvp_pool_n_ids(p)) {
 		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
-		struct kvp_pside *e = kvpi_pfx_side(p->prefix, id);
-		uint64_t st, st2;
 		kvp_owner owner;
 		uint32_t holders;
-		do {
-			/* acquire: pairs with the hand-out's release store. */
-			st = atomic_load_explicit(&b->state, memory_order_acquire);
-			owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
-			holders = atomic_load_explicit(&e->holders, memory_order_relaxed);
-			/* acquire fence: keeps the loads above before the re-read. */
-			atomic_thread_fence(memory_order_acquire);
-			st2 = atomic_load_explicit(&b->state, memory_order_relaxed);
-		} while (st != st2);
+		uint64_t st = kvpi_pfx_snapshot(b, kvpi_pfx_side(p->prefix, id), &owner, &holders);
 		if (kvpi_st_gen(st) == KVP_REF_GEN(ref) && !(st & KVP_ST_RETIRED)) {
 			out->id = id;
 			out->stream = (kvp_stream)kvpi_st_stream(st);
@@ -579,6 +564,5 @@ int kvpi_pfx_block_get(struct kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 			rc = KVP_OK;
 		}
 	}
-	kvpi_rcu_read_unlock();
 	return rc;
 }
