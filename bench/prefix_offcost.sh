@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # bench/prefix_offcost.sh - what the prefix cache costs plain allocate/free.
 #
-# Builds bench/prefix_alloc.c three ways with the same compiler and flags
+# Builds bench/prefix_alloc.c four ways with the same compiler and flags
 # (clang -O2, as the Bazel build):
 #   before   against the tree of BASE, the last commit without lib/prefix/prefix.c
 #            (default: the parent of the commit that added it)
+#   nohooks  against the current tree with the prefix-mode branches of the
+#            allocate/free calls (lib/pool/pool_alloc.c: every test of
+#            p->prefix) compiled out, i.e. the same code without the feature's
+#            hooks: the baseline for what the feature costs while it is off
 #   off      against the current tree, prefix_cache false
 #   on       against the current tree, prefix_cache true (no key published)
 # and runs them in turns, ROUNDS times per thread count, so that load on a
-# shared machine hits all three alike.  Prints the median allocate+free
-# pairs per CPU-second of each and the ratios off/before and on/before
-# (1.00 = no cost).
+# shared machine hits all alike.  Prints the median allocate+free pairs per
+# CPU-second of each and the ratios off/nohooks (the cost of the feature
+# present but off; 1.00 = none), off/before and on/before.
 #
 #   bench/prefix_offcost.sh [ROUNDS [SECONDS [BASE]]]      (from the repository root)
 set -euo pipefail
@@ -29,19 +33,25 @@ clang "${flags[@]}" -I"$tmp/before/include" -I"$tmp/before" $(find "$tmp/before/
 	"$repo/bench/prefix_alloc.c" -o "$tmp/before.bin" "${libs[@]}"
 clang "${flags[@]}" -DHAVE_PREFIX -I"$repo/include" -I"$repo" $(find "$repo/lib" -name "*.c") \
 	"$repo/bench/prefix_alloc.c" -o "$tmp/now.bin" "${libs[@]}"
+mkdir -p "$tmp/nohooks"
+cp -r "$repo/lib" "$repo/include" "$tmp/nohooks/"
+sed -i 's/p->prefix/0/g' "$tmp/nohooks/lib/pool/pool_alloc.c"
+clang "${flags[@]}" -DHAVE_PREFIX -I"$tmp/nohooks/include" -I"$tmp/nohooks" \
+	$(find "$tmp/nohooks/lib" -name "*.c") "$repo/bench/prefix_alloc.c" -o "$tmp/nohooks.bin" "${libs[@]}"
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 echo "allocate+free pairs per CPU-second, median of $rounds runs of $secs s"
 echo "before = $(git -C "$repo" rev-parse --short "$base"), now = $(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet || echo ' + uncommitted changes')"
-printf '%-8s %14s %14s %14s %10s %10s\n' threads before off on off/before on/before
+printf '%-8s %12s %12s %12s %12s %11s %10s %10s\n' threads before nohooks off on off/nohooks off/before on/before
 for t in 1 2 4; do
-	: >"$tmp/b" && : >"$tmp/f" && : >"$tmp/o"
+	: >"$tmp/b" && : >"$tmp/h" && : >"$tmp/f" && : >"$tmp/o"
 	for ((r = 0; r < rounds; r++)); do
 		"$tmp/before.bin" "$t" "$secs" >>"$tmp/b"
+		"$tmp/nohooks.bin" "$t" "$secs" off >>"$tmp/h"
 		"$tmp/now.bin" "$t" "$secs" off >>"$tmp/f"
 		"$tmp/now.bin" "$t" "$secs" on >>"$tmp/o"
 	done
-	b=$(median <"$tmp/b") f=$(median <"$tmp/f") o=$(median <"$tmp/o")
-	printf '%-8s %14s %14s %14s %9.3fx %9.3fx\n' "$t" "$b" "$f" "$o" \
-		"$(echo "$f / $b" | bc -l)" "$(echo "$o / $b" | bc -l)"
+	b=$(median <"$tmp/b") h=$(median <"$tmp/h") f=$(median <"$tmp/f") o=$(median <"$tmp/o")
+	printf '%-8s %12s %12s %12s %12s %10.3fx %9.3fx %9.3fx\n' "$t" "$b" "$h" "$f" "$o" \
+		"$(echo "$f / $h" | bc -l)" "$(echo "$f / $b" | bc -l)" "$(echo "$o / $b" | bc -l)"
 done

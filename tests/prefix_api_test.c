@@ -462,6 +462,49 @@ static void test_eviction_order(void)
 	kvp_pool_destroy(p);
 }
 
+/*
+ * The lazy LRU lists (kvpool/prefix.h, "Eviction order"): a block that a
+ * match took and let go again keeps its place until an eviction reaches
+ * it, which moves it to the tail as if cached then.  Cached in the order
+ * X, Y, Z; X and Y are taken, Y let go, then X.  Exact LRU would evict Z,
+ * Y, X.  What holds: Z (the one block no match took) first; then X and Y
+ * in the order the first eviction moved them (X first: its place was
+ * older), so X goes before Y.
+ */
+static void test_eviction_order_retaken(void)
+{
+	kvp_pool *p = mkpool(3, false, false, 0);
+	kvp_ref r[3], x, y, z, u;
+	size_t n, m;
+	alloc_pub(p, KVP_KV, 1, 3, 10, r); /* keys 10, 11, 12 */
+	/* Cached last ref first: 12 (X), 11 (Y), 10 (Z). */
+	CHECK_EQ(kvp_free_owned(p, 1, r, 3), KVP_OK);
+	z = r[0];
+	kvp_hash kx = key(12), ky = key(11);
+	CHECK_EQ(kvp_prefix_match(p, KVP_KV, KVP_FP16, &kx, 1, 2, &x, 1, &m), KVP_OK);
+	CHECK_EQ(m, 1);
+	CHECK_EQ(kvp_prefix_match(p, KVP_KV, KVP_FP16, &ky, 1, 2, &y, 1, &m), KVP_OK);
+	CHECK_EQ(m, 1);
+	CHECK_EQ(kvp_free_owned(p, 2, &y, 1), KVP_OK);
+	CHECK_EQ(kvp_free_owned(p, 2, &x, 1), KVP_OK);
+	CHECK_EQ(stats_of(p).n_cached, 3);
+	kvp_ref old[3] = {x, y, z};
+	uint64_t keys[3] = {12, 11, 10};
+	CHECK_EQ(kvp_allocate(p, KVP_KV, BS, 3, KVP_FP16, &u, 1, &n), KVP_OK);
+	CHECK_EQ(KVP_REF_ID(u), KVP_REF_ID(z));
+	int w1[3] = {1, 1, 0};
+	expect_cached(p, old, keys, 3, w1);
+	CHECK_EQ(kvp_allocate(p, KVP_KV, BS, 3, KVP_FP16, &u, 1, &n), KVP_OK);
+	CHECK_EQ(KVP_REF_ID(u), KVP_REF_ID(x));
+	int w2[3] = {0, 1, 0};
+	expect_cached(p, old, keys, 3, w2);
+	CHECK_EQ(kvp_allocate(p, KVP_KV, BS, 3, KVP_FP16, &u, 1, &n), KVP_OK);
+	CHECK_EQ(KVP_REF_ID(u), KVP_REF_ID(y));
+	CHECK_EQ(stats_of(p).n_evictions, 3);
+	CHECK_EQ(stats_of(p).n_cached, 0);
+	kvp_pool_destroy(p);
+}
+
 static void test_exhaustion(void)
 {
 	kvp_pool *p = mkpool(4, false, false, 0);
@@ -736,6 +779,7 @@ int main(void)
 	RUN(test_free_owned);
 	RUN(test_cached_generation);
 	RUN(test_eviction_order);
+	RUN(test_eviction_order_retaken);
 	RUN(test_exhaustion);
 	RUN(test_shrink_order);
 	RUN(test_reset);

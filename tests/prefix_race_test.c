@@ -11,6 +11,14 @@
  * whose contents changed while held, is a violation; TSan also sees the
  * ledger's plain reads and writes, so a missing happens-before between a
  * publisher, a matcher and the next owner of an evicted block is a report.
+ * In the run with resets the workers also shrink the pool (which evicts
+ * cached blocks to retire them) and growth brings blocks back, so every
+ * transition of the protocol in lib/prefix/prefix_internal.h races every
+ * other: match (lock, hold or revive) against release (lock, last hold
+ * caches or frees), eviction (CAS CACHED -> EVICTING, and the evictor's
+ * try-lock of held and stale listed blocks), publish (lock, index add),
+ * reset (unpublish under the lock) and shrink.  kvp_block_get is checked
+ * for a consistent snapshot: a block we hold with one holder names us.
  * At the end every block is free again, and without resets (which hold
  * evicted blocks in transit) no allocation fails.
  *
@@ -121,7 +129,7 @@ struct worker {
 	uint64_t exhausted, matched;
 };
 
-static void check_held(const kvp_ref *refs, const uint64_t *want, size_t n)
+static void check_held(const kvp_ref *refs, const uint64_t *want, size_t n, kvp_owner owner)
 {
 	for (size_t i = 0; i < n; i++) {
 		uint32_t id = KVP_REF_ID(refs[i]);
@@ -130,6 +138,9 @@ static void check_held(const kvp_ref *refs, const uint64_t *want, size_t n)
 		kvp_block_info bi;
 		if (kvp_block_get(pool, refs[i], &bi) != KVP_OK || !bi.in_use || bi.n_holders < 1)
 			violation("held block not in use", id);
+		/* A consistent snapshot: with one holder, that holder is us. */
+		else if (bi.n_holders == 1 && bi.owner != owner)
+			violation("one holder, and it is another owner", id);
 	}
 }
 
@@ -189,10 +200,10 @@ static void *worker_main(void *arg)
 		for (int j = 0; j < len; j++)
 			CHECK_EQ(got[j], refs[j]);
 		/* Hold a while. */
-		check_held(refs, want, (size_t)len);
+		check_held(refs, want, (size_t)len, owner);
 		if (tu_rand(&w->rng) % 4 == 0)
 			sched_yield();
-		check_held(refs, want, (size_t)len);
+		check_held(refs, want, (size_t)len, owner);
 		switch (tu_rand(&w->rng) % 3) {
 		case 0:
 			CHECK_EQ(kvp_free_all(pool, owner), KVP_OK);
@@ -216,6 +227,14 @@ static void *worker_main(void *arg)
 			kvp_prefix_reset(pool);
 			atomic_fetch_add(&resets_done, 1);
 		}
+		/* Shrink (retires uncached free blocks, then evicts cached
+		 * ones) racing everything; growth brings blocks back. */
+		if (reset_every && tu_rand(&w->rng) % (reset_every / 4 + 1) == 0) {
+			uint32_t retired;
+			int rc = kvp_shrink(pool, stream ? KVP_V : KVP_K,
+			                    (uint32_t)(tu_rand(&w->rng) % 8), &retired);
+			CHECK_EQ(rc, KVP_OK);
+		}
 	}
 	return NULL;
 }
@@ -234,6 +253,10 @@ static void test_ledger(int iters, uint64_t resets_every)
 	c.n_blocks = NBLOCKS;
 	c.thread_cache = 4;
 	c.prefix_cache = true;
+	/* With resets the workers also shrink; growth (up to the start size)
+	 * brings the blocks back. */
+	c.grow_on_exhaustion = resets_every != 0;
+	c.max_blocks = NBLOCKS;
 	CHECK_EQ(kvp_pool_create(&c, &pool), KVP_OK);
 	memset(content, 0, sizeof(content));
 	struct worker w[NTHREADS];
@@ -253,17 +276,23 @@ static void test_ledger(int iters, uint64_t resets_every)
 	/* Every block is back: free (cached or not), nothing in use. */
 	kvp_stats s;
 	CHECK_EQ(kvp_pool_stats(pool, &s), KVP_OK);
-	CHECK_EQ(kvp_n_free(pool, KVP_K) + kvp_n_free(pool, KVP_V), NBLOCKS);
+	CHECK_EQ(kvp_n_free(pool, KVP_K) + kvp_n_free(pool, KVP_V), s.n_blocks);
+	CHECK_EQ(s.n_blocks, NBLOCKS - s.n_retired + s.n_grown);
+	if (!resets_every)
+		CHECK_EQ(s.n_blocks, NBLOCKS);
 	CHECK_EQ(kvp_stats_blocks_in_use(&s), 0);
 	CHECK_EQ(s.n_allocations, s.n_frees);
 	CHECK_EQ(s.n_prefix_hits, matched);
 	CHECK(s.n_prefix_hits <= s.n_prefix_queries);
 	CHECK(s.n_cached <= NBLOCKS);
 	printf("ledger: %d threads x %d requests: %llu hits of %llu keys, %llu evictions, "
-	       "%llu exhausted, %llu cached at the end\n",
+	       "%llu exhausted, %llu retired, %llu grown, %llu cached at the end\n",
 	       NTHREADS, iters, (unsigned long long)s.n_prefix_hits,
 	       (unsigned long long)s.n_prefix_queries, (unsigned long long)s.n_evictions,
-	       (unsigned long long)exhausted, (unsigned long long)s.n_cached);
+	       (unsigned long long)exhausted, (unsigned long long)s.n_retired,
+	       (unsigned long long)s.n_grown, (unsigned long long)s.n_cached);
+	if (resets_every)
+		CHECK(s.n_retired > 0 && s.n_grown > 0); /* shrink and growth raced */
 	CHECK(s.n_evictions > 0);
 	CHECK(s.n_prefix_hits > 0);
 	if (!resets_every)
@@ -277,7 +306,7 @@ static void test_ledger(int iters, uint64_t resets_every)
 	kvp_prefix_reset(pool);
 	CHECK_EQ(kvp_pool_stats(pool, &s), KVP_OK);
 	CHECK_EQ(s.n_cached, 0);
-	CHECK_EQ(kvp_n_free(pool, KVP_K) + kvp_n_free(pool, KVP_V), NBLOCKS);
+	CHECK_EQ(kvp_n_free(pool, KVP_K) + kvp_n_free(pool, KVP_V), s.n_blocks);
 	kvp_pool_destroy(pool);
 	pool = NULL;
 }

@@ -41,14 +41,20 @@
  * and kvp_storage_write on it are KVP_EINVAL.  A cached block keeps its
  * storage buffer and rows; a match that takes it again shares those rows.
  *
- * Eviction order with several threads.  Cached blocks sit on per-stream LRU
- * lists split into shards, each stamped with one global caching sequence.
- * What holds:
- *   - within a shard, blocks are evicted strictly in the order they were
- *     cached;
- *   - an eviction during which no block becomes cached takes the least
- *     recently cached block of the stream (exact LRU with one thread, and
- *     with any number of threads that only allocate while caching pauses);
+ * Eviction order with several threads.  Cached blocks sit on per-stream
+ * LRU lists split into shards (by block id), each in the order blocks were
+ * put on it.  A block is put at the tail of its list when it becomes cached
+ * and is on no list.  A match that takes a cached block leaves it on its
+ * list; when that block is cached again it stays in its old place until an
+ * eviction reaches it, which moves it to the tail.  Call the moment a block
+ * was put on its list, or moved to the tail, its caching time.  What holds:
+ *   - within a shard, blocks are evicted strictly in order of caching time;
+ *   - an eviction during which no other thread caches a block takes, among
+ *     the stream's cached blocks that no match took since their caching
+ *     time, the one with the earliest caching time (so with one thread,
+ *     blocks no match took are evicted exactly least recently cached
+ *     first, and a block a match took and let go again goes after every
+ *     block cached before the eviction that moved it);
  *   - a block cached while an eviction runs may be ordered either way
  *     against the block that eviction takes.
  *
@@ -68,32 +74,34 @@
  * holder each block had when checked; a hold that a concurrent match adds
  * in between is kept.
  *
- * Synchronization (prefix mode; the table in kvpool/pool.h for the rest):
+ * Synchronization (prefix mode; the table in kvpool/pool.h for the rest).
+ * Each block has a lock bit in its state word, taken with one CAS; the
+ * CAS an eviction makes to take a cached block races that same CAS.
  *
  *   function            concurrent with   locks taken
  *   ------------------  ----------------  ------------------------------------
  *   kvp_prefix_match    everything        the owner's shard mutex for the call;
- *                                         per key a lock-free index lookup,
- *                                         then the block's stripe mutex (and
- *                                         an LRU shard mutex to revive it)
- *   kvp_prefix_publish  everything        the block's stripe mutex
+ *                                         per key a lock-free index lookup and
+ *                                         the block's lock bit (one CAS)
+ *   kvp_prefix_publish  everything        the block's lock bit
  *   kvp_free_owned,
  *   kvp_free,
  *   kvp_free_all        everything        owner shard mutex, then per block
- *                                         its stripe mutex (and an LRU shard
- *                                         mutex when it becomes cached)
+ *                                         its lock bit (and an LRU shard
+ *                                         mutex when it becomes cached and
+ *                                         is on no list)
  *   kvp_allocate        everything        as in kvpool/pool.h; eviction takes
- *                                         LRU shard mutexes and stripe mutexes
- *                                         one at a time
- *   kvp_prefix_reset    everything        LRU shard and stripe mutexes, one at
- *                                         a time
+ *                                         LRU shard mutexes one at a time and
+ *                                         never waits for a block's lock bit
+ *   kvp_prefix_reset    everything        LRU shard mutexes and lock bits, one
+ *                                         at a time
  *   kvp_block_get       everything        lock-free (seqlock retry)
  *
  * No call takes a global lock except growth (the pool's grow mutex, as in
  * kvpool/pool.h).  Orders: whatever a thread wrote into a block's storage
  * before publishing it happens-before a match that takes the block (the
- * stripe mutex); the last holder's writes happen-before the next owner of
- * an evicted block (the state-word CAS).
+ * lock bit's release and acquire); the last holder's writes happen-before
+ * the next owner of an evicted block (the state-word CAS).
  */
 #ifndef KVPOOL_PREFIX_H
 #define KVPOOL_PREFIX_H

@@ -16,6 +16,9 @@
 #include "lib/prefix/prefix_internal.h"
 #include "lib/base/sysmem.h"
 
+/* Keys a match looks up before it takes their holds. */
+#define MATCH_CHUNK 16u
+
 int kvpi_pfx_extend(struct kvp_prefix *pf, uint32_t n_ids)
 {
 	uint32_t n_segs = (n_ids + KVP_SEG_BLOCKS - 1) / KVP_SEG_BLOCKS;
@@ -90,7 +93,7 @@ int kvpi_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
 	 * stack: the order is exact and nothing waits. */
 	p->thread_cache = 0;
 	kvpi_pfx_lru_init(pf);
-	if (kvpi_pfx_owners_init(pf) != 0 || kvpi_pfx_index_init(pf) != 0 ||
+	if (kvpi_pfx_owners_init(pf) != 0 || kvpi_pfx_index_init(pf, cfg->n_blocks) != 0 ||
 	    kvpi_pfx_extend(pf, cfg->n_blocks) != 0)
 		return -1;
 	return 0;
@@ -223,9 +226,23 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 		kvpi_tslot_put(p, s);
 		return KVP_ENOMEM;
 	}
-	for (; i < n_keys; i++) {
-		struct kvp_pnode *n = kvpi_pfx_index_lookup(pf, tag, &keys[i]);
-		if (!n || !take_hold(p, r, n, (uint32_t)format, owner, &refs[i], revived))
+	/* In chunks: the lookups of a chunk first (their cache misses
+	 * overlap, and the blocks' lines are fetched meanwhile), then the
+	 * holds in order, up to the first miss. */
+	while (i < n_keys) {
+		struct kvp_pnode *nodes[MATCH_CHUNK];
+		size_t c = n_keys - i < MATCH_CHUNK ? n_keys - i : MATCH_CHUNK, found = 0, j = 0;
+		for (; found < c; found++) {
+			nodes[found] = kvpi_pfx_index_lookup(pf, tag, &keys[i + found]);
+			if (!nodes[found])
+				break;
+			kvpi_pfx_prefetch(p, nodes[found]->id);
+		}
+		while (j < found &&
+		       take_hold(p, r, nodes[j], (uint32_t)format, owner, &refs[i + j], revived))
+			j++;
+		i += j;
+		if (j < c)
 			break;
 	}
 	if (r->count == 0 && made)
@@ -240,7 +257,7 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 		kvpi_account_in_use(p, s, (int64_t)nrev);
 	revived[0] = -revived[0];
 	revived[1] = -revived[1];
-	kvpi_pfx_count_cached(pf, revived);
+	kvpi_pfx_count_cached(pf, s, revived);
 	kvpi_rcu_read_unlock();
 	if (i)
 		kvpi_history_tick(p, s);

@@ -79,9 +79,16 @@ static int node_match(struct cds_lfht_node *node, const void *arg)
 	return n->stream == k->stream && n->key.lo == k->key->lo && n->key.hi == k->key->hi;
 }
 
-int kvpi_pfx_index_init(struct kvp_prefix *pf)
+int kvpi_pfx_index_init(struct kvp_prefix *pf, uint32_t n_blocks)
 {
-	pf->ht = cds_lfht_new_flavor(1024, 1024, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
+	/* At least two buckets per block the pool starts with (and never
+	 * fewer, so the table does not shrink back while the cache warms):
+	 * a lookup walks the bucket's chain, one cache miss per node, and at
+	 * this load most chains hold the one node sought. */
+	unsigned long size = 1024;
+	while (size < 2ul * n_blocks && size < (1ul << 24))
+		size *= 2;
+	pf->ht = cds_lfht_new_flavor(size, size, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
 	                             &urcu_bp_flavor, NULL);
 	return pf->ht ? 0 : -1;
 }

@@ -97,8 +97,9 @@
  *   pside.pos_hint             any (relaxed): a hint, always  owner shard mutex, checked
  *                              checked against the array      against the array
  *   lru.head_seq               LRU shard mutex (atomic)       evictors' scans (hint)
- *   prefix.cached              atomic add of a call's net     n_free, stats, admission
- *                              change, at its end             (relaxed; exact when quiet)
+ *   prefix.cached (stripes)    atomic add of a call's net     n_free, stats, admission:
+ *                              change, at its end, to its     the sum (relaxed; exact
+ *                              thread's stripe                when quiet)
  *   index (cds_lfht)           add/del with the block locked  lookups in a read-side
  *                              or EVICTING, in a read-side    section, no lock
  *                              section
@@ -118,8 +119,9 @@
 #include "lib/base/rcu.h"
 #include "lib/base/spin.h"
 
-#define KVP_PFX_LRU_SHARDS   16u
-#define KVP_PFX_OWNER_SHARDS 256u
+#define KVP_PFX_LRU_SHARDS    16u
+#define KVP_PFX_OWNER_SHARDS  256u
+#define KVP_PFX_COUNT_STRIPES 16u
 /* Side table: top level of KVP_PFX_TOP entries, each a segment directory of
  * KVP_PFX_MID segments of KVP_SEG_BLOCKS entries (2^31 ids in all). */
 #define KVP_PFX_MID_SHIFT 10u
@@ -136,12 +138,13 @@ struct kvp_pnode {
 		void *next;
 		unsigned long reverse_hash;
 	} node; /* a struct cds_lfht_node (lib/prefix/prefix_index.c checks the size) */
+	/* What a lookup reads, in the node's first cache line with the link. */
+	kvp_hash key;
+	uint32_t id;
+	uint32_t stream;         /* stream tag (kvpi_stream_tag) */
 	struct kvp_rcu_cb rcu;   /* deferred reuse */
 	struct kvp_prefix *pf;   /* for the deferred callback */
 	struct kvp_pnode *spare; /* next on the block's spare stack */
-	kvp_hash key;
-	uint32_t id;
-	uint32_t stream; /* stream tag (kvpi_stream_tag) */
 };
 
 /* Per-block prefix state (see the table above). */
@@ -178,6 +181,10 @@ struct kvp_plru {
 	_Atomic uint64_t head_seq; /* UINT64_MAX when empty */
 } __attribute__((aligned(64)));
 
+struct kvp_pcount {
+	_Atomic int64_t n[2];
+} __attribute__((aligned(64)));
+
 struct kvp_porec {
 	struct kvp_porec *next; /* bucket chain or spare list */
 	kvp_owner key;
@@ -203,9 +210,11 @@ struct kvp_prefix {
 	_Atomic uint64_t deferred; /* index nodes waiting for a grace period */
 	/* relaxed fetch_add under an LRU shard mutex: a number, orders nothing. */
 	_Atomic uint64_t seq __attribute__((aligned(64)));
-	/* Cached blocks per stream: each call adds what it changed once, at
-	 * its end (relaxed: a count; exact when no call runs). */
-	_Atomic int64_t cached[2] __attribute__((aligned(64)));
+	/* Cached blocks per stream, in stripes chosen by the calling thread's
+	 * slot so that threads do not share a line: each call adds what it
+	 * changed once, at its end (relaxed: a count; the sum is exact when
+	 * no call runs). */
+	struct kvp_pcount cached[KVP_PFX_COUNT_STRIPES];
 	_Atomic(_Atomic(struct kvp_pside *) *) top[KVP_PFX_TOP];
 	struct kvp_plru lru[2][KVP_PFX_LRU_SHARDS];
 	struct kvp_poshard osh[KVP_PFX_OWNER_SHARDS];
@@ -311,11 +320,22 @@ static inline uint64_t kvpi_pfx_snapshot(struct kvp_block *b, struct kvp_pside *
 
 /* Add a call's changes @d[si] to the cached counts (relaxed: a count, exact
  * when no call runs, and only ever a hint to concurrent readers). */
-static inline void kvpi_pfx_count_cached(struct kvp_prefix *pf, const int64_t d[2])
+static inline void kvpi_pfx_count_cached(struct kvp_prefix *pf, const struct kvp_tslot *s,
+                                         const int64_t d[2])
 {
+	_Static_assert(KVP_PFX_COUNT_STRIPES == 16, "the hash below gives 4 bits");
+	struct kvp_pcount *c =
+	    &pf->cached[(((uint64_t)(uintptr_t)s >> 6) * 0x9e3779b97f4a7c15ull) >> 60];
 	for (int si = 0; si < 2; si++)
 		if (d[si])
-			atomic_fetch_add_explicit(&pf->cached[si], d[si], memory_order_relaxed);
+			atomic_fetch_add_explicit(&c->n[si], d[si], memory_order_relaxed);
+}
+
+/* Bring block @id's state word (to be CASed) and side entry into the cache. */
+static inline void kvpi_pfx_prefetch(struct kvp_pool *p, uint32_t id)
+{
+	__builtin_prefetch(&kvpi_bt_block(&p->bt, id)->state, 1);
+	__builtin_prefetch(kvpi_pfx_side(p->prefix, id), 1);
 }
 
 /* Stream index of a block from its state word. */
@@ -331,7 +351,7 @@ void kvpi_pfx_destroy(struct kvp_pool *p);
 int kvpi_pfx_extend(struct kvp_prefix *pf, uint32_t n_ids);
 
 /* lib/prefix/prefix_index.c: the key index.  All in a read-side section. */
-int kvpi_pfx_index_init(struct kvp_prefix *pf);
+int kvpi_pfx_index_init(struct kvp_prefix *pf, uint32_t n_blocks);
 void kvpi_pfx_index_destroy(struct kvp_prefix *pf);
 struct kvp_pnode *kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
                                         const kvp_hash *key);

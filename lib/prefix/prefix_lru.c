@@ -136,7 +136,9 @@ uint64_t kvpi_pfx_n_cached(struct kvp_prefix *pf, int si)
 {
 	/* relaxed: a count, exact when no call runs (below 0 for a moment
 	 * when a revive's call ends before the caching call's). */
-	int64_t n = atomic_load_explicit(&pf->cached[si], memory_order_relaxed);
+	int64_t n = 0;
+	for (uint32_t i = 0; i < KVP_PFX_COUNT_STRIPES; i++)
+		n += atomic_load_explicit(&pf->cached[i].n[si], memory_order_relaxed);
 	return n > 0 ? (uint64_t)n : 0;
 }
 
@@ -237,7 +239,7 @@ uint32_t kvpi_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_
 	}
 	int64_t d[2] = {0, 0};
 	d[si] = -(int64_t)got;
-	kvpi_pfx_count_cached(pf, d);
+	kvpi_pfx_count_cached(pf, s, d);
 	kvpi_ctr_add(s, KVP_C_EVICTIONS, got);
 	return got;
 }

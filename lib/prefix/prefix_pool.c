@@ -25,6 +25,8 @@
 #include "lib/prefix/prefix_internal.h"
 
 #define FREE_BATCH 64u
+/* Blocks a release brings into the cache before it starts. */
+#define PREFETCH_MAX 32u
 
 /* Hand out block @id, held exclusively (popped, evicted or grown); returns
  * its new generation. */
@@ -297,7 +299,7 @@ static void acc_finish(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a)
 {
 	for (int si = 0; si < 2; si++)
 		acc_flush(p, s, a, si);
-	kvpi_pfx_count_cached(p->prefix, a->cached);
+	kvpi_pfx_count_cached(p->prefix, s, a->cached);
 	kvpi_ctr_add(s, KVP_C_STALE, a->stale);
 	kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - a->not_full);
 }
@@ -389,6 +391,8 @@ int kvpi_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs
 	struct acc a;
 	acc_init(&a);
 	pthread_mutex_lock(&sh->lock);
+	for (size_t i = 0; i < n && i < PREFETCH_MAX; i++)
+		kvpi_pfx_prefetch(p, KVP_REF_ID(refs[i]));
 	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
 	for (size_t i = n; i-- > 0;) {
 		uint32_t id = KVP_REF_ID(refs[i]);
