@@ -55,6 +55,9 @@ struct kvp_pool {
 	int8_t si_of[4]; /* stream -> stream index, or -1 (kvpi_stream_index) */
 	bool grow;       /* false in prefix mode: that layer grows after eviction */
 	uint64_t uid;    /* unique for the process's life; names the pool in TLS */
+	/* Prefix cache (lib/prefix/prefix_internal.h); NULL when the pool has it
+	 * off.  In the first cache line: every allocate and free tests it. */
+	struct kvp_prefix *prefix;
 
 	struct kvp_blocktable bt;
 	_Atomic uint32_t n_ids; /* blocks ever created; release-published */
@@ -98,9 +101,6 @@ struct kvp_pool {
 	_Atomic int hist_started;
 
 	struct kvp_pool *reg_next; /* registry of live pools (lib/pool/tslot.c) */
-
-	/* Prefix cache (lib/prefix/prefix_internal.h); NULL when the pool has it off. */
-	struct kvp_prefix *prefix;
 };
 
 /*

@@ -400,12 +400,19 @@ int64_t kvpi_pfx_ofind_pos(struct kvp_prefix *pf, const struct kvp_porec *r, uin
 /* Tombstone position @pos. */
 void kvpi_pfx_oremove_at(struct kvp_porec *r, uint32_t pos);
 
-/* lib/prefix/prefix_pool.c: the pool calls in prefix mode (dispatched from the pool). */
-int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner owner,
-                      kvp_format format, kvp_ref *refs, uint32_t nb);
-int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref *out);
-int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n);
-int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner);
+/*
+ * lib/prefix/prefix_pool.c: the pool calls in prefix mode (dispatched from the pool).
+ * The four that kvp_allocate, kvp_alloc_block, kvp_free and kvp_free_all
+ * dispatch to are declared cold: a call to one marks its branch unlikely,
+ * so the plain pool's fast paths are laid out and inlined as if the
+ * prefix hooks were not there (bench/prefix_offcost.sh measures it).
+ */
+#define KVP_PFX_COLD __attribute__((cold))
+KVP_PFX_COLD int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner owner,
+                                   kvp_format format, kvp_ref *refs, uint32_t nb);
+KVP_PFX_COLD int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref *out);
+KVP_PFX_COLD int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n);
+KVP_PFX_COLD int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner);
 int kvpi_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n);
 int kvpi_pfx_blocks_for(struct kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size_t *n);
 int kvpi_pfx_register_owner(struct kvp_pool *p, kvp_owner owner);
