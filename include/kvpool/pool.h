@@ -54,7 +54,8 @@
  *                                                   (CAS on the block)
  *
  * A pool with prefix_cache keeps its owners in a table of its own and takes
- * a block's stripe mutex to change its holders: kvpool/prefix.h has the
+ * a block's lock bit (one CAS on its state word) to change its holders;
+ * kvp_block_set_used waits while that bit is set: kvpool/prefix.h has the
  * table for that mode.
  *
  * The block path (taking and giving back free blocks) is lock-free with
