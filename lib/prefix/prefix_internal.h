@@ -6,8 +6,9 @@
  *   - a side entry per block id (struct kvp_pside) in a two-level table that
  *     never moves (segments of KVP_SEG_BLOCKS entries, made with the pool's
  *     growth under its grow mutex and published with a release store):
- *     hold count, XOR of the holders' owner ids, the node the block is
- *     published under, its spare index nodes, its LRU links and flags, and
+ *     hold count, XOR of the holders' owner ids, a version bumped by every
+ *     locker that changes them (for lock-free readers), the node the block
+ *     is published under, its spare index nodes, its LRU links and flags, and
  *     a hint of its position in its latest holder's hold array;
  *   - a lock bit in each block's state word (KVP_ST_LOCKED): the block's
  *     prefix fields (hold count, holder XOR, owner, published node, LRU
@@ -30,7 +31,8 @@
  *     meets a held block drops it from the list, and one that meets a stale
  *     cached block moves it to the tail (new sequence number); only the last
  *     release of a block that is on no list takes a shard mutex.  The
- *     number of cached blocks per shard is a separate counter;
+ *     number of cached blocks per stream is kept apart, in striped
+ *     counters to which each call adds its net change once;
  *   - its own owner table (KVP_PFX_OWNER_SHARDS shards, mutex each): an
  *     owner record holds the ids it holds in an array, in hold order, with
  *     tombstones (KVP_NO_ID) compacted when they outnumber the live ids.
@@ -60,16 +62,16 @@
  * CAS from a state with CACHED set and LOCKED clear: the matcher's lock
  * (which then revives it) or the evictor's CAS to EVICTING; whichever CAS
  * comes first changes the word, so the other fails and sees the new state
- * (a held block: a miss for nobody, a hit for the matcher; EVICTING: a
- * miss).  A matcher found its node in the index before it locked, so after
+ * (the matcher's lock won: the block is held, and the evictor moves on;
+ * the evictor won: EVICTING is not lockable, the key is a miss).  A matcher found its node in the index before it locked, so after
  * locking it checks that the block is still published under that very
  * node (pside.pub changes only while locked or while EVICTING, and a node
  * is not reused while any read-side section that saw it runs), so a block
  * evicted and published again under another key is a miss, never a wrong
  * hit.  Every hold is counted under the lock, so the last release (count
  * to 0) is decided once; a block becomes cached (counted, listed) while
- * still locked, so an evictor never sees it CACHED and unlisted.  DESIGN
- * in docs/PREFIX.md ("Concurrency protocol") walks through the races.
+ * still locked, so an evictor never sees it CACHED and unlisted.
+ * docs/PREFIX.md ("Concurrency protocol") walks through the races.
  *
  * Lock order (outer first):
  *   owner shard mutex (prefix table) -> block lock bit -> LRU shard mutex
