@@ -21,6 +21,7 @@
 
 #include <kvpool/kvpool.h>
 
+#include "stress/cli.h"
 #include "stress/metrics_http.h"
 #include "stress/replay.h"
 #include "stress/trace.h"
@@ -90,13 +91,36 @@ static void usage(FILE *f)
 	    wl_names());
 }
 
-static int bad_value(const char *flag, const char *v)
-{
-	fprintf(stderr, "kvpool_replay: bad value for %s: '%s'\n", flag, v ? v : "(missing)");
-	return -1;
-}
+static const struct option longopts[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {"storage", no_argument, NULL, 0},
+    {"prefix-cache", no_argument, NULL, 0},
+    {"no-naive", no_argument, NULL, 0},
+    {"no-progress", no_argument, NULL, 0},
+    {"trace", required_argument, NULL, 0},
+    {"json", required_argument, NULL, 0},
+    {"workload", required_argument, NULL, 0},
+    {"format", required_argument, NULL, 0},
+    {"on-error", required_argument, NULL, 0},
+    {"speed", required_argument, NULL, 0},
+    {"step-ms", required_argument, NULL, 0},
+    {"rate", required_argument, NULL, 0},
+    {"metrics-port", required_argument, NULL, 0},
+    {"limit", required_argument, NULL, 0},
+    {"requests", required_argument, NULL, 0},
+    {"seed", required_argument, NULL, 0},
+    {"threads", required_argument, NULL, 0},
+    {"batch", required_argument, NULL, 0},
+    {"blocks", required_argument, NULL, 0},
+    {"block-size", required_argument, NULL, 0},
+    {"head-dim", required_argument, NULL, 0},
+    {"latency-every", required_argument, NULL, 0},
+    {"linger", required_argument, NULL, 0},
+    {NULL, 0, NULL, 0},
+};
 
-static int parse_args(int argc, char **argv, opts *o)
+static void opts_defaults(opts *o)
 {
 	*o = (opts){.workload = "azure-conv",
 	            .naive = true,
@@ -112,135 +136,103 @@ static int parse_args(int argc, char **argv, opts *o)
 	            .step_ms = 20};
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	o->threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (uint64_t)cpus;
-	static const struct option longopts[] = {
-	    {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, 'V'},
-	    {"storage", no_argument, NULL, 0},
-	    {"prefix-cache", no_argument, NULL, 0},
-	    {"no-naive", no_argument, NULL, 0},
-	    {"no-progress", no_argument, NULL, 0},
-	    {"trace", required_argument, NULL, 0},
-	    {"json", required_argument, NULL, 0},
-	    {"workload", required_argument, NULL, 0},
-	    {"format", required_argument, NULL, 0},
-	    {"on-error", required_argument, NULL, 0},
-	    {"speed", required_argument, NULL, 0},
-	    {"step-ms", required_argument, NULL, 0},
-	    {"rate", required_argument, NULL, 0},
-	    {"metrics-port", required_argument, NULL, 0},
-	    {"limit", required_argument, NULL, 0},
-	    {"requests", required_argument, NULL, 0},
-	    {"seed", required_argument, NULL, 0},
-	    {"threads", required_argument, NULL, 0},
-	    {"batch", required_argument, NULL, 0},
-	    {"blocks", required_argument, NULL, 0},
-	    {"block-size", required_argument, NULL, 0},
-	    {"head-dim", required_argument, NULL, 0},
-	    {"latency-every", required_argument, NULL, 0},
-	    {"linger", required_argument, NULL, 0},
-	    {NULL, 0, NULL, 0},
+}
+
+/* A flag without a value: true when @a is one (and it is applied). */
+static bool parse_switch(opts *o, const char *a)
+{
+	if (strcmp(a, "--storage") == 0)
+		o->storage = true;
+	else if (strcmp(a, "--prefix-cache") == 0)
+		o->prefix = true;
+	else if (strcmp(a, "--no-naive") == 0)
+		o->naive = false;
+	else if (strcmp(a, "--no-progress") == 0)
+		o->progress = false;
+	else
+		return false;
+	return true;
+}
+
+/*
+ * A flag whose value is a name, a path or a fraction: 1 applied, -1 a bad
+ * value, 0 not one of them (a plain number: see parse_number).
+ */
+static int parse_text(opts *o, const char *a, const char *v)
+{
+	uint64_t u;
+	if (strcmp(a, "--trace") == 0)
+		o->trace_path = v;
+	else if (strcmp(a, "--json") == 0)
+		o->json_path = v;
+	else if (strcmp(a, "--workload") == 0) {
+		if (wl_find(v) == NULL)
+			return -1;
+		o->workload = v;
+	} else if (strcmp(a, "--format") == 0) {
+		if (!trace_format_parse(v, &o->format))
+			return -1;
+	} else if (strcmp(a, "--on-error") == 0) {
+		if (strcmp(v, "stop") != 0 && strcmp(v, "skip") != 0)
+			return -1;
+		o->skip_bad = strcmp(v, "skip") == 0;
+	} else if (strcmp(a, "--speed") == 0) {
+		/* 0, or 1e-6 .. 1e6: trace time scaled by it fits in 64 bits */
+		if (!su_parse_double(v, &o->speed) ||
+		    !(o->speed == 0 || (o->speed >= 1e-6 && o->speed <= 1e6)))
+			return -1;
+	} else if (strcmp(a, "--step-ms") == 0) {
+		if (!su_parse_double(v, &o->step_ms) || !(o->step_ms >= 0 && o->step_ms <= 3600e3))
+			return -1;
+	} else if (strcmp(a, "--rate") == 0) {
+		if (!su_parse_double(v, &o->rate) || !(o->rate > 0 && o->rate <= 1e9))
+			return -1;
+	} else if (strcmp(a, "--metrics-port") == 0) {
+		if (!su_parse_u64(v, &u) || u > 65535)
+			return -1;
+		o->metrics_port = (int)u;
+	} else
+		return 0;
+	return 1;
+}
+
+/* The flags whose value is a plain number, with their ranges. */
+static int parse_number(opts *o, const su_cli *c)
+{
+	const su_num_flag nums[] = {
+	    {"--limit", &o->limit, 0, UINT64_MAX},
+	    {"--requests", &o->requests, 1, 100000000},
+	    {"--seed", &o->seed, 0, UINT64_MAX},
+	    {"--threads", &o->threads, 1, 1024},
+	    {"--batch", &o->batch, 1, 65536},
+	    {"--blocks", &o->blocks, 2, KVP_MAX_BLOCKS},
+	    {"--block-size", &o->block_size, 1, KVP_MAX_BLOCK_SIZE},
+	    {"--head-dim", &o->head_dim, 1, 65536},
+	    {"--latency-every", &o->latency_every, 1, 1000000},
+	    {"--linger", &o->linger_s, 0, 86400},
 	};
-	int c, idx = 0;
-	opterr = 0; /* one line of our own below */
-	optind = 1;
-	while ((c = getopt_long(argc, argv, ":hV", longopts, &idx)) != -1) {
-		char a[32];
-		const char *v = optarg;
-		uint64_t u;
-		if (c == 'h') {
-			usage(stdout);
-			exit(0);
-		} else if (c == 'V') {
-			printf("kvpool_replay (kvpool) %s\n", kvp_version());
-			exit(0);
-		} else if (c == ':') {
-			fprintf(stderr, "kvpool_replay: option %s needs a value (see --help)\n",
-			        argv[optind - 1]);
+	return su_cli_number(c, nums, sizeof nums / sizeof nums[0]) < 0 ? -1 : 0;
+}
+
+static int parse_args(int argc, char **argv, opts *o)
+{
+	su_cli c = {.prog = "kvpool_replay",
+	            .argc = argc,
+	            .argv = argv,
+	            .longopts = longopts,
+	            .usage = usage};
+	int rc;
+	opts_defaults(o);
+	while ((rc = su_cli_next(&c)) == 1) {
+		if (parse_switch(o, c.name))
+			continue;
+		int r = parse_text(o, c.name, c.value);
+		if (r < 0)
+			return su_cli_bad_value(&c);
+		if (r == 0 && parse_number(o, &c) != 0)
 			return -1;
-		} else if (c != 0) {
-			fprintf(stderr, "kvpool_replay: unknown option '%s' (see --help)\n",
-			        argv[optind - 1]);
-			return -1;
-		}
-		snprintf(a, sizeof a, "--%s", longopts[idx].name);
-		if (strcmp(a, "--storage") == 0) {
-			o->storage = true;
-		} else if (strcmp(a, "--prefix-cache") == 0) {
-			o->prefix = true;
-		} else if (strcmp(a, "--no-naive") == 0) {
-			o->naive = false;
-		} else if (strcmp(a, "--no-progress") == 0) {
-			o->progress = false;
-		} else {
-			if (strcmp(a, "--trace") == 0) {
-				o->trace_path = v;
-			} else if (strcmp(a, "--json") == 0) {
-				o->json_path = v;
-			} else if (strcmp(a, "--workload") == 0) {
-				if (wl_find(v) == NULL)
-					return bad_value(a, v);
-				o->workload = v;
-			} else if (strcmp(a, "--format") == 0) {
-				if (!trace_format_parse(v, &o->format))
-					return bad_value(a, v);
-			} else if (strcmp(a, "--on-error") == 0) {
-				if (strcmp(v, "stop") != 0 && strcmp(v, "skip") != 0)
-					return bad_value(a, v);
-				o->skip_bad = strcmp(v, "skip") == 0;
-			} else if (strcmp(a, "--speed") == 0) {
-				/* 0, or 1e-6 .. 1e6: trace time scaled by it fits in 64 bits */
-				if (!su_parse_double(v, &o->speed) ||
-				    !(o->speed == 0 || (o->speed >= 1e-6 && o->speed <= 1e6)))
-					return bad_value(a, v);
-			} else if (strcmp(a, "--step-ms") == 0) {
-				if (!su_parse_double(v, &o->step_ms) ||
-				    !(o->step_ms >= 0 && o->step_ms <= 3600e3))
-					return bad_value(a, v);
-			} else if (strcmp(a, "--rate") == 0) {
-				if (!su_parse_double(v, &o->rate) ||
-				    !(o->rate > 0 && o->rate <= 1e9))
-					return bad_value(a, v);
-			} else if (strcmp(a, "--metrics-port") == 0) {
-				if (!su_parse_u64(v, &u) || u > 65535)
-					return bad_value(a, v);
-				o->metrics_port = (int)u;
-			} else {
-				struct {
-					const char *flag;
-					uint64_t *dst, min, max;
-				} nums[] = {
-				    {"--limit", &o->limit, 0, UINT64_MAX},
-				    {"--requests", &o->requests, 1, 100000000},
-				    {"--seed", &o->seed, 0, UINT64_MAX},
-				    {"--threads", &o->threads, 1, 1024},
-				    {"--batch", &o->batch, 1, 65536},
-				    {"--blocks", &o->blocks, 2, KVP_MAX_BLOCKS},
-				    {"--block-size", &o->block_size, 1, KVP_MAX_BLOCK_SIZE},
-				    {"--head-dim", &o->head_dim, 1, 65536},
-				    {"--latency-every", &o->latency_every, 1, 1000000},
-				    {"--linger", &o->linger_s, 0, 86400},
-				};
-				size_t k = 0;
-				for (; k < sizeof nums / sizeof nums[0]; k++) {
-					if (strcmp(a, nums[k].flag) == 0)
-						break;
-				}
-				if (k == sizeof nums / sizeof nums[0]) {
-					fprintf(stderr, "kvpool_replay: unknown option: %s\n", a);
-					return -1;
-				}
-				if (!su_parse_u64(v, &u) || u < nums[k].min || u > nums[k].max)
-					return bad_value(a, v);
-				*nums[k].dst = u;
-			}
-		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "kvpool_replay: unexpected argument '%s' (see --help)\n",
-		        argv[optind]);
-		return -1;
-	}
-	return 0;
+	return rc;
 }
 
 static uint64_t ld(_Atomic uint64_t *a)
@@ -719,23 +711,6 @@ static void json_result(FILE *f, const char *name, const rp_result *r, bool last
 	    r->unexpected_exhausted, r->errors, last ? "" : ",");
 }
 
-/* Fail before the run, with the reason, when --json cannot be written
- * (the file is created empty here and written at the end). */
-static int json_writable(const char *json_path)
-{
-	char *path = su_resolve_path(json_path);
-	FILE *f = path ? fopen(path, "w") : NULL;
-	if (f == NULL) {
-		fprintf(stderr, "kvpool_replay: --json %s: cannot write: %s\n", json_path,
-		        path ? strerror(errno) : "out of memory");
-		free(path);
-		return -1;
-	}
-	fclose(f);
-	free(path);
-	return 0;
-}
-
 static int write_json(const char *path, const app *A, const summary *S, const char *source,
                       const checks *k)
 {
@@ -847,7 +822,7 @@ int main(int argc, char **argv)
 	opts *o = &A.o;
 	trace t;
 	char source[1024];
-	if (o->json_path != NULL && json_writable(o->json_path) != 0)
+	if (o->json_path != NULL && su_cli_json_writable("kvpool_replay", o->json_path) != 0)
 		return 2;
 	if (load_requests(o, &t, source, sizeof source) != 0)
 		return 2;
