@@ -475,17 +475,13 @@ static void print_prefix(const summary *S, const opts *o)
 	row("keys hashed (s)", a, NULL, NULL);
 }
 
-static void print_table(const summary *S, const opts *o)
+/* Requests, tokens, time and calls: kvpool beside naive, with the ratio. */
+static void table_calls(const summary *S)
 {
 	const rp_result *p = S->p, *n = S->n;
 	char a[64], b[64], r[32];
 	uint64_t ptok = p->prompt_tokens + p->output_tokens;
 	uint64_t ntok = n ? n->prompt_tokens + n->output_tokens : 0;
-	printf("\n");
-	row("", "kvpool", n ? "naive malloc/token" : "(naive: --no-naive)",
-	    n ? "kvpool vs naive" : "");
-	if (n)
-		row("", "", "", "(>1x: kvpool better)");
 	snprintf(a, sizeof a, "%" PRIu64, p->requests_done);
 	snprintf(b, sizeof b, "%" PRIu64, n ? n->requests_done : 0);
 	row("requests completed", a, n ? b : NULL, NULL);
@@ -520,6 +516,13 @@ static void print_table(const summary *S, const opts *o)
 	    n ? human(ncs, b, sizeof b) : NULL, n ? ratio(pcs, ncs, r, sizeof r) : NULL);
 	row("kvp_block_set_used calls", human((double)p->set_used_calls, a, sizeof a),
 	    n ? "-" : NULL, NULL);
+}
+
+/* Allocation latency, memory held, reuse and fragmentation. */
+static void table_memory(const summary *S, const opts *o)
+{
+	const rp_result *p = S->p, *n = S->n;
+	char a[64], b[64], r[32];
 	const double qs[] = {0.5, 0.99, 0.999};
 	const char *ql[] = {"allocate latency p50 (ns)", "allocate latency p99 (ns)",
 	                    "allocate latency p99.9 (ns)"};
@@ -546,6 +549,13 @@ static void print_table(const summary *S, const opts *o)
 	                              : 0.0;
 	snprintf(a, sizeof a, "%.2f%%", 100.0 * waste);
 	row("empty slots in held blocks at peak", a, n ? "-" : NULL, NULL);
+}
+
+/* Waits for blocks at the queue head and the queue delay. */
+static void table_waits(const summary *S)
+{
+	const rp_result *p = S->p, *n = S->n;
+	char a[64], b[64], r[32];
 	snprintf(a, sizeof a, "%" PRIu64, p->waits);
 	if (n)
 		snprintf(b, sizeof b, "%" PRIu64, n->waits);
@@ -570,6 +580,19 @@ static void print_table(const summary *S, const opts *o)
 	    n ? ratio((double)hist_percentile(&n->queue_delay, 0.99),
 	              (double)hist_percentile(&p->queue_delay, 0.99), r, sizeof r)
 	      : NULL);
+}
+
+static void print_table(const summary *S, const opts *o)
+{
+	const rp_result *n = S->n;
+	printf("\n");
+	row("", "kvpool", n ? "naive malloc/token" : "(naive: --no-naive)",
+	    n ? "kvpool vs naive" : "");
+	if (n)
+		row("", "", "", "(>1x: kvpool better)");
+	table_calls(S);
+	table_memory(S, o);
+	table_waits(S);
 	if (S->prefix)
 		print_prefix(S, o);
 	char line[256];
@@ -597,13 +620,12 @@ static void check(checks *k, bool ok, const char *fmt, ...)
 	printf("\n");
 }
 
-static void run_checks(checks *k, const app *A, const summary *S, uint64_t expect_rejected,
-                       uint64_t expect_tokens)
+/* kvpool: every request accounted for, every block back, the counts agree. */
+static void check_blocks(checks *k, const app *A, const summary *S, uint64_t expect_rejected)
 {
-	const rp_result *p = S->p, *n = S->n;
+	const rp_result *p = S->p;
 	kvp_stats st = S->st;
 	size_t free_k = kvp_n_free(A->pool, KVP_K), free_v = kvp_n_free(A->pool, KVP_V);
-	printf("\nchecks:\n");
 	check(k, p->requests_done + p->rejected == S->n_req && p->rejected == expect_rejected,
 	      "kvpool: every request completed (%" PRIu64 " done + %" PRIu64
 	      " rejected as larger than the pool = %" PRIu64 ")",
@@ -632,6 +654,13 @@ static void run_checks(checks *k, const app *A, const summary *S, uint64_t expec
 		      p->blocks_allocated, p->prefix_matched,
 		      A->o.block_size > 0 ? (unsigned)A->o.block_size : 0, p->expected_blocks,
 		      st.n_allocations, st.n_frees);
+}
+
+/* kvpool: the tokens stored, no surprise exhaustion, the peak within bounds, no error. */
+static void check_usage(checks *k, const summary *S, uint64_t expect_tokens)
+{
+	const rp_result *p = S->p;
+	kvp_stats st = S->st;
 	check(k, p->prompt_tokens + p->output_tokens == expect_tokens,
 	      "kvpool: tokens stored %" PRIu64 " = trace tokens of admitted requests %" PRIu64,
 	      p->prompt_tokens + p->output_tokens, expect_tokens);
@@ -651,6 +680,13 @@ static void run_checks(checks *k, const app *A, const summary *S, uint64_t expec
 		      st.peak_blocks_in_use, 2 * p->peak_reserved, p->peak_reserved);
 	check(k, p->errors == 0, "kvpool: no call failed%s%s", p->errors ? ": " : "",
 	      p->first_error);
+}
+
+/* The prefix cache's counts agree with the pool's; naive did the same work. */
+static void check_prefix_naive(checks *k, const summary *S, uint64_t expect_tokens)
+{
+	const rp_result *p = S->p, *n = S->n;
+	kvp_stats st = S->st;
 	if (S->prefix) {
 		check(k, st.n_prefix_hits == p->prefix_returned,
 		      "prefix: pool prefix hits %" PRIu64
@@ -676,6 +712,15 @@ static void run_checks(checks *k, const app *A, const summary *S, uint64_t expec
 		check(k, n->errors == 0, "naive: no call failed%s%s", n->errors ? ": " : "",
 		      n->first_error);
 	}
+}
+
+static void run_checks(checks *k, const app *A, const summary *S, uint64_t expect_rejected,
+                       uint64_t expect_tokens)
+{
+	printf("\nchecks:\n");
+	check_blocks(k, A, S, expect_rejected);
+	check_usage(k, S, expect_tokens);
+	check_prefix_naive(k, S, expect_tokens);
 }
 
 /* --- JSON ------------------------------------------------------------------------------- */
@@ -813,6 +858,171 @@ static int load_requests(const opts *o, trace *t, char *source, size_t cap)
 	return 0;
 }
 
+/* --prefix-cache needs block hashes: 0, or -1 after saying why @t has none. */
+static int check_prefix_input(const opts *o, const trace *t)
+{
+	if (!o->prefix || (t->format == TRACE_MOONCAKE && t->n_hash_ids > 0))
+		return 0;
+	fprintf(stderr,
+	        "kvpool_replay: --prefix-cache needs a Mooncake trace with hash_ids; %s "
+	        "carries no block hashes\n",
+	        o->trace_path == NULL         ? "the built-in workload"
+	        : t->format == TRACE_MOONCAKE ? "this Mooncake trace"
+	        : t->format == TRACE_AZURE    ? "an Azure trace"
+	                                      : "a Vidur trace");
+	return -1;
+}
+
+/* The pool, the buffer cache and, with --storage, the K and V storages. */
+static int setup_pool(app *A, kvp_storage *store[2])
+{
+	const opts *o = &A->o;
+	kvp_pool_config pc;
+	kvp_pool_config_init(&pc);
+	pc.n_blocks = (uint32_t)o->blocks;
+	pc.block_size = (uint32_t)o->block_size;
+	pc.prefix_cache = o->prefix;
+	int rc = kvp_pool_create(&pc, &A->pool);
+	if (rc == KVP_OK)
+		rc = kvp_bufcache_create(256u << 20, &A->cache);
+	for (int i = 0; rc == KVP_OK && o->storage && i < 2; i++)
+		rc = kvp_storage_create(A->pool, (uint32_t)o->head_dim, A->cache, &store[i]);
+	if (rc != KVP_OK) {
+		fprintf(stderr, "kvpool_replay: cannot set up the pool: %s\n", kvp_strerror(rc));
+		return -1;
+	}
+	return 0;
+}
+
+/* The requests larger than the pool (rejected) and the tokens of the others. */
+static void expect_counts(const trace *t, uint32_t bs, uint64_t capacity, uint64_t *rejected,
+                          uint64_t *tokens)
+{
+	*rejected = *tokens = 0;
+	for (size_t i = 0; i < t->n; i++) {
+		if (rp_blocks_needed(&t->req[i], bs) > capacity)
+			(*rejected)++;
+		else
+			*tokens += (uint64_t)t->req[i].prompt + t->req[i].output;
+	}
+}
+
+static int start_metrics(app *A, mhttp **srv)
+{
+	char err[256];
+	if (A->o.metrics_port < 0)
+		return 0;
+	if (mhttp_start((uint16_t)A->o.metrics_port, fill_metrics, A, srv, err, sizeof err) != 0) {
+		fprintf(stderr, "kvpool_replay: %s\n", err);
+		return -1;
+	}
+	fprintf(stderr, "metrics: http://127.0.0.1:%u/metrics\n", mhttp_port(*srv));
+	return 0;
+}
+
+static void print_banner(const opts *o, const char *source, uint64_t capacity)
+{
+	printf("kvpool_replay: %s\n", source);
+	printf("  %" PRIu64 " worker threads x batch %" PRIu64 "; pool %" PRIu64
+	       " blocks x %" PRIu64 " tokens (%" PRIu64 " per stream); %s; rows %s\n",
+	       o->threads, o->batch, o->blocks, o->block_size, capacity,
+	       o->speed > 0 ? "paced" : "speed 0 (as fast as possible)",
+	       o->storage ? "written through kvp_storage (fp16)" : "not written");
+	if (o->speed > 0)
+		printf("  speed %gx, decode step %g ms of trace time\n", o->speed, o->step_ms);
+	fflush(stdout);
+}
+
+/*
+ * The trace through the pool, then (unless --no-naive) through naive
+ * malloc-per-token; fills @S with both results and the pool's stats.
+ */
+static void replay_both(app *A, const trace *t, kvp_storage *store[2], uint64_t capacity,
+                        const prefix_plan *plan, summary *S)
+{
+	const opts *o = &A->o;
+	rp_config c = {.req = t->req,
+	               .n = t->n,
+	               .kind = RP_POOL,
+	               .threads = (unsigned)o->threads,
+	               .batch = (unsigned)o->batch,
+	               .speed = o->speed,
+	               .step_ms = o->step_ms,
+	               .block_size = (uint32_t)o->block_size,
+	               .capacity = capacity,
+	               .row_dim = (uint32_t)o->head_dim,
+	               .latency_every = (unsigned)o->latency_every,
+	               .pool = A->pool,
+	               .storage = {store[0], store[1]},
+	               .write_rows = o->storage,
+	               .progress = o->progress,
+	               .label = "kvpool",
+	               .prefix = o->prefix,
+	               .keys = plan->keys,
+	               .key_off = plan->off,
+	               .n_keys = plan->n};
+	static rp_result pres, nres;
+	rp_run(&c, &pres, &A->live);
+	*S = (summary){.p = &pres,
+	               .prefix = o->prefix ? plan : NULL,
+	               .n_req = t->n,
+	               .block_bytes = o->block_size * 2 * o->head_dim};
+	kvp_pool_stats(A->pool, &S->st);
+	if (!o->naive)
+		return;
+	c.kind = RP_NAIVE;
+	c.label = "naive";
+	c.prefix = false;
+	rp_run(&c, &nres, NULL);
+	S->n = &nres;
+}
+
+/* --linger: keep serving /metrics until then or SIGTERM/SIGINT; then stop. */
+static void stop_metrics(const opts *o, mhttp *srv)
+{
+	if (srv == NULL)
+		return;
+	if (o->linger_s > 0) {
+		signal(SIGTERM, on_signal);
+		signal(SIGINT, on_signal);
+		fprintf(stderr, "metrics: serving for %" PRIu64 " more seconds (SIGTERM ends)\n",
+		        o->linger_s);
+		uint64_t end = su_now_ns() + o->linger_s * 1000000000ull;
+		while (!got_signal && su_now_ns() < end)
+			su_sleep_ns(50000000);
+	}
+	fprintf(stderr, "metrics: %" PRIu64 " scrapes served\n", mhttp_scrapes(srv));
+	mhttp_stop(srv);
+}
+
+static void teardown(app *A, kvp_storage *store[2], trace *t, prefix_plan *plan)
+{
+	for (int i = 0; i < 2; i++)
+		kvp_storage_destroy(store[i]);
+	kvp_pool_destroy(A->pool);
+	kvp_bufcache_destroy(A->cache);
+	trace_free(t);
+	plan_free(plan);
+}
+
+/* The checks, their count and --json; the exit status. */
+static int finish(const app *A, const summary *S, const char *source, uint64_t expect_rejected,
+                  uint64_t expect_tokens)
+{
+	checks k = {0};
+	run_checks(&k, A, S, expect_rejected, expect_tokens);
+	printf("%d checks, %d failed\n", k.run, k.failed);
+	fflush(stdout);
+	int status = k.failed ? 1 : 0;
+	if (A->o.json_path != NULL) {
+		char *path = su_resolve_path(A->o.json_path);
+		if (path == NULL || write_json(path, A, S, source, &k) != 0)
+			status = status ? status : 2;
+		free(path);
+	}
+	return status;
+}
+
 int main(int argc, char **argv)
 {
 	app A;
@@ -826,143 +1036,35 @@ int main(int argc, char **argv)
 		return 2;
 	if (load_requests(o, &t, source, sizeof source) != 0)
 		return 2;
-
-	if (o->prefix && (t.format != TRACE_MOONCAKE || t.n_hash_ids == 0)) {
-		fprintf(stderr,
-		        "kvpool_replay: --prefix-cache needs a Mooncake trace with hash_ids; %s "
-		        "carries no block hashes\n",
-		        o->trace_path == NULL        ? "the built-in workload"
-		        : t.format == TRACE_MOONCAKE ? "this Mooncake trace"
-		        : t.format == TRACE_AZURE    ? "an Azure trace"
-		                                     : "a Vidur trace");
+	if (check_prefix_input(o, &t) != 0) {
 		trace_free(&t);
 		return 2;
 	}
-	kvp_pool_config pc;
-	kvp_pool_config_init(&pc);
-	pc.n_blocks = (uint32_t)o->blocks;
-	pc.block_size = (uint32_t)o->block_size;
-	pc.prefix_cache = o->prefix;
 	static prefix_plan plan;
-	int rc = kvp_pool_create(&pc, &A.pool);
-	if (rc == KVP_OK)
-		rc = kvp_bufcache_create(256u << 20, &A.cache);
 	kvp_storage *store[2] = {NULL, NULL};
-	uint32_t row_dim = (uint32_t)o->head_dim;
-	for (int i = 0; rc == KVP_OK && o->storage && i < 2; i++)
-		rc = kvp_storage_create(A.pool, row_dim, A.cache, &store[i]);
-	if (rc != KVP_OK) {
-		fprintf(stderr, "kvpool_replay: cannot set up the pool: %s\n", kvp_strerror(rc));
+	mhttp *srv = NULL;
+	uint64_t capacity = 0, expect_rejected, expect_tokens;
+	if (setup_pool(&A, store) != 0)
 		goto setup_failed;
-	}
-	uint64_t capacity = kvp_n_free(A.pool, KVP_V); /* V has the smaller half */
-	uint64_t expect_rejected = 0, expect_tokens = 0;
-	for (size_t i = 0; i < t.n; i++) {
-		if (rp_blocks_needed(&t.req[i], (uint32_t)o->block_size) > capacity)
-			expect_rejected++;
-		else
-			expect_tokens += (uint64_t)t.req[i].prompt + t.req[i].output;
-	}
-
+	capacity = kvp_n_free(A.pool, KVP_V); /* V has the smaller half */
+	expect_counts(&t, (uint32_t)o->block_size, capacity, &expect_rejected, &expect_tokens);
 	if (o->prefix &&
 	    plan_build(&t, (uint32_t)o->block_size, capacity, (unsigned)o->threads, &plan) != 0) {
 		fprintf(stderr, "kvpool_replay: out of memory hashing the prefix keys\n");
 		goto setup_failed;
 	}
-	mhttp *srv = NULL;
-	if (o->metrics_port >= 0) {
-		char err[256];
-		if (mhttp_start((uint16_t)o->metrics_port, fill_metrics, &A, &srv, err,
-		                sizeof err) != 0) {
-			fprintf(stderr, "kvpool_replay: %s\n", err);
-			goto setup_failed;
-		}
-		fprintf(stderr, "metrics: http://127.0.0.1:%u/metrics\n", mhttp_port(srv));
-	}
-
-	printf("kvpool_replay: %s\n", source);
-	printf("  %" PRIu64 " worker threads x batch %" PRIu64 "; pool %" PRIu64
-	       " blocks x %" PRIu64 " tokens (%" PRIu64 " per stream); %s; rows %s\n",
-	       o->threads, o->batch, o->blocks, o->block_size, capacity,
-	       o->speed > 0 ? "paced" : "speed 0 (as fast as possible)",
-	       o->storage ? "written through kvp_storage (fp16)" : "not written");
-	if (o->speed > 0)
-		printf("  speed %gx, decode step %g ms of trace time\n", o->speed, o->step_ms);
-	fflush(stdout);
-
-	rp_config c = {.req = t.req,
-	               .n = t.n,
-	               .kind = RP_POOL,
-	               .threads = (unsigned)o->threads,
-	               .batch = (unsigned)o->batch,
-	               .speed = o->speed,
-	               .step_ms = o->step_ms,
-	               .block_size = (uint32_t)o->block_size,
-	               .capacity = capacity,
-	               .row_dim = row_dim,
-	               .latency_every = (unsigned)o->latency_every,
-	               .pool = A.pool,
-	               .storage = {store[0], store[1]},
-	               .write_rows = o->storage,
-	               .progress = o->progress,
-	               .label = "kvpool",
-	               .prefix = o->prefix,
-	               .keys = plan.keys,
-	               .key_off = plan.off,
-	               .n_keys = plan.n};
-	static rp_result pres, nres;
-	rp_run(&c, &pres, &A.live);
-	summary S = {.p = &pres,
-	             .prefix = o->prefix ? &plan : NULL,
-	             .n_req = t.n,
-	             .block_bytes = o->block_size * 2 * o->head_dim};
-	kvp_pool_stats(A.pool, &S.st);
-	if (o->naive) {
-		c.kind = RP_NAIVE;
-		c.label = "naive";
-		c.prefix = false;
-		rp_run(&c, &nres, NULL);
-		S.n = &nres;
-	}
+	if (start_metrics(&A, &srv) != 0)
+		goto setup_failed;
+	print_banner(o, source, capacity);
+	summary S;
+	replay_both(&A, &t, store, capacity, &plan, &S);
 	print_table(&S, o);
-	checks k = {0};
-	run_checks(&k, &A, &S, expect_rejected, expect_tokens);
-	printf("%d checks, %d failed\n", k.run, k.failed);
-	fflush(stdout);
-	int status = k.failed ? 1 : 0;
-	if (o->json_path != NULL) {
-		char *path = su_resolve_path(o->json_path);
-		if (path == NULL || write_json(path, &A, &S, source, &k) != 0)
-			status = status ? status : 2;
-		free(path);
-	}
-	if (srv != NULL && o->linger_s > 0) {
-		signal(SIGTERM, on_signal);
-		signal(SIGINT, on_signal);
-		fprintf(stderr, "metrics: serving for %" PRIu64 " more seconds (SIGTERM ends)\n",
-		        o->linger_s);
-		uint64_t end = su_now_ns() + o->linger_s * 1000000000ull;
-		while (!got_signal && su_now_ns() < end)
-			su_sleep_ns(50000000);
-	}
-	if (srv != NULL) {
-		fprintf(stderr, "metrics: %" PRIu64 " scrapes served\n", mhttp_scrapes(srv));
-		mhttp_stop(srv);
-	}
-	for (int i = 0; i < 2; i++)
-		kvp_storage_destroy(store[i]);
-	kvp_pool_destroy(A.pool);
-	kvp_bufcache_destroy(A.cache);
-	trace_free(&t);
-	plan_free(&plan);
+	int status = finish(&A, &S, source, expect_rejected, expect_tokens);
+	stop_metrics(o, srv);
+	teardown(&A, store, &t, &plan);
 	return status;
 
 setup_failed:
-	plan_free(&plan);
-	for (int i = 0; i < 2; i++)
-		kvp_storage_destroy(store[i]);
-	kvp_pool_destroy(A.pool);
-	kvp_bufcache_destroy(A.cache);
-	trace_free(&t);
+	teardown(&A, store, &t, &plan);
 	return 2;
 }
