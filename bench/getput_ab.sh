@@ -42,7 +42,9 @@ after="$repo/bazel-bin/bench/getput"
 
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 1; r <= rounds; r++)); do
-	for side in before after; do
+	order="before after"
+	((r % 2 == 0)) && order="after before" # ABBA: drift in load hits both alike
+	for side in $order; do
 		bin=$before
 		[ "$side" = after ] && bin=$after
 		"$bin" --only getput --quick --json "$tmp/$side.$r.json" >"$tmp/$side.$r.txt" 2>&1 ||
@@ -57,13 +59,13 @@ echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 import json, statistics, sys
 tmp, rounds, b_name, a_name = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 
-def load(side):
+def load(side, metric):
     runs = []
     for r in range(1, rounds + 1):
         with open(f"{tmp}/{side}.{r}.json") as f:
             figs = json.load(f)["figures"]
         runs.append({(g["series"], g["x"]): g["value"] for g in figs
-                     if g["bench"] == "getput" and g["metric"] == "ops_per_s"
+                     if g["bench"] == "getput" and g["metric"] == metric
                      and isinstance(g["value"], (int, float))})
     return runs
 
@@ -71,16 +73,22 @@ def order(key):
     series, x = key
     return (series, int(x.split("=")[1]) if "=" in x else 0)
 
-before, after = load("before"), load("after")
-keys = sorted(set.intersection(*(set(r) for r in before + after)), key=order)
-print(f"get/put ops/s (one block allocated + freed), median of {rounds} rounds of --quick")
+def table(metric, fmt):
+    before, after = load("before", metric), load("after", metric)
+    keys = sorted(set.intersection(*(set(r) for r in before + after)), key=order)
+    print(f"{'case':<24} {'threads':>8} {'before':>14} {'after':>14} {'after/before':>13}")
+    for k in keys:
+        b = statistics.median(r[k] for r in before)
+        a = statistics.median(r[k] for r in after)
+        print(f"{k[0]:<24} {k[1].split('=')[-1]:>8} {b:>14{fmt}} {a:>14{fmt}} {a / b:>12.3f}x")
+
 print(f"before = {b_name}, after = {a_name}")
-print(f"{'case':<24} {'threads':>8} {'before':>14} {'after':>14} {'after/before':>13}")
-for k in keys:
-    b = statistics.median(r[k] for r in before)
-    a = statistics.median(r[k] for r in after)
-    print(f"{k[0]:<24} {k[1].split('=')[-1]:>8} {b:>14.4g} {a:>14.4g} {a / b:>12.3f}x")
+print(f"\nget/put ops/s (one block allocated + freed), median of {rounds} rounds of --quick")
+table("ops_per_s", ".4g")
 print("(the kvpool_* rows are the library's code at each commit; the peers - dpdk_mempool,")
 print(" mutex_pool, the mallocs, limit_tls_array - are the same code in both builds, so")
 print(" their after/before shows how far the machine's noise moves a ratio in this run)")
+print("\nkvpool / mutex_pool, each measured beside the other within one run (load that")
+print("changes between runs cancels), median of the rounds")
+table("ratio_vs_mutex_pool", ".3f")
 PY
