@@ -63,6 +63,62 @@ struct result {
 	int identical;
 };
 
+/*
+ * Append @len random tokens to layer 0 of @c in chunks of 256 (@chunk holds
+ * one chunk's K and V), the contiguous copies @kc and @vc encoded alike.
+ */
+static int prefill(kvp_kvcache *c, uint32_t len, kvp_format fmt, size_t rb, uint8_t *kc,
+                   uint8_t *vc, float *chunk)
+{
+	for (uint32_t t = 0; t < len; t += 256) {
+		uint32_t n = len - t < 256 ? len - t : 256;
+		float *k = chunk, *v = chunk + (size_t)256 * ROW;
+		for (uint32_t i = 0; i < n * ROW; i++) {
+			k[i] = frand();
+			v[i] = frand();
+		}
+		if (kvp_kvcache_append(c, 0, k, v, n) != KVP_OK)
+			return -1;
+		kvpi_codec_encode(fmt, kc + (size_t)t * rb, k, n, ROW);
+		kvpi_codec_encode(fmt, vc + (size_t)t * rb, v, n, ROW);
+	}
+	return 0;
+}
+
+/*
+ * Batches of decode steps alternating between the paged cache @c and the
+ * contiguous rows @src; the median batch time per step of each side, and
+ * whether the last outputs are identical.
+ */
+static void time_steps(kvp_kvcache *c, const struct kvp_attend_src *src, uint32_t len, int batches,
+                       struct result *res)
+{
+	float q[NH * HD], out_p[NH * HD], out_c[NH * HD];
+	double tp[MAX_BATCHES], tc[MAX_BATCHES];
+	int steps, b, s;
+
+	for (int i = 0; i < NH * HD; i++)
+		q[i] = frand();
+	/* about 20 ms of work per batch, at least one step */
+	steps = (int)(2e7 / ((double)len * NH * HD * 2)) + 1;
+	for (b = 0; b < batches; b++) {
+		double t0 = now();
+		for (s = 0; s < steps; s++)
+			kvp_kvcache_attend(c, 0, q, NH, 0.125f, out_p);
+		double t1 = now();
+		for (s = 0; s < steps; s++)
+			kvpi_attend_rows(src, q, NH, 0.125f, out_c);
+		double t2 = now();
+		tp[b] = (t1 - t0) / steps;
+		tc[b] = (t2 - t1) / steps;
+	}
+	qsort(tp, (size_t)batches, sizeof(double), cmp_double);
+	qsort(tc, (size_t)batches, sizeof(double), cmp_double);
+	res->paged_ms = tp[batches / 2] * 1e3;
+	res->contig_ms = tc[batches / 2] * 1e3;
+	res->identical = memcmp(out_p, out_c, sizeof out_p) == 0;
+}
+
 static int run_len(uint32_t len, kvp_format fmt, uint32_t bs, int quick, struct result *res)
 {
 	kvp_pool_config pc;
@@ -73,10 +129,7 @@ static int run_len(uint32_t len, kvp_format fmt, uint32_t bs, int quick, struct 
 	size_t rb = kvpi_codec_row_bytes(fmt, ROW);
 	uint8_t *kc = malloc((size_t)len * rb), *vc = malloc((size_t)len * rb);
 	float *chunk = malloc((size_t)256 * ROW * sizeof(float) * 2);
-	float q[NH * HD], out_p[NH * HD], out_c[NH * HD];
-	double tp[MAX_BATCHES], tc[MAX_BATCHES];
-	int batches = quick ? 3 : MAX_BATCHES, steps, b, s, rc = 1;
-	uint32_t t, i;
+	int rc = 1;
 
 	if (!kc || !vc || !chunk)
 		goto out;
@@ -86,42 +139,11 @@ static int run_len(uint32_t len, kvp_format fmt, uint32_t bs, int quick, struct 
 	if (kvp_pool_create(&pc, &pool) || kvp_storage_create(pool, ROW, NULL, &ks) ||
 	    kvp_storage_create(pool, ROW, NULL, &vs) || kvp_kvcache_create(pool, ks, vs, &cfg, &c))
 		goto out;
-	/* prefill in chunks of 256 tokens, the contiguous copy encoded alike */
-	for (t = 0; t < len; t += 256) {
-		uint32_t n = len - t < 256 ? len - t : 256;
-		float *k = chunk, *v = chunk + (size_t)256 * ROW;
-		for (i = 0; i < n * ROW; i++) {
-			k[i] = frand();
-			v[i] = frand();
-		}
-		if (kvp_kvcache_append(c, 0, k, v, n) != KVP_OK)
-			goto out;
-		kvpi_codec_encode(fmt, kc + (size_t)t * rb, k, n, ROW);
-		kvpi_codec_encode(fmt, vc + (size_t)t * rb, v, n, ROW);
-	}
-	for (i = 0; i < NH * HD; i++)
-		q[i] = frand();
-
+	if (prefill(c, len, fmt, rb, kc, vc, chunk) != 0)
+		goto out;
 	const uint8_t *kbase = kc, *vbase = vc;
 	struct kvp_attend_src src = {&kbase, &vbase, len, len, rb, fmt, KVH, HD};
-	/* about 20 ms of work per batch, at least one step */
-	steps = (int)(2e7 / ((double)len * NH * HD * 2)) + 1;
-	for (b = 0; b < batches; b++) {
-		double t0 = now();
-		for (s = 0; s < steps; s++)
-			kvp_kvcache_attend(c, 0, q, NH, 0.125f, out_p);
-		double t1 = now();
-		for (s = 0; s < steps; s++)
-			kvpi_attend_rows(&src, q, NH, 0.125f, out_c);
-		double t2 = now();
-		tp[b] = (t1 - t0) / steps;
-		tc[b] = (t2 - t1) / steps;
-	}
-	qsort(tp, (size_t)batches, sizeof(double), cmp_double);
-	qsort(tc, (size_t)batches, sizeof(double), cmp_double);
-	res->paged_ms = tp[batches / 2] * 1e3;
-	res->contig_ms = tc[batches / 2] * 1e3;
-	res->identical = memcmp(out_p, out_c, sizeof out_p) == 0;
+	time_steps(c, &src, len, quick ? 3 : MAX_BATCHES, res);
 	rc = 0;
 out:
 	kvp_kvcache_destroy(c);
@@ -134,13 +156,22 @@ out:
 	return rc;
 }
 
-int main(int argc, char **argv)
+static void usage(void)
 {
-	static const uint32_t lens[] = {1024, 8192, 32768};
-	kvp_format fmt = KVP_FP32;
-	uint32_t bs = 16;
-	int quick = 0, i, n_lens = 3, bad = 0;
+	printf("usage: attend_bench [options]\n"
+	       "  --quick, --smoke     1024 and 8192 tokens only (default: also "
+	       "32768)\n"
+	       "  --format F           fp32 (default), fp16, bf16, int8, int4\n"
+	       "  --block-size N       tokens per block, 1..%u (default 16)\n"
+	       "  -h, --help           this text\n"
+	       "  -V, --version        the kvpool version\n"
+	       "Options take their value as --opt VALUE or --opt=VALUE.\n",
+	       KVP_MAX_BLOCK_SIZE);
+}
 
+/* -1 to go on, or the exit status (0 after --help and --version, 2 on bad usage). */
+static int parse_args(int argc, char **argv, int *quick, kvp_format *fmt, uint32_t *bs)
+{
 	static const struct option longopts[] = {
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
@@ -155,32 +186,24 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, ":hV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'h':
-			printf("usage: attend_bench [options]\n"
-			       "  --quick, --smoke     1024 and 8192 tokens only (default: also "
-			       "32768)\n"
-			       "  --format F           fp32 (default), fp16, bf16, int8, int4\n"
-			       "  --block-size N       tokens per block, 1..%u (default 16)\n"
-			       "  -h, --help           this text\n"
-			       "  -V, --version        the kvpool version\n"
-			       "Options take their value as --opt VALUE or --opt=VALUE.\n",
-			       KVP_MAX_BLOCK_SIZE);
+			usage();
 			return 0;
 		case 'V':
 			printf("attend_bench (kvpool) %s\n", kvp_version());
 			return 0;
 		case 'q':
-			quick = 1;
+			*quick = 1;
 			break;
 		case 'f':
-			if (kvp_format_parse(optarg, &fmt) != KVP_OK ||
-			    !kvpi_codec_supported(fmt)) {
+			if (kvp_format_parse(optarg, fmt) != KVP_OK ||
+			    !kvpi_codec_supported(*fmt)) {
 				fprintf(stderr, "attend_bench: no codec for format %s\n", optarg);
 				return 2;
 			}
 			break;
 		case 'b':
-			bs = (uint32_t)strtoul(optarg, NULL, 10);
-			if (bs == 0 || bs > KVP_MAX_BLOCK_SIZE) {
+			*bs = (uint32_t)strtoul(optarg, NULL, 10);
+			if (*bs == 0 || *bs > KVP_MAX_BLOCK_SIZE) {
 				fprintf(stderr, "attend_bench: bad --block-size '%s'\n", optarg);
 				return 2;
 			}
@@ -200,6 +223,18 @@ int main(int argc, char **argv)
 		        argv[optind]);
 		return 2;
 	}
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	static const uint32_t lens[] = {1024, 8192, 32768};
+	kvp_format fmt = KVP_FP32;
+	uint32_t bs = 16;
+	int quick = 0, i, n_lens = 3, bad = 0, rc;
+
+	if ((rc = parse_args(argc, argv, &quick, &fmt, &bs)) >= 0)
+		return rc;
 	if (quick)
 		n_lens = 2;
 	printf("attend_bench: decode step, %d query heads, %d KV heads, head_dim %d, %s, "

@@ -180,84 +180,100 @@ static void verdict(const char *what, double value, double goal)
 	kvb_target(BENCH, what, value, value >= goal);
 }
 
-int kvb_bench_getput(void)
+/* The in-process peers' pools: kvpool (default and fallback), mutex, DPDK. */
+typedef struct peers {
+	kvp_pool *kv, *kvfb;
+	mpool *mp;
+	void *dp;        /* NULL when DPDK is unavailable */
+	size_t kv_free0; /* free K blocks of a kvpool pool before the runs */
+} peers;
+
+/*
+ * Both kvpool pools (the fallback one: the mode is chosen at creation from
+ * the environment), the mutex pool and, when it starts, the DPDK mempool.
+ * Returns 0, or 1 when a pool cannot be created (the DPDK one may be missing).
+ */
+static int create_pools(peers *P)
 {
 	kvp_pool_config cfg;
-	kvp_pool *kv = NULL, *kvfb = NULL;
-	mpool *mp = NULL;
-	void *dp = NULL;
 	const char *why = NULL;
-	char exe[1024], cols[8][16];
-	const char *colp[8];
-	kvb_case c;
-	int bad = 0;
-	size_t kv_free0;
 
-	kvb_heading("1. block get/put: one block allocated + freed per op (ops/s, median)");
-	for (int p = 0; p < NPEER; p++)
-		for (int i = 0; i < 8; i++)
-			v[p][i] = KVB_NA;
 	kvp_pool_config_init(&cfg);
 	cfg.block_size = KVB_BLOCK_SIZE;
 	cfg.n_blocks = POOL_BLOCKS;
-	/* The fallback pool: the mode is chosen at creation from the environment. */
 	const char *env = getenv("KVPOOL_FORCE_FALLBACK");
 	char saved[8] = "";
 	if (env)
 		snprintf(saved, sizeof(saved), "%s", env);
 	setenv("KVPOOL_FORCE_FALLBACK", "1", 1);
-	int fb_rc = kvp_pool_create(&cfg, &kvfb);
+	int fb_rc = kvp_pool_create(&cfg, &P->kvfb);
 	if (env)
 		setenv("KVPOOL_FORCE_FALLBACK", saved, 1);
 	else
 		unsetenv("KVPOOL_FORCE_FALLBACK");
-	if (fb_rc != KVP_OK || kvp_pool_create(&cfg, &kv) != KVP_OK ||
-	    mpool_create(KVB_BLOCK_SIZE, POOL_BLOCKS / 2, &mp)) {
+	if (fb_rc != KVP_OK || kvp_pool_create(&cfg, &P->kv) != KVP_OK ||
+	    mpool_create(KVB_BLOCK_SIZE, POOL_BLOCKS / 2, &P->mp)) {
 		printf("cannot create the pools\n");
 		return 1;
 	}
-	kv_free0 = kvp_n_free(kv, KVP_K);
+	P->kv_free0 = kvp_n_free(P->kv, KVP_K);
 	if (kvb_dpdk_init(&why) == 0)
-		dp = kvb_dpdk_pool(DPDK_OBJS, CACHE);
-	if (!dp) {
+		P->dp = kvb_dpdk_pool(DPDK_OBJS, CACHE);
+	if (!P->dp) {
 		printf("  dpdk_mempool: skipped (%s)\n", why ? why : "rte_mempool_create failed");
 		kvb_note(BENCH, "dpdk_mempool skipped: %s",
 		         why ? why : "rte_mempool_create failed");
 	}
+	return 0;
+}
+
+/* Every in-process peer at one thread count, then the next: fills v[*][*]. */
+static void measure_in_process(const peers *P, int *bad)
+{
+	kvb_case c;
 
 	for (int ti = 0; ti < kvb_opt.n_threads; ti++) {
-		kvb_case_kv_full(&c, kv, KVP_K, 1);
-		measure(KV_FULL, &c, ti, &bad);
+		kvb_case_kv_full(&c, P->kv, KVP_K, 1);
+		measure(KV_FULL, &c, ti, bad);
 		kvb_case_free(&c);
-		kvb_case_kv_raw(&c, kv, KVP_K);
-		measure(KV_RAW, &c, ti, &bad);
+		kvb_case_kv_raw(&c, P->kv, KVP_K);
+		measure(KV_RAW, &c, ti, bad);
 		kvb_case_free(&c);
-		kvb_case_kv_full(&c, kvfb, KVP_K, 1);
-		measure(KV_FULL_FB, &c, ti, &bad);
+		kvb_case_kv_full(&c, P->kvfb, KVP_K, 1);
+		measure(KV_FULL_FB, &c, ti, bad);
 		kvb_case_free(&c);
-		kvb_case_kv_raw(&c, kvfb, KVP_K);
-		measure(KV_RAW_FB, &c, ti, &bad);
+		kvb_case_kv_raw(&c, P->kvfb, KVP_K);
+		measure(KV_RAW_FB, &c, ti, bad);
 		kvb_case_free(&c);
-		kvb_case_mutex(&c, mp, 1, false);
-		measure(MUTEX, &c, ti, &bad);
+		kvb_case_mutex(&c, P->mp, 1, false);
+		measure(MUTEX, &c, ti, bad);
 		kvb_case_free(&c);
-		if (dp) {
-			kvb_dpdk_case_getput(&c, dp);
-			measure(DPDK, &c, ti, &bad);
+		if (P->dp) {
+			kvb_dpdk_case_getput(&c, P->dp);
+			measure(DPDK, &c, ti, bad);
 			kvb_case_free(&c);
 		}
 		kvb_case_limit(&c);
-		measure(LIMIT, &c, ti, &bad);
+		measure(LIMIT, &c, ti, bad);
 		kvb_case_free(&c);
 	}
-	/* Every block must be back (threads return their caches when they exit). */
-	if (kvp_n_free(kv, KVP_K) != kv_free0 || kvp_n_free(kvfb, KVP_K) != kv_free0 ||
-	    mpool_n_free(mp) != POOL_BLOCKS / 2 || (dp && kvb_dpdk_avail(dp) != DPDK_OBJS)) {
-		printf("  LEAK: kvpool free %zu of %zu, mutex %zu, dpdk %u\n",
-		       kvp_n_free(kv, KVP_K), kv_free0, mpool_n_free(mp),
-		       dp ? kvb_dpdk_avail(dp) : 0);
-		bad = 1;
-	}
+}
+
+/* Every block must be back (threads return their caches when they exit): 0, or 1. */
+static int check_leaks(const peers *P)
+{
+	if (kvp_n_free(P->kv, KVP_K) == P->kv_free0 && kvp_n_free(P->kvfb, KVP_K) == P->kv_free0 &&
+	    mpool_n_free(P->mp) == POOL_BLOCKS / 2 &&
+	    (!P->dp || kvb_dpdk_avail(P->dp) == DPDK_OBJS))
+		return 0;
+	printf("  LEAK: kvpool free %zu of %zu, mutex %zu, dpdk %u\n", kvp_n_free(P->kv, KVP_K),
+	       P->kv_free0, mpool_n_free(P->mp), P->dp ? kvb_dpdk_avail(P->dp) : 0);
+	return 1;
+}
+
+static void run_malloc_peers(void)
+{
+	char exe[1024];
 
 	if (kvb_find_sibling("malloc_peer", exe, sizeof(exe)) == 0) {
 		for (int p = GLIBC; p <= TCMALLOC; p++)
@@ -266,6 +282,13 @@ int kvb_bench_getput(void)
 		printf("  malloc peers: skipped (bench/malloc_peer not built)\n");
 		kvb_note(BENCH, "malloc peers skipped: malloc_peer binary not found");
 	}
+}
+
+/* The ops/s table and the ratios between peers, at every thread count. */
+static void print_tables(void)
+{
+	char cols[8][16];
+	const char *colp[8];
 
 	for (int i = 0; i < kvb_opt.n_threads; i++) {
 		snprintf(cols[i], sizeof(cols[i]), "%d thr", kvb_opt.threads[i]);
@@ -291,7 +314,15 @@ int kvb_bench_getput(void)
 	ratio_row("kvpool_full / tcmalloc", KV_FULL, TCMALLOC, "ratio_vs_tcmalloc");
 	ratio_row("kvpool_full / limit", KV_FULL, LIMIT, "ratio_vs_limit");
 	ratio_row("kvpool_raw / limit", KV_RAW, LIMIT, "ratio_vs_limit");
+}
 
+/*
+ * The hot-path targets, for the default (membarrier) pool and, beside
+ * them, for the fallback pool (reported, not targets); first the
+ * single-thread ns per pair of every peer.
+ */
+static void print_targets(void)
+{
 	int t1 = thread_index(1), t8 = thread_index(8), t16 = thread_index(16);
 	printf("\nsingle thread, ns per get+put:");
 	for (int p = 0; p < NPEER && t1 >= 0; p++)
@@ -301,8 +332,6 @@ int kvb_bench_getput(void)
 			        0);
 		}
 	printf("\n");
-	/* The hot-path targets, for the default (membarrier) pool and, beside
-	 * them, for the fallback pool (reported, not targets). */
 	for (int fb = 0; fb < 2; fb++) {
 		int full = fb ? KV_FULL_FB : KV_FULL, raw = fb ? KV_RAW_FB : KV_RAW;
 		const char *tag = fb ? " [fallback]" : "";
@@ -330,11 +359,29 @@ int kvb_bench_getput(void)
 			verdict(what, v[full][ti] / v[MUTEX][ti], k ? 10.0 : 6.0);
 		}
 	}
+}
 
-	if (dp)
-		kvb_dpdk_pool_free(dp);
-	mpool_destroy(mp);
-	kvp_pool_destroy(kv);
-	kvp_pool_destroy(kvfb);
+int kvb_bench_getput(void)
+{
+	peers P = {0};
+	int bad = 0;
+
+	kvb_heading("1. block get/put: one block allocated + freed per op (ops/s, median)");
+	for (int p = 0; p < NPEER; p++)
+		for (int i = 0; i < 8; i++)
+			v[p][i] = KVB_NA;
+	if (create_pools(&P) != 0)
+		return 1;
+	measure_in_process(&P, &bad);
+	if (check_leaks(&P) != 0)
+		bad = 1;
+	run_malloc_peers();
+	print_tables();
+	print_targets();
+	if (P.dp)
+		kvb_dpdk_pool_free(P.dp);
+	mpool_destroy(P.mp);
+	kvp_pool_destroy(P.kv);
+	kvp_pool_destroy(P.kvfb);
 	return bad;
 }

@@ -174,18 +174,20 @@ static size_t max_sz(size_t a, size_t b)
 	return a > b ? a : b;
 }
 
-static int one_size(uint32_t n, int si, uint64_t *held)
+/*
+ * kvpool at @n blocks: metadata, fill/drain, hot and churn loops (column
+ * @si).  Returns 0, 1 when a call failed or blocks leaked, -1 when the pool
+ * cannot be created.
+ */
+static int kv_size(uint32_t n, int si, const char *x, uint64_t *held)
 {
 	kvp_pool_config cfg;
 	kvp_pool *kv = NULL;
-	mpool *mp = NULL;
 	size_t heap0, rss0, heap1;
-	char x[32];
 	kvb_case c;
 	int bad = 0;
 	double t0;
 
-	snprintf(x, sizeof(x), "blocks=%u", n);
 	kvp_pool_config_init(&cfg);
 	cfg.block_size = KVB_BLOCK_SIZE;
 	cfg.separate_kv = false;
@@ -194,7 +196,7 @@ static int one_size(uint32_t n, int si, uint64_t *held)
 	/* kvpool metadata, then a fill/drain pass that touches every block. */
 	heap0 = kvb_heap_bytes(), rss0 = kvb_rss_bytes();
 	if (kvp_pool_create(&cfg, &kv) != KVP_OK)
-		return 1;
+		return -1;
 	heap1 = kvb_heap_bytes();
 	t0 = kvb_now();
 	for (uint32_t i = 0; i < n && !bad; i++)
@@ -226,8 +228,17 @@ static int one_size(uint32_t n, int si, uint64_t *held)
 		bad = 1;
 	}
 	kvp_pool_destroy(kv);
+	return bad;
+}
 
-	/* The mutex pool: same metadata accounting and loops. */
+/* The mutex pool at @n blocks: same metadata accounting and loops. */
+static int mp_size(uint32_t n, int si, const char *x, uint64_t *held)
+{
+	mpool *mp = NULL;
+	size_t heap0, rss0, heap1;
+	kvb_case c;
+	int bad = 0;
+
 	heap0 = kvb_heap_bytes(), rss0 = kvb_rss_bytes();
 	if (mpool_create(KVB_BLOCK_SIZE, n, &mp) != 0)
 		return 1;
@@ -253,6 +264,18 @@ static int one_size(uint32_t n, int si, uint64_t *held)
 	bad |= mpool_n_free(mp) != n;
 	mpool_destroy(mp);
 	return bad;
+}
+
+static int one_size(uint32_t n, int si, uint64_t *held)
+{
+	char x[32];
+	int bad;
+
+	snprintf(x, sizeof(x), "blocks=%u", n);
+	bad = kv_size(n, si, x, held);
+	if (bad < 0)
+		return 1;
+	return bad | mp_size(n, si, x, held);
 }
 
 /* --- growth ----------------------------------------------------------------- */
@@ -331,14 +354,77 @@ static double grow_run(uint32_t grow_to, bool presized, float *lat, double *doub
 	return t1 - t0;
 }
 
+static const char *const grow_kind[2] = {"growing_from_1024", "presized"};
+
+/*
+ * The reps of growth kind @p (0 growing, 1 presized): allocs/s per rep in
+ * @secs, latency percentiles of the last rep's calls in @pct.  Returns 0,
+ * or 1 when a run failed.
+ */
+static int grow_measure(int p, uint32_t grow_to, float *lat, double *all, double *doubling,
+                        uint64_t *n_grown, double secs[KVB_MAX_REPS], double pct[4])
+{
+	static const double ps[4] = {50, 99, 99.9, 100};
+
+	for (int r = 0; r < kvb_opt.reps; r++) {
+		uint64_t grown = 0;
+		secs[r] = grow_run(grow_to, p == 1, lat, p == 0 ? doubling : NULL, &grown);
+		if (p == 0)
+			*n_grown = grown;
+		if (secs[r] < 0)
+			return 1;
+	}
+	/* Latency percentiles of the last repetition's calls. */
+	for (uint32_t i = 0; i < grow_to; i++)
+		all[i] = lat[i];
+	for (int q = 0; q < 4; q++)
+		pct[q] = kvb_percentile(all, grow_to, ps[q]);
+	for (int r = 0; r < kvb_opt.reps; r++)
+		secs[r] = grow_to / secs[r];
+	kvb_fig(BENCH, grow_kind[p], "", "allocs_per_s", kvb_median(secs, kvb_opt.reps), secs,
+	        kvb_opt.reps);
+	kvb_fig(BENCH, grow_kind[p], "", "latency_p50_ns", pct[0], NULL, 0);
+	kvb_fig(BENCH, grow_kind[p], "", "latency_p99_ns", pct[1], NULL, 0);
+	kvb_fig(BENCH, grow_kind[p], "", "latency_p99.9_ns", pct[2], NULL, 0);
+	kvb_fig(BENCH, grow_kind[p], "", "latency_max_ns", pct[3], NULL, 0);
+	return 0;
+}
+
+static void print_growth(uint32_t grow_to, double secs[2][KVB_MAX_REPS], double pct[2][4],
+                         const double *doubling, uint64_t n_grown)
+{
+	double g = kvb_median(secs[0], kvb_opt.reps), s = kvb_median(secs[1], kvb_opt.reps);
+	printf("\ngrowth: 2 threads allocate %u blocks one at a time, no frees (median of "
+	       "%d)\n",
+	       grow_to, kvb_opt.reps);
+	printf("%-34s %11s %11s %11s %11s %11s\n", "", "allocs/s", "p50 ns", "p99 ns", "p99.9 ns",
+	       "max ns");
+	for (int p = 0; p < 2; p++)
+		printf("%-34s %11s %11.0f %11.0f %11.0f %11.0f\n", grow_kind[p],
+		       kvb_si(p ? s : g, (char[16]){0}, 16), pct[p][0], pct[p][1], pct[p][2],
+		       pct[p][3]);
+	printf("%-34s %10.2fx   (blocks added by growth: %llu)\n", "growing / presized", g / s,
+	       (unsigned long long)n_grown);
+	kvb_fig(BENCH, "growing_from_1024", "", "ratio_vs_presized", g / s, NULL, 0);
+	kvb_fig(BENCH, "growing_from_1024", "", "blocks_grown", (double)n_grown, NULL, 0);
+	printf("doublings (ms since start, last rep):");
+	for (int k = 0; k < 32; k++) {
+		char x[32];
+		if (doubling[k] != doubling[k])
+			continue;
+		printf(" %u:%.2f", 2048u << k, doubling[k] * 1e3);
+		snprintf(x, sizeof(x), "blocks=%u", 2048u << k);
+		kvb_fig(BENCH, "growing_from_1024", x, "reached_at_ms", doubling[k] * 1e3, NULL, 0);
+	}
+	printf("\n");
+}
+
 static int growth(void)
 {
 	uint32_t grow_to = kvb_opt.smoke ? 1u << 14 : 1u << 20;
 	float *lat = malloc((size_t)grow_to * sizeof(float));
 	double *all = malloc((size_t)grow_to * sizeof(double));
 	double secs[2][KVB_MAX_REPS], doubling[32], pct[2][4];
-	static const double ps[4] = {50, 99, 99.9, 100};
-	const char *kind[2] = {"growing_from_1024", "presized"};
 	uint64_t n_grown = 0;
 	int bad = 0;
 
@@ -348,60 +434,10 @@ static int growth(void)
 	}
 	for (int k = 0; k < 32; k++)
 		doubling[k] = KVB_NA;
-	for (int p = 0; p < 2; p++) {
-		for (int r = 0; r < kvb_opt.reps; r++) {
-			uint64_t grown = 0;
-			secs[p][r] =
-			    grow_run(grow_to, p == 1, lat, p == 0 ? doubling : NULL, &grown);
-			if (p == 0)
-				n_grown = grown;
-			if (secs[p][r] < 0) {
-				bad = 1;
-				goto out;
-			}
-		}
-		/* Latency percentiles of the last repetition's calls. */
-		for (uint32_t i = 0; i < grow_to; i++)
-			all[i] = lat[i];
-		for (int q = 0; q < 4; q++)
-			pct[p][q] = kvb_percentile(all, grow_to, ps[q]);
-		for (int r = 0; r < kvb_opt.reps; r++)
-			secs[p][r] = grow_to / secs[p][r];
-		kvb_fig(BENCH, kind[p], "", "allocs_per_s", kvb_median(secs[p], kvb_opt.reps),
-		        secs[p], kvb_opt.reps);
-		kvb_fig(BENCH, kind[p], "", "latency_p50_ns", pct[p][0], NULL, 0);
-		kvb_fig(BENCH, kind[p], "", "latency_p99_ns", pct[p][1], NULL, 0);
-		kvb_fig(BENCH, kind[p], "", "latency_p99.9_ns", pct[p][2], NULL, 0);
-		kvb_fig(BENCH, kind[p], "", "latency_max_ns", pct[p][3], NULL, 0);
-	}
-	{
-		double g = kvb_median(secs[0], kvb_opt.reps), s = kvb_median(secs[1], kvb_opt.reps);
-		printf("\ngrowth: 2 threads allocate %u blocks one at a time, no frees (median of "
-		       "%d)\n",
-		       grow_to, kvb_opt.reps);
-		printf("%-34s %11s %11s %11s %11s %11s\n", "", "allocs/s", "p50 ns", "p99 ns",
-		       "p99.9 ns", "max ns");
-		for (int p = 0; p < 2; p++)
-			printf("%-34s %11s %11.0f %11.0f %11.0f %11.0f\n", kind[p],
-			       kvb_si(p ? s : g, (char[16]){0}, 16), pct[p][0], pct[p][1],
-			       pct[p][2], pct[p][3]);
-		printf("%-34s %10.2fx   (blocks added by growth: %llu)\n", "growing / presized",
-		       g / s, (unsigned long long)n_grown);
-		kvb_fig(BENCH, "growing_from_1024", "", "ratio_vs_presized", g / s, NULL, 0);
-		kvb_fig(BENCH, "growing_from_1024", "", "blocks_grown", (double)n_grown, NULL, 0);
-		printf("doublings (ms since start, last rep):");
-		for (int k = 0; k < 32; k++) {
-			char x[32];
-			if (doubling[k] != doubling[k])
-				continue;
-			printf(" %u:%.2f", 2048u << k, doubling[k] * 1e3);
-			snprintf(x, sizeof(x), "blocks=%u", 2048u << k);
-			kvb_fig(BENCH, "growing_from_1024", x, "reached_at_ms", doubling[k] * 1e3,
-			        NULL, 0);
-		}
-		printf("\n");
-	}
-out:
+	for (int p = 0; p < 2 && !bad; p++)
+		bad = grow_measure(p, grow_to, lat, all, doubling, &n_grown, secs[p], pct[p]);
+	if (!bad)
+		print_growth(grow_to, secs, pct, doubling, n_grown);
 	free(lat);
 	free(all);
 	return bad;
@@ -537,10 +573,67 @@ static int cmp_dbl(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/*
+ * One round: once the parkers have filled their magazines and gone idle,
+ * empty the global stack and this thread's magazine into @held, then time
+ * one kvp_alloc_block, which must drain a parker.  Returns 0, or 1.
+ */
+static int drain_round(kvp_pool *kv, pthread_barrier_t *bar, kvp_ref *held, struct kvp_tslot **me,
+                       double *lat_ns, double *parked)
+{
+	size_t nh = 0;
+	kvp_ref r;
+	int bad = 0;
+
+	pthread_barrier_wait(bar); /* parkers fill their magazines */
+	pthread_barrier_wait(bar); /* and are idle now */
+	/* Empty the global stack and our own magazine. */
+	for (;;) {
+		if (!*me)
+			*me = kvpi_tslot_get_slow(kv); /* not the inline one: its TLS head is
+			                                internal to the library */
+		uint32_t mine = atomic_load(&(*me)->mag[0].count);
+		if (atomic_load(&kv->fs[0].avail) <= 0 && mine == 0)
+			break;
+		if (nh == DRAIN_BLOCKS || kvp_alloc_block(kv, KVP_KV, KVP_FP16, &held[nh]))
+			break;
+		nh++;
+	}
+	*parked += (double)kvp_n_free(kv, KVP_KV);
+	double t0 = kvb_now();
+	int rc = kvp_alloc_block(kv, KVP_KV, KVP_FP16, &r);
+	*lat_ns = (kvb_now() - t0) * 1e9;
+	if (rc != KVP_OK) {
+		kvb_fail("kvp_alloc_block (drain)", rc);
+		bad = 1;
+	} else {
+		held[nh++] = r;
+	}
+	if (kvp_free(kv, held, nh) != KVP_OK)
+		bad = 1;
+	return bad;
+}
+
+/* A DRAIN_BLOCKS pool, made in @fallback mode (KVPOOL_FORCE_FALLBACK=1) or not. */
+static int drain_pool(bool fallback, kvp_pool **kv)
+{
+	kvp_pool_config cfg;
+
+	kvp_pool_config_init(&cfg);
+	cfg.block_size = KVB_BLOCK_SIZE;
+	cfg.separate_kv = false;
+	cfg.n_blocks = DRAIN_BLOCKS;
+	if (fallback)
+		setenv("KVPOOL_FORCE_FALLBACK", "1", 1);
+	int rc = kvp_pool_create(&cfg, kv);
+	if (fallback)
+		unsetenv("KVPOOL_FORCE_FALLBACK");
+	return rc;
+}
+
 /* p50 and p99 (ns) of a draining allocate on a pool made in @fallback mode. */
 static int drain_mode(bool fallback, int rounds, double *p50, double *p99, double *parked_avg)
 {
-	kvp_pool_config cfg;
 	kvp_pool *kv;
 	parker pk[DRAIN_PARKERS];
 	pthread_barrier_t bar;
@@ -550,15 +643,7 @@ static int drain_mode(bool fallback, int rounds, double *p50, double *p99, doubl
 	int bad = 0;
 	double parked = 0;
 
-	kvp_pool_config_init(&cfg);
-	cfg.block_size = KVB_BLOCK_SIZE;
-	cfg.separate_kv = false;
-	cfg.n_blocks = DRAIN_BLOCKS;
-	if (fallback)
-		setenv("KVPOOL_FORCE_FALLBACK", "1", 1);
-	int rc = kvp_pool_create(&cfg, &kv);
-	if (fallback)
-		unsetenv("KVPOOL_FORCE_FALLBACK");
+	int rc = drain_pool(fallback, &kv);
 	if (rc != KVP_OK || !lat || !held) {
 		free(lat);
 		free(held);
@@ -570,36 +655,8 @@ static int drain_mode(bool fallback, int rounds, double *p50, double *p99, doubl
 		pthread_create(&pk[t].th, NULL, park_main, &pk[t]);
 	}
 	struct kvp_tslot *me = NULL;
-	for (int i = 0; i < rounds && !bad; i++) {
-		pthread_barrier_wait(&bar); /* parkers fill their magazines */
-		pthread_barrier_wait(&bar); /* and are idle now */
-		/* Empty the global stack and our own magazine. */
-		size_t nh = 0;
-		kvp_ref r;
-		for (;;) {
-			if (!me)
-				me = kvpi_tslot_get_slow(kv); /* not the inline one: its TLS head is
-				                                internal to the library */
-			uint32_t mine = atomic_load(&me->mag[0].count);
-			if (atomic_load(&kv->fs[0].avail) <= 0 && mine == 0)
-				break;
-			if (nh == DRAIN_BLOCKS || kvp_alloc_block(kv, KVP_KV, KVP_FP16, &held[nh]))
-				break;
-			nh++;
-		}
-		parked += (double)kvp_n_free(kv, KVP_KV);
-		double t0 = kvb_now();
-		rc = kvp_alloc_block(kv, KVP_KV, KVP_FP16, &r);
-		lat[i] = (kvb_now() - t0) * 1e9;
-		if (rc != KVP_OK) {
-			kvb_fail("kvp_alloc_block (drain)", rc);
-			bad = 1;
-		} else {
-			held[nh++] = r;
-		}
-		if (kvp_free(kv, held, nh) != KVP_OK)
-			bad = 1;
-	}
+	for (int i = 0; i < rounds && !bad; i++)
+		bad = drain_round(kv, &bar, held, &me, &lat[i], &parked);
 	atomic_store(&stop, 1);
 	pthread_barrier_wait(&bar);
 	for (int t = 0; t < DRAIN_PARKERS; t++) {
@@ -639,16 +696,11 @@ static int drain(void)
 	return bad;
 }
 
-int kvb_bench_scaling(void)
+/* The pool sizes of the sweep (1e3 .. 10^max_pow10; two small ones in --smoke). */
+static int pick_sizes(uint32_t sizes[MAX_SIZES])
 {
-	uint32_t sizes[MAX_SIZES];
-	int n_sizes = 0, bad = 0;
-	uint64_t *held;
-	char cols[MAX_SIZES][16];
-	const char *colp[MAX_SIZES];
-	uint32_t max_n = 1;
+	int n_sizes = 0;
 
-	kvb_heading("4. scaling with pool size; growth; shrink");
 	if (kvb_opt.smoke) {
 		sizes[n_sizes++] = 1000;
 		sizes[n_sizes++] = 10000;
@@ -658,6 +710,55 @@ int kvb_bench_scaling(void)
 		for (int i = 0; i < 4 && pow10[i] <= kvb_opt.max_pow10; i++)
 			sizes[n_sizes++] = all[i];
 	}
+	return n_sizes;
+}
+
+/* The size sweep's table, the largest/smallest ratios and the two targets. */
+static void print_sizes(const char *const *colp, int n_sizes)
+{
+	printf(
+	    "\nsingle thread, median of %d x %.2gs; metadata per block (heap: max of at create and "
+	    "after touching all; RSS after touching all)\n",
+	    kvb_opt.reps, kvb_opt.seconds);
+	kvb_row_head("blocks in pool", colp, n_sizes);
+	for (int r = 0; r < NROW; r++)
+		kvb_row(row_name[r], tab[r], n_sizes, r >= R_KV_META_HEAP ? 'f' : 's');
+	printf("\nratio largest / smallest pool (1.0 = flat)\n");
+	for (int r = 0; r <= R_KV_FILL && n_sizes > 1; r++) {
+		double q = tab[r][n_sizes - 1] / tab[r][0];
+		printf("%-34s %10.2fx\n", row_name[r], q);
+		kvb_fig(BENCH, row_series[r], "", "ratio_largest_vs_smallest", q, NULL, 0);
+	}
+	if (n_sizes < 2)
+		return;
+	for (int r = R_KV_HOT_FULL; r <= R_KV_CHURN_RAW; r++) {
+		double slow;
+		if (r == R_MP_HOT)
+			continue;
+		slow = tab[r][0] / tab[r][n_sizes - 1];
+		char what[96];
+		snprintf(what, sizeof(what), "flat with size: %s, 1e3/largest <= 1.5",
+		         row_series[r]);
+		kvb_target(BENCH, what, slow, slow <= 1.5);
+	}
+	double meta = tab[R_KV_META_HEAP][n_sizes - 1];
+	if (tab[R_KV_META_RSS][n_sizes - 1] > meta)
+		meta = tab[R_KV_META_RSS][n_sizes - 1];
+	kvb_target(BENCH, "<= 32 B metadata per block, largest pool (max of heap, RSS)", meta,
+	           meta <= 32);
+}
+
+int kvb_bench_scaling(void)
+{
+	uint32_t sizes[MAX_SIZES];
+	int n_sizes, bad = 0;
+	uint64_t *held;
+	char cols[MAX_SIZES][16];
+	const char *colp[MAX_SIZES];
+	uint32_t max_n = 1;
+
+	kvb_heading("4. scaling with pool size; growth; shrink");
+	n_sizes = pick_sizes(sizes);
 	for (int i = 0; i < n_sizes; i++)
 		if (sizes[i] > max_n)
 			max_n = sizes[i];
@@ -674,40 +775,7 @@ int kvb_bench_scaling(void)
 		colp[i] = cols[i];
 	}
 	free(held);
-
-	printf(
-	    "\nsingle thread, median of %d x %.2gs; metadata per block (heap: max of at create and "
-	    "after touching all; RSS after touching all)\n",
-	    kvb_opt.reps, kvb_opt.seconds);
-	kvb_row_head("blocks in pool", colp, n_sizes);
-	for (int r = 0; r < NROW; r++)
-		kvb_row(row_name[r], tab[r], n_sizes, r >= R_KV_META_HEAP ? 'f' : 's');
-	printf("\nratio largest / smallest pool (1.0 = flat)\n");
-	for (int r = 0; r <= R_KV_FILL && n_sizes > 1; r++) {
-		double q = tab[r][n_sizes - 1] / tab[r][0];
-		printf("%-34s %10.2fx\n", row_name[r], q);
-		kvb_fig(BENCH, row_series[r], "", "ratio_largest_vs_smallest", q, NULL, 0);
-	}
-	if (n_sizes > 1) {
-		for (int r = R_KV_HOT_FULL; r <= R_KV_CHURN_RAW; r++) {
-			double slow;
-			if (r == R_MP_HOT)
-				continue;
-			slow = tab[r][0] / tab[r][n_sizes - 1];
-			char what[96];
-			snprintf(what, sizeof(what), "flat with size: %s, 1e3/largest <= 1.5",
-			         row_series[r]);
-			kvb_target(BENCH, what, slow, slow <= 1.5);
-		}
-		{
-			double meta = tab[R_KV_META_HEAP][n_sizes - 1];
-			if (tab[R_KV_META_RSS][n_sizes - 1] > meta)
-				meta = tab[R_KV_META_RSS][n_sizes - 1];
-			kvb_target(BENCH,
-			           "<= 32 B metadata per block, largest pool (max of heap, RSS)",
-			           meta, meta <= 32);
-		}
-	}
+	print_sizes(colp, n_sizes);
 	bad |= growth();
 	bad |= shrink();
 	bad |= drain();

@@ -55,13 +55,58 @@ static void *reader_main(void *arg)
 	return NULL;
 }
 
+static const char *mode[3] = {"no_stats_reader", "sleeper_every_1ms", "stats_every_1ms"};
+
+/*
+ * Full-API get/put on @threads threads with mode @m's background thread
+ * (none, the sleeper, or @rd, the stats reader): ops/s.
+ */
+static double measure_mode(kvp_pool *kv, int m, int threads, reader *rd, int *bad)
+{
+	kvb_case c;
+	double reps[KVB_MAX_REPS], med;
+	char x[32];
+	reader ctl = {.kv = kv, .call_stats = 0};
+	reader *bg = m == 1 ? &ctl : m == 2 ? rd : NULL;
+
+	if (bg)
+		pthread_create(&bg->th, NULL, reader_main, bg);
+	kvb_case_kv_full(&c, kv, KVP_K, 1);
+	med = kvb_measure(&c, threads, reps);
+	kvb_case_free(&c);
+	if (bg) {
+		atomic_store_explicit(&bg->stop, 1, memory_order_relaxed);
+		pthread_join(bg->th, NULL);
+		*bad |= bg->failed != 0;
+	}
+	*bad |= kvb_take_failures() != 0;
+	snprintf(x, sizeof(x), "threads=%d", threads);
+	kvb_fig(BENCH, mode[m], x, "ops_per_s", med, reps, kvb_opt.reps);
+	return med;
+}
+
+/* One thread count's row: @v by mode, the ratios, the reader's calls. */
+static void report_row(int threads, const double v[3], const reader *rd)
+{
+	char x[32];
+	double mean_us = rd->reads ? rd->sum_s / (double)rd->reads * 1e6 : 0;
+	snprintf(x, sizeof(x), "threads=%d", threads);
+	kvb_fig(BENCH, "stats_every_1ms", x, "ratio_vs_no_reader", v[2] / v[0], NULL, 0);
+	kvb_fig(BENCH, "stats_every_1ms", x, "ratio_vs_sleeper", v[2] / v[1], NULL, 0);
+	kvb_fig(BENCH, "stats_every_1ms", x, "stats_reads", (double)rd->reads, NULL, 0);
+	kvb_fig(BENCH, "stats_every_1ms", x, "stats_call_mean_us", mean_us, NULL, 0);
+	kvb_fig(BENCH, "stats_every_1ms", x, "stats_call_max_us", rd->max_s * 1e6, NULL, 0);
+	printf("%-10d %11s %11s %11s %12.3fx %12.3fx %9llu %9.2f\n", threads,
+	       kvb_si(v[0], (char[16]){0}, 16), kvb_si(v[1], (char[16]){0}, 16),
+	       kvb_si(v[2], (char[16]){0}, 16), v[2] / v[0], v[2] / v[1],
+	       (unsigned long long)rd->reads, mean_us);
+}
+
 int kvb_bench_stats(void)
 {
 	kvp_pool_config cfg;
 	kvp_pool *kv;
 	int thr[3], n_thr = 0, bad = 0;
-	double v[3][3];
-	const char *mode[3] = {"no_stats_reader", "sleeper_every_1ms", "stats_every_1ms"};
 
 	kvb_heading("6. stats cost: kvp_pool_stats every 1 ms from another thread, vs none and vs "
 	            "a thread that only sleeps");
@@ -78,47 +123,10 @@ int kvb_bench_stats(void)
 	       "reader", "reader/none", "reader/sleep", "reads", "mean us");
 	for (int t = 0; t < n_thr; t++) {
 		reader rd = {.kv = kv, .call_stats = 1};
-		for (int m = 0; m < 3; m++) {
-			kvb_case c;
-			double reps[KVB_MAX_REPS];
-			char x[32];
-			reader ctl = {.kv = kv, .call_stats = 0};
-			reader *bg = m == 1 ? &ctl : m == 2 ? &rd : NULL;
-
-			if (bg)
-				pthread_create(&bg->th, NULL, reader_main, bg);
-			kvb_case_kv_full(&c, kv, KVP_K, 1);
-			v[m][t] = kvb_measure(&c, thr[t], reps);
-			kvb_case_free(&c);
-			if (bg) {
-				atomic_store_explicit(&bg->stop, 1, memory_order_relaxed);
-				pthread_join(bg->th, NULL);
-				bad |= bg->failed != 0;
-			}
-			bad |= kvb_take_failures() != 0;
-			snprintf(x, sizeof(x), "threads=%d", thr[t]);
-			kvb_fig(BENCH, mode[m], x, "ops_per_s", v[m][t], reps, kvb_opt.reps);
-		}
-		{
-			char x[32];
-			double mean_us = rd.reads ? rd.sum_s / (double)rd.reads * 1e6 : 0;
-			snprintf(x, sizeof(x), "threads=%d", thr[t]);
-			kvb_fig(BENCH, "stats_every_1ms", x, "ratio_vs_no_reader",
-			        v[2][t] / v[0][t], NULL, 0);
-			kvb_fig(BENCH, "stats_every_1ms", x, "ratio_vs_sleeper", v[2][t] / v[1][t],
-			        NULL, 0);
-			kvb_fig(BENCH, "stats_every_1ms", x, "stats_reads", (double)rd.reads, NULL,
-			        0);
-			kvb_fig(BENCH, "stats_every_1ms", x, "stats_call_mean_us", mean_us, NULL,
-			        0);
-			kvb_fig(BENCH, "stats_every_1ms", x, "stats_call_max_us", rd.max_s * 1e6,
-			        NULL, 0);
-			printf("%-10d %11s %11s %11s %12.3fx %12.3fx %9llu %9.2f\n", thr[t],
-			       kvb_si(v[0][t], (char[16]){0}, 16),
-			       kvb_si(v[1][t], (char[16]){0}, 16),
-			       kvb_si(v[2][t], (char[16]){0}, 16), v[2][t] / v[0][t],
-			       v[2][t] / v[1][t], (unsigned long long)rd.reads, mean_us);
-		}
+		double v[3];
+		for (int m = 0; m < 3; m++)
+			v[m] = measure_mode(kv, m, thr[t], &rd, &bad);
+		report_row(thr[t], v, &rd);
 	}
 	kvp_pool_destroy(kv);
 	(void)errno;

@@ -229,182 +229,224 @@ static void fig2(const char *series, const char *metric, double value)
 	kvb_fig(BENCH, series, "", metric, value, NULL, 0);
 }
 
+static const char *const name[2] = {"naive_per_token_malloc", "kvpool"};
+
+/*
+ * The workload (R requests, C slots, their per-request arrays) and the pool
+ * that holds C requests of the longest length; a[1] gets the heap bytes the
+ * pool took at create.  Returns 0, or 1 (wl_free frees what was made).
+ */
+static int wl_setup(wl *w, kvp_pool_config *cfg, acct a[2])
+{
+	w->R = kvb_opt.smoke ? 64 : kvb_opt.quick ? 1024 : 4096;
+	w->C = kvb_opt.smoke ? 16 : 64;
+	w->prompt = calloc(w->R, sizeof(uint32_t));
+	w->output = calloc(w->R, sizeof(uint32_t));
+	w->slot = calloc(w->C, sizeof(req));
+	if (!w->prompt || !w->output || !w->slot)
+		return 1;
+	gen_workload(w);
+	for (uint32_t i = 0; i < w->C; i++) {
+		w->slot[i].refs = calloc(w->max_len / KVB_BLOCK_SIZE + 1, sizeof(kvp_ref));
+		w->slot[i].toks = calloc(w->max_len, sizeof(void *));
+		if (!w->slot[i].refs || !w->slot[i].toks)
+			return 1;
+	}
+	kvp_pool_config_init(cfg);
+	cfg->block_size = KVB_BLOCK_SIZE;
+	cfg->separate_kv = false;
+	cfg->n_blocks = w->C * (w->max_len / KVB_BLOCK_SIZE + 1);
+	size_t h0 = kvb_heap_bytes();
+	if (kvp_pool_create(cfg, &w->pool) != KVP_OK) {
+		printf("cannot create the pool\n");
+		return 1;
+	}
+	a[1].pool_meta_bytes = kvb_heap_bytes() - h0;
+	return 0;
+}
+
+static void wl_free(wl *w)
+{
+	for (uint32_t i = 0; w->slot && i < w->C; i++) {
+		free(w->slot[i].refs);
+		free(w->slot[i].toks);
+	}
+	free(w->slot);
+	free(w->prompt);
+	free(w->output);
+	kvp_pool_destroy(w->pool);
+}
+
+/* What glibc holds for one TOKEN_BYTES malloc: usable size plus its header. */
+static size_t malloc_chunk(void)
+{
+	void *p = malloc(TOKEN_BYTES);
+	size_t chunk = p ? malloc_usable_size(p) + sizeof(size_t) : TOKEN_BYTES;
+	free(p);
+	return chunk;
+}
+
+/*
+ * Backend @b (0 naive, 1 kvpool): the accounting pass into *@a, then the
+ * timed passes; returns the median tokens/s, *@bad set when a call failed.
+ */
+static double run_backend(wl *w, int b, acct *a, int *bad)
+{
+	double tps[KVB_MAX_REPS], med;
+	acct tmp;
+
+	w->kv = b == 1;
+	w->live_tokens = w->live_slots = 0;
+	if (run_pass(w, a, true) != 0) {
+		printf("  %s: a call failed\n", name[b]);
+		*bad = 1;
+		return 0; /* no figure; the table shows 0 (it showed an unset value) */
+	}
+	if (w->kv) {
+		kvp_stats st;
+		kvp_pool_stats(w->pool, &st);
+		a->pool_peak_blocks = st.peak_blocks_in_use;
+	}
+	for (int r = 0; r < kvb_opt.reps; r++) {
+		double t0 = kvb_now();
+		memset(&tmp, 0, sizeof(tmp));
+		if (run_pass(w, &tmp, false) != 0) {
+			*bad = 1;
+			break;
+		}
+		tps[r] = (double)tmp.tokens / (kvb_now() - t0);
+		a->sys_allocs_repeat += tmp.sys_allocs_all;
+	}
+	med = kvb_median(tps, kvb_opt.reps);
+	kvb_fig(BENCH, name[b], "", "tokens_per_s", med, tps, kvb_opt.reps);
+	return med;
+}
+
+/* Calls, tokens, blocks and system allocations; returns the call cut naive/kvpool. */
+static double print_calls(const acct a[2], bool counted)
+{
+	double r[3];
+	r[0] = (double)a[0].calls, r[1] = (double)a[1].calls, r[2] = r[0] / r[1];
+	printf("%-34s %11.4g %11.4g %10.1fx\n", "allocation calls", r[0], r[1], r[2]);
+	fig2(name[0], "allocation_calls", (double)a[0].calls);
+	fig2(name[1], "allocation_calls", (double)a[1].calls);
+	fig2("kvpool", "allocation_calls_cut_x", r[2]);
+	double calls_cut = r[2];
+
+	r[0] = (double)a[0].free_calls, r[1] = (double)a[1].free_calls;
+	printf("%-34s %11.4g %11.4g %10.1fx\n", "free calls", r[0], r[1], r[0] / r[1]);
+	fig2(name[0], "free_calls", r[0]);
+	fig2(name[1], "free_calls", r[1]);
+
+	printf("%-34s %11.4g %11.4g\n", "tokens", (double)a[0].tokens, (double)a[1].tokens);
+	printf("%-34s %11s %11.4g\n", "blocks handed out", "-", (double)a[1].blocks);
+	fig2(name[1], "blocks_allocated", (double)a[1].blocks);
+	fig2(name[1], "tokens", (double)a[1].tokens);
+	if (!counted) {
+		printf("%-34s %23s\n", "system allocs", "not counted (sanitizer build)");
+		kvb_note(BENCH, "system allocations not counted: sanitizer build");
+		return calls_cut;
+	}
+	printf("%-34s %11.4g %11.4g\n", "system allocs, whole run", (double)a[0].sys_allocs_all,
+	       (double)a[1].sys_allocs_all);
+	printf("%-34s %11.4g %11.4g\n", "system allocs, 1st pass 2nd half",
+	       (double)a[0].sys_allocs_steady, (double)a[1].sys_allocs_steady);
+	printf("%-34s %11.4g %11.4g\n", "system allocs, repeat passes",
+	       (double)a[0].sys_allocs_repeat, (double)a[1].sys_allocs_repeat);
+	for (int b = 0; b < 2; b++) {
+		fig2(name[b], "system_allocs_whole_run", (double)a[b].sys_allocs_all);
+		fig2(name[b], "system_allocs_first_pass_second_half",
+		     (double)a[b].sys_allocs_steady);
+		fig2(name[b], "system_allocs_repeat_passes", (double)a[b].sys_allocs_repeat);
+	}
+	return calls_cut;
+}
+
+/* Peak memory (live, held, heap) and fragmentation of both backends. */
+static void print_memory(const acct a[2], size_t chunk)
+{
+	double peak_naive_req = (double)a[0].peak_live_tokens * TOKEN_BYTES;
+	double peak_kv = (double)a[1].pool_peak_blocks * KVB_BLOCK_SIZE * TOKEN_BYTES;
+	double naive_held = (double)a[0].peak_live_tokens * (double)chunk;
+	double peak_kv_req = (double)a[1].peak_live_tokens * TOKEN_BYTES;
+	printf("%-34s %11s %11s %10.2fx\n", "peak memory: live token bytes",
+	       kvb_si(peak_naive_req, (char[16]){0}, 16), kvb_si(peak_kv_req, (char[16]){0}, 16),
+	       peak_naive_req / peak_kv_req);
+	printf("%-34s %11s %11s %10.2fx\n", "peak memory: held (see notes)",
+	       kvb_si(naive_held, (char[16]){0}, 16), kvb_si(peak_kv, (char[16]){0}, 16),
+	       naive_held / peak_kv);
+	printf("%-34s %11s %11s\n", "peak heap (mallinfo2) / pool meta",
+	       kvb_si((double)a[0].peak_heap, (char[16]){0}, 16),
+	       kvb_si((double)a[1].pool_meta_bytes, (char[16]){0}, 16));
+	fig2(name[0], "peak_live_token_bytes", peak_naive_req);
+	fig2(name[0], "peak_held_bytes", naive_held);
+	fig2(name[0], "peak_heap_bytes_mallinfo2", (double)a[0].peak_heap);
+	fig2(name[1], "peak_held_bytes", peak_kv);
+	fig2(name[1], "pool_metadata_bytes", (double)a[1].pool_meta_bytes);
+	fig2(name[1], "peak_blocks_in_use", (double)a[1].pool_peak_blocks);
+
+	double fr0 = 1.0 - (double)TOKEN_BYTES / (double)chunk;
+	double fr1 = a[1].steps ? a[1].waste_sum / (double)a[1].steps : 0;
+	printf("%-34s %10.2f%% %10.2f%%\n", "fragmentation: wasted/held, mean", fr0 * 100,
+	       fr1 * 100);
+	printf("%-34s %11s %11.3f\n", "kvp_stats_fragmentation at peak", "-",
+	       a[1].pool_frag_at_peak);
+	fig2(name[0], "fragmentation_mean", fr0);
+	fig2(name[1], "fragmentation_mean", fr1);
+	fig2(name[1], "kvp_stats_fragmentation_at_peak", a[1].pool_frag_at_peak);
+}
+
+/* Throughput, the notes and the two targets. */
+static void print_verdicts(const double med[2], const acct a[2], size_t chunk, double calls_cut,
+                           bool counted)
+{
+	printf("%-34s %11s %11s %10.2fx\n", "throughput, tokens/s (median)",
+	       kvb_si(med[0], (char[16]){0}, 16), kvb_si(med[1], (char[16]){0}, 16),
+	       med[0] / med[1]);
+	fig2("kvpool", "throughput_ratio_vs_naive", med[1] / med[0]);
+
+	printf("notes: naive held = peak live tokens x %zu B (glibc chunk of a %d B malloc:\n"
+	       "  malloc_usable_size + header); kvpool held = peak blocks x %u tokens x %d "
+	       "B.\n"
+	       "  System allocs = malloc-family calls in the whole process "
+	       "(bench/syscount.c).\n",
+	       chunk, TOKEN_BYTES, KVB_BLOCK_SIZE, TOKEN_BYTES);
+	kvb_target(BENCH, "allocation calls cut >= block_size (16x) (naive/kvpool)", calls_cut,
+	           calls_cut >= KVB_BLOCK_SIZE);
+	if (counted)
+		kvb_target(BENCH, "no system allocation in steady state (repeat passes)",
+		           (double)a[1].sys_allocs_repeat, a[1].sys_allocs_repeat == 0);
+}
+
 int kvb_bench_synthetic(void)
 {
 	wl w = {0};
-	acct a[2] = {{0}}, tmp;
-	double tps[2][KVB_MAX_REPS], med[2];
-	const char *name[2] = {"naive_per_token_malloc", "kvpool"};
+	acct a[2] = {{0}};
+	double med[2];
 	kvp_pool_config cfg;
 	int bad = 0;
 	bool counted = kvb_syscount_enabled();
-	size_t chunk;
 
 	kvb_heading("3. synthetic generation workload: kvpool vs naive per-token malloc");
-	w.R = kvb_opt.smoke ? 64 : kvb_opt.quick ? 1024 : 4096;
-	w.C = kvb_opt.smoke ? 16 : 64;
-	w.prompt = calloc(w.R, sizeof(uint32_t));
-	w.output = calloc(w.R, sizeof(uint32_t));
-	w.slot = calloc(w.C, sizeof(req));
-	if (!w.prompt || !w.output || !w.slot)
+	if (wl_setup(&w, &cfg, a) != 0)
 		return 1;
-	gen_workload(&w);
-	for (uint32_t i = 0; i < w.C; i++) {
-		w.slot[i].refs = calloc(w.max_len / KVB_BLOCK_SIZE + 1, sizeof(kvp_ref));
-		w.slot[i].toks = calloc(w.max_len, sizeof(void *));
-		if (!w.slot[i].refs || !w.slot[i].toks)
-			return 1;
-	}
-	kvp_pool_config_init(&cfg);
-	cfg.block_size = KVB_BLOCK_SIZE;
-	cfg.separate_kv = false;
-	cfg.n_blocks = w.C * (w.max_len / KVB_BLOCK_SIZE + 1);
-	{
-		size_t h0 = kvb_heap_bytes();
-		if (kvp_pool_create(&cfg, &w.pool) != KVP_OK) {
-			printf("cannot create the pool\n");
-			return 1;
-		}
-		a[1].pool_meta_bytes = kvb_heap_bytes() - h0;
-	}
-	{
-		void *p = malloc(TOKEN_BYTES);
-		chunk = p ? malloc_usable_size(p) + sizeof(size_t) : TOKEN_BYTES;
-		free(p);
-	}
-
-	for (int b = 0; b < 2; b++) {
-		w.kv = b == 1;
-		w.live_tokens = w.live_slots = 0;
-		if (run_pass(&w, &a[b], true) != 0) {
-			printf("  %s: a call failed\n", name[b]);
-			bad = 1;
-			continue;
-		}
-		if (w.kv) {
-			kvp_stats st;
-			kvp_pool_stats(w.pool, &st);
-			a[b].pool_peak_blocks = st.peak_blocks_in_use;
-		}
-		for (int r = 0; r < kvb_opt.reps; r++) {
-			double t0 = kvb_now();
-			memset(&tmp, 0, sizeof(tmp));
-			if (run_pass(&w, &tmp, false) != 0) {
-				bad = 1;
-				break;
-			}
-			tps[b][r] = (double)tmp.tokens / (kvb_now() - t0);
-			a[b].sys_allocs_repeat += tmp.sys_allocs_all;
-		}
-		med[b] = kvb_median(tps[b], kvb_opt.reps);
-		kvb_fig(BENCH, name[b], "", "tokens_per_s", med[b], tps[b], kvb_opt.reps);
-	}
+	size_t chunk = malloc_chunk();
+	for (int b = 0; b < 2; b++)
+		med[b] = run_backend(&w, b, &a[b], &bad);
 	if (kvp_n_free(w.pool, KVP_KV) != cfg.n_blocks) {
 		printf("  LEAK: kvpool has %zu of %u blocks free\n", kvp_n_free(w.pool, KVP_KV),
 		       cfg.n_blocks);
 		bad = 1;
 	}
-
 	printf("\n%u requests, %u at once, prompt 64..%u, output 16..%u tokens, %d B/token, "
 	       "block %u tokens\n",
 	       w.R, w.C, kvb_opt.smoke ? 256 : 2048, kvb_opt.smoke ? 64 : 512, TOKEN_BYTES,
 	       KVB_BLOCK_SIZE);
-	{
-		const char *cols[3] = {"naive", "kvpool", "naive/kv"};
-		double r[3];
-		double peak_naive_req = (double)a[0].peak_live_tokens * TOKEN_BYTES;
-		double peak_kv = (double)a[1].pool_peak_blocks * KVB_BLOCK_SIZE * TOKEN_BYTES;
-		kvb_row_head("", cols, 3);
-		r[0] = (double)a[0].calls, r[1] = (double)a[1].calls, r[2] = r[0] / r[1];
-		printf("%-34s %11.4g %11.4g %10.1fx\n", "allocation calls", r[0], r[1], r[2]);
-		fig2(name[0], "allocation_calls", (double)a[0].calls);
-		fig2(name[1], "allocation_calls", (double)a[1].calls);
-		fig2("kvpool", "allocation_calls_cut_x", r[2]);
-		double calls_cut = r[2];
-
-		r[0] = (double)a[0].free_calls, r[1] = (double)a[1].free_calls;
-		printf("%-34s %11.4g %11.4g %10.1fx\n", "free calls", r[0], r[1], r[0] / r[1]);
-		fig2(name[0], "free_calls", r[0]);
-		fig2(name[1], "free_calls", r[1]);
-
-		printf("%-34s %11.4g %11.4g\n", "tokens", (double)a[0].tokens, (double)a[1].tokens);
-		printf("%-34s %11s %11.4g\n", "blocks handed out", "-", (double)a[1].blocks);
-		fig2(name[1], "blocks_allocated", (double)a[1].blocks);
-		fig2(name[1], "tokens", (double)a[1].tokens);
-
-		if (counted) {
-			printf("%-34s %11.4g %11.4g\n", "system allocs, whole run",
-			       (double)a[0].sys_allocs_all, (double)a[1].sys_allocs_all);
-			printf("%-34s %11.4g %11.4g\n", "system allocs, 1st pass 2nd half",
-			       (double)a[0].sys_allocs_steady, (double)a[1].sys_allocs_steady);
-			printf("%-34s %11.4g %11.4g\n", "system allocs, repeat passes",
-			       (double)a[0].sys_allocs_repeat, (double)a[1].sys_allocs_repeat);
-			for (int b = 0; b < 2; b++) {
-				fig2(name[b], "system_allocs_whole_run",
-				     (double)a[b].sys_allocs_all);
-				fig2(name[b], "system_allocs_first_pass_second_half",
-				     (double)a[b].sys_allocs_steady);
-				fig2(name[b], "system_allocs_repeat_passes",
-				     (double)a[b].sys_allocs_repeat);
-			}
-		} else {
-			printf("%-34s %23s\n", "system allocs", "not counted (sanitizer build)");
-			kvb_note(BENCH, "system allocations not counted: sanitizer build");
-		}
-
-		double naive_held = (double)a[0].peak_live_tokens * (double)chunk;
-		double peak_kv_req = (double)a[1].peak_live_tokens * TOKEN_BYTES;
-		printf("%-34s %11s %11s %10.2fx\n", "peak memory: live token bytes",
-		       kvb_si(peak_naive_req, (char[16]){0}, 16),
-		       kvb_si(peak_kv_req, (char[16]){0}, 16), peak_naive_req / peak_kv_req);
-		printf("%-34s %11s %11s %10.2fx\n", "peak memory: held (see notes)",
-		       kvb_si(naive_held, (char[16]){0}, 16), kvb_si(peak_kv, (char[16]){0}, 16),
-		       naive_held / peak_kv);
-		printf("%-34s %11s %11s\n", "peak heap (mallinfo2) / pool meta",
-		       kvb_si((double)a[0].peak_heap, (char[16]){0}, 16),
-		       kvb_si((double)a[1].pool_meta_bytes, (char[16]){0}, 16));
-		fig2(name[0], "peak_live_token_bytes", peak_naive_req);
-		fig2(name[0], "peak_held_bytes", naive_held);
-		fig2(name[0], "peak_heap_bytes_mallinfo2", (double)a[0].peak_heap);
-		fig2(name[1], "peak_held_bytes", peak_kv);
-		fig2(name[1], "pool_metadata_bytes", (double)a[1].pool_meta_bytes);
-		fig2(name[1], "peak_blocks_in_use", (double)a[1].pool_peak_blocks);
-
-		double fr0 = 1.0 - (double)TOKEN_BYTES / (double)chunk;
-		double fr1 = a[1].steps ? a[1].waste_sum / (double)a[1].steps : 0;
-		printf("%-34s %10.2f%% %10.2f%%\n", "fragmentation: wasted/held, mean", fr0 * 100,
-		       fr1 * 100);
-		printf("%-34s %11s %11.3f\n", "kvp_stats_fragmentation at peak", "-",
-		       a[1].pool_frag_at_peak);
-		fig2(name[0], "fragmentation_mean", fr0);
-		fig2(name[1], "fragmentation_mean", fr1);
-		fig2(name[1], "kvp_stats_fragmentation_at_peak", a[1].pool_frag_at_peak);
-
-		printf("%-34s %11s %11s %10.2fx\n", "throughput, tokens/s (median)",
-		       kvb_si(med[0], (char[16]){0}, 16), kvb_si(med[1], (char[16]){0}, 16),
-		       med[0] / med[1]);
-		fig2("kvpool", "throughput_ratio_vs_naive", med[1] / med[0]);
-
-		printf(
-		    "notes: naive held = peak live tokens x %zu B (glibc chunk of a %d B malloc:\n"
-		    "  malloc_usable_size + header); kvpool held = peak blocks x %u tokens x %d "
-		    "B.\n"
-		    "  System allocs = malloc-family calls in the whole process "
-		    "(bench/syscount.c).\n",
-		    chunk, TOKEN_BYTES, KVB_BLOCK_SIZE, TOKEN_BYTES);
-		kvb_target(BENCH, "allocation calls cut >= block_size (16x) (naive/kvpool)",
-		           calls_cut, calls_cut >= KVB_BLOCK_SIZE);
-		if (counted)
-			kvb_target(BENCH, "no system allocation in steady state (repeat passes)",
-			           (double)a[1].sys_allocs_repeat, a[1].sys_allocs_repeat == 0);
-	}
-	for (uint32_t i = 0; i < w.C; i++) {
-		free(w.slot[i].refs);
-		free(w.slot[i].toks);
-	}
-	free(w.slot);
-	free(w.prompt);
-	free(w.output);
-	kvp_pool_destroy(w.pool);
+	const char *cols[3] = {"naive", "kvpool", "naive/kv"};
+	kvb_row_head("", cols, 3);
+	double calls_cut = print_calls(a, counted);
+	print_memory(a, chunk);
+	print_verdicts(med, a, chunk, calls_cut, counted);
+	wl_free(&w);
 	return bad;
 }

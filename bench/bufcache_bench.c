@@ -200,11 +200,60 @@ static int preload_in_effect(const char *lib)
 	return 1;
 }
 
+/* The cache's hit and miss counts so far (kvpool and the reference cache; else 0). */
+static void cache_counts(uint64_t *hits, uint64_t *misses)
+{
+	kvp_bufcache_stats s;
+	struct seed_stats ss;
+
+	if (kind == 0 && kvp_bufcache_get_stats(kv, &s) == KVP_OK)
+		*hits = s.hits, *misses = s.misses;
+	if (kind == 1)
+		seed_get_stats(seed, &ss), *hits = ss.hits, *misses = ss.misses;
+}
+
+/* @nt threads run pairs for @secs; prints the "R" line the parent reads.  0, or 1. */
+static int measure_threads(const struct peer *pr, int nt, double secs)
+{
+	struct timespec d = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+	struct thr t[MAX_THREADS];
+	uint64_t pairs = 0, cpu = 0, w0, w1, h0 = 0, m0 = 0, h1 = 0, m1 = 0;
+	int failed = 0;
+
+	cache_counts(&h0, &m0);
+	atomic_store(&stop, 0);
+	pthread_barrier_init(&start_barrier, NULL, (unsigned)nt + 1);
+	for (int i = 0; i < nt; i++) {
+		t[i] = (struct thr){.id = i};
+		if (pthread_create(&t[i].th, NULL, worker, &t[i]))
+			return 1;
+	}
+	pthread_barrier_wait(&start_barrier);
+	w0 = now_ns(CLOCK_MONOTONIC);
+	while (nanosleep(&d, &d) && errno == EINTR)
+		;
+	atomic_store(&stop, 1);
+	for (int i = 0; i < nt; i++) {
+		pthread_join(t[i].th, NULL);
+		pairs += t[i].pairs;
+		cpu += t[i].cpu_ns;
+		failed |= t[i].failed;
+	}
+	w1 = now_ns(CLOCK_MONOTONIC);
+	pthread_barrier_destroy(&start_barrier);
+	if (failed || !pairs)
+		return 1;
+	cache_counts(&h1, &m1);
+	printf("R %s %d %llu %.2f %.2f %.2f\n", pr->name, nt, (unsigned long long)pairs,
+	       (double)cpu / (double)pairs, (double)(w1 - w0) / (double)pairs,
+	       kind < 2 ? 100.0 * (double)(h1 - h0) / (double)(h1 - h0 + m1 - m0) : -1.0);
+	return 0;
+}
+
 static int child(const struct peer *pr, double secs)
 {
 	void *keep[N_SIZES * COPIES];
 	size_t keep_a[N_SIZES * COPIES];
-	struct timespec d = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
 
 	kind = pr->kind;
 	if (pr->lib && !preload_in_effect(pr->lib))
@@ -219,48 +268,9 @@ static int child(const struct peer *pr, double secs)
 			return 1;
 	for (int i = 0; i < N_SIZES * COPIES; i++)
 		do_free(keep[i], keep_a[i]);
-	for (int ti = 0; ti < N_TC; ti++) {
-		int nt = thread_counts[ti], failed = 0;
-		struct thr t[MAX_THREADS];
-		uint64_t pairs = 0, cpu = 0, w0, w1, h0 = 0, m0 = 0, h1 = 0, m1 = 0;
-		kvp_bufcache_stats s;
-		struct seed_stats ss;
-
-		if (kind == 0 && kvp_bufcache_get_stats(kv, &s) == KVP_OK)
-			h0 = s.hits, m0 = s.misses;
-		if (kind == 1)
-			seed_get_stats(seed, &ss), h0 = ss.hits, m0 = ss.misses;
-		atomic_store(&stop, 0);
-		pthread_barrier_init(&start_barrier, NULL, (unsigned)nt + 1);
-		for (int i = 0; i < nt; i++) {
-			t[i] = (struct thr){.id = i};
-			if (pthread_create(&t[i].th, NULL, worker, &t[i]))
-				return 1;
-		}
-		pthread_barrier_wait(&start_barrier);
-		w0 = now_ns(CLOCK_MONOTONIC);
-		while (nanosleep(&d, &d) && errno == EINTR)
-			;
-		atomic_store(&stop, 1);
-		for (int i = 0; i < nt; i++) {
-			pthread_join(t[i].th, NULL);
-			pairs += t[i].pairs;
-			cpu += t[i].cpu_ns;
-			failed |= t[i].failed;
-		}
-		w1 = now_ns(CLOCK_MONOTONIC);
-		pthread_barrier_destroy(&start_barrier);
-		d = (struct timespec){(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
-		if (failed || !pairs)
+	for (int ti = 0; ti < N_TC; ti++)
+		if (measure_threads(pr, thread_counts[ti], secs) != 0)
 			return 1;
-		if (kind == 0 && kvp_bufcache_get_stats(kv, &s) == KVP_OK)
-			h1 = s.hits, m1 = s.misses;
-		if (kind == 1)
-			seed_get_stats(seed, &ss), h1 = ss.hits, m1 = ss.misses;
-		printf("R %s %d %llu %.2f %.2f %.2f\n", pr->name, nt, (unsigned long long)pairs,
-		       (double)cpu / (double)pairs, (double)(w1 - w0) / (double)pairs,
-		       kind < 2 ? 100.0 * (double)(h1 - h0) / (double)(h1 - h0 + m1 - m0) : -1.0);
-	}
 	if (kind == 0)
 		kvp_bufcache_destroy(kv);
 	if (kind == 1)
@@ -365,13 +375,31 @@ static void print_targets(const struct result *res)
 	}
 }
 
-int main(int argc, char **argv)
-{
-	double secs = 0.25;
-	int allow_missing = 0, bad = 0;
-	const char *child_name = NULL;
-	struct result res[N_PEERS];
+/* The command line. */
+typedef struct opts {
+	double secs;
+	int allow_missing;
+	const char *child_name;
+} opts;
 
+static void usage(const char *argv0)
+{
+	printf("usage: %s [options]\n"
+	       "  --quick, --smoke   0.025 s per measurement (default 0.25 s)\n"
+	       "  --secs S           seconds per measurement\n"
+	       "  --allow-missing    a peer allocator that is not installed is "
+	       "skipped,\n"
+	       "                     not an error (default: error)\n"
+	       "  --child NAME       internal: run one peer in this process\n"
+	       "  -h, --help         this text\n"
+	       "  -V, --version      the kvpool version\n"
+	       "Options take their value as --opt VALUE or --opt=VALUE.\n",
+	       argv0);
+}
+
+/* -1 to go on, or the exit status (0 after --help and --version, 2 on bad usage). */
+static int parse_args(int argc, char **argv, opts *o)
+{
 	static const struct option longopts[] = {
 	    {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
 	    {"quick", no_argument, NULL, 'q'},         {"smoke", no_argument, NULL, 'q'},
@@ -383,32 +411,22 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, ":hV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'h':
-			printf("usage: %s [options]\n"
-			       "  --quick, --smoke   0.025 s per measurement (default 0.25 s)\n"
-			       "  --secs S           seconds per measurement\n"
-			       "  --allow-missing    a peer allocator that is not installed is "
-			       "skipped,\n"
-			       "                     not an error (default: error)\n"
-			       "  --child NAME       internal: run one peer in this process\n"
-			       "  -h, --help         this text\n"
-			       "  -V, --version      the kvpool version\n"
-			       "Options take their value as --opt VALUE or --opt=VALUE.\n",
-			       argv[0]);
+			usage(argv[0]);
 			return 0;
 		case 'V':
 			printf("bufcache_bench (kvpool) %s\n", kvp_version());
 			return 0;
 		case 'q':
-			secs = 0.025;
+			o->secs = 0.025;
 			break;
 		case 's':
-			secs = atof(optarg);
+			o->secs = atof(optarg);
 			break;
 		case 'c':
-			child_name = optarg;
+			o->child_name = optarg;
 			break;
 		case 'a':
-			allow_missing = 1;
+			o->allow_missing = 1;
 			break;
 		case ':':
 			fprintf(stderr, "%s: option %s needs a value (see --help)\n", argv[0],
@@ -425,46 +443,60 @@ int main(int argc, char **argv)
 		        argv[optind]);
 		return 2;
 	}
+	return -1;
+}
+
+/* Peer @p in its own process and its rows; 0, or 1 when that is a failure. */
+static int run_peer(int p, const opts *o, struct result *res)
+{
+	int rc;
+	if (SANITIZED && peers[p].lib) {
+		printf("%-10s skipped: a sanitizer build owns malloc, no preload\n", peers[p].name);
+		return 0;
+	}
+	rc = run_child(&peers[p], o->secs, &res[p]);
+	if (rc) {
+		printf("%-10s %s\n", peers[p].name,
+		       rc == 2 ? "not loadable (LD_PRELOAD had no effect)" : "FAILED");
+		res[p].ok = 0;
+		return !(rc == 2 && o->allow_missing);
+	}
+	for (int i = 0; i < N_TC; i++) {
+		char hit[16] = "-";
+		if (res[p].hit[i] >= 0)
+			snprintf(hit, sizeof(hit), "%.1f", res[p].hit[i]);
+		printf("%-10s %7d %9.1f %9.1f %9.2f %9.2f %6s\n", peers[p].name, thread_counts[i],
+		       res[p].cpu[i], res[p].wall[i],
+		       res[0].ok ? res[p].cpu[i] / res[0].cpu[i] : 0.0,
+		       res[0].ok ? res[p].wall[i] / res[0].wall[i] : 0.0, hit);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	opts o = {.secs = 0.25};
+	int bad = 0, rc;
+	struct result res[N_PEERS];
+
+	if ((rc = parse_args(argc, argv, &o)) >= 0)
+		return rc;
 	setup_workload();
-	if (child_name) {
+	if (o.child_name) {
 		for (int i = 0; i < N_PEERS; i++)
-			if (!strcmp(peers[i].name, child_name))
-				return child(&peers[i], secs);
+			if (!strcmp(peers[i].name, o.child_name))
+				return child(&peers[i], o.secs);
 		return 2;
 	}
 	printf("bufcache_bench: ns per alloc+free pair on the hit path, 256 buffers of %d sizes "
 	       "(%zu B .. %zu KiB) cached; %.3f s per measurement; %ld cores online\n",
-	       N_SIZES, sizes[0], sizes[N_SIZES - 1] >> 10, secs, sysconf(_SC_NPROCESSORS_ONLN));
+	       N_SIZES, sizes[0], sizes[N_SIZES - 1] >> 10, o.secs, sysconf(_SC_NPROCESSORS_ONLN));
 	printf("cpu = summed thread CPU time / pairs; wall = elapsed / pairs (all threads); "
 	       "ratio = allocator / kvpool\n\n");
 	printf("%-10s %7s %9s %9s %9s %9s %6s\n", "allocator", "threads", "cpu_ns", "wall_ns",
 	       "x_cpu", "x_wall", "hit%");
-	for (int p = 0; p < N_PEERS; p++) {
-		int rc;
-		if (SANITIZED && peers[p].lib) {
-			printf("%-10s skipped: a sanitizer build owns malloc, no preload\n",
-			       peers[p].name);
-			continue;
-		}
-		rc = run_child(&peers[p], secs, &res[p]);
-		if (rc) {
-			printf("%-10s %s\n", peers[p].name,
-			       rc == 2 ? "not loadable (LD_PRELOAD had no effect)" : "FAILED");
-			if (!(rc == 2 && allow_missing))
-				bad = 1;
-			res[p].ok = 0;
-			continue;
-		}
-		for (int i = 0; i < N_TC; i++) {
-			char hit[16] = "-";
-			if (res[p].hit[i] >= 0)
-				snprintf(hit, sizeof(hit), "%.1f", res[p].hit[i]);
-			printf("%-10s %7d %9.1f %9.1f %9.2f %9.2f %6s\n", peers[p].name,
-			       thread_counts[i], res[p].cpu[i], res[p].wall[i],
-			       res[0].ok ? res[p].cpu[i] / res[0].cpu[i] : 0.0,
-			       res[0].ok ? res[p].wall[i] / res[0].wall[i] : 0.0, hit);
-		}
-	}
+	for (int p = 0; p < N_PEERS; p++)
+		bad |= run_peer(p, &o, res);
 	print_targets(res);
 	return bad;
 }

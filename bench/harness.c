@@ -70,13 +70,16 @@ static int parse_threads(const char *s)
 	return n > 0 ? 0 : -1;
 }
 
-int kvb_parse_args(int argc, char **argv)
-{
-	double seconds = -1, warmup = -1;
-	int reps = -1, pow10 = -1;
-	const char *threads = NULL;
+/* What the command line sets over the mode's defaults (< 0, NULL: not given). */
+typedef struct overrides {
+	double seconds, warmup;
+	int reps, pow10;
+	const char *threads;
+} overrides;
 
-	memset(&kvb_opt, 0, sizeof(kvb_opt));
+/* The getopt_long loop: 0, or -1 after one line saying why; exits after -h and -V. */
+static int parse_flags(int argc, char **argv, overrides *ov)
+{
 	static const struct option longopts[] = {
 	    {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
 	    {"quick", no_argument, NULL, 'q'},         {"smoke", no_argument, NULL, 's'},
@@ -103,19 +106,19 @@ int kvb_parse_args(int argc, char **argv)
 			kvb_opt.smoke = true;
 			break;
 		case 'S':
-			seconds = atof(optarg);
+			ov->seconds = atof(optarg);
 			break;
 		case 'W':
-			warmup = atof(optarg);
+			ov->warmup = atof(optarg);
 			break;
 		case 'R':
-			reps = atoi(optarg);
+			ov->reps = atoi(optarg);
 			break;
 		case 'P':
-			pow10 = atoi(optarg);
+			ov->pow10 = atoi(optarg);
 			break;
 		case 'T':
-			threads = optarg;
+			ov->threads = optarg;
 			break;
 		case 'O':
 			kvb_opt.only = optarg;
@@ -133,11 +136,12 @@ int kvb_parse_args(int argc, char **argv)
 			return -1;
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", argv[0],
-		        argv[optind]);
-		return -1;
-	}
+	return 0;
+}
+
+/* The mode's windows, repetitions, sizes and thread counts. */
+static void apply_mode(void)
+{
 	if (kvb_opt.smoke) {
 		kvb_opt.seconds = 0.01, kvb_opt.warmup = 0.005, kvb_opt.reps = 3;
 		kvb_opt.max_pow10 = 4;
@@ -151,16 +155,31 @@ int kvb_parse_args(int argc, char **argv)
 		kvb_opt.max_pow10 = 7;
 		parse_threads("1,2,4,8,16");
 	}
-	if (seconds > 0)
-		kvb_opt.seconds = seconds;
-	if (warmup >= 0)
-		kvb_opt.warmup = warmup;
-	if (reps > 0)
-		kvb_opt.reps = reps > KVB_MAX_REPS ? KVB_MAX_REPS : reps;
-	if (pow10 >= 3 && pow10 <= 7)
-		kvb_opt.max_pow10 = pow10;
-	if (threads && parse_threads(threads) != 0) {
-		fprintf(stderr, "%s: bad --threads '%s' (see --help)\n", argv[0], threads);
+}
+
+int kvb_parse_args(int argc, char **argv)
+{
+	overrides ov = {.seconds = -1, .warmup = -1, .reps = -1, .pow10 = -1};
+
+	memset(&kvb_opt, 0, sizeof(kvb_opt));
+	if (parse_flags(argc, argv, &ov) != 0)
+		return -1;
+	if (optind < argc) {
+		fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", argv[0],
+		        argv[optind]);
+		return -1;
+	}
+	apply_mode();
+	if (ov.seconds > 0)
+		kvb_opt.seconds = ov.seconds;
+	if (ov.warmup >= 0)
+		kvb_opt.warmup = ov.warmup;
+	if (ov.reps > 0)
+		kvb_opt.reps = ov.reps > KVB_MAX_REPS ? KVB_MAX_REPS : ov.reps;
+	if (ov.pow10 >= 3 && ov.pow10 <= 7)
+		kvb_opt.max_pow10 = ov.pow10;
+	if (ov.threads && parse_threads(ov.threads) != 0) {
+		fprintf(stderr, "%s: bad --threads '%s' (see --help)\n", argv[0], ov.threads);
 		return -1;
 	}
 	return 0;
@@ -483,20 +502,12 @@ static void shell_line(const char *cmd, char *out, size_t cap)
 	pclose(p);
 }
 
-int kvb_write_json(void)
+/* "meta": the machine, the commit measured, the mode. */
+static void write_meta(FILE *f)
 {
-	char path[PATH_MAX], cpu[256], commit[128], dirty[64], cmd[PATH_MAX + 200];
+	char cpu[256], commit[128], dirty[64], cmd[PATH_MAX + 200];
 	const char *ws = getenv("BUILD_WORKSPACE_DIRECTORY");
-	FILE *f;
 
-	if (!kvb_opt.json)
-		return 0;
-	resolve_out(kvb_opt.json, path, sizeof(path));
-	f = fopen(path, "w");
-	if (!f) {
-		fprintf(stderr, "bench: cannot write %s\n", path);
-		return -1;
-	}
 	shell_line("sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1", cpu,
 	           sizeof(cpu));
 	commit[0] = dirty[0] = 0;
@@ -520,6 +531,11 @@ int kvb_write_json(void)
 	        "\"sanitized\": %s},\n",
 	        kvb_opt.quick ? "true" : "false", kvb_opt.smoke ? "true" : "false", kvb_opt.seconds,
 	        kvb_opt.warmup, kvb_opt.reps, KVB_SANITIZED ? "true" : "false");
+}
+
+/* "figures": every recorded figure with its repetitions; then "notes". */
+static void write_figures(FILE *f)
+{
 	fputs("  \"figures\": [\n", f);
 	for (size_t i = 0; i < n_figs; i++) {
 		const fig *g = &figs[i];
@@ -551,6 +567,23 @@ int kvb_write_json(void)
 		fputs(i + 1 < n_notes ? ",\n" : "\n", f);
 	}
 	fputs("  ]\n}\n", f);
+}
+
+int kvb_write_json(void)
+{
+	char path[PATH_MAX];
+	FILE *f;
+
+	if (!kvb_opt.json)
+		return 0;
+	resolve_out(kvb_opt.json, path, sizeof(path));
+	f = fopen(path, "w");
+	if (!f) {
+		fprintf(stderr, "bench: cannot write %s\n", path);
+		return -1;
+	}
+	write_meta(f);
+	write_figures(f);
 	if (fclose(f) != 0)
 		return -1;
 	fprintf(stderr, "bench: wrote %zu figures to %s\n", n_figs, path);

@@ -655,12 +655,97 @@ static bool prefix_fits(rp_engine *e, uint64_t newb)
 	return true;
 }
 
+/* The scheduler's view of the request at the head of the queue. */
+typedef struct head_state {
+	bool blocked;      /* waiting for blocks (counted once in res->waits) */
+	bool slot_blocked; /* waiting for a batch slot (counted once in res->slot_waits) */
+	bool matched;      /* its prefix matched (once: its holds wait with it) */
+	uint64_t blocked_since;
+} head_state;
+
+/*
+ * Whether the head request @next, @need blocks per stream, fits now; *@newb
+ * is what it still has to allocate (less the blocks its prefix matched).
+ */
+static bool head_fits(rp_engine *e, size_t next, uint64_t need, head_state *h, rp_result *res,
+                      uint64_t *newb)
+{
+	const rp_config *c = e->c;
+	if (!c->prefix) {
+		*newb = need;
+		return e->reserved + need <= c->capacity;
+	}
+	if (!h->matched) /* once: its holds wait with it */
+		e->matched[next] = admit_match(e, next, res);
+	h->matched = true;
+	*newb = need - e->matched[next];
+	bool fits = prefix_fits(e, *newb);
+	if (!fits && e->in_system == 0) {
+		/* cannot happen if the pool counts right: say so, never hang */
+		if (res->errors++ == 0)
+			snprintf(res->first_error, sizeof res->first_error,
+			         "request %zu: %" PRIu64
+			         " blocks do not fit with nothing in flight",
+			         next, *newb);
+		fits = true;
+	}
+	return fits;
+}
+
+/* The head waits for blocks from @now: one exhaustion wait, however long. */
+static void wait_begin(rp_engine *e, head_state *h, uint64_t now, rp_result *res)
+{
+	if (h->blocked)
+		return;
+	h->blocked = true;
+	h->blocked_since = now;
+	res->waits++;
+	atomic_store_explicit(&e->waits_pub, res->waits, memory_order_relaxed);
+}
+
+/* The head is admitted at @now: add the time it waited, if it did. */
+static void wait_end(head_state *h, uint64_t now, rp_result *res)
+{
+	if (h->blocked) {
+		uint64_t waited = now - h->blocked_since;
+		res->wait_ns_total += waited;
+		if (waited > res->wait_ns_max)
+			res->wait_ns_max = waited;
+		h->blocked = false;
+	}
+	h->slot_blocked = false;
+	h->matched = false;
+}
+
+/* Admit request @next: reserve its @newb blocks, hand it to the workers. */
+static void admit(rp_engine *e, size_t next, uint64_t newb)
+{
+	const rp_config *c = e->c;
+	e->reserved += newb;
+	for (int si = 0; si < 2 && c->prefix; si++) /* its workers lower it */
+		atomic_fetch_add_explicit(&e->pending[si], newb, memory_order_relaxed);
+	if (e->reserved > e->peak_reserved)
+		e->peak_reserved = e->reserved;
+	e->in_system++;
+	e->admitted++;
+	e->ready[(e->rhead + e->rcount) % e->rcap] = next;
+	e->rcount++;
+	atomic_store_explicit(&e->ready_hint, e->rcount, memory_order_relaxed);
+	atomic_store_explicit(&e->admitted_pub, e->admitted, memory_order_relaxed);
+	atomic_store_explicit(&e->in_system_pub, e->in_system, memory_order_relaxed);
+	pthread_cond_broadcast(&e->work_cv); /* any idle worker may take it */
+}
+
+/*
+ * Admit the requests in trace order, each when it is due (--speed), a batch
+ * slot is free and its blocks fit; reject those larger than the pool.  Then
+ * wait for the workers to finish every admitted one.
+ */
 static void schedule(rp_engine *e, rp_result *res)
 {
 	const rp_config *c = e->c;
 	size_t slots = (size_t)c->threads * c->batch;
-	bool blocked = false, slot_blocked = false, head_matched = false;
-	uint64_t blocked_since = 0;
+	head_state h = {0};
 	pthread_mutex_lock(&e->mu);
 	for (size_t next = 0; next < c->n;) {
 		const trace_request *r = &c->req[next];
@@ -674,73 +759,27 @@ static void schedule(rp_engine *e, rp_result *res)
 			pthread_mutex_lock(&e->mu);
 			continue;
 		}
-		uint64_t need = rp_blocks_needed(r, c->block_size);
+		uint64_t need = rp_blocks_needed(r, c->block_size), newb;
 		if (need > c->capacity) {
 			reject(e, next, need, &res->rejected);
 			next++;
 			continue;
 		}
 		if (e->in_system >= slots) {
-			if (!slot_blocked)
+			if (!h.slot_blocked)
 				res->slot_waits++;
-			slot_blocked = true;
+			h.slot_blocked = true;
 			pthread_cond_wait(&e->sched_cv, &e->mu);
 			continue;
 		}
-		uint64_t newb = need;
-		bool fits;
-		if (c->prefix) {
-			if (!head_matched) /* once: its holds wait with it */
-				e->matched[next] = admit_match(e, next, res);
-			head_matched = true;
-			newb = need - e->matched[next];
-			fits = prefix_fits(e, newb);
-			if (!fits && e->in_system == 0) {
-				/* cannot happen if the pool counts right: say so, never hang */
-				if (res->errors++ == 0)
-					snprintf(res->first_error, sizeof res->first_error,
-					         "request %zu: %" PRIu64
-					         " blocks do not fit with nothing in flight",
-					         next, newb);
-				fits = true;
-			}
-		} else {
-			fits = e->reserved + need <= c->capacity;
-		}
-		if (!fits) {
-			if (!blocked) {
-				blocked = true;
-				blocked_since = now;
-				res->waits++;
-				atomic_store_explicit(&e->waits_pub, res->waits,
-				                      memory_order_relaxed);
-			}
+		if (!head_fits(e, next, need, &h, res, &newb)) {
+			wait_begin(e, &h, now, res);
 			pthread_cond_wait(&e->sched_cv, &e->mu);
 			continue;
 		}
-		if (blocked) {
-			uint64_t waited = now - blocked_since;
-			res->wait_ns_total += waited;
-			if (waited > res->wait_ns_max)
-				res->wait_ns_max = waited;
-			blocked = false;
-		}
-		slot_blocked = false;
+		wait_end(&h, now, res);
 		hist_record(&res->queue_delay, now - due);
-		e->reserved += newb;
-		for (int si = 0; si < 2 && c->prefix; si++) /* its workers lower it */
-			atomic_fetch_add_explicit(&e->pending[si], newb, memory_order_relaxed);
-		head_matched = false;
-		if (e->reserved > e->peak_reserved)
-			e->peak_reserved = e->reserved;
-		e->in_system++;
-		e->admitted++;
-		e->ready[(e->rhead + e->rcount) % e->rcap] = next;
-		e->rcount++;
-		atomic_store_explicit(&e->ready_hint, e->rcount, memory_order_relaxed);
-		atomic_store_explicit(&e->admitted_pub, e->admitted, memory_order_relaxed);
-		atomic_store_explicit(&e->in_system_pub, e->in_system, memory_order_relaxed);
-		pthread_cond_broadcast(&e->work_cv); /* any idle worker may take it */
+		admit(e, next, newb);
 		next++;
 	}
 	e->arrivals_done = true;
@@ -803,92 +842,125 @@ static void engine_free(rp_engine *e)
 	pthread_cond_destroy(&e->work_cv);
 }
 
-int rp_run(const rp_config *c, rp_result *res, rp_live *live)
+static bool config_ok(const rp_config *c)
 {
-	memset(res, 0, sizeof *res);
-	if (c->threads == 0 || c->batch == 0 || c->block_size == 0 || c->row_dim == 0 ||
-	    c->latency_every == 0 || (c->kind == RP_POOL && c->pool == NULL) ||
-	    !(c->speed >= 0 && c->speed <= 1e6) || !(c->step_ms >= 0 && c->step_ms <= 3600e3) ||
-	    (c->prefix && (c->kind != RP_POOL || !c->keys || !c->key_off || !c->n_keys))) {
-		snprintf(res->first_error, sizeof res->first_error, "bad replay configuration");
-		return -1;
-	}
-	rp_engine e = {.c = c, .live = live};
-	pthread_mutex_init(&e.mu, NULL);
-	pthread_cond_init(&e.sched_cv, NULL);
-	pthread_cond_init(&e.work_cv, NULL);
-	e.row_bytes = kvpi_codec_row_bytes(KVP_FP16, c->row_dim);
-	e.rcap = (size_t)c->threads * c->batch + 1;
-	e.ready = calloc(e.rcap, sizeof *e.ready);
-	e.w = calloc(c->threads, sizeof *e.w);
-	e.rows = malloc((size_t)c->block_size * c->row_dim * sizeof *e.rows);
-	uint32_t max_prompt_blocks = 1;
+	return !(c->threads == 0 || c->batch == 0 || c->block_size == 0 || c->row_dim == 0 ||
+	         c->latency_every == 0 || (c->kind == RP_POOL && c->pool == NULL) ||
+	         !(c->speed >= 0 && c->speed <= 1e6) ||
+	         !(c->step_ms >= 0 && c->step_ms <= 3600e3) ||
+	         (c->prefix && (c->kind != RP_POOL || !c->keys || !c->key_off || !c->n_keys)));
+}
+
+/* The blocks of the longest prompt (at least 1): the size of a worker's refs. */
+static uint32_t max_prompt_blocks(const rp_config *c)
+{
+	uint32_t max = 1;
 	for (size_t i = 0; i < c->n; i++) {
 		uint32_t b = (c->req[i].prompt + c->block_size - 1) / c->block_size;
-		if (b > max_prompt_blocks)
-			max_prompt_blocks = b;
+		if (b > max)
+			max = b;
 	}
-	bool ok = e.ready && e.w && e.rows;
+	return max;
+}
+
+/* The engine's locks and buffers; false when out of memory (engine_free frees). */
+static bool engine_init(rp_engine *e, const rp_config *c, rp_live *live)
+{
+	*e = (rp_engine){.c = c, .live = live};
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_cond_init(&e->sched_cv, NULL);
+	pthread_cond_init(&e->work_cv, NULL);
+	e->row_bytes = kvpi_codec_row_bytes(KVP_FP16, c->row_dim);
+	e->rcap = (size_t)c->threads * c->batch + 1;
+	e->ready = calloc(e->rcap, sizeof *e->ready);
+	e->w = calloc(c->threads, sizeof *e->w);
+	e->rows = malloc((size_t)c->block_size * c->row_dim * sizeof *e->rows);
+	uint32_t max_blocks = max_prompt_blocks(c);
+	bool ok = e->ready && e->w && e->rows;
 	if (ok && c->prefix && c->kind == RP_POOL) {
-		e.matched = calloc(c->n ? c->n : 1, sizeof *e.matched);
-		e.mrefs[0] = malloc(max_prompt_blocks * sizeof *e.mrefs[0]);
-		e.mrefs[1] = malloc(max_prompt_blocks * sizeof *e.mrefs[1]);
-		ok = e.matched && e.mrefs[0] && e.mrefs[1];
+		e->matched = calloc(c->n ? c->n : 1, sizeof *e->matched);
+		e->mrefs[0] = malloc(max_blocks * sizeof *e->mrefs[0]);
+		e->mrefs[1] = malloc(max_blocks * sizeof *e->mrefs[1]);
+		ok = e->matched && e->mrefs[0] && e->mrefs[1];
 	}
 	for (unsigned i = 0; ok && i < c->threads; i++) {
-		rp_worker *w = &e.w[i];
-		w->e = &e;
+		rp_worker *w = &e->w[i];
+		w->e = e;
 		w->slots = calloc(c->batch, sizeof *w->slots);
-		w->refs_cap = max_prompt_blocks;
+		w->refs_cap = max_blocks;
 		w->refs = malloc(w->refs_cap * sizeof *w->refs);
 		ok = w->slots && w->refs;
 	}
-	if (!ok) {
+	return ok;
+}
+
+/* The rows to write, malloc's real row size (naive's bytes), the decode step. */
+static void engine_prepare(rp_engine *e)
+{
+	const rp_config *c = e->c;
+	uint64_t rng = 0x5eed;
+	for (size_t i = 0; i < (size_t)c->block_size * c->row_dim; i++)
+		e->rows[i] = (float)(su_rand_unit(&rng) * 2.0 - 1.0);
+	void *probe = malloc(e->row_bytes);
+	e->usable = probe ? malloc_usable_size(probe) : e->row_bytes;
+	free(probe);
+	if (c->speed > 0 && c->step_ms > 0)
+		e->step_ns = wall_ns(c->step_ms * 1e6, c->speed);
+}
+
+/* The monitor and the workers run while this thread schedules; all joined. */
+static void run_threads(rp_engine *e, rp_result *res)
+{
+	const rp_config *c = e->c;
+	e->t0 = su_now_ns();
+	monitor m = {.e = e, .res = res};
+	unsigned started = 0;
+	bool mon = pthread_create(&m.tid, NULL, monitor_main, &m) == 0;
+	for (; started < c->threads; started++) {
+		if (pthread_create(&e->w[started].tid, NULL, worker_main, &e->w[started]) != 0)
+			break;
+	}
+	if (started == c->threads && mon) {
+		schedule(e, res);
+	} else {
+		snprintf(res->first_error, sizeof res->first_error, "replay: cannot start threads");
+		res->errors++;
+		pthread_mutex_lock(&e->mu);
+		e->arrivals_done = true;
+		pthread_cond_broadcast(&e->work_cv);
+		pthread_mutex_unlock(&e->mu);
+	}
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(e->w[i].tid, NULL);
+	res->wall_ns = su_now_ns() - e->t0;
+	atomic_store_explicit(&e->stop, true, memory_order_release);
+	if (mon)
+		pthread_join(m.tid, NULL);
+	monitor last = {.e = e, .res = res};
+	prog quiet = {0};
+	sample(&last, 1, &quiet); /* final live figures */
+	res->frag_mean = m.frag_n ? m.frag_sum / (double)m.frag_n : 0.0;
+}
+
+int rp_run(const rp_config *c, rp_result *res, rp_live *live)
+{
+	memset(res, 0, sizeof *res);
+	if (!config_ok(c)) {
+		snprintf(res->first_error, sizeof res->first_error, "bad replay configuration");
+		return -1;
+	}
+	rp_engine e;
+	if (!engine_init(&e, c, live)) {
 		snprintf(res->first_error, sizeof res->first_error, "replay: out of memory");
 		engine_free(&e);
 		return -1;
 	}
-	uint64_t rng = 0x5eed;
-	for (size_t i = 0; i < (size_t)c->block_size * c->row_dim; i++)
-		e.rows[i] = (float)(su_rand_unit(&rng) * 2.0 - 1.0);
-	void *probe = malloc(e.row_bytes);
-	e.usable = probe ? malloc_usable_size(probe) : e.row_bytes;
-	free(probe);
-	if (c->speed > 0 && c->step_ms > 0)
-		e.step_ns = wall_ns(c->step_ms * 1e6, c->speed);
+	engine_prepare(&e);
 	hist_init(&res->alloc_lat);
 	hist_init(&res->queue_delay);
 	if (live != NULL)
 		atomic_store_explicit(&live->running, true, memory_order_relaxed);
-
-	e.t0 = su_now_ns();
-	monitor m = {.e = &e, .res = res};
-	unsigned started = 0;
-	bool mon = pthread_create(&m.tid, NULL, monitor_main, &m) == 0;
-	for (; started < c->threads; started++) {
-		if (pthread_create(&e.w[started].tid, NULL, worker_main, &e.w[started]) != 0)
-			break;
-	}
-	if (started == c->threads && mon) {
-		schedule(&e, res);
-	} else {
-		snprintf(res->first_error, sizeof res->first_error, "replay: cannot start threads");
-		res->errors++;
-		pthread_mutex_lock(&e.mu);
-		e.arrivals_done = true;
-		pthread_cond_broadcast(&e.work_cv);
-		pthread_mutex_unlock(&e.mu);
-	}
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(e.w[i].tid, NULL);
-	res->wall_ns = su_now_ns() - e.t0;
-	atomic_store_explicit(&e.stop, true, memory_order_release);
-	if (mon)
-		pthread_join(m.tid, NULL);
-	monitor last = {.e = &e, .res = res};
-	prog quiet = {0};
-	sample(&last, 1, &quiet); /* final live figures */
-	res->frag_mean = m.frag_n ? m.frag_sum / (double)m.frag_n : 0.0;
+	run_threads(&e, res);
 	collect(&e, res);
 	if (live != NULL)
 		atomic_store_explicit(&live->running, false, memory_order_relaxed);

@@ -21,6 +21,7 @@
 
 #include <kvpool/kvpool.h>
 
+#include "stress/cli.h"
 #include "stress/metrics_http.h"
 #include "stress/replay.h"
 #include "stress/trace.h"
@@ -90,13 +91,36 @@ static void usage(FILE *f)
 	    wl_names());
 }
 
-static int bad_value(const char *flag, const char *v)
-{
-	fprintf(stderr, "kvpool_replay: bad value for %s: '%s'\n", flag, v ? v : "(missing)");
-	return -1;
-}
+static const struct option longopts[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {"storage", no_argument, NULL, 0},
+    {"prefix-cache", no_argument, NULL, 0},
+    {"no-naive", no_argument, NULL, 0},
+    {"no-progress", no_argument, NULL, 0},
+    {"trace", required_argument, NULL, 0},
+    {"json", required_argument, NULL, 0},
+    {"workload", required_argument, NULL, 0},
+    {"format", required_argument, NULL, 0},
+    {"on-error", required_argument, NULL, 0},
+    {"speed", required_argument, NULL, 0},
+    {"step-ms", required_argument, NULL, 0},
+    {"rate", required_argument, NULL, 0},
+    {"metrics-port", required_argument, NULL, 0},
+    {"limit", required_argument, NULL, 0},
+    {"requests", required_argument, NULL, 0},
+    {"seed", required_argument, NULL, 0},
+    {"threads", required_argument, NULL, 0},
+    {"batch", required_argument, NULL, 0},
+    {"blocks", required_argument, NULL, 0},
+    {"block-size", required_argument, NULL, 0},
+    {"head-dim", required_argument, NULL, 0},
+    {"latency-every", required_argument, NULL, 0},
+    {"linger", required_argument, NULL, 0},
+    {NULL, 0, NULL, 0},
+};
 
-static int parse_args(int argc, char **argv, opts *o)
+static void opts_defaults(opts *o)
 {
 	*o = (opts){.workload = "azure-conv",
 	            .naive = true,
@@ -112,135 +136,103 @@ static int parse_args(int argc, char **argv, opts *o)
 	            .step_ms = 20};
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	o->threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (uint64_t)cpus;
-	static const struct option longopts[] = {
-	    {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, 'V'},
-	    {"storage", no_argument, NULL, 0},
-	    {"prefix-cache", no_argument, NULL, 0},
-	    {"no-naive", no_argument, NULL, 0},
-	    {"no-progress", no_argument, NULL, 0},
-	    {"trace", required_argument, NULL, 0},
-	    {"json", required_argument, NULL, 0},
-	    {"workload", required_argument, NULL, 0},
-	    {"format", required_argument, NULL, 0},
-	    {"on-error", required_argument, NULL, 0},
-	    {"speed", required_argument, NULL, 0},
-	    {"step-ms", required_argument, NULL, 0},
-	    {"rate", required_argument, NULL, 0},
-	    {"metrics-port", required_argument, NULL, 0},
-	    {"limit", required_argument, NULL, 0},
-	    {"requests", required_argument, NULL, 0},
-	    {"seed", required_argument, NULL, 0},
-	    {"threads", required_argument, NULL, 0},
-	    {"batch", required_argument, NULL, 0},
-	    {"blocks", required_argument, NULL, 0},
-	    {"block-size", required_argument, NULL, 0},
-	    {"head-dim", required_argument, NULL, 0},
-	    {"latency-every", required_argument, NULL, 0},
-	    {"linger", required_argument, NULL, 0},
-	    {NULL, 0, NULL, 0},
+}
+
+/* A flag without a value: true when @a is one (and it is applied). */
+static bool parse_switch(opts *o, const char *a)
+{
+	if (strcmp(a, "--storage") == 0)
+		o->storage = true;
+	else if (strcmp(a, "--prefix-cache") == 0)
+		o->prefix = true;
+	else if (strcmp(a, "--no-naive") == 0)
+		o->naive = false;
+	else if (strcmp(a, "--no-progress") == 0)
+		o->progress = false;
+	else
+		return false;
+	return true;
+}
+
+/*
+ * A flag whose value is a name, a path or a fraction: 1 applied, -1 a bad
+ * value, 0 not one of them (a plain number: see parse_number).
+ */
+static int parse_text(opts *o, const char *a, const char *v)
+{
+	uint64_t u;
+	if (strcmp(a, "--trace") == 0)
+		o->trace_path = v;
+	else if (strcmp(a, "--json") == 0)
+		o->json_path = v;
+	else if (strcmp(a, "--workload") == 0) {
+		if (wl_find(v) == NULL)
+			return -1;
+		o->workload = v;
+	} else if (strcmp(a, "--format") == 0) {
+		if (!trace_format_parse(v, &o->format))
+			return -1;
+	} else if (strcmp(a, "--on-error") == 0) {
+		if (strcmp(v, "stop") != 0 && strcmp(v, "skip") != 0)
+			return -1;
+		o->skip_bad = strcmp(v, "skip") == 0;
+	} else if (strcmp(a, "--speed") == 0) {
+		/* 0, or 1e-6 .. 1e6: trace time scaled by it fits in 64 bits */
+		if (!su_parse_double(v, &o->speed) ||
+		    !(o->speed == 0 || (o->speed >= 1e-6 && o->speed <= 1e6)))
+			return -1;
+	} else if (strcmp(a, "--step-ms") == 0) {
+		if (!su_parse_double(v, &o->step_ms) || !(o->step_ms >= 0 && o->step_ms <= 3600e3))
+			return -1;
+	} else if (strcmp(a, "--rate") == 0) {
+		if (!su_parse_double(v, &o->rate) || !(o->rate > 0 && o->rate <= 1e9))
+			return -1;
+	} else if (strcmp(a, "--metrics-port") == 0) {
+		if (!su_parse_u64(v, &u) || u > 65535)
+			return -1;
+		o->metrics_port = (int)u;
+	} else
+		return 0;
+	return 1;
+}
+
+/* The flags whose value is a plain number, with their ranges. */
+static int parse_number(opts *o, const su_cli *c)
+{
+	const su_num_flag nums[] = {
+	    {"--limit", &o->limit, 0, UINT64_MAX},
+	    {"--requests", &o->requests, 1, 100000000},
+	    {"--seed", &o->seed, 0, UINT64_MAX},
+	    {"--threads", &o->threads, 1, 1024},
+	    {"--batch", &o->batch, 1, 65536},
+	    {"--blocks", &o->blocks, 2, KVP_MAX_BLOCKS},
+	    {"--block-size", &o->block_size, 1, KVP_MAX_BLOCK_SIZE},
+	    {"--head-dim", &o->head_dim, 1, 65536},
+	    {"--latency-every", &o->latency_every, 1, 1000000},
+	    {"--linger", &o->linger_s, 0, 86400},
 	};
-	int c, idx = 0;
-	opterr = 0; /* one line of our own below */
-	optind = 1;
-	while ((c = getopt_long(argc, argv, ":hV", longopts, &idx)) != -1) {
-		char a[32];
-		const char *v = optarg;
-		uint64_t u;
-		if (c == 'h') {
-			usage(stdout);
-			exit(0);
-		} else if (c == 'V') {
-			printf("kvpool_replay (kvpool) %s\n", kvp_version());
-			exit(0);
-		} else if (c == ':') {
-			fprintf(stderr, "kvpool_replay: option %s needs a value (see --help)\n",
-			        argv[optind - 1]);
+	return su_cli_number(c, nums, sizeof nums / sizeof nums[0]) < 0 ? -1 : 0;
+}
+
+static int parse_args(int argc, char **argv, opts *o)
+{
+	su_cli c = {.prog = "kvpool_replay",
+	            .argc = argc,
+	            .argv = argv,
+	            .longopts = longopts,
+	            .usage = usage};
+	int rc;
+	opts_defaults(o);
+	while ((rc = su_cli_next(&c)) == 1) {
+		if (parse_switch(o, c.name))
+			continue;
+		int r = parse_text(o, c.name, c.value);
+		if (r < 0)
+			return su_cli_bad_value(&c);
+		if (r == 0 && parse_number(o, &c) != 0)
 			return -1;
-		} else if (c != 0) {
-			fprintf(stderr, "kvpool_replay: unknown option '%s' (see --help)\n",
-			        argv[optind - 1]);
-			return -1;
-		}
-		snprintf(a, sizeof a, "--%s", longopts[idx].name);
-		if (strcmp(a, "--storage") == 0) {
-			o->storage = true;
-		} else if (strcmp(a, "--prefix-cache") == 0) {
-			o->prefix = true;
-		} else if (strcmp(a, "--no-naive") == 0) {
-			o->naive = false;
-		} else if (strcmp(a, "--no-progress") == 0) {
-			o->progress = false;
-		} else {
-			if (strcmp(a, "--trace") == 0) {
-				o->trace_path = v;
-			} else if (strcmp(a, "--json") == 0) {
-				o->json_path = v;
-			} else if (strcmp(a, "--workload") == 0) {
-				if (wl_find(v) == NULL)
-					return bad_value(a, v);
-				o->workload = v;
-			} else if (strcmp(a, "--format") == 0) {
-				if (!trace_format_parse(v, &o->format))
-					return bad_value(a, v);
-			} else if (strcmp(a, "--on-error") == 0) {
-				if (strcmp(v, "stop") != 0 && strcmp(v, "skip") != 0)
-					return bad_value(a, v);
-				o->skip_bad = strcmp(v, "skip") == 0;
-			} else if (strcmp(a, "--speed") == 0) {
-				/* 0, or 1e-6 .. 1e6: trace time scaled by it fits in 64 bits */
-				if (!su_parse_double(v, &o->speed) ||
-				    !(o->speed == 0 || (o->speed >= 1e-6 && o->speed <= 1e6)))
-					return bad_value(a, v);
-			} else if (strcmp(a, "--step-ms") == 0) {
-				if (!su_parse_double(v, &o->step_ms) ||
-				    !(o->step_ms >= 0 && o->step_ms <= 3600e3))
-					return bad_value(a, v);
-			} else if (strcmp(a, "--rate") == 0) {
-				if (!su_parse_double(v, &o->rate) ||
-				    !(o->rate > 0 && o->rate <= 1e9))
-					return bad_value(a, v);
-			} else if (strcmp(a, "--metrics-port") == 0) {
-				if (!su_parse_u64(v, &u) || u > 65535)
-					return bad_value(a, v);
-				o->metrics_port = (int)u;
-			} else {
-				struct {
-					const char *flag;
-					uint64_t *dst, min, max;
-				} nums[] = {
-				    {"--limit", &o->limit, 0, UINT64_MAX},
-				    {"--requests", &o->requests, 1, 100000000},
-				    {"--seed", &o->seed, 0, UINT64_MAX},
-				    {"--threads", &o->threads, 1, 1024},
-				    {"--batch", &o->batch, 1, 65536},
-				    {"--blocks", &o->blocks, 2, KVP_MAX_BLOCKS},
-				    {"--block-size", &o->block_size, 1, KVP_MAX_BLOCK_SIZE},
-				    {"--head-dim", &o->head_dim, 1, 65536},
-				    {"--latency-every", &o->latency_every, 1, 1000000},
-				    {"--linger", &o->linger_s, 0, 86400},
-				};
-				size_t k = 0;
-				for (; k < sizeof nums / sizeof nums[0]; k++) {
-					if (strcmp(a, nums[k].flag) == 0)
-						break;
-				}
-				if (k == sizeof nums / sizeof nums[0]) {
-					fprintf(stderr, "kvpool_replay: unknown option: %s\n", a);
-					return -1;
-				}
-				if (!su_parse_u64(v, &u) || u < nums[k].min || u > nums[k].max)
-					return bad_value(a, v);
-				*nums[k].dst = u;
-			}
-		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "kvpool_replay: unexpected argument '%s' (see --help)\n",
-		        argv[optind]);
-		return -1;
-	}
-	return 0;
+	return rc;
 }
 
 static uint64_t ld(_Atomic uint64_t *a)
@@ -483,17 +475,13 @@ static void print_prefix(const summary *S, const opts *o)
 	row("keys hashed (s)", a, NULL, NULL);
 }
 
-static void print_table(const summary *S, const opts *o)
+/* Requests, tokens, time and calls: kvpool beside naive, with the ratio. */
+static void table_calls(const summary *S)
 {
 	const rp_result *p = S->p, *n = S->n;
 	char a[64], b[64], r[32];
 	uint64_t ptok = p->prompt_tokens + p->output_tokens;
 	uint64_t ntok = n ? n->prompt_tokens + n->output_tokens : 0;
-	printf("\n");
-	row("", "kvpool", n ? "naive malloc/token" : "(naive: --no-naive)",
-	    n ? "kvpool vs naive" : "");
-	if (n)
-		row("", "", "", "(>1x: kvpool better)");
 	snprintf(a, sizeof a, "%" PRIu64, p->requests_done);
 	snprintf(b, sizeof b, "%" PRIu64, n ? n->requests_done : 0);
 	row("requests completed", a, n ? b : NULL, NULL);
@@ -528,6 +516,13 @@ static void print_table(const summary *S, const opts *o)
 	    n ? human(ncs, b, sizeof b) : NULL, n ? ratio(pcs, ncs, r, sizeof r) : NULL);
 	row("kvp_block_set_used calls", human((double)p->set_used_calls, a, sizeof a),
 	    n ? "-" : NULL, NULL);
+}
+
+/* Allocation latency, memory held, reuse and fragmentation. */
+static void table_memory(const summary *S, const opts *o)
+{
+	const rp_result *p = S->p, *n = S->n;
+	char a[64], b[64], r[32];
 	const double qs[] = {0.5, 0.99, 0.999};
 	const char *ql[] = {"allocate latency p50 (ns)", "allocate latency p99 (ns)",
 	                    "allocate latency p99.9 (ns)"};
@@ -554,6 +549,13 @@ static void print_table(const summary *S, const opts *o)
 	                              : 0.0;
 	snprintf(a, sizeof a, "%.2f%%", 100.0 * waste);
 	row("empty slots in held blocks at peak", a, n ? "-" : NULL, NULL);
+}
+
+/* Waits for blocks at the queue head and the queue delay. */
+static void table_waits(const summary *S)
+{
+	const rp_result *p = S->p, *n = S->n;
+	char a[64], b[64], r[32];
 	snprintf(a, sizeof a, "%" PRIu64, p->waits);
 	if (n)
 		snprintf(b, sizeof b, "%" PRIu64, n->waits);
@@ -578,6 +580,19 @@ static void print_table(const summary *S, const opts *o)
 	    n ? ratio((double)hist_percentile(&n->queue_delay, 0.99),
 	              (double)hist_percentile(&p->queue_delay, 0.99), r, sizeof r)
 	      : NULL);
+}
+
+static void print_table(const summary *S, const opts *o)
+{
+	const rp_result *n = S->n;
+	printf("\n");
+	row("", "kvpool", n ? "naive malloc/token" : "(naive: --no-naive)",
+	    n ? "kvpool vs naive" : "");
+	if (n)
+		row("", "", "", "(>1x: kvpool better)");
+	table_calls(S);
+	table_memory(S, o);
+	table_waits(S);
 	if (S->prefix)
 		print_prefix(S, o);
 	char line[256];
@@ -605,13 +620,12 @@ static void check(checks *k, bool ok, const char *fmt, ...)
 	printf("\n");
 }
 
-static void run_checks(checks *k, const app *A, const summary *S, uint64_t expect_rejected,
-                       uint64_t expect_tokens)
+/* kvpool: every request accounted for, every block back, the counts agree. */
+static void check_blocks(checks *k, const app *A, const summary *S, uint64_t expect_rejected)
 {
-	const rp_result *p = S->p, *n = S->n;
+	const rp_result *p = S->p;
 	kvp_stats st = S->st;
 	size_t free_k = kvp_n_free(A->pool, KVP_K), free_v = kvp_n_free(A->pool, KVP_V);
-	printf("\nchecks:\n");
 	check(k, p->requests_done + p->rejected == S->n_req && p->rejected == expect_rejected,
 	      "kvpool: every request completed (%" PRIu64 " done + %" PRIu64
 	      " rejected as larger than the pool = %" PRIu64 ")",
@@ -640,6 +654,13 @@ static void run_checks(checks *k, const app *A, const summary *S, uint64_t expec
 		      p->blocks_allocated, p->prefix_matched,
 		      A->o.block_size > 0 ? (unsigned)A->o.block_size : 0, p->expected_blocks,
 		      st.n_allocations, st.n_frees);
+}
+
+/* kvpool: the tokens stored, no surprise exhaustion, the peak within bounds, no error. */
+static void check_usage(checks *k, const summary *S, uint64_t expect_tokens)
+{
+	const rp_result *p = S->p;
+	kvp_stats st = S->st;
 	check(k, p->prompt_tokens + p->output_tokens == expect_tokens,
 	      "kvpool: tokens stored %" PRIu64 " = trace tokens of admitted requests %" PRIu64,
 	      p->prompt_tokens + p->output_tokens, expect_tokens);
@@ -659,6 +680,13 @@ static void run_checks(checks *k, const app *A, const summary *S, uint64_t expec
 		      st.peak_blocks_in_use, 2 * p->peak_reserved, p->peak_reserved);
 	check(k, p->errors == 0, "kvpool: no call failed%s%s", p->errors ? ": " : "",
 	      p->first_error);
+}
+
+/* The prefix cache's counts agree with the pool's; naive did the same work. */
+static void check_prefix_naive(checks *k, const summary *S, uint64_t expect_tokens)
+{
+	const rp_result *p = S->p, *n = S->n;
+	kvp_stats st = S->st;
 	if (S->prefix) {
 		check(k, st.n_prefix_hits == p->prefix_returned,
 		      "prefix: pool prefix hits %" PRIu64
@@ -684,6 +712,15 @@ static void run_checks(checks *k, const app *A, const summary *S, uint64_t expec
 		check(k, n->errors == 0, "naive: no call failed%s%s", n->errors ? ": " : "",
 		      n->first_error);
 	}
+}
+
+static void run_checks(checks *k, const app *A, const summary *S, uint64_t expect_rejected,
+                       uint64_t expect_tokens)
+{
+	printf("\nchecks:\n");
+	check_blocks(k, A, S, expect_rejected);
+	check_usage(k, S, expect_tokens);
+	check_prefix_naive(k, S, expect_tokens);
 }
 
 /* --- JSON ------------------------------------------------------------------------------- */
@@ -717,23 +754,6 @@ static void json_result(FILE *f, const char *name, const rp_result *r, bool last
 	    r->slot_waits, (double)hist_percentile(&r->queue_delay, 0.5) / 1e6,
 	    (double)hist_percentile(&r->queue_delay, 0.99) / 1e6, r->frag_mean, r->frag_max,
 	    r->unexpected_exhausted, r->errors, last ? "" : ",");
-}
-
-/* Fail before the run, with the reason, when --json cannot be written
- * (the file is created empty here and written at the end). */
-static int json_writable(const char *json_path)
-{
-	char *path = su_resolve_path(json_path);
-	FILE *f = path ? fopen(path, "w") : NULL;
-	if (f == NULL) {
-		fprintf(stderr, "kvpool_replay: --json %s: cannot write: %s\n", json_path,
-		        path ? strerror(errno) : "out of memory");
-		free(path);
-		return -1;
-	}
-	fclose(f);
-	free(path);
-	return 0;
 }
 
 static int write_json(const char *path, const app *A, const summary *S, const char *source,
@@ -838,73 +858,70 @@ static int load_requests(const opts *o, trace *t, char *source, size_t cap)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* --prefix-cache needs block hashes: 0, or -1 after saying why @t has none. */
+static int check_prefix_input(const opts *o, const trace *t)
 {
-	app A;
-	memset(&A, 0, sizeof A);
-	if (parse_args(argc, argv, &A.o) != 0)
-		return 2; /* parse_args printed one line saying why */
-	opts *o = &A.o;
-	trace t;
-	char source[1024];
-	if (o->json_path != NULL && json_writable(o->json_path) != 0)
-		return 2;
-	if (load_requests(o, &t, source, sizeof source) != 0)
-		return 2;
+	if (!o->prefix || (t->format == TRACE_MOONCAKE && t->n_hash_ids > 0))
+		return 0;
+	fprintf(stderr,
+	        "kvpool_replay: --prefix-cache needs a Mooncake trace with hash_ids; %s "
+	        "carries no block hashes\n",
+	        o->trace_path == NULL         ? "the built-in workload"
+	        : t->format == TRACE_MOONCAKE ? "this Mooncake trace"
+	        : t->format == TRACE_AZURE    ? "an Azure trace"
+	                                      : "a Vidur trace");
+	return -1;
+}
 
-	if (o->prefix && (t.format != TRACE_MOONCAKE || t.n_hash_ids == 0)) {
-		fprintf(stderr,
-		        "kvpool_replay: --prefix-cache needs a Mooncake trace with hash_ids; %s "
-		        "carries no block hashes\n",
-		        o->trace_path == NULL        ? "the built-in workload"
-		        : t.format == TRACE_MOONCAKE ? "this Mooncake trace"
-		        : t.format == TRACE_AZURE    ? "an Azure trace"
-		                                     : "a Vidur trace");
-		trace_free(&t);
-		return 2;
-	}
+/* The pool, the buffer cache and, with --storage, the K and V storages. */
+static int setup_pool(app *A, kvp_storage *store[2])
+{
+	const opts *o = &A->o;
 	kvp_pool_config pc;
 	kvp_pool_config_init(&pc);
 	pc.n_blocks = (uint32_t)o->blocks;
 	pc.block_size = (uint32_t)o->block_size;
 	pc.prefix_cache = o->prefix;
-	static prefix_plan plan;
-	int rc = kvp_pool_create(&pc, &A.pool);
+	int rc = kvp_pool_create(&pc, &A->pool);
 	if (rc == KVP_OK)
-		rc = kvp_bufcache_create(256u << 20, &A.cache);
-	kvp_storage *store[2] = {NULL, NULL};
-	uint32_t row_dim = (uint32_t)o->head_dim;
+		rc = kvp_bufcache_create(256u << 20, &A->cache);
 	for (int i = 0; rc == KVP_OK && o->storage && i < 2; i++)
-		rc = kvp_storage_create(A.pool, row_dim, A.cache, &store[i]);
+		rc = kvp_storage_create(A->pool, (uint32_t)o->head_dim, A->cache, &store[i]);
 	if (rc != KVP_OK) {
 		fprintf(stderr, "kvpool_replay: cannot set up the pool: %s\n", kvp_strerror(rc));
-		goto setup_failed;
+		return -1;
 	}
-	uint64_t capacity = kvp_n_free(A.pool, KVP_V); /* V has the smaller half */
-	uint64_t expect_rejected = 0, expect_tokens = 0;
-	for (size_t i = 0; i < t.n; i++) {
-		if (rp_blocks_needed(&t.req[i], (uint32_t)o->block_size) > capacity)
-			expect_rejected++;
+	return 0;
+}
+
+/* The requests larger than the pool (rejected) and the tokens of the others. */
+static void expect_counts(const trace *t, uint32_t bs, uint64_t capacity, uint64_t *rejected,
+                          uint64_t *tokens)
+{
+	*rejected = *tokens = 0;
+	for (size_t i = 0; i < t->n; i++) {
+		if (rp_blocks_needed(&t->req[i], bs) > capacity)
+			(*rejected)++;
 		else
-			expect_tokens += (uint64_t)t.req[i].prompt + t.req[i].output;
+			*tokens += (uint64_t)t->req[i].prompt + t->req[i].output;
 	}
+}
 
-	if (o->prefix &&
-	    plan_build(&t, (uint32_t)o->block_size, capacity, (unsigned)o->threads, &plan) != 0) {
-		fprintf(stderr, "kvpool_replay: out of memory hashing the prefix keys\n");
-		goto setup_failed;
+static int start_metrics(app *A, mhttp **srv)
+{
+	char err[256];
+	if (A->o.metrics_port < 0)
+		return 0;
+	if (mhttp_start((uint16_t)A->o.metrics_port, fill_metrics, A, srv, err, sizeof err) != 0) {
+		fprintf(stderr, "kvpool_replay: %s\n", err);
+		return -1;
 	}
-	mhttp *srv = NULL;
-	if (o->metrics_port >= 0) {
-		char err[256];
-		if (mhttp_start((uint16_t)o->metrics_port, fill_metrics, &A, &srv, err,
-		                sizeof err) != 0) {
-			fprintf(stderr, "kvpool_replay: %s\n", err);
-			goto setup_failed;
-		}
-		fprintf(stderr, "metrics: http://127.0.0.1:%u/metrics\n", mhttp_port(srv));
-	}
+	fprintf(stderr, "metrics: http://127.0.0.1:%u/metrics\n", mhttp_port(*srv));
+	return 0;
+}
 
+static void print_banner(const opts *o, const char *source, uint64_t capacity)
+{
 	printf("kvpool_replay: %s\n", source);
 	printf("  %" PRIu64 " worker threads x batch %" PRIu64 "; pool %" PRIu64
 	       " blocks x %" PRIu64 " tokens (%" PRIu64 " per stream); %s; rows %s\n",
@@ -914,9 +931,18 @@ int main(int argc, char **argv)
 	if (o->speed > 0)
 		printf("  speed %gx, decode step %g ms of trace time\n", o->speed, o->step_ms);
 	fflush(stdout);
+}
 
-	rp_config c = {.req = t.req,
-	               .n = t.n,
+/*
+ * The trace through the pool, then (unless --no-naive) through naive
+ * malloc-per-token; fills @S with both results and the pool's stats.
+ */
+static void replay_both(app *A, const trace *t, kvp_storage *store[2], uint64_t capacity,
+                        const prefix_plan *plan, summary *S)
+{
+	const opts *o = &A->o;
+	rp_config c = {.req = t->req,
+	               .n = t->n,
 	               .kind = RP_POOL,
 	               .threads = (unsigned)o->threads,
 	               .batch = (unsigned)o->batch,
@@ -924,44 +950,39 @@ int main(int argc, char **argv)
 	               .step_ms = o->step_ms,
 	               .block_size = (uint32_t)o->block_size,
 	               .capacity = capacity,
-	               .row_dim = row_dim,
+	               .row_dim = (uint32_t)o->head_dim,
 	               .latency_every = (unsigned)o->latency_every,
-	               .pool = A.pool,
+	               .pool = A->pool,
 	               .storage = {store[0], store[1]},
 	               .write_rows = o->storage,
 	               .progress = o->progress,
 	               .label = "kvpool",
 	               .prefix = o->prefix,
-	               .keys = plan.keys,
-	               .key_off = plan.off,
-	               .n_keys = plan.n};
+	               .keys = plan->keys,
+	               .key_off = plan->off,
+	               .n_keys = plan->n};
 	static rp_result pres, nres;
-	rp_run(&c, &pres, &A.live);
-	summary S = {.p = &pres,
-	             .prefix = o->prefix ? &plan : NULL,
-	             .n_req = t.n,
-	             .block_bytes = o->block_size * 2 * o->head_dim};
-	kvp_pool_stats(A.pool, &S.st);
-	if (o->naive) {
-		c.kind = RP_NAIVE;
-		c.label = "naive";
-		c.prefix = false;
-		rp_run(&c, &nres, NULL);
-		S.n = &nres;
-	}
-	print_table(&S, o);
-	checks k = {0};
-	run_checks(&k, &A, &S, expect_rejected, expect_tokens);
-	printf("%d checks, %d failed\n", k.run, k.failed);
-	fflush(stdout);
-	int status = k.failed ? 1 : 0;
-	if (o->json_path != NULL) {
-		char *path = su_resolve_path(o->json_path);
-		if (path == NULL || write_json(path, &A, &S, source, &k) != 0)
-			status = status ? status : 2;
-		free(path);
-	}
-	if (srv != NULL && o->linger_s > 0) {
+	rp_run(&c, &pres, &A->live);
+	*S = (summary){.p = &pres,
+	               .prefix = o->prefix ? plan : NULL,
+	               .n_req = t->n,
+	               .block_bytes = o->block_size * 2 * o->head_dim};
+	kvp_pool_stats(A->pool, &S->st);
+	if (!o->naive)
+		return;
+	c.kind = RP_NAIVE;
+	c.label = "naive";
+	c.prefix = false;
+	rp_run(&c, &nres, NULL);
+	S->n = &nres;
+}
+
+/* --linger: keep serving /metrics until then or SIGTERM/SIGINT; then stop. */
+static void stop_metrics(const opts *o, mhttp *srv)
+{
+	if (srv == NULL)
+		return;
+	if (o->linger_s > 0) {
 		signal(SIGTERM, on_signal);
 		signal(SIGINT, on_signal);
 		fprintf(stderr, "metrics: serving for %" PRIu64 " more seconds (SIGTERM ends)\n",
@@ -970,24 +991,80 @@ int main(int argc, char **argv)
 		while (!got_signal && su_now_ns() < end)
 			su_sleep_ns(50000000);
 	}
-	if (srv != NULL) {
-		fprintf(stderr, "metrics: %" PRIu64 " scrapes served\n", mhttp_scrapes(srv));
-		mhttp_stop(srv);
-	}
+	fprintf(stderr, "metrics: %" PRIu64 " scrapes served\n", mhttp_scrapes(srv));
+	mhttp_stop(srv);
+}
+
+static void teardown(app *A, kvp_storage *store[2], trace *t, prefix_plan *plan)
+{
 	for (int i = 0; i < 2; i++)
 		kvp_storage_destroy(store[i]);
-	kvp_pool_destroy(A.pool);
-	kvp_bufcache_destroy(A.cache);
-	trace_free(&t);
-	plan_free(&plan);
+	kvp_pool_destroy(A->pool);
+	kvp_bufcache_destroy(A->cache);
+	trace_free(t);
+	plan_free(plan);
+}
+
+/* The checks, their count and --json; the exit status. */
+static int finish(const app *A, const summary *S, const char *source, uint64_t expect_rejected,
+                  uint64_t expect_tokens)
+{
+	checks k = {0};
+	run_checks(&k, A, S, expect_rejected, expect_tokens);
+	printf("%d checks, %d failed\n", k.run, k.failed);
+	fflush(stdout);
+	int status = k.failed ? 1 : 0;
+	if (A->o.json_path != NULL) {
+		char *path = su_resolve_path(A->o.json_path);
+		if (path == NULL || write_json(path, A, S, source, &k) != 0)
+			status = status ? status : 2;
+		free(path);
+	}
+	return status;
+}
+
+int main(int argc, char **argv)
+{
+	app A;
+	memset(&A, 0, sizeof A);
+	if (parse_args(argc, argv, &A.o) != 0)
+		return 2; /* parse_args printed one line saying why */
+	opts *o = &A.o;
+	trace t;
+	char source[1024];
+	if (o->json_path != NULL && su_cli_json_writable("kvpool_replay", o->json_path) != 0)
+		return 2;
+	if (load_requests(o, &t, source, sizeof source) != 0)
+		return 2;
+	if (check_prefix_input(o, &t) != 0) {
+		trace_free(&t);
+		return 2;
+	}
+	static prefix_plan plan;
+	kvp_storage *store[2] = {NULL, NULL};
+	mhttp *srv = NULL;
+	uint64_t capacity = 0, expect_rejected, expect_tokens;
+	if (setup_pool(&A, store) != 0)
+		goto setup_failed;
+	capacity = kvp_n_free(A.pool, KVP_V); /* V has the smaller half */
+	expect_counts(&t, (uint32_t)o->block_size, capacity, &expect_rejected, &expect_tokens);
+	if (o->prefix &&
+	    plan_build(&t, (uint32_t)o->block_size, capacity, (unsigned)o->threads, &plan) != 0) {
+		fprintf(stderr, "kvpool_replay: out of memory hashing the prefix keys\n");
+		goto setup_failed;
+	}
+	if (start_metrics(&A, &srv) != 0)
+		goto setup_failed;
+	print_banner(o, source, capacity);
+	summary S;
+	replay_both(&A, &t, store, capacity, &plan, &S);
+	print_table(&S, o);
+	int status = finish(&A, &S, source, expect_rejected, expect_tokens);
+	stop_metrics(o, srv);
+	teardown(&A, store, &t, &plan);
 	return status;
 
 setup_failed:
-	plan_free(&plan);
-	for (int i = 0; i < 2; i++)
-		kvp_storage_destroy(store[i]);
-	kvp_pool_destroy(A.pool);
-	kvp_bufcache_destroy(A.cache);
-	trace_free(&t);
+	teardown(&A, store, &t, &plan);
 	return 2;
 }

@@ -546,6 +546,59 @@ static void do_ephemeral(st_world *w, st_slot *s)
 
 /* --- public ------------------------------------------------------------------------- */
 
+/* The operations that act on an owner picked at random (pick_owner). */
+static void op_alloc(st_world *w, st_slot *s)
+{
+	do_alloc(w, s, pick_owner(s), false);
+}
+
+static void op_alloc_short_cap(st_world *w, st_slot *s)
+{
+	do_alloc(w, s, pick_owner(s), true);
+}
+
+static void op_free_all(st_world *w, st_slot *s)
+{
+	do_free_all(w, s, pick_owner(s));
+}
+
+static void op_register(st_world *w, st_slot *s)
+{
+	do_register(w, s, pick_owner(s));
+}
+
+static void op_release(st_world *w, st_slot *s)
+{
+	do_release(w, s, pick_owner(s));
+}
+
+static void op_blocks_for(st_world *w, st_slot *s)
+{
+	check_blocks_for(w, s, pick_owner(s), false);
+}
+
+/* Each operation's step, by st_op. */
+static void (*const op_fn[OP_N])(st_world *, st_slot *) = {
+    [OP_ALLOC] = op_alloc,
+    [OP_ALLOC_SHORT_CAP] = op_alloc_short_cap,
+    [OP_FREE_SOME] = do_free_some,
+    [OP_FREE_BOGUS] = do_free_bogus,
+    [OP_FREE_ALL] = op_free_all,
+    [OP_REGISTER] = op_register,
+    [OP_RELEASE] = op_release,
+    [OP_RAW_ALLOC] = do_raw_alloc,
+    [OP_RAW_FREE] = do_raw_free,
+    [OP_STALE] = do_stale,
+    [OP_GET] = do_get,
+    [OP_SET_USED] = do_set_used,
+    [OP_BLOCKS_FOR] = op_blocks_for,
+    [OP_STATS] = do_stats,
+    [OP_SHRINK] = do_shrink,
+    [OP_CONTEST] = do_contest,
+    [OP_EPHEMERAL] = do_ephemeral,
+    [OP_OWNER_BURST] = do_owner_burst,
+};
+
 void st_step(st_world *w, st_slot *s)
 {
 	unsigned r = (unsigned)rnd(s, w->weight_total), op = 0;
@@ -554,64 +607,7 @@ void st_step(st_world *w, st_slot *s)
 		op++;
 	}
 	s->c.ops[op]++;
-	switch ((st_op)op) {
-	case OP_ALLOC:
-		do_alloc(w, s, pick_owner(s), false);
-		break;
-	case OP_ALLOC_SHORT_CAP:
-		do_alloc(w, s, pick_owner(s), true);
-		break;
-	case OP_FREE_SOME:
-		do_free_some(w, s);
-		break;
-	case OP_FREE_BOGUS:
-		do_free_bogus(w, s);
-		break;
-	case OP_FREE_ALL:
-		do_free_all(w, s, pick_owner(s));
-		break;
-	case OP_REGISTER:
-		do_register(w, s, pick_owner(s));
-		break;
-	case OP_RELEASE:
-		do_release(w, s, pick_owner(s));
-		break;
-	case OP_RAW_ALLOC:
-		do_raw_alloc(w, s);
-		break;
-	case OP_RAW_FREE:
-		do_raw_free(w, s);
-		break;
-	case OP_STALE:
-		do_stale(w, s);
-		break;
-	case OP_GET:
-		do_get(w, s);
-		break;
-	case OP_SET_USED:
-		do_set_used(w, s);
-		break;
-	case OP_BLOCKS_FOR:
-		check_blocks_for(w, s, pick_owner(s), false);
-		break;
-	case OP_STATS:
-		do_stats(w, s);
-		break;
-	case OP_SHRINK:
-		do_shrink(w, s);
-		break;
-	case OP_CONTEST:
-		do_contest(w, s);
-		break;
-	case OP_EPHEMERAL:
-		do_ephemeral(w, s);
-		break;
-	case OP_OWNER_BURST:
-		do_owner_burst(w, s);
-		break;
-	case OP_N:
-		break;
-	}
+	op_fn[op](w, s);
 }
 
 int st_world_init(st_world *w, kvp_pool *pool, unsigned n, uint64_t seed, FILE *log)
@@ -709,27 +705,33 @@ static void claim(st_world *w, holder *h, uint32_t ids, kvp_ref ref, unsigned sl
 	h[id].slot_plus1 = slot + 1;
 }
 
-uint64_t st_check(st_world *w)
+/* The owner @k of slot @s: one of its ST_OWNERS, or (k == ST_OWNERS) its short-lived one. */
+static st_owner *slot_owner(st_slot *s, unsigned k)
 {
-	uint64_t start = checker.violations, before;
-	uint32_t ids = kvp_pool_n_ids(w->pool);
+	return k < ST_OWNERS ? &s->owners[k] : &s->eph;
+}
 
-	/* 0: every owner's list equals the model, in allocation order. */
-	before = checker.violations;
-	uint64_t held = 0;
+/* 0: every owner's list equals the model, in allocation order; returns the blocks held. */
+static uint64_t check_lists(st_world *w)
+{
+	uint64_t before = checker.violations, held = 0;
 	for (unsigned i = 0; i < w->n_slots; i++) {
 		st_slot *s = &w->slots[i];
 		for (unsigned k = 0; k <= ST_OWNERS; k++) {
-			st_owner *o = k < ST_OWNERS ? &s->owners[k] : &s->eph;
+			st_owner *o = slot_owner(s, k);
 			check_blocks_for(w, &checker, o, false);
 			held += o->n;
 		}
 		held += s->n_raw;
 	}
 	checked(w, 0, before);
+	return held;
+}
 
-	/* 1: no block in two holders' hands. */
-	before = checker.violations;
+/* 1: no block in two holders' hands. */
+static void check_single_holder(st_world *w, uint32_t ids)
+{
+	uint64_t before = checker.violations;
 	holder *h = calloc(ids ? ids : 1, sizeof *h);
 	if (h == NULL) {
 		violation(&checker, w->log, "harness out of memory");
@@ -737,7 +739,7 @@ uint64_t st_check(st_world *w)
 		for (unsigned i = 0; i < w->n_slots; i++) {
 			st_slot *s = &w->slots[i];
 			for (unsigned k = 0; k <= ST_OWNERS; k++) {
-				st_owner *o = k < ST_OWNERS ? &s->owners[k] : &s->eph;
+				st_owner *o = slot_owner(s, k);
 				for (size_t j = 0; j < o->n; j++)
 					claim(w, h, ids, o->refs[j].ref, i);
 			}
@@ -747,13 +749,16 @@ uint64_t st_check(st_world *w)
 		free(h);
 	}
 	checked(w, 1, before);
+}
 
-	/* 2: each held block is in use, by its owner, with the model's n_used. */
-	before = checker.violations;
+/* 2: each held block is in use, by its owner, with the model's n_used. */
+static void check_held(st_world *w)
+{
+	uint64_t before = checker.violations;
 	for (unsigned i = 0; i < w->n_slots; i++) {
 		st_slot *s = &w->slots[i];
 		for (unsigned k = 0; k <= ST_OWNERS; k++) {
-			st_owner *o = k < ST_OWNERS ? &s->owners[k] : &s->eph;
+			st_owner *o = slot_owner(s, k);
 			for (size_t j = 0; j < o->n; j++)
 				check_ref(w, &checker, &o->refs[j], o);
 		}
@@ -761,58 +766,81 @@ uint64_t st_check(st_world *w)
 			check_ref(w, &checker, &s->raw[j], NULL);
 	}
 	checked(w, 2, before);
+}
 
-	/* 3: conservation: in use + free + retired (not yet reused) = created. */
-	before = checker.violations;
-	kvp_stats st;
-	if (kvp_pool_stats(w->pool, &st) != KVP_OK) {
-		violation(&checker, w->log, "kvp_pool_stats failed");
-		memset(&st, 0, sizeof st);
-	}
+/* 3: conservation: in use + free + retired (not yet reused) = created. */
+static void check_conservation(st_world *w, const kvp_stats *st, uint32_t ids, uint64_t held)
+{
+	uint64_t before = checker.violations;
 	size_t fk = kvp_n_free(w->pool, KVP_K), fv = kvp_n_free(w->pool, KVP_V);
-	uint64_t in_use = kvp_stats_blocks_in_use(&st);
+	uint64_t in_use = kvp_stats_blocks_in_use(st);
 	uint32_t retired_now = kvp_pool_n_retired_ids(w->pool);
 	if (in_use != held || in_use + fk + fv + retired_now != ids ||
-	    st.n_blocks + retired_now != ids || retired_now > st.n_retired)
+	    st->n_blocks + retired_now != ids || retired_now > st->n_retired)
 		violation(&checker, w->log,
 		          "in use %" PRIu64 " (models hold %" PRIu64
 		          ") + free K %zu + V %zu + retired ids %u (retired ever %" PRIu64
 		          ") != created %u (managed %" PRIu64 ")",
-		          in_use, held, fk, fv, retired_now, st.n_retired, ids, st.n_blocks);
+		          in_use, held, fk, fv, retired_now, st->n_retired, ids, st->n_blocks);
 	checked(w, 3, before);
+}
 
-	/* 4: every counter agrees with the harness's own count. */
-	before = checker.violations;
+/* 4: every counter agrees with the harness's own count; the peak is possible. */
+static void check_counters(st_world *w, const kvp_stats *st, uint32_t ids)
+{
+	uint64_t before = checker.violations;
 	st_counts c;
 	st_total(w, &c);
-	if (st.n_allocations != c.allocated || st.n_frees != c.freed ||
-	    st.n_stale_frees != c.stale_frees || st.n_exhausted != c.exhausted ||
-	    st.n_retired != c.retired ||
-	    st.n_grown != st.n_blocks + st.n_retired - w->initial_blocks)
+	if (st->n_allocations != c.allocated || st->n_frees != c.freed ||
+	    st->n_stale_frees != c.stale_frees || st->n_exhausted != c.exhausted ||
+	    st->n_retired != c.retired ||
+	    st->n_grown != st->n_blocks + st->n_retired - w->initial_blocks)
 		violation(&checker, w->log,
 		          "stats disagree (pool/harness): allocations %" PRIu64 "/%" PRIu64
 		          " frees %" PRIu64 "/%" PRIu64 " stale %" PRIu64 "/%" PRIu64
 		          " exhausted %" PRIu64 "/%" PRIu64 " retired %" PRIu64 "/%" PRIu64
 		          " grown %" PRIu64 "/%u",
-		          st.n_allocations, c.allocated, st.n_frees, c.freed, st.n_stale_frees,
-		          c.stale_frees, st.n_exhausted, c.exhausted, st.n_retired, c.retired,
-		          st.n_grown, (uint32_t)(st.n_blocks + st.n_retired - w->initial_blocks));
+		          st->n_allocations, c.allocated, st->n_frees, c.freed, st->n_stale_frees,
+		          c.stale_frees, st->n_exhausted, c.exhausted, st->n_retired, c.retired,
+		          st->n_grown,
+		          (uint32_t)(st->n_blocks + st->n_retired - w->initial_blocks));
 	/* No more blocks than the growth cap can ever be in use at once. */
+	uint64_t in_use = kvp_stats_blocks_in_use(st);
 	uint64_t cap = w->max_blocks ? w->max_blocks : ids;
-	if (st.peak_blocks_in_use < in_use || st.peak_blocks_in_use > cap)
+	if (st->peak_blocks_in_use < in_use || st->peak_blocks_in_use > cap)
 		violation(&checker, w->log,
 		          "peak_blocks_in_use %" PRIu64 " is impossible: in use now %" PRIu64
 		          ", at most %" PRIu64 " blocks can ever be in use (growth cap)",
-		          st.peak_blocks_in_use, in_use, cap);
+		          st->peak_blocks_in_use, in_use, cap);
 	checked(w, 4, before);
+}
 
-	/* 5: contested owners were all released by their winners. */
-	before = checker.violations;
+/* 5: contested owners were all released by their winners. */
+static void check_contested(st_world *w)
+{
+	uint64_t before = checker.violations;
 	for (unsigned j = 0; j < ST_SHARED; j++) {
 		st_owner o = {.id = SHARED_BASE + j};
 		check_blocks_for(w, &checker, &o, false);
 	}
 	checked(w, 5, before);
+}
+
+uint64_t st_check(st_world *w)
+{
+	uint64_t start = checker.violations;
+	uint32_t ids = kvp_pool_n_ids(w->pool);
+	uint64_t held = check_lists(w);
+	check_single_holder(w, ids);
+	check_held(w);
+	kvp_stats st;
+	if (kvp_pool_stats(w->pool, &st) != KVP_OK) {
+		violation(&checker, w->log, "kvp_pool_stats failed");
+		memset(&st, 0, sizeof st);
+	}
+	check_conservation(w, &st, ids, held);
+	check_counters(w, &st, ids);
+	check_contested(w);
 	return checker.violations - start;
 }
 
@@ -859,13 +887,9 @@ uint64_t st_drain_check(st_world *w)
 	return checked(w, 6, before);
 }
 
-uint64_t st_fault_probe(st_world *w)
+/* Make room under the growth cap: retire every free block (counted as retired). */
+static void retire_free(st_world *w)
 {
-	uint64_t before = checker.violations;
-	kvp_stats a, b;
-	if (kvp_pool_n_ids(w->pool) >= w->max_ids)
-		return 0;
-	/* Make room under the growth cap: retire every free block (counted as retired). */
 	for (int si = 0; si < 2; si++) {
 		uint32_t retired = 0;
 		if (kvp_shrink(w->pool, (kvp_stream)si, 0, &retired) == KVP_OK)
@@ -873,6 +897,35 @@ uint64_t st_fault_probe(st_world *w)
 		else
 			violation(&checker, w->log, "kvp_shrink to 0 free failed");
 	}
+}
+
+/* A growth that failed with ENOMEM must have left the pool as it was (@a). */
+static void check_unchanged(st_world *w, const kvp_stats *a, uint32_t ids, size_t nf)
+{
+	kvp_stats b;
+	st_owner probe = {.id = PROBE_OWNER};
+	kvp_pool_stats(w->pool, &b);
+	w->probe_enomem++;
+	if (b.n_allocations != a->n_allocations || b.n_frees != a->n_frees ||
+	    b.n_grown != a->n_grown || b.n_blocks != a->n_blocks ||
+	    b.n_exhausted != a->n_exhausted || kvp_pool_n_ids(w->pool) != ids ||
+	    kvp_n_free(w->pool, KVP_K) != nf)
+		violation(&checker, w->log,
+		          "a failed growth (ENOMEM) changed the pool: allocations %" PRIu64
+		          "->%" PRIu64 " grown %" PRIu64 "->%" PRIu64 " managed %" PRIu64
+		          "->%" PRIu64 " created %u->%u free K %zu->%zu",
+		          a->n_allocations, b.n_allocations, a->n_grown, b.n_grown, a->n_blocks,
+		          b.n_blocks, ids, kvp_pool_n_ids(w->pool), nf, kvp_n_free(w->pool, KVP_K));
+	check_blocks_for(w, &checker, &probe, false);
+}
+
+uint64_t st_fault_probe(st_world *w)
+{
+	uint64_t before = checker.violations;
+	kvp_stats a;
+	if (kvp_pool_n_ids(w->pool) >= w->max_ids)
+		return 0;
+	retire_free(w);
 	kvp_pool_stats(w->pool, &a);
 	uint32_t ids = kvp_pool_n_ids(w->pool);
 	size_t nf = kvp_n_free(w->pool, KVP_K);
@@ -891,7 +944,6 @@ uint64_t st_fault_probe(st_world *w)
 	int rc = kvp_allocate(w->pool, KVP_K, (uint32_t)(need * w->block_size), PROBE_OWNER,
 	                      KVP_FP16, refs, need, &n);
 	kvpi_fault_inject(0, 0);
-	kvp_pool_stats(w->pool, &b);
 	if (rc == KVP_OK) {
 		/* The pool found memory it did not need to ask for: legal, just no probe. */
 		w->mainc.allocated += n;
@@ -904,20 +956,7 @@ uint64_t st_fault_probe(st_world *w)
 		          "growth with the system allocator failing returned %s, not %s",
 		          kvp_strerror(rc), kvp_strerror(KVP_ENOMEM));
 	} else {
-		st_owner probe = {.id = PROBE_OWNER};
-		w->probe_enomem++;
-		if (b.n_allocations != a.n_allocations || b.n_frees != a.n_frees ||
-		    b.n_grown != a.n_grown || b.n_blocks != a.n_blocks ||
-		    b.n_exhausted != a.n_exhausted || kvp_pool_n_ids(w->pool) != ids ||
-		    kvp_n_free(w->pool, KVP_K) != nf)
-			violation(&checker, w->log,
-			          "a failed growth (ENOMEM) changed the pool: allocations %" PRIu64
-			          "->%" PRIu64 " grown %" PRIu64 "->%" PRIu64 " managed %" PRIu64
-			          "->%" PRIu64 " created %u->%u free K %zu->%zu",
-			          a.n_allocations, b.n_allocations, a.n_grown, b.n_grown,
-			          a.n_blocks, b.n_blocks, ids, kvp_pool_n_ids(w->pool), nf,
-			          kvp_n_free(w->pool, KVP_K));
-		check_blocks_for(w, &checker, &probe, false);
+		check_unchanged(w, &a, ids, nf);
 	}
 	free(refs);
 	return checked(w, 8, before);

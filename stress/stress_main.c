@@ -23,6 +23,7 @@
 #include <kvpool/kvpool.h>
 
 #include "lib/testing/fault.h"
+#include "stress/cli.h"
 #include "stress/metrics_http.h"
 #include "stress/progress.h"
 #include "stress/stress.h"
@@ -50,7 +51,16 @@ typedef struct run {
 	_Atomic uint64_t phase, threads_done;
 	uint64_t deadline;
 	promhist alloc_lat; /* kvp_allocate durations, timed only with --metrics-port */
+	pthread_t *tid;     /* a phase's threads, one per slot */
+	struct worker *wk;
+	mhttp *srv; /* NULL without --metrics-port */
 } run;
+
+/* What the phases did, for the summary. */
+typedef struct tally {
+	uint64_t t0, phases, fault_phases;
+	double secs;
+} tally;
 
 typedef struct worker {
 	run *r;
@@ -80,8 +90,71 @@ static void usage(FILE *f)
 	        "Options take their value as --opt VALUE or --opt=VALUE.\n");
 }
 
+static const struct option longopts[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {"no-faults", no_argument, NULL, 0},
+    {"no-progress", no_argument, NULL, 0},
+    {"seconds", required_argument, NULL, 0},
+    {"json", required_argument, NULL, 0},
+    {"metrics-port", required_argument, NULL, 0},
+    {"threads", required_argument, NULL, 0},
+    {"ops", required_argument, NULL, 0},
+    {"seed", required_argument, NULL, 0},
+    {"phase-ms", required_argument, NULL, 0},
+    {"blocks", required_argument, NULL, 0},
+    {"max-blocks", required_argument, NULL, 0},
+    {"block-size", required_argument, NULL, 0},
+    {"thread-cache", required_argument, NULL, 0},
+    {NULL, 0, NULL, 0},
+};
+
+/* One option of the command line: 0 applied, -1 after printing why not. */
+static int parse_option(opts *o, const su_cli *c)
+{
+	const char *a = c->name, *v = c->value;
+	uint64_t u;
+	if (strcmp(a, "--no-faults") == 0) {
+		o->faults = false;
+	} else if (strcmp(a, "--no-progress") == 0) {
+		o->progress = false;
+	} else if (strcmp(a, "--seconds") == 0) { /* finite, 0..1e7: seconds * 1e9 fits */
+		if (!su_parse_double(v, &o->seconds) || o->seconds < 0 || o->seconds > 1e7)
+			return su_cli_bad_value(c);
+	} else if (strcmp(a, "--json") == 0) {
+		o->json_path = v;
+	} else if (strcmp(a, "--metrics-port") == 0) {
+		if (!su_parse_u64(v, &u) || u > 65535)
+			return su_cli_bad_value(c);
+		o->metrics_port = (int)u;
+	} else {
+		const su_num_flag nums[] = {
+		    {"--threads", &o->threads, 1, 256},
+		    {"--ops", &o->ops, 1, UINT64_MAX},
+		    {"--seed", &o->seed, 0, UINT64_MAX},
+		    {"--phase-ms", &o->phase_ms, 1, 3600000},
+		    {"--blocks", &o->blocks, 2, 1u << 24},
+		    {"--max-blocks", &o->max_blocks, 2, 1u << 26},
+		    {"--block-size", &o->block_size, 1, 4096},
+		    {"--thread-cache", &o->thread_cache, 0, KVP_MAX_THREAD_CACHE},
+		};
+		int k = su_cli_number(c, nums, sizeof nums / sizeof nums[0]);
+		if (k < 0)
+			return -1;
+		if (nums[k].dst == &o->seed)
+			o->seed_given = true;
+	}
+	return 0;
+}
+
 static int parse_args(int argc, char **argv, opts *o)
 {
+	su_cli c = {.prog = "kvpool_stress",
+	            .argc = argc,
+	            .argv = argv,
+	            .longopts = longopts,
+	            .usage = usage};
+	int rc;
 	*o = (opts){.threads = 4,
 	            .seconds = 10,
 	            .phase_ms = 200,
@@ -91,100 +164,11 @@ static int parse_args(int argc, char **argv, opts *o)
 	            .faults = true,
 	            .progress = true,
 	            .metrics_port = -1};
-	static const struct option longopts[] = {
-	    {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, 'V'},
-	    {"no-faults", no_argument, NULL, 0},
-	    {"no-progress", no_argument, NULL, 0},
-	    {"seconds", required_argument, NULL, 0},
-	    {"json", required_argument, NULL, 0},
-	    {"metrics-port", required_argument, NULL, 0},
-	    {"threads", required_argument, NULL, 0},
-	    {"ops", required_argument, NULL, 0},
-	    {"seed", required_argument, NULL, 0},
-	    {"phase-ms", required_argument, NULL, 0},
-	    {"blocks", required_argument, NULL, 0},
-	    {"max-blocks", required_argument, NULL, 0},
-	    {"block-size", required_argument, NULL, 0},
-	    {"thread-cache", required_argument, NULL, 0},
-	    {NULL, 0, NULL, 0},
-	};
-	int c, idx = 0;
-	opterr = 0; /* one line of our own below */
-	optind = 1;
-	while ((c = getopt_long(argc, argv, ":hV", longopts, &idx)) != -1) {
-		char a[32];
-		const char *v = optarg;
-		uint64_t u;
-		if (c == 'h') {
-			usage(stdout);
-			exit(0);
-		} else if (c == 'V') {
-			printf("kvpool_stress (kvpool) %s\n", kvp_version());
-			exit(0);
-		} else if (c == ':') {
-			fprintf(stderr, "kvpool_stress: option %s needs a value (see --help)\n",
-			        argv[optind - 1]);
+	while ((rc = su_cli_next(&c)) == 1)
+		if (parse_option(o, &c) != 0)
 			return -1;
-		} else if (c != 0) {
-			fprintf(stderr, "kvpool_stress: unknown option '%s' (see --help)\n",
-			        argv[optind - 1]);
-			return -1;
-		}
-		snprintf(a, sizeof a, "--%s", longopts[idx].name);
-		if (strcmp(a, "--no-faults") == 0) {
-			o->faults = false;
-			continue;
-		} else if (strcmp(a, "--no-progress") == 0) {
-			o->progress = false;
-			continue;
-		}
-		bool ok = true;
-		if (strcmp(a, "--seconds") == 0) /* finite, 0..1e7: seconds * 1e9 fits */
-			ok =
-			    su_parse_double(v, &o->seconds) && o->seconds >= 0 && o->seconds <= 1e7;
-		else if (strcmp(a, "--json") == 0)
-			o->json_path = v;
-		else if (strcmp(a, "--metrics-port") == 0) {
-			ok = su_parse_u64(v, &u) && u <= 65535;
-			o->metrics_port = (int)u;
-		} else {
-			struct {
-				const char *flag;
-				uint64_t *dst, min, max;
-			} nums[] = {
-			    {"--threads", &o->threads, 1, 256},
-			    {"--ops", &o->ops, 1, UINT64_MAX},
-			    {"--seed", &o->seed, 0, UINT64_MAX},
-			    {"--phase-ms", &o->phase_ms, 1, 3600000},
-			    {"--blocks", &o->blocks, 2, 1u << 24},
-			    {"--max-blocks", &o->max_blocks, 2, 1u << 26},
-			    {"--block-size", &o->block_size, 1, 4096},
-			    {"--thread-cache", &o->thread_cache, 0, KVP_MAX_THREAD_CACHE},
-			};
-			size_t k = 0;
-			while (k < sizeof nums / sizeof nums[0] && strcmp(a, nums[k].flag) != 0)
-				k++;
-			if (k == sizeof nums / sizeof nums[0]) {
-				fprintf(stderr, "kvpool_stress: unknown option: %s\n", a);
-				return -1;
-			}
-			ok = su_parse_u64(v, &u) && u >= nums[k].min && u <= nums[k].max;
-			if (ok)
-				*nums[k].dst = u;
-			if (ok && nums[k].dst == &o->seed)
-				o->seed_given = true;
-		}
-		if (!ok) {
-			fprintf(stderr, "kvpool_stress: bad value for %s: '%s'\n", a, v);
-			return -1;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "kvpool_stress: unexpected argument '%s' (see --help)\n",
-		        argv[optind]);
+	if (rc != 0)
 		return -1;
-	}
 	if (o->max_blocks == 0)
 		o->max_blocks = 2 * o->blocks;
 	if (o->max_blocks < o->blocks) {
@@ -305,32 +289,17 @@ static int write_json(const char *path, const run *r, const st_counts *c, double
 	return fclose(f);
 }
 
-int main(int argc, char **argv)
+/* A seed from the clock and the pid, below 1e9 so that it is easy to retype. */
+static uint64_t clock_seed(void)
 {
-	static run R;
-	run *r = &R;
-	if (parse_args(argc, argv, &r->o) != 0)
-		return 2; /* parse_args printed one line saying why */
-	opts *o = &r->o;
-	if (o->json_path != NULL) { /* fail now, with the reason, not after the run */
-		char *path = su_resolve_path(o->json_path);
-		FILE *jf = path ? fopen(path, "w") : NULL;
-		if (jf == NULL) {
-			fprintf(stderr, "kvpool_stress: --json %s: cannot write: %s\n",
-			        o->json_path, path ? strerror(errno) : "out of memory");
-			free(path);
-			return 2;
-		}
-		fclose(jf);
-		free(path);
-	}
-	if (!o->seed_given) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		uint64_t h =
-		    (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
-		o->seed = su_rand(&h) % 1000000000ull;
-	}
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t h = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
+	return su_rand(&h) % 1000000000ull;
+}
+
+static void print_header(const opts *o)
+{
 	printf("kvpool_stress: seed %" PRIu64 " (replay with --seed %" PRIu64 ")\n", o->seed,
 	       o->seed);
 	printf("  %" PRIu64 " threads, phases of %" PRIu64 " ms, %s%s; pool %" PRIu64
@@ -340,7 +309,22 @@ int main(int argc, char **argv)
 	       o->seconds > 0 ? "time-bounded" : "", o->blocks, o->max_blocks, o->block_size,
 	       o->thread_cache, o->faults ? "every 3rd phase" : "off");
 	fflush(stdout);
+}
 
+static void teardown(run *r)
+{
+	mhttp_stop(r->srv);
+	st_world_free(&r->w);
+	kvp_pool_destroy(r->pool);
+	free(r->lv);
+	free(r->tid);
+	free(r->wk);
+}
+
+/* The pool, the model, the per-thread state and /metrics; 0 or -1 (printed). */
+static int setup(run *r)
+{
+	const opts *o = &r->o;
 	kvp_pool_config pc;
 	kvp_pool_config_init(&pc);
 	pc.n_blocks = (uint32_t)o->blocks;
@@ -351,18 +335,18 @@ int main(int argc, char **argv)
 	int rc = kvp_pool_create(&pc, &r->pool);
 	if (rc != KVP_OK) {
 		fprintf(stderr, "kvpool_stress: kvp_pool_create: %s\n", kvp_strerror(rc));
-		return 2;
+		return -1;
 	}
 	/* live is cache-line aligned: calloc promises only 16 bytes (UBSan) */
 	void *lvmem = NULL;
 	if (posix_memalign(&lvmem, 64, o->threads * sizeof *r->lv) == 0)
 		r->lv = memset(lvmem, 0, o->threads * sizeof *r->lv);
-	pthread_t *tid = calloc(o->threads, sizeof *tid);
-	worker *wk = calloc(o->threads, sizeof *wk);
-	if (r->lv == NULL || tid == NULL || wk == NULL ||
+	r->tid = calloc(o->threads, sizeof *r->tid);
+	r->wk = calloc(o->threads, sizeof *r->wk);
+	if (r->lv == NULL || r->tid == NULL || r->wk == NULL ||
 	    st_world_init(&r->w, r->pool, (unsigned)o->threads, o->seed, stderr) != 0) {
 		fprintf(stderr, "kvpool_stress: out of memory\n");
-		return 2;
+		return -1;
 	}
 	/* Growth reuses retired ids; this bound is a safety net a correct pool never reaches. */
 	uint64_t max_ids = 512 * o->max_blocks;
@@ -371,97 +355,114 @@ int main(int argc, char **argv)
 	if (o->metrics_port >= 0)
 		r->w.alloc_lat = &r->alloc_lat;
 	atomic_init(&r->ops_budget, o->ops ? o->ops : UINT64_MAX);
-
-	mhttp *srv = NULL;
-	if (o->metrics_port >= 0) {
-		char err[256];
-		if (mhttp_start((uint16_t)o->metrics_port, fill_metrics, r, &srv, err,
-		                sizeof err) != 0) {
-			fprintf(stderr, "kvpool_stress: %s\n", err);
-			st_world_free(&r->w);
-			kvp_pool_destroy(r->pool);
-			free(r->lv);
-			free(tid);
-			free(wk);
-			return 2;
-		}
-		fprintf(stderr, "metrics: http://127.0.0.1:%u/metrics\n", mhttp_port(srv));
+	if (o->metrics_port < 0)
+		return 0;
+	char err[256];
+	if (mhttp_start((uint16_t)o->metrics_port, fill_metrics, r, &r->srv, err, sizeof err) !=
+	    0) {
+		fprintf(stderr, "kvpool_stress: %s\n", err);
+		teardown(r);
+		return -1;
 	}
+	fprintf(stderr, "metrics: http://127.0.0.1:%u/metrics\n", mhttp_port(r->srv));
+	return 0;
+}
 
+static void show_progress(run *r, prog *pg, const tally *t, bool faults)
+{
+	char line[200];
+	double secs = (double)(su_now_ns() - t->t0) / 1e9;
+	kvp_stats s;
+	kvp_pool_stats(r->pool, &s);
+	uint64_t ops = ops_now(r);
+	snprintf(line, sizeof line,
+	         "stress: %" PRIu64 " ops  %.1f s  phase %" PRIu64 "%s  blocks in use %" PRIu64
+	         "/%" PRIu64 "  %.0f ops/s",
+	         ops, secs, t->phases, faults ? " (faults)" : "", kvp_stats_blocks_in_use(&s),
+	         s.n_blocks, secs > 0 ? (double)ops / secs : 0.0);
+	prog_update(pg, line);
+}
+
+/*
+ * One phase of fresh threads, until @deadline or the --ops budget; every
+ * third with allocator faults injected (unless --no-faults).  Then the
+ * pool is checked against the model.  Returns true when the run must stop.
+ */
+static bool run_phase(run *r, prog *pg, tally *t, uint64_t *rng)
+{
+	const opts *o = &r->o;
+	bool faults = o->faults && t->phases % 3 == 2, stop = false;
+	r->w.faults_on = faults;
+	if (faults) {
+		long skip = (long)su_rand_below(rng, 4);
+		long fail = su_rand_below(rng, 3) == 0 ? -1 : 1 + (long)su_rand_below(rng, 8);
+		kvpi_fault_inject(skip, fail);
+		t->fault_phases++;
+	}
+	atomic_store_explicit(&r->phase, t->phases, memory_order_relaxed);
+	atomic_store_explicit(&r->threads_done, 0, memory_order_relaxed);
+	uint64_t started = 0;
+	for (; started < o->threads; started++) {
+		st_seed_slot(&r->w.slots[started], o->seed, t->phases + 1);
+		r->wk[started] = (worker){r, &r->w.slots[started], &r->lv[started]};
+		if (pthread_create(&r->tid[started], NULL, worker_main, &r->wk[started]) != 0)
+			break;
+	}
+	while (ld(&r->threads_done) < started) {
+		if (prog_due(pg))
+			show_progress(r, pg, t, faults);
+		su_sleep_ns(10000000);
+	}
+	for (uint64_t i = 0; i < started; i++)
+		pthread_join(r->tid[i], NULL);
+	if (faults)
+		kvpi_fault_inject(0, 0);
+	r->w.faults_on = false;
+	if (started < o->threads) {
+		fprintf(stderr, "kvpool_stress: cannot start thread %" PRIu64 "\n", started);
+		stop = true;
+	}
+	t->phases++;
+	if (st_check(&r->w) != 0 || (t->phases % 4 == 0 && st_drain_check(&r->w) != 0) ||
+	    (faults && st_fault_probe(&r->w) != 0) || st_violations(&r->w) != 0)
+		stop = true; /* report the first failing phase */
+	return stop;
+}
+
+/* Phases until --seconds, --ops or the first failing phase; then a last drain. */
+static void run_phases(run *r, tally *t)
+{
+	const opts *o = &r->o;
 	prog pg;
 	prog_init(&pg, o->progress);
-	uint64_t t0 = su_now_ns();
-	uint64_t end = o->seconds > 0 ? t0 + (uint64_t)(o->seconds * 1e9) : 0;
-	uint64_t phases = 0, fault_phases = 0, rng = o->seed ^ 0xfa17;
-	bool stop = false;
-	while (!stop) {
+	t->t0 = su_now_ns();
+	uint64_t end = o->seconds > 0 ? t->t0 + (uint64_t)(o->seconds * 1e9) : 0;
+	uint64_t rng = o->seed ^ 0xfa17;
+	for (;;) {
 		uint64_t now = su_now_ns();
 		if ((end && now >= end) || ld(&r->ops_budget) == 0)
 			break;
 		uint64_t phase_end = now + o->phase_ms * 1000000ull;
 		r->deadline = end && end < phase_end ? end : phase_end;
-		bool faults = o->faults && phases % 3 == 2;
-		r->w.faults_on = faults;
-		if (faults) {
-			long skip = (long)su_rand_below(&rng, 4);
-			long fail =
-			    su_rand_below(&rng, 3) == 0 ? -1 : 1 + (long)su_rand_below(&rng, 8);
-			kvpi_fault_inject(skip, fail);
-			fault_phases++;
-		}
-		atomic_store_explicit(&r->phase, phases, memory_order_relaxed);
-		atomic_store_explicit(&r->threads_done, 0, memory_order_relaxed);
-		uint64_t started = 0;
-		for (; started < o->threads; started++) {
-			st_seed_slot(&r->w.slots[started], o->seed, phases + 1);
-			wk[started] = (worker){r, &r->w.slots[started], &r->lv[started]};
-			if (pthread_create(&tid[started], NULL, worker_main, &wk[started]) != 0)
-				break;
-		}
-		while (ld(&r->threads_done) < started) {
-			if (prog_due(&pg)) {
-				char line[200];
-				double secs = (double)(su_now_ns() - t0) / 1e9;
-				kvp_stats s;
-				kvp_pool_stats(r->pool, &s);
-				uint64_t ops = ops_now(r);
-				snprintf(line, sizeof line,
-				         "stress: %" PRIu64 " ops  %.1f s  phase %" PRIu64
-				         "%s  blocks in use %" PRIu64 "/%" PRIu64 "  %.0f ops/s",
-				         ops, secs, phases, faults ? " (faults)" : "",
-				         kvp_stats_blocks_in_use(&s), s.n_blocks,
-				         secs > 0 ? (double)ops / secs : 0.0);
-				prog_update(&pg, line);
-			}
-			su_sleep_ns(10000000);
-		}
-		for (uint64_t i = 0; i < started; i++)
-			pthread_join(tid[i], NULL);
-		if (faults)
-			kvpi_fault_inject(0, 0);
-		r->w.faults_on = false;
-		if (started < o->threads) {
-			fprintf(stderr, "kvpool_stress: cannot start thread %" PRIu64 "\n",
-			        started);
-			stop = true;
-		}
-		phases++;
-		if (st_check(&r->w) != 0 || (phases % 4 == 0 && st_drain_check(&r->w) != 0) ||
-		    (faults && st_fault_probe(&r->w) != 0) || st_violations(&r->w) != 0)
-			stop = true; /* report the first failing phase */
+		if (run_phase(r, &pg, t, &rng))
+			break;
 	}
-	double secs = (double)(su_now_ns() - t0) / 1e9;
+	t->secs = (double)(su_now_ns() - t->t0) / 1e9;
 	st_drain_check(&r->w);
 	st_release_all(&r->w);
 	prog_done(&pg);
+}
 
-	st_counts c;
-	st_total(&r->w, &c);
-	print_counts(&c, secs, &r->w);
+/* The counts, the pool and the verdict on stdout; returns the violations. */
+static uint64_t report(run *r, const tally *t, st_counts *c)
+{
+	const opts *o = &r->o;
+	st_total(&r->w, c);
+	print_counts(c, t->secs, &r->w);
 	printf("  phases: %" PRIu64 " (%" PRIu64 " with allocator fault injection: %lu failures "
 	       "injected, %" PRIu64 " ENOMEM answers in operations, %" PRIu64
 	       " in growth probes)\n",
-	       phases, fault_phases, kvpi_fault_injected(), c.enomem, r->w.probe_enomem);
+	       t->phases, t->fault_phases, kvpi_fault_injected(), c->enomem, r->w.probe_enomem);
 	kvp_stats s;
 	char line[256];
 	kvp_pool_stats(r->pool, &s);
@@ -477,20 +478,38 @@ int main(int argc, char **argv)
 		       " --threads %" PRIu64 "\n",
 		       v, st_first_violation(&r->w), o->seed, o->threads);
 	fflush(stdout);
+	return v;
+}
+
+int main(int argc, char **argv)
+{
+	static run R;
+	run *r = &R;
+	if (parse_args(argc, argv, &r->o) != 0)
+		return 2; /* parse_args printed one line saying why */
+	opts *o = &r->o;
+	/* fail now, with the reason, not after the run */
+	if (o->json_path != NULL && su_cli_json_writable("kvpool_stress", o->json_path) != 0)
+		return 2;
+	if (!o->seed_given)
+		o->seed = clock_seed();
+	print_header(o);
+	if (setup(r) != 0)
+		return 2;
+	tally t = {0};
+	st_counts c;
+	run_phases(r, &t);
+	uint64_t v = report(r, &t, &c);
 	int status = v ? 1 : 0;
 	if (o->json_path != NULL) {
 		char *path = su_resolve_path(o->json_path);
-		if (path == NULL || write_json(path, r, &c, secs, phases, fault_phases, v) != 0) {
+		if (path == NULL ||
+		    write_json(path, r, &c, t.secs, t.phases, t.fault_phases, v) != 0) {
 			fprintf(stderr, "kvpool_stress: cannot write %s\n", o->json_path);
 			status = status ? status : 2;
 		}
 		free(path);
 	}
-	mhttp_stop(srv);
-	st_world_free(&r->w);
-	kvp_pool_destroy(r->pool);
-	free(r->lv);
-	free(tid);
-	free(wk);
+	teardown(r);
 	return status;
 }

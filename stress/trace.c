@@ -559,97 +559,107 @@ static int jhash_ids(jp *j, trace *t, trace_request *r)
 	}
 }
 
+/* The keys of a Mooncake row that carry something, and which were seen. */
+typedef struct mc_seen {
+	bool ts, in, out, hash;
+} mc_seen;
+
+/* "timestamp": milliseconds, 0 .. 9e12 (~285 years: keeps ns in int64). */
+static int jtimestamp(jp *j, int64_t *ts_ns)
+{
+	const char *s;
+	size_t n;
+	bool integral;
+	char q[64], tmp[64];
+	if (jwant_number(j, "timestamp", &s, &n, &integral) != 0)
+		return -1;
+	if (s[0] == '-' || n >= sizeof tmp) {
+		say(j->why, j->whycap, "timestamp: %s milliseconds: %s",
+		    s[0] == '-' ? "negative" : "too many digits in", quote(s, n, q, sizeof q));
+		return -1;
+	}
+	memcpy(tmp, s, n);
+	tmp[n] = '\0';
+	double ms = strtod(tmp, NULL);
+	if (!(ms <= 9.0e12)) {
+		say(j->why, j->whycap, "timestamp: too large: %s", quote(s, n, q, sizeof q));
+		return -1;
+	}
+	*ts_ns = (int64_t)(ms * 1e6 + 0.5);
+	return 0;
+}
+
+/* "hash_ids": an array of ids, appended to @t when @t is not NULL. */
+static int jhash_field(jp *j, trace *t, trace_request *r)
+{
+	enum jkind k = jpeek(j);
+	if (*j->p == '\0')
+		return jend(j);
+	if (k != J_ARRAY) {
+		say(j->why, j->whycap, "hash_ids: expected an array, got %s", jkind_name[k]);
+		return -1;
+	}
+	r->hash_off = t != NULL ? (uint32_t)t->n_hash_ids : 0;
+	return jhash_ids(j, t, r);
+}
+
+/* One "key": value member of a Mooncake row; other keys' values are skipped. */
+static int mooncake_member(jp *j, mc_seen *seen, int64_t *ts_ns, trace_request *r, trace *t)
+{
+	const char *key, *name = NULL;
+	size_t kn;
+	bool *flag = NULL;
+	jws(j);
+	if (jstring(j, &key, &kn) != 0)
+		return -1;
+	jws(j);
+	if (*j->p != ':')
+		return jbad(j, "':'");
+	j->p++;
+	jws(j);
+	if (kn == 9 && memcmp(key, "timestamp", 9) == 0)
+		flag = &seen->ts, name = "timestamp";
+	else if (kn == 12 && memcmp(key, "input_length", 12) == 0)
+		flag = &seen->in, name = "input_length";
+	else if (kn == 13 && memcmp(key, "output_length", 13) == 0)
+		flag = &seen->out, name = "output_length";
+	else if (kn == 8 && memcmp(key, "hash_ids", 8) == 0)
+		flag = &seen->hash, name = "hash_ids";
+	if (flag == NULL)
+		return jskip(j, 1);
+	if (*flag) {
+		say(j->why, j->whycap, "duplicate key \"%s\"", name);
+		return -1;
+	}
+	int rc = flag == &seen->ts    ? jtimestamp(j, ts_ns)
+	         : flag == &seen->in  ? jtokens(j, name, 1, &r->prompt)
+	         : flag == &seen->out ? jtokens(j, name, 0, &r->output)
+	                              : jhash_field(j, t, r);
+	if (rc != 0)
+		return -1;
+	*flag = true;
+	return 0;
+}
+
 /* One Mooncake row; its hash ids go to @t when @t is not NULL (the caller
  * drops them again if the row fails). */
 static int mooncake_row(const char *line, int64_t *ts_ns, trace_request *r, trace *t, char *why,
                         size_t whycap)
 {
 	jp j = {.p = line, .why = why, .whycap = whycap};
-	bool have_ts = false, have_in = false, have_out = false, have_hash = false;
+	mc_seen seen = {0};
 	char q[64];
 	jws(&j);
 	if (*j.p != '{')
 		return jbad(&j, "a JSON object '{'");
 	j.p++;
 	jws(&j);
-	if (*j.p == '}') {
+	if (*j.p == '}')
 		j.p++;
-	} else {
+	else
 		for (;;) {
-			const char *key;
-			size_t kn;
-			jws(&j);
-			if (jstring(&j, &key, &kn) != 0)
+			if (mooncake_member(&j, &seen, ts_ns, r, t) != 0)
 				return -1;
-			jws(&j);
-			if (*j.p != ':')
-				return jbad(&j, "':'");
-			j.p++;
-			jws(&j);
-			bool *seen = NULL;
-			const char *name = NULL;
-			if (kn == 9 && memcmp(key, "timestamp", 9) == 0) {
-				seen = &have_ts;
-				name = "timestamp";
-			} else if (kn == 12 && memcmp(key, "input_length", 12) == 0) {
-				seen = &have_in;
-				name = "input_length";
-			} else if (kn == 13 && memcmp(key, "output_length", 13) == 0) {
-				seen = &have_out;
-				name = "output_length";
-			} else if (kn == 8 && memcmp(key, "hash_ids", 8) == 0) {
-				seen = &have_hash;
-				name = "hash_ids";
-			}
-			if (seen != NULL && *seen) {
-				say(why, whycap, "duplicate key \"%s\"", name);
-				return -1;
-			}
-			if (seen == &have_ts) {
-				const char *s;
-				size_t n;
-				bool integral;
-				if (jwant_number(&j, name, &s, &n, &integral) != 0)
-					return -1;
-				char tmp[64];
-				if (s[0] == '-' || n >= sizeof tmp) {
-					say(why, whycap, "timestamp: %s milliseconds: %s",
-					    s[0] == '-' ? "negative" : "too many digits in",
-					    quote(s, n, q, sizeof q));
-					return -1;
-				}
-				memcpy(tmp, s, n);
-				tmp[n] = '\0';
-				double ms = strtod(tmp, NULL);
-				if (!(ms <= 9.0e12)) { /* ~285 years: keeps ns in int64 */
-					say(why, whycap, "timestamp: too large: %s",
-					    quote(s, n, q, sizeof q));
-					return -1;
-				}
-				*ts_ns = (int64_t)(ms * 1e6 + 0.5);
-			} else if (seen == &have_in) {
-				if (jtokens(&j, name, 1, &r->prompt) != 0)
-					return -1;
-			} else if (seen == &have_out) {
-				if (jtokens(&j, name, 0, &r->output) != 0)
-					return -1;
-			} else if (seen == &have_hash) {
-				enum jkind k = jpeek(&j);
-				if (*j.p == '\0')
-					return jend(&j);
-				if (k != J_ARRAY) {
-					say(why, whycap, "hash_ids: expected an array, got %s",
-					    jkind_name[k]);
-					return -1;
-				}
-				r->hash_off = t != NULL ? (uint32_t)t->n_hash_ids : 0;
-				if (jhash_ids(&j, t, r) != 0)
-					return -1;
-			} else if (jskip(&j, 1) != 0) {
-				return -1;
-			}
-			if (seen != NULL)
-				*seen = true;
 			jws(&j);
 			if (*j.p == ',') {
 				j.p++;
@@ -661,16 +671,15 @@ static int mooncake_row(const char *line, int64_t *ts_ns, trace_request *r, trac
 			}
 			return jbad(&j, "',' or '}'");
 		}
-	}
 	jws(&j);
 	if (*j.p != '\0') {
 		say(why, whycap, "trailing characters after the JSON object: '%s'",
 		    quote(j.p, strlen(j.p), q, sizeof q));
 		return -1;
 	}
-	const char *missing = !have_ts    ? "timestamp"
-	                      : !have_in  ? "input_length"
-	                      : !have_out ? "output_length"
+	const char *missing = !seen.ts    ? "timestamp"
+	                      : !seen.in  ? "input_length"
+	                      : !seen.out ? "output_length"
 	                                  : NULL;
 	if (missing != NULL) {
 		say(why, whycap, "missing key \"%s\"", missing);
@@ -796,154 +805,204 @@ static ssize_t read_line(FILE *f, char **buf, size_t *cap)
 	return (ssize_t)n;
 }
 
+/* A trace being read, line by line. */
+typedef struct loader {
+	const char *name; /* for messages: the file's name */
+	trace_opts o;
+	trace *out;
+	char *err;
+	size_t errcap;
+	size_t lineno, tscap, n_logged;
+	int64_t *ts; /* each request's timestamp, ns, for finish() */
+	bool header_seen;
+} loader;
+
+/* Drop the line end ('\n', a CRLF file's '\r') and, on line 1, a UTF-8 byte order mark. */
+static size_t trim_line(char *line, size_t len, size_t lineno)
+{
+	if (len > 0 && line[len - 1] == '\n')
+		line[--len] = '\0';
+	if (len > 0 && line[len - 1] == '\r') /* CRLF files */
+		line[--len] = '\0';
+	if (lineno == 1 && len >= 3 && memcmp(line, "\xef\xbb\xbf", 3) == 0) {
+		memmove(line, line + 3, len - 2); /* UTF-8 byte order mark */
+		len -= 3;
+	}
+	return len;
+}
+
+/* --format auto: the format from the first line that is not blank; 0, or -1 (err said). */
+static int detect_format(loader *L, const char *line, size_t len)
+{
+	char q[64];
+	if (line[strspn(line, " \t")] == '{')
+		L->out->format = TRACE_MOONCAKE;
+	else if (starts_with(line, "TIMESTAMP,"))
+		L->out->format = TRACE_AZURE;
+	else if (starts_with(line, "num_prefill_tokens,"))
+		L->out->format = TRACE_VIDUR;
+	else {
+		say(L->err, L->errcap,
+		    "%s:%zu: cannot tell the trace format from '%s': expected an "
+		    "Azure CSV header (" AZURE_HEADER "), a Vidur header (" VIDUR_HEADER
+		    ",...) or a Mooncake JSON object; use --format",
+		    L->name, L->lineno, quote(line, len, q, sizeof q));
+		return -1;
+	}
+	return 0;
+}
+
+/* The CSV formats' header line; 0, or -1 (err said). */
+static int check_header(loader *L, const char *line)
+{
+	char q[64];
+	trace_format fmt = L->out->format;
+	const char *want = fmt == TRACE_AZURE ? AZURE_HEADER : VIDUR_HEADER;
+	bool ok = fmt == TRACE_AZURE ? strcmp(line, want) == 0 : starts_with(line, want);
+	if (!ok) {
+		say(L->err, L->errcap, "%s:%zu: expected the header '%s%s', got '%s'", L->name,
+		    L->lineno, want, fmt == TRACE_VIDUR ? ",..." : "",
+		    quote(line, strlen(line), q, sizeof q));
+		return -1;
+	}
+	L->header_seen = true;
+	return 0;
+}
+
+/* Append request @r that arrives at @t ns; 0, or -1 (err said: out of memory). */
+static int add_request(loader *L, const trace_request *r, int64_t t)
+{
+	trace *out = L->out;
+	if (out->n == out->cap) {
+		size_t nc = out->cap ? out->cap * 2 : 1024;
+		trace_request *nr = realloc(out->req, nc * sizeof *nr);
+		if (nr == NULL)
+			goto oom;
+		out->req = nr;
+		out->cap = nc;
+	}
+	if (out->n == L->tscap) {
+		size_t nc = L->tscap ? L->tscap * 2 : 1024;
+		int64_t *nt = realloc(L->ts, nc * sizeof *nt);
+		if (nt == NULL)
+			goto oom;
+		L->ts = nt;
+		L->tscap = nc;
+	}
+	out->req[out->n] = *r;
+	L->ts[out->n] = t;
+	out->n++;
+	return 0;
+oom:
+	say(L->err, L->errcap, "%s: out of memory after %zu requests", L->name, out->n);
+	return -1;
+}
+
+/* A malformed row (@why): -1 (err said) unless --on-error skip, then 0 (counted, logged). */
+static int bad_row(loader *L, const char *why)
+{
+	if (!L->o.skip_bad) {
+		say(L->err, L->errcap, "%s:%zu: %s", L->name, L->lineno, why);
+		return -1;
+	}
+	L->out->n_skipped++;
+	if (L->o.log != NULL && L->n_logged < L->o.max_logged) {
+		fprintf(L->o.log, "%s:%zu: %s (row skipped)\n", L->name, L->lineno, why);
+		if (++L->n_logged == L->o.max_logged)
+			fprintf(L->o.log, "%s: further skipped rows are not shown\n", L->name);
+	}
+	return 0;
+}
+
+/* One line (@len bytes, line end dropped): 0 go on, 1 --limit reached, -1 fail (err said). */
+static int load_line(loader *L, char *line, size_t len)
+{
+	trace *out = L->out;
+	char why[256];
+	if (strlen(line) != len) {
+		say(why, sizeof why, "NUL byte inside the line");
+		return bad_row(L, why);
+	}
+	if (blank(line))
+		return 0;
+	if (out->format == TRACE_AUTO && detect_format(L, line, len) != 0)
+		return -1;
+	if (!L->header_seen && out->format != TRACE_MOONCAKE)
+		return check_header(L, line);
+	trace_request r = {0};
+	int64_t t = 0;
+	size_t hash_mark = out->n_hash_ids;
+	int prc = out->format == TRACE_AZURE ? trace_parse_azure_row(line, &t, &r, why, sizeof why)
+	          : out->format == TRACE_MOONCAKE
+	              ? mooncake_row(line, &t, &r, out, why, sizeof why)
+	              : trace_parse_vidur_row(line, &t, &r, why, sizeof why);
+	if (prc != 0) {
+		out->n_hash_ids = hash_mark; /* drop the bad row's ids */
+		return bad_row(L, why);
+	}
+	if (add_request(L, &r, t) != 0)
+		return -1;
+	return L->o.max_rows != 0 && out->n >= L->o.max_rows ? 1 : 0;
+}
+
+/* After the last line (@len: read_line's last answer): 0, or -1 (err said). */
+static int check_end(loader *L, ssize_t len)
+{
+	const char *name = L->name;
+	if (len == -2) {
+		say(L->err, L->errcap, "%s:%zu: line longer than %u bytes (not a trace file?)",
+		    name, L->lineno + 1, (unsigned)TRACE_MAX_LINE);
+		return -1;
+	}
+	if (len == -1) {
+		say(L->err, L->errcap, "%s: read error after line %zu: %s", name, L->lineno,
+		    strerror(errno ? errno : EIO));
+		return -1;
+	}
+	if (L->out->n > 0)
+		return 0;
+	if (L->lineno == 0 || (!L->header_seen && L->out->format == TRACE_AUTO))
+		say(L->err, L->errcap, "%s: empty file: no requests", name);
+	else if (L->out->n_skipped > 0)
+		say(L->err, L->errcap, "%s: no valid requests (%zu malformed rows skipped)", name,
+		    L->out->n_skipped);
+	else
+		say(L->err, L->errcap, "%s: no requests (%s)", name,
+		    L->header_seen ? "only a header" : "only blank lines");
+	return -1;
+}
+
 int trace_load_stream(FILE *f, const char *name, const trace_opts *opts, trace *out, char *err,
                       size_t errcap)
 {
-	trace_opts o = {0};
-	if (opts != NULL)
-		o = *opts;
-	if (o.max_logged == 0)
-		o.max_logged = 20;
-	memset(out, 0, sizeof *out);
-	out->format = o.format;
-
-	char *line = NULL, why[256], q[64];
-	size_t linecap = 0, lineno = 0, tscap = 0, n_logged = 0;
-	int64_t *ts = NULL;
-	bool header_seen = false;
-	int rc = -1;
+	loader L = {.name = name, .out = out, .err = err, .errcap = errcap};
+	char *line = NULL;
+	size_t linecap = 0;
+	int rc = -1, step = 0;
 	ssize_t len;
 
+	if (opts != NULL)
+		L.o = *opts;
+	if (L.o.max_logged == 0)
+		L.o.max_logged = 20;
+	memset(out, 0, sizeof *out);
+	out->format = L.o.format;
 	errno = 0;
 	while ((len = read_line(f, &line, &linecap)) > 0) {
-		lineno++;
-		out->n_lines = lineno;
-		if (len > 0 && line[len - 1] == '\n')
-			line[--len] = '\0';
-		if (len > 0 && line[len - 1] == '\r') /* CRLF files */
-			line[--len] = '\0';
-		if (lineno == 1 && len >= 3 && memcmp(line, "\xef\xbb\xbf", 3) == 0) {
-			memmove(line, line + 3, (size_t)len - 2); /* UTF-8 byte order mark */
-			len -= 3;
-		}
-		if (strlen(line) != (size_t)len) {
-			say(why, sizeof why, "NUL byte inside the line");
-			goto bad_row;
-		}
-		if (blank(line))
-			continue;
-		if (out->format == TRACE_AUTO) {
-			if (line[strspn(line, " \t")] == '{')
-				out->format = TRACE_MOONCAKE;
-			else if (starts_with(line, "TIMESTAMP,"))
-				out->format = TRACE_AZURE;
-			else if (starts_with(line, "num_prefill_tokens,"))
-				out->format = TRACE_VIDUR;
-			else {
-				say(err, errcap,
-				    "%s:%zu: cannot tell the trace format from '%s': expected an "
-				    "Azure CSV header (" AZURE_HEADER
-				    "), a Vidur header (" VIDUR_HEADER
-				    ",...) or a Mooncake JSON object; use --format",
-				    name, lineno, quote(line, (size_t)len, q, sizeof q));
-				goto out;
-			}
-		}
-		if (!header_seen && out->format != TRACE_MOONCAKE) {
-			const char *want = out->format == TRACE_AZURE ? AZURE_HEADER : VIDUR_HEADER;
-			size_t l = strlen(line);
-			bool ok = out->format == TRACE_AZURE ? strcmp(line, want) == 0
-			                                     : starts_with(line, want);
-			if (!ok) {
-				say(err, errcap, "%s:%zu: expected the header '%s%s', got '%s'",
-				    name, lineno, want, out->format == TRACE_VIDUR ? ",..." : "",
-				    quote(line, l, q, sizeof q));
-				goto out;
-			}
-			header_seen = true;
-			continue;
-		}
-		trace_request r = {0};
-		int64_t t = 0;
-		size_t hash_mark = out->n_hash_ids;
-		int prc = out->format == TRACE_AZURE
-		              ? trace_parse_azure_row(line, &t, &r, why, sizeof why)
-		          : out->format == TRACE_MOONCAKE
-		              ? mooncake_row(line, &t, &r, out, why, sizeof why)
-		              : trace_parse_vidur_row(line, &t, &r, why, sizeof why);
-		if (prc != 0) {
-			out->n_hash_ids = hash_mark; /* drop the bad row's ids */
-			goto bad_row;
-		}
-		if (out->n == out->cap) {
-			size_t nc = out->cap ? out->cap * 2 : 1024;
-			trace_request *nr = realloc(out->req, nc * sizeof *nr);
-			if (nr == NULL) {
-				say(err, errcap, "%s: out of memory after %zu requests", name,
-				    out->n);
-				goto out;
-			}
-			out->req = nr;
-			out->cap = nc;
-		}
-		if (out->n == tscap) {
-			size_t nc = tscap ? tscap * 2 : 1024;
-			int64_t *nt = realloc(ts, nc * sizeof *nt);
-			if (nt == NULL) {
-				say(err, errcap, "%s: out of memory after %zu requests", name,
-				    out->n);
-				goto out;
-			}
-			ts = nt;
-			tscap = nc;
-		}
-		out->req[out->n] = r;
-		ts[out->n] = t;
-		out->n++;
-		if (o.max_rows != 0 && out->n >= o.max_rows)
+		L.lineno++;
+		out->n_lines = L.lineno;
+		step = load_line(&L, line, trim_line(line, (size_t)len, L.lineno));
+		if (step != 0)
 			break;
-		continue;
-	bad_row:
-		if (!o.skip_bad) {
-			say(err, errcap, "%s:%zu: %s", name, lineno, why);
-			goto out;
-		}
-		out->n_skipped++;
-		if (o.log != NULL && n_logged < o.max_logged) {
-			fprintf(o.log, "%s:%zu: %s (row skipped)\n", name, lineno, why);
-			if (++n_logged == o.max_logged)
-				fprintf(o.log, "%s: further skipped rows are not shown\n", name);
-		}
 	}
-	if (len == -2) {
-		say(err, errcap, "%s:%zu: line longer than %u bytes (not a trace file?)", name,
-		    lineno + 1, (unsigned)TRACE_MAX_LINE);
-		goto out;
-	}
-	if (len == -1) {
-		say(err, errcap, "%s: read error after line %zu: %s", name, lineno,
-		    strerror(errno ? errno : EIO));
-		goto out;
-	}
-	if (out->n == 0) {
-		if (lineno == 0 || (!header_seen && out->format == TRACE_AUTO))
-			say(err, errcap, "%s: empty file: no requests", name);
-		else if (out->n_skipped > 0)
-			say(err, errcap, "%s: no valid requests (%zu malformed rows skipped)", name,
-			    out->n_skipped);
+	if (step >= 0 && check_end(&L, len) == 0) {
+		if (finish(out, L.ts) != 0)
+			say(err, errcap, "%s: out of memory while sorting", name);
 		else
-			say(err, errcap, "%s: no requests (%s)", name,
-			    header_seen ? "only a header" : "only blank lines");
-		goto out;
+			rc = 0;
 	}
-	if (finish(out, ts) != 0) {
-		say(err, errcap, "%s: out of memory while sorting", name);
-		goto out;
-	}
-	rc = 0;
-out:
 	free(line);
-	free(ts);
+	free(L.ts);
 	return rc;
 }
 

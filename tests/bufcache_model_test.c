@@ -9,60 +9,24 @@
  * (by id) a hit returned, on its capacity, and on every counter: hits,
  * misses, evictions, OOM retries, system allocations and frees, cached
  * bytes.  That is "the same single-thread semantics as the seed in every
- * observable way", checked on 10000 operations.
+ * observable way", checked on 10000 operations.  The lockstep and its
+ * checks are tests/bufcache_twin.c, shared with the fuzz target
+ * tests/fuzz/bufcache_fuzz.c.
  */
 #include <kvpool/bufcache.h>
 
-#include "bench/ref_bufcache.h"
-#include "lib/testing/fault.h"
+#include "tests/bufcache_twin.h"
 #include "tests/testutil.h"
 
-#include <string.h>
+#include <stdlib.h>
 
 #define MAX_BUFS 12000
-#define MAX_OUT  48
 
-struct buf {
-	void *kv, *seed; /* the buffer on each side (NULL once gone) */
-	size_t cap;
-	int out; /* handed out (else cached, or evicted without our knowing) */
-};
+static struct twin_buf bufs[MAX_BUFS];
 
-static struct buf bufs[MAX_BUFS];
-static int nbufs;
-
-/* The live buffer with kvpool pointer @p, or -1 (evicted buffers' pointers may be reused). */
-static int find_kv(void *p)
+static void die(void)
 {
-	for (int i = nbufs - 1; i >= 0; i--)
-		if (bufs[i].kv == p)
-			return i;
-	return -1;
-}
-
-static int find_seed(void *p)
-{
-	for (int i = nbufs - 1; i >= 0; i--)
-		if (bufs[i].seed == p)
-			return i;
-	return -1;
-}
-
-static void same_stats(kvp_bufcache *c, ref_bufcache *s)
-{
-	kvp_bufcache_stats a;
-	struct seed_stats b;
-
-	CHECK_EQ(kvp_bufcache_get_stats(c, &a), KVP_OK);
-	seed_get_stats(s, &b);
-	CHECK_EQ(a.hits, b.hits);
-	CHECK_EQ(a.misses, b.misses);
-	CHECK_EQ(a.evictions, b.evictions);
-	CHECK_EQ(a.oom_retries, b.oom_retries);
-	CHECK_EQ(a.system_allocs, b.system_allocs);
-	CHECK_EQ(a.system_frees, b.system_frees);
-	CHECK_EQ(a.cached_bytes, b.cached_bytes);
-	CHECK_EQ(kvp_bufcache_cached_bytes(c), b.cached_bytes);
+	exit(1);
 }
 
 static size_t pick(uint64_t *rng)
@@ -81,96 +45,50 @@ static size_t pick(uint64_t *rng)
 	}
 }
 
-static void do_alloc(kvp_bufcache *c, ref_bufcache *s, uint64_t *rng, int *outs, int *nout)
+static void do_alloc(struct bufcache_twin *t, uint64_t *rng)
 {
-	size_t req = pick(rng), ak = 1, as = 1;
+	size_t req = pick(rng);
 	long fail = (tu_rand(rng) % 16 == 0) ? (long)(1 + tu_rand(rng) % 4) : 0;
-	kvp_bufcache_stats before;
-	void *pk, *ps;
 
-	CHECK_EQ(kvp_bufcache_get_stats(c, &before), KVP_OK);
-	kvpi_fault_inject(0, fail);
-	pk = kvp_bufcache_alloc(c, req, &ak);
-	kvpi_fault_inject(0, fail);
-	ps = seed_alloc(s, req, &as);
-	kvpi_fault_inject(0, 0);
-	CHECK_EQ(ak, as);
-	CHECK_EQ(pk == NULL, ps == NULL);
-	same_stats(c, s);
-	if (!pk)
-		return;
-	{
-		kvp_bufcache_stats after;
-		int i;
-		CHECK_EQ(kvp_bufcache_get_stats(c, &after), KVP_OK);
-		if (after.hits > before.hits) {
-			i = find_kv(pk);
-			CHECK(i >= 0);
-			CHECK_EQ(find_seed(ps), i); /* the same buffer on both sides */
-			CHECK(!bufs[i].out);
-			CHECK_EQ(bufs[i].cap, ak);
-		} else {
-			int old;
-			CHECK(nbufs < MAX_BUFS);
-			/* A reused address belongs to a buffer evicted earlier: forget it. */
-			if ((old = find_kv(pk)) >= 0)
-				bufs[old].kv = NULL;
-			if ((old = find_seed(ps)) >= 0)
-				bufs[old].seed = NULL;
-			i = nbufs++;
-			bufs[i] = (struct buf){pk, ps, ak, 0};
-		}
-		bufs[i].out = 1;
-		outs[(*nout)++] = i;
-	}
+	twin_alloc(t, req, fail);
 }
 
-static void do_free(kvp_bufcache *c, ref_bufcache *s, uint64_t *rng, int *outs, int *nout)
+static void do_free(struct bufcache_twin *t, uint64_t *rng)
 {
-	int k = (int)(tu_rand(rng) % (uint64_t)*nout), i = outs[k];
-
-	outs[k] = outs[--*nout];
-	bufs[i].out = 0;
-	kvp_bufcache_free(c, bufs[i].kv, bufs[i].cap);
-	seed_free(s, bufs[i].seed, bufs[i].cap);
-	same_stats(c, s);
+	twin_free(t, (int)(tu_rand(rng) % (uint64_t)t->n_out));
 }
 
 static void same_as_seed(void)
 {
 	/* 48 KiB: fewer than the seed's 256 slots can ever be cached. */
 	const size_t budget = 48 * 1024;
-	kvp_bufcache *c;
-	ref_bufcache *s;
+	struct bufcache_twin t;
 	uint64_t rng = 7;
-	int outs[MAX_OUT], nout = 0;
 
-	CHECK_EQ(kvp_bufcache_create(budget, &c), KVP_OK);
-	s = seed_create(budget, 0);
-	CHECK(s != NULL);
+	CHECK_EQ(twin_create(&t, budget, bufs, MAX_BUFS, die), 0);
 	for (int op = 0; op < 10000; op++) {
-		int alloc = nout == 0 || (nout < MAX_OUT && (tu_rand(&rng) % 100) < 52);
-		if (nbufs >= MAX_BUFS - 1)
+		int alloc = t.n_out == 0 || (t.n_out < TWIN_MAX_OUT && (tu_rand(&rng) % 100) < 52);
+		if (twin_full(&t))
 			break;
 		if (alloc)
-			do_alloc(c, s, &rng, outs, &nout);
+			do_alloc(&t, &rng);
 		else
-			do_free(c, s, &rng, outs, &nout);
+			do_free(&t, &rng);
 	}
-	while (nout)
-		do_free(c, s, &rng, outs, &nout);
+	while (t.n_out)
+		do_free(&t, &rng);
 	{
 		kvp_bufcache_stats st;
-		CHECK_EQ(kvp_bufcache_get_stats(c, &st), KVP_OK);
+		CHECK_EQ(kvp_bufcache_get_stats(t.kv, &st), KVP_OK);
 		printf("hits %llu misses %llu evictions %llu oom_retries %llu buffers %d\n",
 		       (unsigned long long)st.hits, (unsigned long long)st.misses,
-		       (unsigned long long)st.evictions, (unsigned long long)st.oom_retries, nbufs);
+		       (unsigned long long)st.evictions, (unsigned long long)st.oom_retries,
+		       t.n_bufs);
 		/* The sequence exercised every rule, not just one. */
 		CHECK(st.hits > 1000 && st.misses > 1000 && st.evictions > 100 &&
 		      st.oom_retries > 10);
 	}
-	kvp_bufcache_destroy(c);
-	seed_destroy(s);
+	twin_destroy(&t);
 }
 
 int main(void)

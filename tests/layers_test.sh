@@ -4,9 +4,9 @@
 #
 # Runs tools/check_layers.sh on the repository this script really lives in
 # (readlink -f follows Bazel's runfiles symlinks back to the source tree): it
-# must pass.  Then plants two violations in a copy (a lower module including a
-# higher one, a test including a private header) and checks that the script
-# fails and names both.
+# must pass.  Then plants three violations in a copy (a lower module including
+# a higher one, a test including a private header, the Python pool module
+# importing storage) and checks that the script fails and names each.
 set -euo pipefail
 self=$(readlink -f "${BASH_SOURCE[0]}")
 repo=$(cd "$(dirname "$self")/.." && pwd)
@@ -20,14 +20,16 @@ echo "ok: $repo follows its layering"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/tools"
+mkdir -p "$tmp/tools" "$tmp/python"
 cp -r "$repo/lib" "$repo/tests" "$tmp/"
+cp -r "$repo/python/kvpool" "$tmp/python/"
 cp "$repo/tools/check_layers.sh" "$tmp/tools/"
 "$tmp/tools/check_layers.sh" "$tmp" >/dev/null || { echo "FAIL: the copy already fails" >&2; exit 1; }
 
 # Plant: the pool (below storage) includes storage; a test includes pool internals.
 sed -i '0,/#include "lib\/pool\//s//#include "lib\/storage\/storage_hazard.h"\n&/' "$tmp/lib/pool/pool.c"
 echo '#include "lib/pool/pool_internal.h"' >>"$tmp/tests/pool_api_test.c"
+printf '\ndef _f():\n    from .storage import BlockStorage\n' >>"$tmp/python/kvpool/pool.py"
 if out=$("$tmp/tools/check_layers.sh" "$tmp"); then
 	echo "FAIL: planted violations passed the check" >&2
 	exit 1
@@ -37,4 +39,6 @@ grep -q '^lib/pool/pool.c:[0-9]*: lib/pool includes lib/storage' <<<"$out" ||
 	{ echo "FAIL: the pool -> storage include was not reported" >&2; exit 1; }
 grep -q '^tests/pool_api_test.c:[0-9]*: includes a private header ("lib/pool/pool_internal.h")' <<<"$out" ||
 	{ echo "FAIL: the test's private include was not reported" >&2; exit 1; }
-echo "ok: both planted violations reported"
+grep -q '^python/kvpool/pool.py:[0-9]*: python kvpool.pool imports kvpool.storage' <<<"$out" ||
+	{ echo "FAIL: the Python pool -> storage import was not reported" >&2; exit 1; }
+echo "ok: all three planted violations reported"

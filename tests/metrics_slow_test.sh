@@ -17,23 +17,13 @@ nslow=${2:-1200}
 source "$(dirname "$0")/replay_testlib.sh"
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 command -v curl >/dev/null || fail "curl not installed"
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-}
-trap cleanup EXIT
+trap kill_pids EXIT
 
 "$stress" --threads 1 --seconds 120 --no-progress --no-faults --metrics-port 0 \
 	>"$tmp/stress.out" 2>"$tmp/stress.err" &
 server=$!
-pids+=($server)
-port=
-for _ in $(seq 100); do
-	port=$(sed -n 's|^metrics: http://127.0.0.1:\([0-9]*\)/metrics$|\1|p' "$tmp/stress.err" 2>/dev/null)
-	[ -n "$port" ] && break
-	sleep 0.1
-done
+pids+=("$server")
+port=$(metrics_port "$tmp/stress.err")
 [ -n "$port" ] || { cat "$tmp/stress.err"; fail "no metrics port printed"; }
 
 # slow.py ADDR PORT N: N connections from ADDR to the server, one byte of a
@@ -80,7 +70,7 @@ scrape_round() {
 	local addr=$1 tries=$2
 	python3 "$tmp/slow.py" "$addr" "$port" "$nslow" >"$tmp/slow-$addr.out" 2>&1 &
 	local spid=$!
-	pids+=($spid)
+	pids+=("$spid")
 	for _ in $(seq 100); do
 		grep -q holding "$tmp/slow-$addr.out" && break
 		sleep 0.1

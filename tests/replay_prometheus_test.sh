@@ -25,24 +25,14 @@ command -v prometheus >/dev/null || fail "prometheus not installed (Debian packa
 command -v promtool >/dev/null || fail "promtool not installed (Debian package prometheus)"
 command -v curl >/dev/null || fail "curl not installed"
 
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-}
-trap cleanup EXIT
+trap kill_pids EXIT
 
 # A replay that runs about ten seconds (so that Prometheus scrapes it while it
 # allocates), then keeps serving for up to 120 s.
 "$replay" --requests 3000 --speed 50 --threads 2 --no-naive --no-progress \
 	--metrics-port 0 --linger 120 >"$tmp/replay.out" 2>"$tmp/replay.err" &
 pids+=($!)
-port=
-for _ in $(seq 100); do
-	port=$(sed -n 2>/dev/null 's|^metrics: http://127.0.0.1:\([0-9]*\)/metrics$|\1|p' "$tmp/replay.err")
-	[ -n "$port" ] && break
-	sleep 0.1
-done
+port=$(metrics_port "$tmp/replay.err")
 [ -n "$port" ] || { cat "$tmp/replay.err"; fail "the replay did not print its metrics port"; }
 echo "ok replay serves /metrics on port $port"
 

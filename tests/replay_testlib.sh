@@ -1,4 +1,5 @@
 # tests/replay_testlib.sh - shared helpers of the replay/stress sh_tests (sourced).
+# shellcheck shell=bash
 #
 # kvp_traces_dir: the shared traces.  $KVP_TRACES when set; otherwise
 # ../shared/traces beside the repository this script really lives in
@@ -30,4 +31,23 @@ json_get() {
 expect_eq() {
 	[ "$2" = "$3" ] || fail "$1: got '$2', expected '$3'"
 	echo "ok $1 = $3"
+}
+
+# pids: background processes to end on exit (`trap kill_pids EXIT`).
+pids=()
+kill_pids() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+}
+
+# metrics_port FILE: the port a tool printed to FILE as
+# "metrics: http://127.0.0.1:PORT/metrics", waiting up to 10 s; "" if none.
+metrics_port() {
+	local port=
+	for _ in $(seq 100); do
+		port=$(sed -n 's|^metrics: http://127.0.0.1:\([0-9]*\)/metrics$|\1|p' "$1" 2>/dev/null)
+		[ -n "$port" ] && break
+		sleep 0.1
+	done
+	echo "$port"
 }

@@ -11,8 +11,8 @@
 # A file in lib/M/ may include lib/N/ only when N is M or below M.  Programs
 # and tests (stress/, replay/, bench/, tests/, docs/examples/, python/) include the
 # public headers <kvpool/...> and the documented test-support headers of
-# lib/testing/ only.  Prints each violation as FILE:LINE: reason and exits 1
-# if there was any.
+# lib/testing/ only.  The Python package is layered likewise (below).  Prints
+# each violation as FILE:LINE: reason and exits 1 if there was any.
 set -uo pipefail
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$root" || exit 2
@@ -61,5 +61,19 @@ for d in stress replay bench tests docs/examples python; do
 		esac
 	done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]+"lib/' "$d" --include='*.c' --include='*.h' --include='*.cc' |
 		sed -E 's/^([^:]+):([0-9]+):.*("lib\/[^"]+").*/\1:\2:\3/')
+done
+# The Python package, layered as the library: pool < storage < kvcache (the
+# modules they share - _lib, _handle, errors, stats, prefix - sit below all
+# three).  A module may not import one above it, lazily inside a function
+# either.
+declare -A pylayer=([pool]=1 [storage]=2 [kvcache]=3)
+for m in pool storage kvcache; do
+	f=python/kvpool/$m.py
+	[ -f "$f" ] || continue
+	while IFS=: read -r ln n; do
+		[ -n "${pylayer[$n]+x}" ] && [ "${pylayer[$n]}" -gt "${pylayer[$m]}" ] &&
+			report "$f:$ln" "python kvpool.$m imports kvpool.$n, which is above it"
+	done < <(grep -nE '^[[:space:]]*from[[:space:]]+\.[[:space:]]*(import[[:space:]]+)?[a-z_]+' "$f" |
+		sed -E 's/^([0-9]+):[[:space:]]*from[[:space:]]+\.[[:space:]]*(import[[:space:]]+)?([a-z_]+).*/\1:\3/')
 done
 exit $bad

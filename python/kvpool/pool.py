@@ -330,9 +330,9 @@ class Block:
         )
 
 
-def _close_pool(handle: Handle, storages: dict) -> None:
-    for st in list(storages.values()):
-        st.close()
+def _close_pool(handle: Handle, dependents: dict) -> None:
+    for obj in list(dependents.values()):
+        obj.close()
     handle.close()
 
 
@@ -355,12 +355,13 @@ class BlockPoolAllocator:
         ptr = ctypes.c_void_p()
         check(fn.kvp_pool_create(ctypes.byref(c), ctypes.byref(ptr)), "BlockPoolAllocator")
         self._handle = Handle(ptr.value, fn.kvp_pool_destroy, "BlockPoolAllocator")
-        # Storages shared by this pool's PooledKVCaches.  They hold the pool's
-        # Handle, not this object, so the pool can be collected; the
-        # finalizer closes them, then the pool.
-        self._storages: dict = {}
-        self._storages_lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _close_pool, self._handle, self._storages)
+        # Objects the layers above keep with this pool (_dependent), such as
+        # the storages its PooledKVCaches share.  They hold the pool's Handle,
+        # not this object, so the pool can be collected; the finalizer closes
+        # them, then the pool.
+        self._dependents: dict = {}
+        self._dependents_lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _close_pool, self._handle, self._dependents)
         self.config = cfg
 
     # -- lifetime
@@ -614,16 +615,17 @@ class BlockPoolAllocator:
         with self._handle.use() as p:
             return fn.kvp_pool_n_ids(p)
 
-    def _shared_storage(self, row_dim: int):
-        """The BlockStorage that this pool's PooledKVCaches of one row width
-        share, for K and V alike (a pool carries at most 8 storages)."""
-        from .storage import BlockStorage
-
-        with self._storages_lock:
-            st = self._storages.get(row_dim)
-            if st is None:
-                st = self._storages[row_dim] = BlockStorage(self, row_dim)
-            return st
+    def _dependent(self, key, make):
+        """The object a layer above keeps with this pool under ``key``, made
+        by ``make()`` at the first call; the pool closes it (its ``close()``)
+        just before itself.  The layers above keep what they share per pool
+        here, so this module needs to know none of them (storage.py's
+        ``_shared_storage`` is one)."""
+        with self._dependents_lock:
+            obj = self._dependents.get(key)
+            if obj is None:
+                obj = self._dependents[key] = make()
+            return obj
 
     def __repr__(self) -> str:
         if self.closed:

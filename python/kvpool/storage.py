@@ -131,3 +131,15 @@ class BlockStorage:
 
     def __repr__(self) -> str:
         return f"BlockStorage(head_dim={self.head_dim}, block_size={self.block_size})"
+
+
+def _shared_storage(pool: BlockPoolAllocator, row_dim: int) -> BlockStorage:
+    """The BlockStorage that a pool's PooledKVCaches of one row width share,
+    for K and V alike (a pool carries at most 8 storages); closed with the
+    pool."""
+    return pool._dependent((BlockStorage, row_dim), lambda: BlockStorage(pool, row_dim))
+
+
+# A method of the pool, attached here, one layer up: pool.py does not know
+# this module (the package is layered as the C library: pool, storage, kvcache).
+BlockPoolAllocator._shared_storage = _shared_storage

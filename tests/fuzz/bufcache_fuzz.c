@@ -12,51 +12,23 @@
  * count on both sides).  After every call both must
  * agree on hit or miss, on WHICH buffer a hit returned, on its capacity and
  * on every counter (hits, misses, evictions, OOM retries, system
- * allocations and frees, cached bytes).
+ * allocations and frees, cached bytes).  The lockstep and its checks are
+ * tests/bufcache_twin.c, shared with tests/bufcache_model_test.c.
  */
 #include <kvpool/bufcache.h>
 
-#include <string.h>
+#include <stdlib.h>
 
-#include "bench/ref_bufcache.h"
-#include "lib/testing/fault.h"
+#include "tests/bufcache_twin.h"
 #include "tests/fuzz/fuzz_util.h"
 
 #define MAX_BUFS 2048
-#define MAX_OUT  48
 
-struct buf {
-	void *kv, *seed;
-	size_t cap;
-	int out;
-};
+static struct twin_buf bufs[MAX_BUFS];
 
-static struct buf bufs[MAX_BUFS];
-static int nbufs;
-
-static int find(void *p, int seed)
+static void die(void)
 {
-	for (int i = nbufs - 1; i >= 0; i--)
-		if ((seed ? bufs[i].seed : bufs[i].kv) == p)
-			return i;
-	return -1;
-}
-
-static void same_stats(kvp_bufcache *c, ref_bufcache *s)
-{
-	kvp_bufcache_stats a;
-	struct seed_stats b;
-
-	FZ_EQ(kvp_bufcache_get_stats(c, &a), KVP_OK);
-	seed_get_stats(s, &b);
-	FZ_EQ(a.hits, b.hits);
-	FZ_EQ(a.misses, b.misses);
-	FZ_EQ(a.evictions, b.evictions);
-	FZ_EQ(a.oom_retries, b.oom_retries);
-	FZ_EQ(a.system_allocs, b.system_allocs);
-	FZ_EQ(a.system_frees, b.system_frees);
-	FZ_EQ(a.cached_bytes, b.cached_bytes);
-	FZ_EQ(kvp_bufcache_cached_bytes(c), b.cached_bytes);
+	abort(); /* libFuzzer saves the input as a crash-* file */
 }
 
 static size_t pick(struct fz *f)
@@ -76,84 +48,37 @@ static size_t pick(struct fz *f)
 	}
 }
 
-static void do_alloc(kvp_bufcache *c, ref_bufcache *s, struct fz *f, int *outs, int *nout)
+static void do_alloc(struct bufcache_twin *t, struct fz *f)
 {
-	size_t req = pick(f), ak = 1, as = 1;
+	size_t req = pick(f);
 	uint8_t fb = fz_byte(f);
 	long fail = fb % 8 == 0 ? 1 + fb / 64 : 0;
-	kvp_bufcache_stats before, after;
-	void *pk, *ps;
-	int i;
 
-	FZ_EQ(kvp_bufcache_get_stats(c, &before), KVP_OK);
-	kvpi_fault_inject(0, fail);
-	pk = kvp_bufcache_alloc(c, req, &ak);
-	kvpi_fault_inject(0, fail);
-	ps = seed_alloc(s, req, &as);
-	kvpi_fault_inject(0, 0);
-	FZ_EQ(ak, as);
-	FZ_EQ(pk == NULL, ps == NULL);
-	same_stats(c, s);
-	if (!pk)
-		return;
-	FZ_CHECK(ak >= req);
-	FZ_EQ((uintptr_t)pk % 256, 0);
-	FZ_EQ(kvp_bufcache_get_stats(c, &after), KVP_OK);
-	if (after.hits > before.hits) {
-		i = find(pk, 0);
-		FZ_CHECK(i >= 0);
-		FZ_EQ(find(ps, 1), i);
-		FZ_CHECK(!bufs[i].out);
-		FZ_EQ(bufs[i].cap, ak);
-	} else {
-		int old;
-		FZ_CHECK(nbufs < MAX_BUFS);
-		if ((old = find(pk, 0)) >= 0)
-			bufs[old].kv = NULL;
-		if ((old = find(ps, 1)) >= 0)
-			bufs[old].seed = NULL;
-		i = nbufs++;
-		bufs[i] = (struct buf){pk, ps, ak, 0};
-	}
-	memset(pk, 0xA5, ak); /* the whole capacity is ours */
-	bufs[i].out = 1;
-	outs[(*nout)++] = i;
+	twin_alloc(t, req, fail);
 }
 
-static void do_free(kvp_bufcache *c, ref_bufcache *s, struct fz *f, int *outs, int *nout)
+static void do_free(struct bufcache_twin *t, struct fz *f)
 {
-	int k = fz_byte(f) % *nout, i = outs[k];
-
-	outs[k] = outs[--*nout];
-	bufs[i].out = 0;
-	kvp_bufcache_free(c, bufs[i].kv, bufs[i].cap);
-	seed_free(s, bufs[i].seed, bufs[i].cap);
-	same_stats(c, s);
+	twin_free(t, fz_byte(f) % t->n_out);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct fz f = {data, size};
 	size_t budget = (size_t)fz_u32(&f, 0) * 4; /* 0 .. 256 KiB */
-	int outs[MAX_OUT], nout = 0;
-	kvp_bufcache *c;
-	ref_bufcache *s;
+	struct bufcache_twin t;
 
-	nbufs = 0;
-	if (kvp_bufcache_create(budget, &c) != KVP_OK)
+	if (twin_create(&t, budget, bufs, MAX_BUFS, die) != 0)
 		return 0;
-	s = seed_create(budget, 0);
-	FZ_CHECK(s != NULL);
-	while (f.n && nbufs < MAX_BUFS - 1) {
+	while (f.n && !twin_full(&t)) {
 		uint8_t op = fz_byte(&f);
-		if (nout == 0 || (nout < MAX_OUT && op < 140))
-			do_alloc(c, s, &f, outs, &nout);
+		if (t.n_out == 0 || (t.n_out < TWIN_MAX_OUT && op < 140))
+			do_alloc(&t, &f);
 		else
-			do_free(c, s, &f, outs, &nout);
+			do_free(&t, &f);
 	}
-	while (nout)
-		do_free(c, s, &f, outs, &nout);
-	kvp_bufcache_destroy(c);
-	seed_destroy(s);
+	while (t.n_out)
+		do_free(&t, &f);
+	twin_destroy(&t);
 	return 0;
 }

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# bench/getput_ab.sh - the get/put benchmark (`bazel run //bench:getput --
+# --quick`) before and after, in one run, with the ratio printed.
+#
+#   bench/getput_ab.sh [BASE [ROUNDS]]      (from anywhere in the repository)
+#
+# BASE: the commit to compare against (default: the parent of the commit
+# that moved lib/ into module folders, the first with lib/README.md).
+# Builds //bench:getput twice with Bazel and the repository's .bazelrc:
+#   before   at BASE, in a temporary git worktree with its own Bazel output
+#            base (removed, and its server shut down, on exit)
+#   after    the current tree, uncommitted changes included
+# then runs the two in turns, ROUNDS times each (default 3), so that load on
+# a shared machine hits both alike.  Each run is `--only getput --quick
+# --json`; the script prints, per case (peer and thread count), the median
+# over the rounds of the run's median ops/s, and after/before (1.00 = no
+# change; above 1 the current tree is faster).
+set -euo pipefail
+repo=$(git rev-parse --show-toplevel)
+base=${1:-$(git -C "$repo" log --diff-filter=A --format=%H -- lib/README.md | tail -1)^}
+rounds=${2:-3}
+base=$(git -C "$repo" rev-parse --verify "$base^{commit}")
+tmp=$(mktemp -d)
+cleanup() {
+	if [ -d "$tmp/tree" ]; then
+		(cd "$tmp/tree" && bazel --output_base="$tmp/ob" shutdown) >/dev/null 2>&1 || true
+		git -C "$repo" worktree remove --force "$tmp/tree" >/dev/null 2>&1 || true
+	fi
+	chmod -R u+w "$tmp" 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+echo "building //bench:getput at $(git -C "$repo" rev-parse --short "$base") (before) and the current tree (after)"
+git -C "$repo" worktree add --detach "$tmp/tree" "$base" >/dev/null 2>&1
+(cd "$tmp/tree" && bazel --output_base="$tmp/ob" build //bench:getput >"$tmp/build-before.log" 2>&1) ||
+	{ cat "$tmp/build-before.log" >&2; exit 1; }
+(cd "$repo" && bazel build //bench:getput >"$tmp/build-after.log" 2>&1) ||
+	{ cat "$tmp/build-after.log" >&2; exit 1; }
+before="$tmp/tree/bazel-bin/bench/getput"
+after="$repo/bazel-bin/bench/getput"
+
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+for ((r = 1; r <= rounds; r++)); do
+	order="before after"
+	((r % 2 == 0)) && order="after before" # ABBA: drift in load hits both alike
+	for side in $order; do
+		bin=$before
+		[ "$side" = after ] && bin=$after
+		"$bin" --only getput --quick --json "$tmp/$side.$r.json" >"$tmp/$side.$r.txt" 2>&1 ||
+			{ cat "$tmp/$side.$r.txt" >&2; exit 1; }
+		echo "  round $r $side done (load $(cut -d' ' -f1 /proc/loadavg))"
+	done
+done
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+/usr/bin/python3 - "$tmp" "$rounds" "$(git -C "$repo" rev-parse --short "$base")" \
+	"$(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD || echo ' + uncommitted changes')" <<'PY'
+import json, statistics, sys
+tmp, rounds, b_name, a_name = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+
+def load(side, metric):
+    runs = []
+    for r in range(1, rounds + 1):
+        with open(f"{tmp}/{side}.{r}.json") as f:
+            figs = json.load(f)["figures"]
+        runs.append({(g["series"], g["x"]): g["value"] for g in figs
+                     if g["bench"] == "getput" and g["metric"] == metric
+                     and isinstance(g["value"], (int, float))})
+    return runs
+
+def order(key):
+    series, x = key
+    return (series, int(x.split("=")[1]) if "=" in x else 0)
+
+def table(metric, fmt):
+    before, after = load("before", metric), load("after", metric)
+    keys = sorted(set.intersection(*(set(r) for r in before + after)), key=order)
+    print(f"{'case':<24} {'threads':>8} {'before':>14} {'after':>14} {'after/before':>13}")
+    for k in keys:
+        b = statistics.median(r[k] for r in before)
+        a = statistics.median(r[k] for r in after)
+        print(f"{k[0]:<24} {k[1].split('=')[-1]:>8} {b:>14{fmt}} {a:>14{fmt}} {a / b:>12.3f}x")
+
+print(f"before = {b_name}, after = {a_name}")
+print(f"\nget/put ops/s (one block allocated + freed), median of {rounds} rounds of --quick")
+table("ops_per_s", ".4g")
+print("(the kvpool_* rows are the library's code at each commit; the peers - dpdk_mempool,")
+print(" mutex_pool, the mallocs, limit_tls_array - are the same code in both builds, so")
+print(" their after/before shows how far the machine's noise moves a ratio in this run)")
+print("\nkvpool / mutex_pool, each measured beside the other within one run (load that")
+print("changes between runs cancels), median of the rounds")
+table("ratio_vs_mutex_pool", ".3f")
+PY

@@ -1,0 +1,90 @@
+/*
+ * stress/cli.c - the command line kvpool_replay and kvpool_stress share
+ * (stress/cli.h).
+ */
+#include "stress/cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <kvpool/kvpool.h>
+
+#include "stress/util.h"
+
+int su_cli_next(su_cli *c)
+{
+	int ch, idx = 0;
+	if (!c->started) {
+		c->started = 1;
+		opterr = 0; /* one line of our own below */
+		optind = 1;
+	}
+	ch = getopt_long(c->argc, c->argv, ":hV", c->longopts, &idx);
+	if (ch == -1) {
+		if (optind >= c->argc)
+			return 0;
+		fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", c->prog,
+		        c->argv[optind]);
+		return -1;
+	}
+	if (ch == 'h') {
+		c->usage(stdout);
+		exit(0);
+	}
+	if (ch == 'V') {
+		printf("%s (kvpool) %s\n", c->prog, kvp_version());
+		exit(0);
+	}
+	if (ch == ':') {
+		fprintf(stderr, "%s: option %s needs a value (see --help)\n", c->prog,
+		        c->argv[optind - 1]);
+		return -1;
+	}
+	if (ch != 0) {
+		fprintf(stderr, "%s: unknown option '%s' (see --help)\n", c->prog,
+		        c->argv[optind - 1]);
+		return -1;
+	}
+	snprintf(c->name, sizeof c->name, "--%s", c->longopts[idx].name);
+	c->value = optarg;
+	return 1;
+}
+
+int su_cli_bad_value(const su_cli *c)
+{
+	fprintf(stderr, "%s: bad value for %s: '%s'\n", c->prog, c->name,
+	        c->value ? c->value : "(missing)");
+	return -1;
+}
+
+int su_cli_number(const su_cli *c, const su_num_flag *nums, size_t n)
+{
+	uint64_t u;
+	size_t k = 0;
+	while (k < n && strcmp(c->name, nums[k].flag) != 0)
+		k++;
+	if (k == n) {
+		fprintf(stderr, "%s: unknown option: %s\n", c->prog, c->name);
+		return -1;
+	}
+	if (!su_parse_u64(c->value, &u) || u < nums[k].min || u > nums[k].max)
+		return su_cli_bad_value(c);
+	*nums[k].dst = u;
+	return (int)k;
+}
+
+int su_cli_json_writable(const char *prog, const char *json_path)
+{
+	char *path = su_resolve_path(json_path);
+	FILE *f = path ? fopen(path, "w") : NULL;
+	if (f == NULL) {
+		fprintf(stderr, "%s: --json %s: cannot write: %s\n", prog, json_path,
+		        path ? strerror(errno) : "out of memory");
+		free(path);
+		return -1;
+	}
+	fclose(f);
+	free(path);
+	return 0;
+}
