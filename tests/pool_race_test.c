@@ -801,6 +801,98 @@ static void test_raw_double_free_race(void)
 	owned_double_free_case(true);
 }
 
+/* ---- a raw block's fill changed by its own thread while another frees it ----
+ * The allocating thread sets a raw block's fill (once, or there and back
+ * to the same word) and frees it with its raw op's plain store, while a
+ * second thread frees the same ref.  The second thread's free must revoke
+ * the slot's raw bias before its CAS can succeed, however the word changed
+ * in between: it once checked that the word was unchanged, so a fill set
+ * by the owning thread (which revokes nothing) made it skip the revocation
+ * and retry its CAS on the new word (or on the old one, the fill set back)
+ * while the owning thread's plain store cleared the same hand-out: freed
+ * twice.  Each attempt races one fresh raw block; the slot's bias is set
+ * again (white-box, both threads quiet) when an attempt revoked it, as a
+ * fresh slot's would be.  Checked: every block freed exactly once, the
+ * other free counted stale, no block on the free lists twice. */
+
+#define RFF_ATTEMPTS (KVP_TEST_TSAN ? 20000 : 400000)
+
+struct rff {
+	kvp_pool *pool;
+	kvp_ref ref;
+	_Atomic int go, done;
+	uint64_t rng;
+};
+
+static void rff_wait(_Atomic int *w, int v)
+{
+	for (int i = 0; atomic_load(w) < v; i++)
+		if (i > 1000)
+			sched_yield();
+}
+
+static void rff_delay(uint64_t *rng, uint64_t max)
+{
+	for (uint64_t d = tu_rand(rng) % max; d > 0; d--)
+		atomic_signal_fence(memory_order_seq_cst);
+}
+
+static void *rff_other(void *arg)
+{
+	struct rff *x = arg;
+	for (int a = 1; a <= RFF_ATTEMPTS; a++) {
+		rff_wait(&x->go, a);
+		rff_delay(&x->rng, 200);
+		CHECK_EQ(kvp_free_block(x->pool, x->ref), KVP_OK);
+		atomic_store(&x->done, a);
+	}
+	return NULL;
+}
+
+static void test_raw_fill_free_race(void)
+{
+	kvp_pool *p = mkpool(64, false, 0, 8);
+	size_t free_k = kvp_n_free(p, KVP_K);
+	struct rff x;
+	memset(&x, 0, sizeof(x));
+	x.pool = p;
+	x.rng = seed0 ^ 0x7ff;
+	uint64_t rng = seed0 ^ 0x3ff;
+	pthread_t t;
+	CHECK_EQ(pthread_create(&t, NULL, rff_other, &x), 0);
+	struct kvp_tslot *me = kvpi_tslot_get(p);
+	uint64_t rebiased = 0;
+	for (int a = 1; a <= RFF_ATTEMPTS; a++) {
+		if (p->asym && atomic_load(&me->raw_bias) != KVPI_RAW_BIASED) {
+			atomic_store(&me->raw_bias, KVPI_RAW_BIASED);
+			rebiased++;
+		}
+		CHECK_EQ(kvp_alloc_block(p, KVP_K, KVP_FP16, &x.ref), KVP_OK);
+		atomic_store(&x.go, a);
+		rff_delay(&rng, 100);
+		int rc = kvp_block_set_used(p, x.ref, 3);
+		CHECK(rc == KVP_OK || rc == KVP_ENOENT);
+		if (a & 1) { /* back to the word it was: the same state word */
+			rc = kvp_block_set_used(p, x.ref, 16);
+			CHECK(rc == KVP_OK || rc == KVP_ENOENT);
+		}
+		CHECK_EQ(kvp_free_block(p, x.ref), KVP_OK);
+		rff_wait(&x.done, a);
+		if (a % 4096 == 0 || a == RFF_ATTEMPTS) {
+			kvp_stats s;
+			CHECK_EQ(kvp_pool_stats(p, &s), KVP_OK);
+			CHECK_EQ(s.n_allocations, a);
+			CHECK_EQ(s.n_frees, a); /* one free per block, never two */
+			CHECK_EQ(s.n_stale_frees, a);
+		}
+	}
+	CHECK_EQ(pthread_join(t, NULL), 0);
+	CHECK_EQ(kvp_n_free(p, KVP_K), free_k); /* none pushed twice */
+	kvp_pool_destroy(p);
+	printf("  %d attempts, the slot's raw bias revoked in %llu\n", RFF_ATTEMPTS,
+	       (unsigned long long)rebiased);
+}
+
 /* ---- biased owners raced by other threads ----
  * Producers allocate for owners made on their own thread (so biased to it),
  * while consumers free those blocks, list and free_all those owners, and
@@ -1112,6 +1204,7 @@ int main(void)
 	RUN(test_double_free_race);
 	RUN(test_owned_double_free_race);
 	RUN(test_raw_double_free_race);
+	RUN(test_raw_fill_free_race);
 	RUN(test_biased_owner_handoff);
 	RUN(test_stats_read_under_churn);
 	RUN(test_short_lived_threads);

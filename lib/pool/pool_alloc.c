@@ -167,10 +167,16 @@ void kvpi_raw_exclude(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_block 
 	if (o == 0 || o == (uint64_t)(uintptr_t)s)
 		return; /* no bias, or our own: our CAS excludes everyone else's */
 	/* The word read is this hand-out's (a slot, since the hand-out is raw)
-	 * only if the state is unchanged since @st (loaded with acquire), as in
-	 * kvp_block_get; otherwise the caller's CAS, which expects @st, fails. */
+	 * if the block is still in use at @st's generation (@st was loaded with
+	 * acquire; a later stamp's owner store would make the free before it
+	 * visible here); otherwise no CAS of the caller can succeed.  Only the
+	 * generation and in_use: a word merely changed (the slot's own thread
+	 * setting the fill, which revokes nothing) would fail the caller's CAS,
+	 * which then retries on the new word, or even on @st again (the fill
+	 * set back), with the slot's thread perhaps inside a raw op. */
 	atomic_thread_fence(memory_order_acquire);
-	if (atomic_load_explicit(&b->state, memory_order_relaxed) != st)
+	uint64_t cur = atomic_load_explicit(&b->state, memory_order_relaxed);
+	if (kvpi_st_gen(cur) != kvpi_st_gen(st) || !(cur & KVP_ST_IN_USE))
 		return;
 	struct kvp_tslot *t = (struct kvp_tslot *)(uintptr_t)o;
 	/* acquire: as in raw_revoke's wait. */
