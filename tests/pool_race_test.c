@@ -820,7 +820,7 @@ static void test_raw_double_free_race(void)
 struct rff {
 	kvp_pool *pool;
 	kvp_ref ref;
-	_Atomic int go, done;
+	_Atomic int ready, go, done;
 	uint64_t rng;
 };
 
@@ -841,8 +841,9 @@ static void *rff_other(void *arg)
 {
 	struct rff *x = arg;
 	for (int a = 1; a <= RFF_ATTEMPTS; a++) {
+		atomic_store(&x->ready, a);
 		rff_wait(&x->go, a);
-		rff_delay(&x->rng, 200);
+		rff_delay(&x->rng, 16);
 		CHECK_EQ(kvp_free_block(x->pool, x->ref), KVP_OK);
 		atomic_store(&x->done, a);
 	}
@@ -868,8 +869,9 @@ static void test_raw_fill_free_race(void)
 			rebiased++;
 		}
 		CHECK_EQ(kvp_alloc_block(p, KVP_K, KVP_FP16, &x.ref), KVP_OK);
+		rff_wait(&x.ready, a); /* both running when the race starts */
 		atomic_store(&x.go, a);
-		rff_delay(&rng, 100);
+		rff_delay(&rng, 512); /* sweeps the other free across set_used and free */
 		int rc = kvp_block_set_used(p, x.ref, 3);
 		CHECK(rc == KVP_OK || rc == KVP_ENOENT);
 		if (a & 1) { /* back to the word it was: the same state word */
