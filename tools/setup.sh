@@ -42,6 +42,7 @@ python3-setuptools      # python/pyproject.toml builds offline
 python3-pip             # pip install --no-build-isolation ./python
 man-db                  # man -l on the generated man pages
 groff-base
+tree                    # tree lib: the module layout at a glance (lib/README.md)
 "
 
 # Strip comments and blank lines: one package name per word.
