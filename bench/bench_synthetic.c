@@ -1,5 +1,5 @@
 /*
- * bench/bench_synthetic.c - benchmark 3: the seed's synthetic generation
+ * bench/bench_synthetic.c - benchmark 3: a synthetic generation
  * workload through kvpool against naive per-token allocation.
  *
  * Workload (deterministic, splitmix64 seed 42): R requests, at most C

@@ -1,16 +1,17 @@
 /*
- * bench/bufcache_bench.c - alloc+free pairs on the hit path: kvpool vs the seed vs mallocs.
+ * bench/bufcache_bench.c - alloc+free pairs on the hit path: kvpool vs ref-scan vs mallocs.
  *
  * Workload, the same for every allocator: 32 request sizes, geometric from
  * 256 B to 64 KiB; 256 buffers (8 of each size) allocated and freed first,
  * so a cache holds 256 mixed-size buffers; then T threads (1, 2, 4, 8) each
  * run alloc(n) + free pairs with n drawn from a fixed random sequence of
  * those sizes.  With 8 buffers of each size cached and each thread holding
- * at most one, every kvpool and seed allocation is a hit (the hit rate is
+ * at most one, every kvpool and ref-scan allocation is a hit (the hit rate is
  * printed to prove it).
  *
- * Allocators: kvpool's cache; the seed's algorithm (bench/ref_bufcache.c,
- * 256-slot linear best-fit scan, one mutex around each call); and
+ * Allocators: kvpool's cache; "ref-scan", the reference algorithm
+ * (bench/ref_bufcache.c, 256-slot linear best-fit scan, one mutex around
+ * each call); and
  * aligned_alloc(256, n) + free from glibc, jemalloc, mimalloc and tcmalloc.
  * Those four all replace malloc process-wide, so each allocator runs in its
  * own child process: the bench re-executes itself with LD_PRELOAD set to the
@@ -72,12 +73,12 @@ static const int thread_counts[] = {1, 2, 4, 8};
 struct peer {
 	const char *name;
 	const char *lib; /* NULL: no preload */
-	int kind;        /* 0 kvpool, 1 seed, 2 aligned_alloc */
+	int kind;        /* 0 kvpool, 1 reference scan, 2 aligned_alloc */
 };
 
 static const struct peer peers[] = {
     {"kvpool", NULL, 0},
-    {"seed-scan", NULL, 1},
+    {"ref-scan", NULL, 1},
     {"glibc", NULL, 2},
     {"jemalloc", LIBDIR "libjemalloc.so.2", 2},
     {"mimalloc", LIBDIR "libmimalloc.so.2", 2},
@@ -92,7 +93,7 @@ static unsigned short seq[SEQ];
 
 static int kind;
 static kvp_bufcache *kv;
-static ref_bufcache *seed;
+static ref_bufcache *refc;
 
 static inline void *do_alloc(size_t n, size_t *actual)
 {
@@ -100,7 +101,7 @@ static inline void *do_alloc(size_t n, size_t *actual)
 	case 0:
 		return kvp_bufcache_alloc(kv, n, actual);
 	case 1:
-		return seed_alloc(seed, n, actual);
+		return ref_bufcache_alloc(refc, n, actual);
 	default:
 		*actual = (n + 255) & ~(size_t)255;
 		return aligned_alloc(256, *actual);
@@ -114,7 +115,7 @@ static inline void do_free(void *p, size_t actual)
 		kvp_bufcache_free(kv, p, actual);
 		break;
 	case 1:
-		seed_free(seed, p, actual);
+		ref_bufcache_free(refc, p, actual);
 		break;
 	default:
 		free(p);
@@ -207,12 +208,12 @@ static int preload_in_effect(const char *lib)
 static void cache_counts(uint64_t *hits, uint64_t *misses)
 {
 	kvp_bufcache_stats s;
-	struct seed_stats ss;
+	struct ref_bufcache_stats ss;
 
 	if (kind == 0 && kvp_bufcache_get_stats(kv, &s) == KVP_OK)
 		*hits = s.hits, *misses = s.misses;
 	if (kind == 1)
-		seed_get_stats(seed, &ss), *hits = ss.hits, *misses = ss.misses;
+		ref_bufcache_get_stats(refc, &ss), *hits = ss.hits, *misses = ss.misses;
 }
 
 /* @nt threads run pairs for @secs; prints the "R" line the parent reads.  0, or 1. */
@@ -263,7 +264,7 @@ static int child(const struct peer *pr, double secs)
 		return 2;
 	if (kind == 0 && kvp_bufcache_create(64u << 20, &kv) != KVP_OK)
 		return 1;
-	if (kind == 1 && !(seed = seed_create(64u << 20, 1)))
+	if (kind == 1 && !(refc = ref_bufcache_create(64u << 20, 1)))
 		return 1;
 	/* 256 mixed-size buffers cached (or, for a malloc, freed once). */
 	for (int i = 0; i < N_SIZES * COPIES; i++)
@@ -277,7 +278,7 @@ static int child(const struct peer *pr, double secs)
 	if (kind == 0)
 		kvp_bufcache_destroy(kv);
 	if (kind == 1)
-		seed_destroy(seed);
+		ref_bufcache_destroy(refc);
 	return 0;
 }
 
@@ -372,8 +373,8 @@ static void print_targets(const struct result *res)
 		target(label, kv->cpu[i] / kv->cpu[0], "<=", 1.5, kv->cpu[i] <= 1.5 * kv->cpu[0]);
 	}
 	for (int i = 0; sd->ok && i < N_TC; i++) {
-		snprintf(label, sizeof(label), "seed-scan / kvpool at %d thread%s",
-		         thread_counts[i], thread_counts[i] > 1 ? "s" : "");
+		snprintf(label, sizeof(label), "ref-scan / kvpool at %d thread%s", thread_counts[i],
+		         thread_counts[i] > 1 ? "s" : "");
 		target(label, sd->cpu[i] / kv->cpu[i], ">=", 10.0, sd->cpu[i] >= 10.0 * kv->cpu[i]);
 	}
 }

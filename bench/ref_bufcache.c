@@ -1,7 +1,7 @@
 /*
- * bench/ref_bufcache.c - the seed's 256-slot linear best-fit scan (baseline).
+ * bench/ref_bufcache.c - the reference 256-slot linear best-fit scan (baseline).
  *
- * Written from the seed's contract (kvpool/bufcache.h, "Semantics"): every
+ * Written from the single-thread contract in kvpool/bufcache.h: every
  * lookup and every eviction scans all 256 slots.  `seq` orders caching so
  * that ties go to the least recently cached buffer, as in kvpool's cache.
  */
@@ -21,15 +21,15 @@ struct slot {
 };
 
 struct ref_bufcache {
-	struct slot slot[SEED_SLOTS];
+	struct slot slot[REF_SLOTS];
 	size_t budget, cached;
 	uint64_t seq;
 	int locked;
 	pthread_mutex_t lock;
-	struct seed_stats st;
+	struct ref_bufcache_stats st;
 };
 
-ref_bufcache *seed_create(size_t max_cached_bytes, int locked)
+ref_bufcache *ref_bufcache_create(size_t max_cached_bytes, int locked)
 {
 	ref_bufcache *s = kvpi_sys_alloc(sizeof(*s), 64);
 
@@ -47,7 +47,7 @@ static int best_fit(ref_bufcache *s, size_t need)
 {
 	int best = -1;
 
-	for (int i = 0; i < SEED_SLOTS; i++) {
+	for (int i = 0; i < REF_SLOTS; i++) {
 		struct slot *x = &s->slot[i];
 		if (!x->cap || x->cap < need)
 			continue;
@@ -107,7 +107,7 @@ static void *do_alloc(ref_bufcache *s, size_t requested, size_t *actual)
 
 static int free_slot(ref_bufcache *s)
 {
-	for (int i = 0; i < SEED_SLOTS; i++)
+	for (int i = 0; i < REF_SLOTS; i++)
 		if (!s->slot[i].cap)
 			return i;
 	return -1;
@@ -132,7 +132,7 @@ static void do_free(ref_bufcache *s, void *ptr, size_t actual)
 	s->cached += actual;
 }
 
-void *seed_alloc(ref_bufcache *s, size_t requested, size_t *actual)
+void *ref_bufcache_alloc(ref_bufcache *s, size_t requested, size_t *actual)
 {
 	void *p;
 
@@ -144,7 +144,7 @@ void *seed_alloc(ref_bufcache *s, size_t requested, size_t *actual)
 	return p;
 }
 
-void seed_free(ref_bufcache *s, void *ptr, size_t actual)
+void ref_bufcache_free(ref_bufcache *s, void *ptr, size_t actual)
 {
 	if (s->locked)
 		pthread_mutex_lock(&s->lock);
@@ -153,15 +153,15 @@ void seed_free(ref_bufcache *s, void *ptr, size_t actual)
 		pthread_mutex_unlock(&s->lock);
 }
 
-void seed_get_stats(ref_bufcache *s, struct seed_stats *out)
+void ref_bufcache_get_stats(ref_bufcache *s, struct ref_bufcache_stats *out)
 {
 	*out = s->st;
 	out->cached_bytes = s->cached;
 }
 
-void seed_destroy(ref_bufcache *s)
+void ref_bufcache_destroy(ref_bufcache *s)
 {
-	for (int i = 0; i < SEED_SLOTS; i++)
+	for (int i = 0; i < REF_SLOTS; i++)
 		if (s->slot[i].cap)
 			kvpi_sys_free(s->slot[i].ptr);
 	pthread_mutex_destroy(&s->lock);

@@ -11,7 +11,7 @@
 
 int kvb_bench_getput(void);    /* 1. one block per op, thread sweep, every peer */
 int kvb_bench_batch(void);     /* 2. 1, 16, 256 blocks per call */
-int kvb_bench_synthetic(void); /* 3. the seed's generation workload vs per-token malloc */
+int kvb_bench_synthetic(void); /* 3. synthetic generation workload vs per-token malloc */
 int kvb_bench_scaling(void);   /* 4. 1e3..1e7 blocks; growth; shrink */
 int kvb_bench_bufcache(void);  /* 5. the buffer-cache bench's quick mode, if built */
 int kvb_bench_stats(void);     /* 6. stats reads every 1 ms vs none */

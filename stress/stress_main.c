@@ -7,7 +7,7 @@
  *   kvpool_stress --threads N --seconds S --seed X [--ops N] ...
  *
  * Exit status: 0 no violation, 1 a violation (the first is printed, with
- * the seed to replay the run), 2 bad usage.  See docs/STRESS.md.
+ * the random seed to replay the run), 2 bad usage.  See docs/STRESS.md.
  */
 #include <errno.h>
 #include <getopt.h>

@@ -1,17 +1,17 @@
 /*
- * tests/bufcache_model_test.c - kvpool's cache against the seed's algorithm, op by op.
+ * tests/bufcache_model_test.c - kvpool's cache against the reference algorithm, op by op.
  *
- * One thread drives kvpool's cache and the seed baseline (bench/ref_bufcache.c:
- * 256 slots, linear best-fit scan) with the same random sequence of allocs
- * and frees, and now and then makes the system allocator fail the same
- * number of times for both.  Buffers get an id when a miss creates them;
- * after every call both sides must agree on hit or miss, on WHICH buffer
- * (by id) a hit returned, on its capacity, and on every counter: hits,
- * misses, evictions, OOM retries, system allocations and frees, cached
- * bytes.  That is "the same single-thread semantics as the seed in every
- * observable way", checked on 10000 operations.  The lockstep and its
- * checks are tests/bufcache_twin.c, shared with the fuzz target
- * tests/fuzz/bufcache_fuzz.c.
+ * One thread drives kvpool's cache and the reference algorithm
+ * (bench/ref_bufcache.c: 256 slots, linear best-fit scan) with the same
+ * random sequence of allocs and frees, and now and then makes the system
+ * allocator fail the same number of times for both.  Buffers get an id
+ * when a miss creates them; after every call both sides must agree on hit
+ * or miss, on WHICH buffer (by id) a hit returned, on its capacity, and on
+ * every counter: hits, misses, evictions, OOM retries, system allocations
+ * and frees, cached bytes.  That is "the same single-thread semantics as
+ * the reference algorithm in every observable way", checked on 10000
+ * operations.  The lockstep and its checks are tests/bufcache_twin.c,
+ * shared with the fuzz target tests/fuzz/bufcache_fuzz.c.
  */
 #include <kvpool/bufcache.h>
 
@@ -58,9 +58,9 @@ static void do_free(struct bufcache_twin *t, uint64_t *rng)
 	twin_free(t, (int)(tu_rand(rng) % (uint64_t)t->n_out));
 }
 
-static void same_as_seed(void)
+static void same_as_reference(void)
 {
-	/* 48 KiB: fewer than the seed's 256 slots can ever be cached. */
+	/* 48 KiB: fewer than the reference algorithm's 256 slots can ever be cached. */
 	const size_t budget = 48 * 1024;
 	struct bufcache_twin t;
 	uint64_t rng = 7;
@@ -93,6 +93,6 @@ static void same_as_seed(void)
 
 int main(void)
 {
-	RUN(same_as_seed);
+	RUN(same_as_reference);
 	return 0;
 }

@@ -1,13 +1,14 @@
 /*
- * tests/bufcache_ref_test.c - the seed dynamic_pool_allocator's four-phase check, ported.
+ * tests/bufcache_ref_test.c - the reference behaviour in a four-phase check.
  *
  * Phase 1: rounding boundaries.  Phase 2: headroom math and the overflow
  * guard.  Phase 3: a live allocation is 256-aligned, holds a 0xAA fill, and
  * cached bytes account for it.  Phase 4: exact pointer reuse, smallest-first
  * eviction under a 1024-byte budget, and KVP_BUF_MAX_REQUEST + 1 failing.
- * Plus the seed rules around them: best fit by the request (not its
- * rounding), least-recently-cached order among equal capacities, and a
- * buffer larger than the budget going straight back to the system.
+ * Plus the rules around them (include/kvpool/bufcache.h, "Semantics"):
+ * best fit by the request (not its rounding), least-recently-cached order
+ * among equal capacities, and a buffer larger than the budget going
+ * straight back to the system.
  */
 #include <kvpool/bufcache.h>
 

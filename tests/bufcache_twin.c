@@ -40,10 +40,10 @@ static int find(const struct bufcache_twin *t, const void *p, int ref)
 static void same_stats(const struct bufcache_twin *t)
 {
 	kvp_bufcache_stats a;
-	struct seed_stats b;
+	struct ref_bufcache_stats b;
 
 	TW_EQ(t, kvp_bufcache_get_stats(t->kv, &a), KVP_OK);
-	seed_get_stats(t->ref, &b);
+	ref_bufcache_get_stats(t->ref, &b);
 	TW_EQ(t, a.hits, b.hits);
 	TW_EQ(t, a.misses, b.misses);
 	TW_EQ(t, a.evictions, b.evictions);
@@ -63,7 +63,7 @@ int twin_create(struct bufcache_twin *t, size_t budget, struct twin_buf *bufs, i
 	t->die = die;
 	if (kvp_bufcache_create(budget, &t->kv) != KVP_OK)
 		return -1;
-	t->ref = seed_create(budget, 0);
+	t->ref = ref_bufcache_create(budget, 0);
 	TW_CHECK(t, t->ref != NULL);
 	return 0;
 }
@@ -73,7 +73,7 @@ void twin_destroy(struct bufcache_twin *t)
 	while (t->n_out)
 		twin_free(t, 0);
 	kvp_bufcache_destroy(t->kv);
-	seed_destroy(t->ref);
+	ref_bufcache_destroy(t->ref);
 }
 
 int twin_full(const struct bufcache_twin *t)
@@ -116,7 +116,7 @@ void twin_alloc(struct bufcache_twin *t, size_t req, long fail)
 	kvpi_fault_inject(0, fail);
 	pk = kvp_bufcache_alloc(t->kv, req, &ak);
 	kvpi_fault_inject(0, fail);
-	pr = seed_alloc(t->ref, req, &ar);
+	pr = ref_bufcache_alloc(t->ref, req, &ar);
 	kvpi_fault_inject(0, 0);
 	TW_EQ(t, ak, ar);
 	TW_EQ(t, pk == NULL, pr == NULL);
@@ -139,6 +139,6 @@ void twin_free(struct bufcache_twin *t, int k)
 	t->outs[k] = t->outs[--t->n_out];
 	t->bufs[i].out = 0;
 	kvp_bufcache_free(t->kv, t->bufs[i].kv, t->bufs[i].cap);
-	seed_free(t->ref, t->bufs[i].ref, t->bufs[i].cap);
+	ref_bufcache_free(t->ref, t->bufs[i].ref, t->bufs[i].cap);
 	same_stats(t);
 }

@@ -3,9 +3,10 @@
  * compiled outside Bazel with `cc app.c $(pkg-config --cflags --libs kvpool)`
  * against what tools/install.sh installed.
  *
- * The seed's example: a 64-block pool of 16-token blocks, 40 tokens of stream
- * K for owner 1; prints kvp_stats_format's line after allocating and again
- * after freeing.  Every call's status is checked.
+ * The example documented at kvp_stats_format (include/kvpool/stats.h): a
+ * 64-block pool of 16-token blocks, 40 tokens of stream K for owner 1;
+ * prints kvp_stats_format's line after allocating and again after
+ * freeing.  Every call's status is checked.
  */
 #include <kvpool/kvpool.h>
 

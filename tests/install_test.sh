@@ -9,7 +9,8 @@
 #   3. CMake: find_package(kvpool 0.1 REQUIRED) + kvpool::kvpool (tests/cmake_app),
 #      shared and static
 #   4. the man pages: one per public function, `man -l kvp_allocate.3` renders
-# Each must print EXPECTED: the seed's line (API.md) after allocating 40 tokens
+# Each must print EXPECTED: kvp_stats_format's line (the example documented in
+# include/kvpool/stats.h) after allocating 40 tokens
 # of stream K on a 64-block pool of 16-token blocks, then the line after
 # kvp_free_all.  $1 is the Bazel config: none, asan or tsan (the program is
 # then built with clang and the same -fsanitize flags as the library).

@@ -123,8 +123,8 @@ static void test_config_defaults_and_errors(void)
 	kvp_pool_destroy(NULL);
 }
 
-/* API.md's example line. */
-static void test_seed_example_line(void)
+/* The example line documented at kvp_stats_format in include/kvpool/stats.h. */
+static void test_documented_example_line(void)
 {
 	kvp_pool *p = mkpool(16, 64, true, false, 0, KVP_DEFAULT_THREAD_CACHE);
 	kvp_ref refs[8];
@@ -780,7 +780,7 @@ int main(void)
 {
 	RUN(test_strerror_and_formats);
 	RUN(test_config_defaults_and_errors);
-	RUN(test_seed_example_line);
+	RUN(test_documented_example_line);
 	RUN(test_split_and_layout);
 	RUN(test_allocate_arguments);
 	RUN(test_fill_and_extension);

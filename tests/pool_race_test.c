@@ -5,7 +5,7 @@
  *   - in use + free + retired = blocks ever created;
  *   - each owner's kvp_blocks_for equals what the test gave it;
  *   - the pool's statistics agree with counts kept by the test.
- * Run under TSan and ASan by ./test.sh.  KVP_RACE_SEED picks the seed.
+ * Run under TSan and ASan by ./test.sh.  KVP_RACE_SEED picks the random seed.
  */
 #include <kvpool/kvpool.h>
 

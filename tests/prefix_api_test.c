@@ -725,7 +725,7 @@ static void test_prometheus(void)
 	CHECK(f != NULL);
 	fwrite(buf, 1, len, f);
 	CHECK_EQ(pclose(f), 0);
-	/* The seed's line is unchanged. */
+	/* kvp_stats_format's line (include/kvpool/stats.h) has no prefix-cache field. */
 	char line[256];
 	CHECK(kvp_stats_format(&s, line, sizeof(line)) > 0);
 	CHECK(strstr(line, "cached") == NULL);

@@ -34,7 +34,7 @@
  * while a block is locked, where an evictor, a release or a publisher may
  * slip in.
  *
- * KVP_RACE_SEED picks the seed.
+ * KVP_RACE_SEED picks the random seed.
  */
 #include <kvpool/kvpool.h>
 

@@ -1,4 +1,12 @@
-"""kvpool: the seed's block-pool API in Python, backed by the C library libkvpool.so.
+"""kvpool: a block-pool API in Python, backed by the C library libkvpool.so.
+
+The package keeps the API of kvpool's earlier pure-Python implementation
+(PoolConfig, BlockPoolAllocator, Block, AllocationStats,
+BlockPoolExhaustedError, MLXBlockStorage - here BlockStorage -,
+PooledKVCache, build_pooled_caches): the same names, arguments, defaults
+and behaviours, so code written against it runs with a changed import.
+python/README.md ("Compatibility") lists what that API promised and the
+few places where the binding differs.
 
     from kvpool import BlockPoolAllocator, PoolConfig
 

@@ -14,14 +14,14 @@ anything else  KVPoolError                        -
 =============  =================================  ==========================
 
 Every exception derives from :class:`KVPoolError`, so ``except KVPoolError``
-catches whatever kvpool raises; the second bases keep the seed's contract
+catches whatever kvpool raises; the second bases keep the Python API's contract
 (``ValueError`` for bad arguments, e.g. a write past a block's end).
 Arguments the binding rejects before calling C (a stream name that is not
 "k", "v" or "kv", a negative count) raise :class:`InvalidArgumentError` too;
 arguments of the wrong Python type raise ``TypeError``.
 
-Where the seed was silent rather than failing, the binding keeps the seed's
-behaviour instead of raising: ``free_all`` and ``release_owner`` of an owner
+Where the Python API was silent rather than failing, the binding stays
+silent instead of raising: ``free_all`` and ``release_owner`` of an owner
 that is not active do nothing, and ``blocks_for`` of such an owner is ``[]``.
 """
 

@@ -1,6 +1,6 @@
 """PooledKVCache and build_pooled_caches over kvp_kvcache (include/kvpool/kvcache.h).
 
-The seed's PooledKVCache wrapped another cache and only mirrored its growth
+The earlier Python implementation's PooledKVCache wrapped another cache and only mirrored its growth
 in the pool; here the K/V rows themselves live in pool blocks (through two
 BlockStorage objects), and ``attend`` reads them in place.
 """
@@ -30,7 +30,7 @@ class PooledKVCache:
     format="fp16", k_storage=None, v_storage=None)``
 
     Every layer's blocks are checked out to ``owner`` (one owner per request,
-    unique among the caches alive at once, as in the seed).  A block is
+    unique among the caches alive at once, as in the Python API).  A block is
     taken from the pool only when the layer's previous block is full, and
     ``release()`` returns every block of every layer in one call.
 
@@ -61,9 +61,9 @@ class PooledKVCache:
     the C call sees); many caches may share a pool across threads.  ``close()`` (or garbage collection) releases its
     blocks and frees it.
 
-    The seed's form, ``PooledKVCache(inner, pool, owner=..., format=...)``
+    The wrapper form, ``PooledKVCache(inner, pool, owner=..., format=...)``
     with another cache as first argument, makes an :class:`AccountedKVCache`
-    instead: the seed's wrapper, which keeps the rows in ``inner`` and only
+    instead: the compatible wrapper, which keeps the rows in ``inner`` and only
     checks blocks out of the pool in step with its appends.
     """
 
@@ -255,13 +255,13 @@ class PooledKVCache:
 
 
 class PooledKVCacheLayer:
-    """One layer of a PooledKVCache, the per-layer object the seed's
-    build_pooled_caches handed to a model.
+    """One layer of a PooledKVCache, the per-layer object that
+    build_pooled_caches hands to a model.
 
     ``append``, ``attend``, ``gather``, ``len()`` and ``offset`` act on this
     layer.  ``release()`` and ``n_blocks_held()`` act on the whole request,
-    as in the seed, where every layer's blocks belonged to the one owner and
-    release on any layer freed them all.  Trimming is done on the request
+    as in the Python API, where every layer's blocks belong to the one owner and
+    release on any layer frees them all.  Trimming is done on the request
     (``layer.cache.trim(n)``), since it applies to every layer at once.
     """
 
@@ -307,7 +307,7 @@ def _seed_form(args, kwargs) -> bool:
 
 
 class AccountedKVCache:
-    """The seed's PooledKVCache wrapper: another cache keeps the rows, the
+    """The compatible PooledKVCache wrapper: another cache keeps the rows, the
     pool keeps the accounting.
 
     ``AccountedKVCache(inner, pool, owner=-1, format="fp16")`` (also made by

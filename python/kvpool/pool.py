@@ -46,7 +46,7 @@ def to_int(value, name: str, lo: int, hi: int) -> int:
 
 def owner_to_c(owner) -> int:
     """An owner id: any int in the signed 64-bit range, stored as its
-    two's-complement uint64 (so the seed's default owner -1 round-trips)."""
+    two's-complement uint64 (so the default owner -1 of the Python API round-trips)."""
     return to_int(owner, "owner", INT64_MIN, INT64_MAX) % U64
 
 
@@ -87,8 +87,8 @@ class PoolConfig:
         stream by the shortfall instead of failing, within max_blocks.
     max_blocks: cap on the blocks managed once grown; None is unbounded.
     thread_cache: per-thread cached free blocks per stream; None is the
-        library's default, 0 none.  (Added; not in the seed.)
-    history_len: snapshots kept in ``pool.history``.  (Added; not in the seed.)
+        library's default, 0 none.  (Added to the compatible API.)
+    history_len: snapshots kept in ``pool.history``.  (Added to the compatible API.)
     prefix_cache: blocks shared by content across requests (kvpool/prefix.h):
         ``publish``, ``match_prefix``, ``free_owned``, ``reset_prefix_cache``.
         Off by default; the pool then behaves exactly as without it.
@@ -154,7 +154,7 @@ class Block:
     generation) whose fields are read from the pool (kvp_block_get) each time
     they are read.  So ``owner`` becomes None and ``n_used`` 0 as soon as the
     block is freed - by ``free``, ``free_all`` or another thread - as the
-    seed's shared Block objects did.
+    shared Block objects of the earlier Python implementation did.
 
     Once the block has been handed out again the handle is *stale*
     (``is_stale``): it describes a checkout that has ended, so ``owner`` is
@@ -166,7 +166,7 @@ class Block:
     life and unique across streams, so they index block tables and storage.
 
     ``Block(block_id, ...)`` made by hand is a detached plain record with the
-    seed's defaults; pools reject it.
+    dataclass defaults of the Python API; pools reject it.
     """
 
     __slots__ = ("_pool", "_ref", "_block_id", "_stream", "_format", "_n_used", "_owner", "_ever")
@@ -402,7 +402,7 @@ class BlockPoolAllocator:
             refs.append(b._ref)
         return (ctypes.c_uint64 * len(refs))(*refs), len(refs)
 
-    # -- the seed's API
+    # -- the compatible Python API
     def allocate(self, stream: str, n_tokens: int, owner: int, format: str = "fp16") -> list:
         """Hand ``ceil(n_tokens / block_size)`` blocks of ``stream`` to ``owner``.
 
@@ -474,7 +474,7 @@ class BlockPoolAllocator:
 
     def free_all(self, owner: int) -> None:
         """Free every block checked out to ``owner`` and release the owner.
-        An owner that is not active is left alone (no error, as in the seed)."""
+        An owner that is not active is left alone (no error)."""
         o = owner_to_c(owner)
         with self._handle.use() as p:
             rc = fn.kvp_free_all(p, o)

@@ -19,7 +19,8 @@ class AllocationStats:
     methods compute through the C library's own helpers, so Python and C
     report the same figures.
 
-    ``repr()`` / ``str()`` print the seed's line (kvp_stats_format), e.g.
+    ``repr()`` / ``str()`` print the stats line of kvp_stats_format
+    (include/kvpool/stats.h), e.g.
     ``AllocationStats(in_use=3/64, allocations=3, frees=0, reused=0,
     exhausted=0, grown=0, retired=0, peak=3, fragmentation=0.016)``.
     """

@@ -1,4 +1,5 @@
-"""BlockStorage over kvp_storage (include/kvpool/storage.h): the seed's MLXBlockStorage."""
+"""BlockStorage over kvp_storage (include/kvpool/storage.h), in the place of the
+earlier Python implementation's MLXBlockStorage."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ class BlockStorage:
     The write raises the block's ``n_used`` to cover it.
 
     ``read(block)``: a new float32 numpy array of shape (block.n_used,
-    head_dim), the live rows decoded.  (The seed returned the stored dtype;
+    head_dim), the live rows decoded.  (The earlier Python implementation returned the stored dtype;
     numpy has no bf16 or packed int4, so the binding always decodes.)
 
     Thread-safe as the C storage is: threads may write and read different

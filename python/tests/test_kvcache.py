@@ -206,7 +206,7 @@ def test_build_pooled_caches_gives_one_cache_per_layer_under_one_owner(pool):
     assert out.shape == (H, D)
     k, v = caches[3].gather()
     assert k.shape == (H, 4, D)
-    caches[1].release()  # the whole request, as in the seed
+    caches[1].release()  # the whole request, as the Python API promises
     assert pool.blocks_for(77) == []
     assert all(len(layer) == 0 for layer in caches)
     caches[0].cache.close()
@@ -245,7 +245,7 @@ def test_threads_each_run_their_own_request_on_one_pool():
     pool.close()
 
 
-# --- the seed's wrapper form -------------------------------------------------------------
+# --- the wrapper form of the Python API ----------------------------------------------------
 
 
 class RecordingCache:
@@ -294,7 +294,7 @@ def test_seed_form_makes_an_accounting_wrapper(pool):
 def test_seed_form_default_owner_and_exhaustion():
     with BlockPoolAllocator(PoolConfig(block_size=2, n_blocks=2)) as pool:
         inner = RecordingCache()
-        c = PooledKVCache(inner, pool)  # the seed's default owner, -1
+        c = PooledKVCache(inner, pool)  # the Python API's default owner, -1
         assert c.owner == -1
         c.append(1, 1)
         c.append(2, 2)

@@ -1,4 +1,4 @@
-"""BlockPoolAllocator and Block: every documented behaviour of the seed's API."""
+"""BlockPoolAllocator and Block: every documented behaviour of the Python API."""
 
 import gc
 

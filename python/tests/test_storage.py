@@ -1,4 +1,4 @@
-"""BlockStorage: the seed's MLXBlockStorage over kvp_storage, with numpy arrays."""
+"""BlockStorage (MLXBlockStorage in the earlier Python implementation) over kvp_storage."""
 
 import threading
 
