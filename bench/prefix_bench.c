@@ -13,7 +13,13 @@
  *            so it is cached (kvp_allocate + kvp_prefix_publish + kvp_free;
  *            mx_allocate + mx_publish + mx_release).
  * The baseline (bench/prefix_mutex.c) is a hash map, hold counts, a free
- * list and an LRU list behind one pthread mutex.
+ * list and an LRU list behind one pthread mutex: the least a prefix cache
+ * does (no owners, generations, streams, formats or statistics).  A third
+ * side, "serial", runs kvpool's own calls with every call behind one
+ * global pthread mutex: the same semantics, serialized, which is what
+ * putting kvpool behind one lock would give; kvpool / serial is what its
+ * lock-free paths buy, and "scaling" is kvpool's throughput at N threads
+ * over its throughput at 1 thread in the same table.
  *
  * Figures: operations per second of wall time over all threads (a match
  * operation counts its L keys), and thread CPU nanoseconds per operation
@@ -30,6 +36,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,23 +91,36 @@ static void bad(const char *what)
 /* --- the two sides --------------------------------------------------------------- */
 
 struct side {
-	kvp_pool *pool; /* kvpool side */
+	kvp_pool *pool; /* kvpool side (and the serial side: the same pool) */
 	mx_cache *mx;   /* mutex side */
 };
+
+enum { SIDE_KVPOOL, SIDE_MUTEX, SIDE_SERIAL, N_SIDES };
+
+/* The serial side's one lock around every kvpool call. */
+static pthread_mutex_t serial_mu = PTHREAD_MUTEX_INITIALIZER;
 
 struct job {
 	struct side *s;
 	int op; /* 0 match, 1 publish */
 	unsigned tid;
 	_Atomic int *go;
+	bool serial; /* kvpool's calls behind serial_mu */
 	double stop;
 	uint64_t ops;
 	uint64_t salt; /* hi half of this job's fresh keys */
 	double cpu;    /* thread CPU seconds spent in the timed loop */
 };
 
+/* One kvpool call, behind the serial side's lock when @serial. */
+#define CALL(serial, expr)                                                                         \
+	((serial) ? (pthread_mutex_lock(&serial_mu), _call_rc = (expr),                            \
+	             pthread_mutex_unlock(&serial_mu), _call_rc)                                   \
+	          : (expr))
+
 static void *run_kvpool(void *arg)
 {
+	int _call_rc;
 	struct job *j = arg;
 	uint64_t rng = 0x1234567ull + j->tid, uniq = 0;
 	kvp_owner owner = 1000 + j->tid;
@@ -118,19 +138,23 @@ static void *run_kvpool(void *arg)
 			size_t n = 0;
 			if (j->op == 0) {
 				const kvp_hash *keys = seq_keys[xs(&rng) % SEQS];
-				if (kvp_prefix_match(j->s->pool, KVP_KV, KVP_FP16, keys, L, owner,
-				                     refs, L, &n) != KVP_OK ||
+				if (CALL(j->serial,
+				         kvp_prefix_match(j->s->pool, KVP_KV, KVP_FP16, keys, L,
+				                          owner, refs, L, &n)) != KVP_OK ||
 				    n != L)
 					bad("kvpool: a match missed");
-				if (kvp_free_owned(j->s->pool, owner, refs, n) != KVP_OK)
+				if (CALL(j->serial, kvp_free_owned(j->s->pool, owner, refs, n)) !=
+				    KVP_OK)
 					bad("kvpool: kvp_free_owned failed");
 			} else {
 				kvp_hash key = {++uniq, j->salt};
-				if (kvp_allocate(j->s->pool, KVP_KV, BS, owner, KVP_FP16, refs, 1,
-				                 &n) != KVP_OK ||
-				    kvp_prefix_publish(j->s->pool, refs[0], key) != KVP_OK)
+				if (CALL(j->serial, kvp_allocate(j->s->pool, KVP_KV, BS, owner,
+				                                 KVP_FP16, refs, 1, &n)) !=
+				        KVP_OK ||
+				    CALL(j->serial, kvp_prefix_publish(j->s->pool, refs[0], key)) !=
+				        KVP_OK)
 					bad("kvpool: allocate or publish failed");
-				if (kvp_free(j->s->pool, refs, 1) != KVP_OK)
+				if (CALL(j->serial, kvp_free(j->s->pool, refs, 1)) != KVP_OK)
 					bad("kvpool: kvp_free failed");
 			}
 		}
@@ -204,7 +228,7 @@ static int setup(struct side *s)
 
 /* Operations per second of one run of @threads threads of one side;
  * *@cpu_ns: thread CPU time per operation. */
-static double measure(struct side *s, int kvpool, int op, unsigned threads, double *cpu_ns)
+static double measure(struct side *s, int side, int op, unsigned threads, double *cpu_ns)
 {
 	pthread_t tid[MAX_T];
 	struct job jobs[MAX_T];
@@ -213,9 +237,11 @@ static double measure(struct side *s, int kvpool, int op, unsigned threads, doub
 	double t0, t1, cpu = 0;
 
 	for (unsigned i = 0; i < threads; i++) {
-		jobs[i] = (struct job){.s = s, .op = op, .tid = i, .go = &go};
+		jobs[i] = (struct job){
+		    .s = s, .op = op, .tid = i, .go = &go, .serial = side == SIDE_SERIAL};
 		jobs[i].salt = (atomic_fetch_add(&run_id, 1) + 1) << 16 | 0xfeed;
-		if (pthread_create(&tid[i], NULL, kvpool ? run_kvpool : run_mutex, &jobs[i]) != 0) {
+		if (pthread_create(&tid[i], NULL, side == SIDE_MUTEX ? run_mutex : run_kvpool,
+		                   &jobs[i]) != 0) {
 			bad("pthread_create failed");
 			threads = i;
 			break;
@@ -236,29 +262,45 @@ static double measure(struct side *s, int kvpool, int op, unsigned threads, doub
 	return (double)ops / (t1 - t0);
 }
 
+/* Median of the @reps figures in @v (sorts it). */
+static double median(double *v)
+{
+	qsort(v, (size_t)reps, sizeof *v, cmp_double);
+	return v[reps / 2];
+}
+
 static void table(struct side *s, int op, const unsigned *threads, int n_threads)
 {
+	double base = 0; /* kvpool's throughput at 1 thread (the first row) */
+
 	printf("\n%s: %s per second (median of %d runs of %.2f s), kvpool vs one mutex\n",
 	       op ? "publish (allocate with eviction + publish + free)"
 	          : "match (8 keys, all hits) + release",
 	       op ? "publishes" : "keys matched", reps, secs);
 	printf("  and CPU ns per operation (thread CPU time: what load on the machine does not "
-	       "inflate)\n");
-	printf("  %-8s %14s %14s %8s %12s %12s %8s\n", "threads", "kvpool/s", "mutex/s", "ratio",
-	       "kvpool ns", "mutex ns", "ratio");
+	       "inflate);\n  serial: kvpool's calls behind one global mutex; scaling: kvpool/s "
+	       "over kvpool/s at %u thread%s\n",
+	       threads[0], threads[0] == 1 ? "" : "s");
+	printf("  %-8s %14s %14s %8s %12s %12s %8s %14s %8s %8s\n", "threads", "kvpool/s",
+	       "mutex/s", "ratio", "kvpool ns", "mutex ns", "ratio", "serial/s", "k/serial",
+	       "scaling");
 	for (int t = 0; t < n_threads; t++) {
-		double k[MAX_R], m[MAX_R], kc[MAX_R], mc[MAX_R];
-		for (int r = 0; r < reps; r++) { /* alternate: load hits both */
-			k[r] = measure(s, 1, op, threads[t], &kc[r]) * (op ? 1 : L);
-			m[r] = measure(s, 0, op, threads[t], &mc[r]) * (op ? 1 : L);
+		double v[N_SIDES][MAX_R], c[N_SIDES][MAX_R], med[N_SIDES], cmed[N_SIDES];
+		for (int r = 0; r < reps; r++) /* alternate: load hits every side */
+			for (int side = 0; side < N_SIDES; side++)
+				v[side][r] =
+				    measure(s, side, op, threads[t], &c[side][r]) * (op ? 1 : L);
+		for (int side = 0; side < N_SIDES; side++) {
+			med[side] = median(v[side]);
+			cmed[side] = median(c[side]);
 		}
-		qsort(k, (size_t)reps, sizeof *k, cmp_double);
-		qsort(m, (size_t)reps, sizeof *m, cmp_double);
-		qsort(kc, (size_t)reps, sizeof *kc, cmp_double);
-		qsort(mc, (size_t)reps, sizeof *mc, cmp_double);
-		printf("  %-8u %14.0f %14.0f %7.2fx %12.0f %12.0f %7.2fx\n", threads[t],
-		       k[reps / 2], m[reps / 2], k[reps / 2] / m[reps / 2], kc[reps / 2],
-		       mc[reps / 2], mc[reps / 2] / kc[reps / 2]);
+		if (t == 0)
+			base = med[SIDE_KVPOOL];
+		printf("  %-8u %14.0f %14.0f %7.2fx %12.0f %12.0f %7.2fx %14.0f %7.2fx %7.2fx\n",
+		       threads[t], med[SIDE_KVPOOL], med[SIDE_MUTEX],
+		       med[SIDE_KVPOOL] / med[SIDE_MUTEX], cmed[SIDE_KVPOOL], cmed[SIDE_MUTEX],
+		       cmed[SIDE_MUTEX] / cmed[SIDE_KVPOOL], med[SIDE_SERIAL],
+		       med[SIDE_KVPOOL] / med[SIDE_SERIAL], med[SIDE_KVPOOL] / base);
 		fflush(stdout);
 	}
 }
