@@ -829,6 +829,7 @@ static int load_requests(const opts *o, trace *t, char *source, size_t cap)
 		                 .log = stderr};
 		/* "-" is the standard input */
 		bool std_in = strcmp(o->trace_path, "-") == 0;
+		uint64_t t0 = su_now_ns();
 		if (path == NULL ||
 		    (std_in ? trace_load_stream(stdin, "stdin", &to, t, err, sizeof err)
 		            : trace_load(path, &to, t, err, sizeof err)) != 0) {
@@ -837,9 +838,10 @@ static int load_requests(const opts *o, trace *t, char *source, size_t cap)
 			trace_free(t);
 			return -1;
 		}
-		snprintf(source, cap, "%s trace %s (%zu requests%s)", trace_format_name(t->format),
-		         std_in ? "stdin" : path, t->n,
-		         t->n_skipped ? ", malformed rows skipped" : "");
+		double read_ms = (double)(su_now_ns() - t0) / 1e6;
+		snprintf(source, cap, "%s trace %s (%zu requests%s, read in %.1f ms)",
+		         trace_format_name(t->format), std_in ? "stdin" : path, t->n,
+		         t->n_skipped ? ", malformed rows skipped" : "", read_ms);
 		if (t->n_skipped)
 			fprintf(stderr, "kvpool_replay: %zu malformed rows skipped\n",
 			        t->n_skipped);
