@@ -6,11 +6,13 @@
  * file cut in the middle of a row are all handled, a line longer than
  * TRACE_MAX_LINE (a file that is no trace: /dev/zero, a binary) is an
  * error rather than an allocation of all memory, and a read error (EIO,
- * ENOMEM) is told from the end of the file.  Each row parser is a
- * strict, non-recursive-descent check of exactly the grammar of its format
- * (the JSON reader recurses only to skip values of keys it does not use,
- * with a depth limit), and every rejection names the field and shows the
- * offending text, so that a user can fix the file from the message alone.
+ * ENOMEM) is told from the end of the file.  The CSV rows are checked
+ * against exactly the grammar of their format here; a Mooncake row is
+ * parsed by jansson (strict RFC 8259, UTF-8 checked, duplicate keys
+ * refused, nesting limited) and its fields checked here.  Every rejection
+ * names the field and shows the offending value, or gives jansson's own
+ * message with its column, so that a user can fix the file from the
+ * message alone.
  */
 #include "stress/trace.h"
 
@@ -19,9 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define AZURE_HEADER   "TIMESTAMP,ContextTokens,GeneratedTokens"
-#define VIDUR_HEADER   "num_prefill_tokens,num_decode_tokens"
-#define JSON_MAX_DEPTH 64
+#include <jansson.h>
+
+#define AZURE_HEADER "TIMESTAMP,ContextTokens,GeneratedTokens"
+#define VIDUR_HEADER "num_prefill_tokens,num_decode_tokens"
 
 static const char *const format_names[] = {"auto", "azure", "mooncake", "vidur"};
 
@@ -51,13 +54,13 @@ static void say(char *buf, size_t cap, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Quote at most 40 bytes of @s (length @n) for a message, escaping non-printables. */
-static const char *quote(const char *s, size_t n, char *buf, size_t cap)
+/* Quote at most @max bytes of @s (length @n) for a message, escaping non-printables. */
+static const char *quote_max(const char *s, size_t n, size_t max, char *buf, size_t cap)
 {
 	size_t o = 0;
 	for (size_t i = 0; i < n && o + 8 < cap; i++) {
 		unsigned char c = (unsigned char)s[i];
-		if (i == 40) {
+		if (i == max) {
 			memcpy(buf + o, "...", 3);
 			o += 3;
 			break;
@@ -70,6 +73,12 @@ static const char *quote(const char *s, size_t n, char *buf, size_t cap)
 	}
 	buf[o] = '\0';
 	return buf;
+}
+
+/* Quote at most 40 bytes of @s (length @n) for a message. */
+static const char *quote(const char *s, size_t n, char *buf, size_t cap)
+{
+	return quote_max(s, n, 40, buf, cap);
 }
 
 /*
@@ -258,237 +267,93 @@ int trace_parse_vidur_row(const char *line, int64_t *ts_ns, trace_request *r, ch
 	return parse_tokens(f[1], len[1], "num_decode_tokens", 0, &r->output, why, whycap);
 }
 
-/* --- a strict JSON reader for one line ---------------------------------------- */
+/* --- Mooncake rows (jansson) ------------------------------------------------- */
 
-typedef struct jp {
-	const char *p;
-	char *why;
-	size_t whycap;
-} jp;
-
-enum jkind { J_NUMBER, J_STRING, J_ARRAY, J_OBJECT, J_LITERAL };
-static const char *const jkind_name[] = {"a number", "a string", "an array", "an object",
-                                         "true/false/null"};
-
-static void jws(jp *j)
+/* What a JSON value is, for "expected X, got Y" messages. */
+static const char *mc_kind(const json_t *v)
 {
-	while (*j->p == ' ' || *j->p == '\t' || *j->p == '\r' || *j->p == '\n')
-		j->p++;
+	switch (json_typeof(v)) {
+	case JSON_OBJECT:
+		return "an object";
+	case JSON_ARRAY:
+		return "an array";
+	case JSON_STRING:
+		return "a string";
+	case JSON_INTEGER:
+		return "an integer";
+	case JSON_REAL:
+		return "a real number";
+	case JSON_TRUE:
+	case JSON_FALSE:
+		return "a boolean";
+	default:
+		return "null";
+	}
 }
 
-static int jend(jp *j)
+/* @v written back as compact JSON, quoted (at most 40 bytes) into @buf for a message. */
+static const char *show(const json_t *v, char *buf, size_t cap)
 {
-	say(j->why, j->whycap, "truncated JSON: the line ends inside the object");
-	return -1;
+	char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+	if (s == NULL)
+		return "(out of memory)";
+	quote(s, strlen(s), buf, cap);
+	free(s);
+	return buf;
 }
 
-static int jbad(jp *j, const char *expected)
+/* A token count: a JSON integer, min .. TRACE_MAX_TOKENS. */
+static int mc_tokens(const json_t *v, const char *key, uint32_t min, uint32_t *out, char *why,
+                     size_t whycap)
 {
 	char q[64];
-	if (*j->p == '\0')
-		return jend(j);
-	say(j->why, j->whycap, "malformed JSON: expected %s at '%s'", expected,
-	    quote(j->p, strlen(j->p), q, sizeof q));
-	return -1;
-}
-
-/* A string starting at '"'; sets [*s, *n) to its raw (unescaped) contents. */
-static int jstring(jp *j, const char **s, size_t *n)
-{
-	if (*j->p != '"')
-		return jbad(j, "'\"'");
-	const char *start = ++j->p;
-	for (;;) {
-		char c = *j->p;
-		if (c == '\0')
-			return jend(j);
-		if (c == '"')
-			break;
-		if ((unsigned char)c < 0x20)
-			return jbad(j, "no control character in a string");
-		if (c == '\\') {
-			j->p++;
-			if (*j->p == '\0')
-				return jend(j);
-			if (*j->p == 'u') {
-				for (int k = 1; k <= 4; k++) {
-					char h = j->p[k];
-					if (h == '\0')
-						return jend(j);
-					if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') ||
-					      (h >= 'A' && h <= 'F')))
-						return jbad(j, "4 hex digits after \\u");
-				}
-				j->p += 4;
-			} else if (strchr("\"\\/bfnrt", *j->p) == NULL) {
-				return jbad(j, "a valid escape");
-			}
-		}
-		j->p++;
+	if (!json_is_number(v)) {
+		say(why, whycap, "%s: expected a number, got %s: %s", key, mc_kind(v),
+		    show(v, q, sizeof q));
+		return -1;
 	}
-	*s = start;
-	*n = (size_t)(j->p - start);
-	j->p++;
+	if (json_number_value(v) < 0) {
+		say(why, whycap, "%s: negative token count %s", key, show(v, q, sizeof q));
+		return -1;
+	}
+	if (!json_is_integer(v)) {
+		say(why, whycap, "%s: not a whole number: %s", key, show(v, q, sizeof q));
+		return -1;
+	}
+	json_int_t n = json_integer_value(v);
+	if (n > TRACE_MAX_TOKENS) {
+		say(why, whycap, "%s: too large (more than %u tokens): %lld", key, TRACE_MAX_TOKENS,
+		    (long long)n);
+		return -1;
+	}
+	if (n < min) {
+		say(why, whycap, "%s: must be at least %u, got %lld", key, min, (long long)n);
+		return -1;
+	}
+	*out = (uint32_t)n;
 	return 0;
 }
 
-/* A JSON number; [*s, *n) is its text, *integral whether it has no fraction/exponent. */
-static int jnumber(jp *j, const char **s, size_t *n, bool *integral)
+/* "timestamp": milliseconds, integer or real, 0 .. 9e12 (~285 years: keeps ns in int64). */
+static int mc_timestamp(const json_t *v, int64_t *ts_ns, char *why, size_t whycap)
 {
-	const char *start = j->p;
-	*integral = true;
-	if (*j->p == '-')
-		j->p++;
-	if (*j->p == '0') {
-		j->p++;
-	} else if (*j->p >= '1' && *j->p <= '9') {
-		while (*j->p >= '0' && *j->p <= '9')
-			j->p++;
-	} else {
-		return jbad(j, "a digit");
-	}
-	if (*j->p == '.') {
-		*integral = false;
-		j->p++;
-		if (!(*j->p >= '0' && *j->p <= '9'))
-			return jbad(j, "a digit after '.'");
-		while (*j->p >= '0' && *j->p <= '9')
-			j->p++;
-	}
-	if (*j->p == 'e' || *j->p == 'E') {
-		*integral = false;
-		j->p++;
-		if (*j->p == '+' || *j->p == '-')
-			j->p++;
-		if (!(*j->p >= '0' && *j->p <= '9'))
-			return jbad(j, "a digit in the exponent");
-		while (*j->p >= '0' && *j->p <= '9')
-			j->p++;
-	}
-	*s = start;
-	*n = (size_t)(j->p - start);
-	return 0;
-}
-
-static enum jkind jpeek(jp *j)
-{
-	switch (*j->p) {
-	case '"':
-		return J_STRING;
-	case '[':
-		return J_ARRAY;
-	case '{':
-		return J_OBJECT;
-	case 't':
-	case 'f':
-	case 'n':
-		return J_LITERAL;
-	default:
-		return J_NUMBER;
-	}
-}
-
-static int jskip(jp *j, int depth);
-
-/* '[' or '{' ... matching close; calls jskip on members. */
-static int jskip_container(jp *j, int depth, bool object)
-{
-	char close = object ? '}' : ']';
-	if (depth > JSON_MAX_DEPTH) {
-		say(j->why, j->whycap, "malformed JSON: nested deeper than %d", JSON_MAX_DEPTH);
-		return -1;
-	}
-	j->p++;
-	jws(j);
-	if (*j->p == close) {
-		j->p++;
-		return 0;
-	}
-	for (;;) {
-		jws(j);
-		if (object) {
-			const char *s;
-			size_t n;
-			if (jstring(j, &s, &n) != 0)
-				return -1;
-			jws(j);
-			if (*j->p != ':')
-				return jbad(j, "':'");
-			j->p++;
-			jws(j);
-		}
-		if (jskip(j, depth + 1) != 0)
-			return -1;
-		jws(j);
-		if (*j->p == ',') {
-			j->p++;
-			continue;
-		}
-		if (*j->p == close) {
-			j->p++;
-			return 0;
-		}
-		return jbad(j, object ? "',' or '}'" : "',' or ']'");
-	}
-}
-
-static int jskip(jp *j, int depth)
-{
-	const char *s;
-	size_t n;
-	bool integral;
-	switch (jpeek(j)) {
-	case J_STRING:
-		return jstring(j, &s, &n);
-	case J_ARRAY:
-		return jskip_container(j, depth, false);
-	case J_OBJECT:
-		return jskip_container(j, depth, true);
-	case J_LITERAL:
-		for (const char *lit = *j->p == 't'   ? "true"
-		                       : *j->p == 'f' ? "false"
-		                                      : "null";
-		     *lit; lit++, j->p++) {
-			if (*j->p != *lit)
-				return jbad(j, "true, false or null");
-		}
-		return 0;
-	default:
-		return jnumber(j, &s, &n, &integral);
-	}
-}
-
-/* A key's value that must be a number; *neg and *integral describe it. */
-static int jwant_number(jp *j, const char *key, const char **s, size_t *n, bool *integral)
-{
-	enum jkind k = jpeek(j);
-	if (*j->p == '\0')
-		return jend(j);
-	if (k != J_NUMBER) {
-		say(j->why, j->whycap, "%s: expected a number, got %s", key, jkind_name[k]);
-		return -1;
-	}
-	return jnumber(j, s, n, integral);
-}
-
-static int jtokens(jp *j, const char *key, uint32_t min, uint32_t *out)
-{
-	const char *s;
-	size_t n;
-	bool integral;
 	char q[64];
-	if (jwant_number(j, key, &s, &n, &integral) != 0)
-		return -1;
-	if (s[0] == '-') {
-		say(j->why, j->whycap, "%s: negative token count %s", key,
-		    quote(s, n, q, sizeof q));
+	if (!json_is_number(v)) {
+		say(why, whycap, "timestamp: expected a number, got %s: %s", mc_kind(v),
+		    show(v, q, sizeof q));
 		return -1;
 	}
-	if (!integral) {
-		say(j->why, j->whycap, "%s: not a whole number: %s", key, quote(s, n, q, sizeof q));
+	double ms = json_number_value(v);
+	if (ms < 0) {
+		say(why, whycap, "timestamp: negative milliseconds: %s", show(v, q, sizeof q));
 		return -1;
 	}
-	return parse_tokens(s, n, key, min, out, j->why, j->whycap);
+	if (!(ms <= 9.0e12)) {
+		say(why, whycap, "timestamp: too large: %s", show(v, q, sizeof q));
+		return -1;
+	}
+	*ts_ns = (int64_t)(ms * 1e6 + 0.5);
+	return 0;
 }
 
 /* Append one hash id to @t's array. */
@@ -508,190 +373,110 @@ static int push_hash(trace *t, uint64_t v)
 	return 0;
 }
 
-/* The array of "hash_ids" at '['; each element a non-negative integer below
- * 2^64, appended to @t (when not NULL) and counted in r->n_hash. */
-static int jhash_ids(jp *j, trace *t, trace_request *r)
+/*
+ * "hash_ids": an array of non-negative integers (below 2^63: jansson's
+ * json_int_t), appended to @t when @t is not NULL and counted in r->n_hash.
+ */
+static int mc_hash_ids(const json_t *v, trace *t, trace_request *r, char *why, size_t whycap)
 {
-	char q[64], tmp[32];
-	j->p++; /* '[' */
-	jws(j);
-	if (*j->p == ']') {
-		j->p++;
-		return 0;
-	}
-	for (;;) {
-		const char *s;
-		size_t n;
-		bool integral;
-		jws(j);
-		if (jnumber(j, &s, &n, &integral) != 0)
-			return -1;
-		if (!integral || s[0] == '-' || n >= sizeof tmp) {
-			say(j->why, j->whycap,
-			    "hash_ids: element %u is not a non-negative integer below 2^64: %s",
-			    r->n_hash, quote(s, n, q, sizeof q));
-			return -1;
-		}
-		memcpy(tmp, s, n);
-		tmp[n] = '\0';
-		errno = 0;
-		unsigned long long v = strtoull(tmp, NULL, 10);
-		if (errno == ERANGE) {
-			say(j->why, j->whycap, "hash_ids: element %u is 2^64 or more: %s",
-			    r->n_hash, quote(s, n, q, sizeof q));
-			return -1;
-		}
-		if (t != NULL && push_hash(t, v) != 0) {
-			say(j->why, j->whycap, "hash_ids: out of memory (or 2^32 ids)");
-			return -1;
-		}
-		r->n_hash++;
-		jws(j);
-		if (*j->p == ',') {
-			j->p++;
-			continue;
-		}
-		if (*j->p == ']') {
-			j->p++;
-			return 0;
-		}
-		return jbad(j, "',' or ']'");
-	}
-}
-
-/* The keys of a Mooncake row that carry something, and which were seen. */
-typedef struct mc_seen {
-	bool ts, in, out, hash;
-} mc_seen;
-
-/* "timestamp": milliseconds, 0 .. 9e12 (~285 years: keeps ns in int64). */
-static int jtimestamp(jp *j, int64_t *ts_ns)
-{
-	const char *s;
-	size_t n;
-	bool integral;
-	char q[64], tmp[64];
-	if (jwant_number(j, "timestamp", &s, &n, &integral) != 0)
-		return -1;
-	if (s[0] == '-' || n >= sizeof tmp) {
-		say(j->why, j->whycap, "timestamp: %s milliseconds: %s",
-		    s[0] == '-' ? "negative" : "too many digits in", quote(s, n, q, sizeof q));
-		return -1;
-	}
-	memcpy(tmp, s, n);
-	tmp[n] = '\0';
-	double ms = strtod(tmp, NULL);
-	if (!(ms <= 9.0e12)) {
-		say(j->why, j->whycap, "timestamp: too large: %s", quote(s, n, q, sizeof q));
-		return -1;
-	}
-	*ts_ns = (int64_t)(ms * 1e6 + 0.5);
-	return 0;
-}
-
-/* "hash_ids": an array of ids, appended to @t when @t is not NULL. */
-static int jhash_field(jp *j, trace *t, trace_request *r)
-{
-	enum jkind k = jpeek(j);
-	if (*j->p == '\0')
-		return jend(j);
-	if (k != J_ARRAY) {
-		say(j->why, j->whycap, "hash_ids: expected an array, got %s", jkind_name[k]);
+	char q[64];
+	size_t i;
+	const json_t *e;
+	if (!json_is_array(v)) {
+		say(why, whycap, "hash_ids: expected an array, got %s: %s", mc_kind(v),
+		    show(v, q, sizeof q));
 		return -1;
 	}
 	r->hash_off = t != NULL ? (uint32_t)t->n_hash_ids : 0;
-	return jhash_ids(j, t, r);
-}
-
-/* One "key": value member of a Mooncake row; other keys' values are skipped. */
-static int mooncake_member(jp *j, mc_seen *seen, int64_t *ts_ns, trace_request *r, trace *t)
-{
-	const char *key, *name = NULL;
-	size_t kn;
-	bool *flag = NULL;
-	jws(j);
-	if (jstring(j, &key, &kn) != 0)
-		return -1;
-	jws(j);
-	if (*j->p != ':')
-		return jbad(j, "':'");
-	j->p++;
-	jws(j);
-	if (kn == 9 && memcmp(key, "timestamp", 9) == 0)
-		flag = &seen->ts, name = "timestamp";
-	else if (kn == 12 && memcmp(key, "input_length", 12) == 0)
-		flag = &seen->in, name = "input_length";
-	else if (kn == 13 && memcmp(key, "output_length", 13) == 0)
-		flag = &seen->out, name = "output_length";
-	else if (kn == 8 && memcmp(key, "hash_ids", 8) == 0)
-		flag = &seen->hash, name = "hash_ids";
-	if (flag == NULL)
-		return jskip(j, 1);
-	if (*flag) {
-		say(j->why, j->whycap, "duplicate key \"%s\"", name);
-		return -1;
-	}
-	int rc = flag == &seen->ts    ? jtimestamp(j, ts_ns)
-	         : flag == &seen->in  ? jtokens(j, name, 1, &r->prompt)
-	         : flag == &seen->out ? jtokens(j, name, 0, &r->output)
-	                              : jhash_field(j, t, r);
-	if (rc != 0)
-		return -1;
-	*flag = true;
-	return 0;
-}
-
-/* One Mooncake row; its hash ids go to @t when @t is not NULL (the caller
- * drops them again if the row fails). */
-static int mooncake_row(const char *line, int64_t *ts_ns, trace_request *r, trace *t, char *why,
-                        size_t whycap)
-{
-	jp j = {.p = line, .why = why, .whycap = whycap};
-	mc_seen seen = {0};
-	char q[64];
-	jws(&j);
-	if (*j.p != '{')
-		return jbad(&j, "a JSON object '{'");
-	j.p++;
-	jws(&j);
-	if (*j.p == '}')
-		j.p++;
-	else
-		for (;;) {
-			if (mooncake_member(&j, &seen, ts_ns, r, t) != 0)
-				return -1;
-			jws(&j);
-			if (*j.p == ',') {
-				j.p++;
-				continue;
-			}
-			if (*j.p == '}') {
-				j.p++;
-				break;
-			}
-			return jbad(&j, "',' or '}'");
+	json_array_foreach(v, i, e)
+	{
+		if (!json_is_integer(e) || json_integer_value(e) < 0) {
+			say(why, whycap,
+			    "hash_ids: element %zu is not a non-negative integer below 2^63: %s", i,
+			    show(e, q, sizeof q));
+			return -1;
 		}
-	jws(&j);
-	if (*j.p != '\0') {
-		say(why, whycap, "trailing characters after the JSON object: '%s'",
-		    quote(j.p, strlen(j.p), q, sizeof q));
-		return -1;
-	}
-	const char *missing = !seen.ts    ? "timestamp"
-	                      : !seen.in  ? "input_length"
-	                      : !seen.out ? "output_length"
-	                                  : NULL;
-	if (missing != NULL) {
-		say(why, whycap, "missing key \"%s\"", missing);
-		return -1;
+		if (t != NULL && push_hash(t, (uint64_t)json_integer_value(e)) != 0) {
+			say(why, whycap, "hash_ids: out of memory (or 2^32 ids)");
+			return -1;
+		}
+		r->n_hash++;
 	}
 	return 0;
+}
+
+/* jansson's rejection of @line as one line: what it says and at which column. */
+static void mc_syntax_error(const json_error_t *e, char *why, size_t whycap)
+{
+	char q[200]; /* jansson's text, non-printables escaped */
+	const char *text = quote_max(e->text, strlen(e->text), 120, q, sizeof q);
+	switch (json_error_code(e)) {
+	case json_error_premature_end_of_input:
+		say(why, whycap, "truncated JSON: the line ends inside the object (column %d: %s)",
+		    e->column, text);
+		break;
+	case json_error_end_of_input_expected:
+		say(why, whycap, "trailing characters after the JSON object (column %d: %s)",
+		    e->column, text);
+		break;
+	case json_error_numeric_overflow:
+		say(why, whycap,
+		    "malformed JSON at column %d: %s (integers must be below 2^63, reals fit a "
+		    "double)",
+		    e->column, text);
+		break;
+	default:
+		say(why, whycap, "malformed JSON at column %d: %s", e->column, text);
+	}
+}
+
+/* The fields of one parsed row @o; 0, or -1 (@why says). */
+static int mooncake_fields(const json_t *o, int64_t *ts_ns, trace_request *r, trace *t, char *why,
+                           size_t whycap)
+{
+	static const char *const required[] = {"timestamp", "input_length", "output_length"};
+	for (int i = 0; i < 3; i++) {
+		if (json_object_get(o, required[i]) == NULL) {
+			say(why, whycap, "missing key \"%s\"", required[i]);
+			return -1;
+		}
+	}
+	if (mc_timestamp(json_object_get(o, "timestamp"), ts_ns, why, whycap) != 0 ||
+	    mc_tokens(json_object_get(o, "input_length"), "input_length", 1, &r->prompt, why,
+	              whycap) != 0 ||
+	    mc_tokens(json_object_get(o, "output_length"), "output_length", 0, &r->output, why,
+	              whycap) != 0)
+		return -1;
+	const json_t *h = json_object_get(o, "hash_ids");
+	return h != NULL ? mc_hash_ids(h, t, r, why, whycap) : 0;
+}
+
+/* One Mooncake row (@len bytes); its hash ids go to @t when @t is not NULL (the
+ * caller drops them again if the row fails). */
+static int mooncake_row(const char *line, size_t len, int64_t *ts_ns, trace_request *r, trace *t,
+                        char *why, size_t whycap)
+{
+	json_error_t e;
+	char q[64];
+	json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, &e);
+	if (o == NULL) {
+		mc_syntax_error(&e, why, whycap);
+		return -1;
+	}
+	int rc = -1;
+	if (!json_is_object(o))
+		say(why, whycap, "expected a JSON object, got %s: %s", mc_kind(o),
+		    show(o, q, sizeof q));
+	else
+		rc = mooncake_fields(o, ts_ns, r, t, why, whycap);
+	json_decref(o);
+	return rc;
 }
 
 int trace_parse_mooncake_row(const char *line, int64_t *ts_ns, trace_request *r, char *why,
                              size_t whycap)
 {
-	return mooncake_row(line, ts_ns, r, NULL, why, whycap);
+	return mooncake_row(line, strlen(line), ts_ns, r, NULL, why, whycap);
 }
 
 /* --- file reading --------------------------------------------------------------- */
@@ -934,7 +719,7 @@ static int load_line(loader *L, char *line, size_t len)
 	size_t hash_mark = out->n_hash_ids;
 	int prc = out->format == TRACE_AZURE ? trace_parse_azure_row(line, &t, &r, why, sizeof why)
 	          : out->format == TRACE_MOONCAKE
-	              ? mooncake_row(line, &t, &r, out, why, sizeof why)
+	              ? mooncake_row(line, len, &t, &r, out, why, sizeof why)
 	              : trace_parse_vidur_row(line, &t, &r, why, sizeof why);
 	if (prc != 0) {
 		out->n_hash_ids = hash_mark; /* drop the bad row's ids */

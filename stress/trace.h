@@ -7,9 +7,11 @@
  *             "YYYY-MM-DD HH:MM:SS[.fraction]" (wall clock, up to 9 digits).
  *   mooncake  Mooncake JSONL: one object per line with "timestamp" (ms),
  *             "input_length", "output_length" and optional "hash_ids"
- *             (array of non-negative integers below 2^64, each naming the
+ *             (array of non-negative integers below 2^63, each naming the
  *             content of one 512-token chunk of the prompt, kept in
  *             trace.hash_ids for --prefix-cache); other keys are ignored.
+ *             Each line is parsed by jansson (RFC 8259: UTF-8 checked,
+ *             duplicate keys refused, integers within 64-bit signed).
  *   vidur     Vidur length table, header starting
  *             "num_prefill_tokens,num_decode_tokens"; no arrival times
  *             (every request arrives at time 0).

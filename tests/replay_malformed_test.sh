@@ -35,7 +35,7 @@ case_ mooncake_truncated "$MC\n{\"timestamp\": 3000, \"input_length\": 12" ":2: 
 case_ mooncake_negative "$MC\n$MC\n{\"timestamp\": 1, \"input_length\": 5, \"output_length\": -7}\n" \
 	":3: output_length: negative token count -7"
 case_ mooncake_non_numeric "{\"timestamp\": 1, \"input_length\": \"lots\", \"output_length\": 7}\n" \
-	":1: input_length: expected a number, got a string"
+	":1: input_length: expected a number, got a string: \"lots\""
 case_ mooncake_missing "{\"timestamp\": 1, \"output_length\": 7}\n" ":1: missing key \"input_length\""
 case_ vidur_non_numeric "num_prefill_tokens,num_decode_tokens\n12,x\n" ":2: num_decode_tokens: not a whole number"
 case_ empty "" ": empty file: no requests"
