@@ -70,6 +70,25 @@ static struct kvp_plru *shard_of(struct kvp_prefix *pf, int si, uint32_t id)
 	return &pf->lru[si][id % KVP_PFX_LRU_SHARDS];
 }
 
+/*
+ * Take an LRU shard's mutex, spinning briefly first: every holder keeps it
+ * for a few list operations, so a short spin is cheaper than the futex
+ * sleep and wake-up a plain lock costs when two threads meet on a shard
+ * (evictors taking consecutive oldest blocks, or an evictor and a release
+ * caching into the shard it evicted from); after the spin, sleep.
+ */
+static void lru_lock(struct kvp_plru *l)
+{
+	struct kvpi_spin spin = {0};
+	while (pthread_mutex_trylock(&l->lock) != 0) {
+		if (spin.n >= KVPI_SPIN_PAUSES) {
+			pthread_mutex_lock(&l->lock);
+			return;
+		}
+		kvpi_spin_wait(&spin);
+	}
+}
+
 /* relaxed stores: head_seq and n are hints for scans, kept exact under the
  * shard mutex; nothing else is published through them. */
 static void set_head(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id)
@@ -117,7 +136,7 @@ static void unlink_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id
 void kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id)
 {
 	struct kvp_plru *l = shard_of(pf, si, id);
-	pthread_mutex_lock(&l->lock);
+	lru_lock(l);
 	append_locked(pf, l, id);
 	pthread_mutex_unlock(&l->lock);
 }
@@ -125,7 +144,7 @@ void kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id)
 void kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id)
 {
 	struct kvp_plru *l = shard_of(pf, si, id);
-	pthread_mutex_lock(&l->lock);
+	lru_lock(l);
 	/* listed changes only under this mutex and the block's lock (held). */
 	if (kvpi_pfx_flag(&kvpi_pfx_side(pf, id)->listed))
 		unlink_locked(pf, l, id);
@@ -176,7 +195,7 @@ static uint32_t evict_one(struct kvp_pool *p, int si)
 		if (best < 0)
 			return KVP_NO_ID;
 		struct kvp_plru *l = &pf->lru[si][best];
-		pthread_mutex_lock(&l->lock);
+		lru_lock(l);
 		for (uint32_t id = l->head; id != KVP_NO_ID;) {
 			struct kvp_pside *e = kvpi_pfx_side(pf, id);
 			if (e->lru_seq > m2)
