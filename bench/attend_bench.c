@@ -32,15 +32,9 @@
 #include "lib/testing/codec.h"
 #include "lib/testing/attend.h"
 
+#include "bench/clock.h"
+
 enum { NH = 32, KVH = 8, HD = 64, ROW = KVH * HD, MAX_BATCHES = 15 };
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -102,13 +96,13 @@ static void time_steps(kvp_kvcache *c, const struct kvp_attend_src *src, uint32_
 	/* about 20 ms of work per batch, at least one step */
 	steps = (int)(2e7 / ((double)len * NH * HD * 2)) + 1;
 	for (b = 0; b < batches; b++) {
-		double t0 = now();
+		double t0 = kvb_cpu_seconds();
 		for (s = 0; s < steps; s++)
 			kvp_kvcache_attend(c, 0, q, NH, 0.125f, out_p);
-		double t1 = now();
+		double t1 = kvb_cpu_seconds();
 		for (s = 0; s < steps; s++)
 			kvpi_attend_rows(src, q, NH, 0.125f, out_c);
-		double t2 = now();
+		double t2 = kvb_cpu_seconds();
 		tp[b] = (t1 - t0) / steps;
 		tc[b] = (t2 - t1) / steps;
 	}

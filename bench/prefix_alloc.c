@@ -19,25 +19,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/clock.h"
+
 static kvp_pool *pool;
 static double seconds;
 static int failed;
-
-static double cpu_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double wall_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 struct job {
 	kvp_owner owner;
@@ -47,12 +33,12 @@ struct job {
 static void *loop(void *arg)
 {
 	struct job *j = arg;
-	double stop = wall_now() + seconds, c0 = cpu_now();
+	double stop = kvb_wall_seconds() + seconds, c0 = kvb_cpu_seconds();
 	kvp_ref ref;
 	size_t n;
 	unsigned long ops = 0;
 
-	while (wall_now() < stop) {
+	while (kvb_wall_seconds() < stop) {
 		for (int k = 0; k < 256; k++, ops++) {
 			if (kvp_allocate(pool, KVP_KV, 16, j->owner, KVP_FP16, &ref, 1, &n) !=
 			        KVP_OK ||
@@ -60,7 +46,7 @@ static void *loop(void *arg)
 				failed = 1;
 		}
 	}
-	j->cpu = cpu_now() - c0;
+	j->cpu = kvb_cpu_seconds() - c0;
 	j->ops = (double)ops;
 	return NULL;
 }

@@ -44,6 +44,8 @@
 
 #include "bench/prefix_mutex.h"
 
+#include "bench/clock.h"
+
 enum { SEQS = 1024, L = 8, BS = 16, N_BLOCKS = 2 * SEQS * L, MAX_T = 16, MAX_R = 7 };
 
 static double secs = 0.3;
@@ -51,22 +53,6 @@ static int reps = 5;
 static kvp_hash seq_keys[SEQS][L];
 static _Atomic int failures;
 static _Atomic uint64_t run_id; /* in every fresh key: keys never repeat across runs */
-
-static double cpu_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t xs(uint64_t *s)
 {
@@ -132,8 +118,8 @@ static void *run_kvpool(void *arg)
 
 	while (!atomic_load(j->go))
 		;
-	j->cpu = cpu_now();
-	while (now() < j->stop) {
+	j->cpu = kvb_cpu_seconds();
+	while (kvb_wall_seconds() < j->stop) {
 		for (int k = 0; k < 64; k++, j->ops++) {
 			size_t n = 0;
 			if (j->op == 0) {
@@ -159,7 +145,7 @@ static void *run_kvpool(void *arg)
 			}
 		}
 	}
-	j->cpu = cpu_now() - j->cpu;
+	j->cpu = kvb_cpu_seconds() - j->cpu;
 	kvp_release_owner(j->s->pool, owner);
 	return NULL;
 }
@@ -172,8 +158,8 @@ static void *run_mutex(void *arg)
 
 	while (!atomic_load(j->go))
 		;
-	j->cpu = cpu_now();
-	while (now() < j->stop) {
+	j->cpu = kvb_cpu_seconds();
+	while (kvb_wall_seconds() < j->stop) {
 		for (int k = 0; k < 64; k++, j->ops++) {
 			if (j->op == 0) {
 				size_t n = mx_match(j->s->mx, seq_keys[xs(&rng) % SEQS], L, blocks);
@@ -190,7 +176,7 @@ static void *run_mutex(void *arg)
 			}
 		}
 	}
-	j->cpu = cpu_now() - j->cpu;
+	j->cpu = kvb_cpu_seconds() - j->cpu;
 	return NULL;
 }
 
@@ -247,13 +233,13 @@ static double measure(struct side *s, int side, int op, unsigned threads, double
 			break;
 		}
 	}
-	t0 = now();
+	t0 = kvb_wall_seconds();
 	for (unsigned i = 0; i < threads; i++)
 		jobs[i].stop = t0 + secs;
 	atomic_store(&go, 1);
 	for (unsigned i = 0; i < threads; i++)
 		pthread_join(tid[i], NULL);
-	t1 = now();
+	t1 = kvb_wall_seconds();
 	for (unsigned i = 0; i < threads; i++) {
 		ops += jobs[i].ops;
 		cpu += jobs[i].cpu;

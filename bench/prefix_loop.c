@@ -30,28 +30,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/clock.h"
+
 enum { SEQS = 1024, L = 8, BS = 16, N_BLOCKS = 2 * SEQS * L };
 
 static kvp_hash keys[SEQS][L];
 static int publish;
 static kvp_pool *pool;
 static long n_ops;
-
-static double cpu_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double wall_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* The measured loop of thread @t; returns nonzero if any call failed or
  * missed. */
@@ -99,9 +85,9 @@ static void *worker_main(void *arg)
 	w->bad = kvp_register_owner(pool, 1000 + w->t) != KVP_OK;
 	w->bad |= op_loop(pool, 1000, w->t);
 	pthread_barrier_wait(w->start);
-	w->cpu = cpu_now();
+	w->cpu = kvb_cpu_seconds();
 	w->bad |= op_loop(pool, n_ops, w->t);
-	w->cpu = cpu_now() - w->cpu;
+	w->cpu = kvb_cpu_seconds() - w->cpu;
 	return NULL;
 }
 
@@ -159,13 +145,13 @@ int main(int argc, char **argv)
 			return 1;
 	}
 	pthread_barrier_wait(&start);
-	double wall = wall_now();
+	double wall = kvb_wall_seconds();
 	int bad = 0;
 	for (int i = 0; i < n_threads; i++) {
 		pthread_join(w[i].th, NULL);
 		bad |= w[i].bad;
 	}
-	wall = wall_now() - wall;
+	wall = kvb_wall_seconds() - wall;
 	pthread_barrier_destroy(&start);
 	for (int i = 0; i < n_threads; i++)
 		printf("%s: %.1f ns of CPU per operation%s\n", argv[1], w[i].cpu * 1e9 / (double)n,

@@ -29,14 +29,15 @@ flags=(-O2 -std=c11 -D_POSIX_C_SOURCE=200809L -w)
 libs=(-lurcu-bp -lurcu-cds -lurcu-common -lcrypto -lpthread -lm)
 mkdir -p "$tmp/before"
 git -C "$repo" archive "$base" lib include | tar -x -C "$tmp/before"
-clang "${flags[@]}" -I"$tmp/before/include" -I"$tmp/before" $(find "$tmp/before/lib" -name "*.c") \
+# -I"$repo" last: bench/clock.h, which the trees under test do not have.
+clang "${flags[@]}" -I"$tmp/before/include" -I"$tmp/before" -I"$repo" $(find "$tmp/before/lib" -name "*.c") \
 	"$repo/bench/prefix_alloc.c" -o "$tmp/before.bin" "${libs[@]}"
 clang "${flags[@]}" -DHAVE_PREFIX -I"$repo/include" -I"$repo" $(find "$repo/lib" -name "*.c") \
 	"$repo/bench/prefix_alloc.c" -o "$tmp/now.bin" "${libs[@]}"
 mkdir -p "$tmp/nohooks"
 cp -r "$repo/lib" "$repo/include" "$tmp/nohooks/"
 sed -i 's/p->prefix/0/g' "$tmp/nohooks/lib/pool/pool_alloc.c"
-clang "${flags[@]}" -DHAVE_PREFIX -I"$tmp/nohooks/include" -I"$tmp/nohooks" \
+clang "${flags[@]}" -DHAVE_PREFIX -I"$tmp/nohooks/include" -I"$tmp/nohooks" -I"$repo" \
 	$(find "$tmp/nohooks/lib" -name "*.c") "$repo/bench/prefix_alloc.c" -o "$tmp/nohooks.bin" "${libs[@]}"
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
