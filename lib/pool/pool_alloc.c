@@ -504,17 +504,12 @@ struct free_acc {
 	uint64_t freed, stale, not_full;
 };
 
-/* Give a batch back.  The in-use count drops first, so no thread that takes
- * these blocks next can count them in a peak while we still do. */
+/* Give a batch back (counted first: kvpi_note_freed). */
 static void acc_flush(struct kvp_pool *p, struct kvp_tslot *s, struct free_acc *a, int si)
 {
 	if (a->n[si] == 0)
 		return;
-	/* Counted before the push too: a summed snapshot then never sees a
-	 * block allocated again before its free is counted. */
-	kvpi_ctr_add(s, KVP_C_FREES, a->n[si]);
-	kvpi_account_in_use(p, s, -(int64_t)a->n[si]);
-	kvpi_put_blocks(p, s, si, a->ids[si], a->n[si]);
+	kvpi_give_back(p, s, si, a->ids[si], a->n[si]);
 	a->n[si] = 0;
 }
 
@@ -666,9 +661,7 @@ static __attribute__((noinline)) int free_single_general(struct kvp_pool *p, uin
 		return KVP_OK;
 	}
 	int si = stream_of_state(p, st);
-	/* Counted before the block can be taken again (see acc_flush). */
-	kvpi_ctr_add(s, KVP_C_FREES, 1);
-	kvpi_account_in_use(p, s, -1);
+	kvpi_note_freed(p, s, 1); /* before the block can be taken again */
 	if (!kvpi_put_one_fast(p, s, si, id))
 		kvpi_put_blocks(p, s, si, &id, 1);
 	if (kvpi_st_used(st) < p->block_size)
@@ -700,9 +693,7 @@ static __attribute__((noinline, cold)) void drop_emptied(struct kvp_pool *p, str
 static __attribute__((noinline)) int free_fast_tail(struct kvp_pool *p, struct kvp_tslot *s, int si,
                                                     uint32_t id, uint64_t st)
 {
-	/* Counted before the block can be taken again (see acc_flush). */
-	kvpi_ctr_add(s, KVP_C_FREES, 1);
-	kvpi_account_in_use(p, s, -1);
+	kvpi_note_freed(p, s, 1); /* before the block can be taken again */
 	if (!kvpi_mag_push(p, s, si, id))
 		kvpi_put_blocks(p, s, si, &id, 1);
 	if (kvpi_st_used(st) < p->block_size)
@@ -816,7 +807,7 @@ static inline __attribute__((always_inline)) int free_single(struct kvp_pool *p,
 		return free_fast_drop(p, s, si, id, st, owner);
 	if (__builtin_expect(nd < 0 || nd > s->in_use_room, 0))
 		return free_fast_tail(p, s, si, id, st);
-	/* Counted before the block can be taken again (see acc_flush). */
+	/* Counted before the block can be taken again (kvpi_note_freed). */
 	kvpi_ctr_add(s, KVP_C_FREES, 1);
 	s->delta_in_use = nd; /* kvpi_account_in_use's common case */
 	if (!kvpi_mag_push(p, s, si, id))
@@ -937,9 +928,7 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
 	pthread_mutex_unlock(&sh->lock);
 	uint64_t freed = (uint64_t)cnt[0] + cnt[1];
-	/* Counted before the blocks can be taken again (see acc_flush). */
-	kvpi_ctr_add(s, KVP_C_FREES, freed);
-	kvpi_account_in_use(p, s, -(int64_t)freed);
+	kvpi_note_freed(p, s, freed); /* before the blocks can be taken again */
 	for (int si = 0; si < 2; si++)
 		kvpi_put_chain(p, s, si, first[si], last[si], cnt[si]);
 	kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - not_full);

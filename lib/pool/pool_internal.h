@@ -309,6 +309,27 @@ static inline void kvpi_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, 
 }
 
 /*
+ * kvpi_note_freed - count @n blocks freed by this thread and note them out of
+ * use.  Call it before the blocks are given back (pushed): a summed stats
+ * snapshot then never sees a block allocated again before its free is
+ * counted, and no thread that takes them next can count them in a peak
+ * while we still do.
+ */
+static inline void kvpi_note_freed(struct kvp_pool *p, struct kvp_tslot *s, uint64_t n)
+{
+	kvpi_ctr_add(s, KVP_C_FREES, n);
+	kvpi_account_in_use(p, s, -(int64_t)n);
+}
+
+/* kvpi_give_back - kvpi_note_freed, then push the @n blocks @ids of stream @si. */
+static inline void kvpi_give_back(struct kvp_pool *p, struct kvp_tslot *s, int si,
+                                  const uint32_t *ids, uint32_t n)
+{
+	kvpi_note_freed(p, s, n);
+	kvpi_put_blocks(p, s, si, ids, n);
+}
+
+/*
  * kvpi_history_tick - count a mutating call; on a slot's first call and every
  * KVP_HISTORY_EVERY-th one, see whether a snapshot is due (the pool's first
  * mutating call, or this thread's cadence).

@@ -203,10 +203,7 @@ static void acc_flush(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a, in
 {
 	if (a->n[si] == 0)
 		return;
-	/* Counted before the push (see lib/pool/pool_alloc.c). */
-	kvpi_ctr_add(s, KVP_C_FREES, a->n[si]);
-	kvpi_account_in_use(p, s, -(int64_t)a->n[si]);
-	kvpi_put_blocks(p, s, si, a->ids[si], a->n[si]);
+	kvpi_give_back(p, s, si, a->ids[si], a->n[si]);
 	a->n[si] = 0;
 }
 
@@ -257,9 +254,7 @@ static enum drop drop_hold(struct kvp_pool *p, struct kvp_tslot *s, uint32_t id,
 	}
 	int si = kvpi_pfx_si(p, st);
 	if (st & KVP_ST_PUBLISHED) {
-		/* Counted before a match can take it again. */
-		kvpi_ctr_add(s, KVP_C_FREES, 1);
-		kvpi_account_in_use(p, s, -1);
+		kvpi_note_freed(p, s, 1); /* before a match can take it again */
 		/* Still listed (a match took it from its list and left it
 		 * there): stays; the evictor moves it to the tail. */
 		if (!kvpi_pfx_flag(&e->listed))
