@@ -65,8 +65,11 @@ struct kvp_pnode *__wrap_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t s
                                                const kvp_hash *key);
 bool __real_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
 bool __wrap_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
-void __real_kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id);
-void __wrap_kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id);
+struct kvp_tslot;
+void __real_kvpi_pfx_lru_insert(struct kvp_prefix *pf, const struct kvp_tslot *s, int si,
+                                uint32_t id);
+void __wrap_kvpi_pfx_lru_insert(struct kvp_prefix *pf, const struct kvp_tslot *s, int si,
+                                uint32_t id);
 
 /* Every CAS on a block's state word (a lock, an eviction), after a pause
  * now and then: between reading the state and changing it. */
@@ -88,11 +91,12 @@ struct kvp_pnode *__wrap_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t s
 }
 
 /* Listing a block at its last release: the block stays locked meanwhile. */
-void __wrap_kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id)
+void __wrap_kvpi_pfx_lru_insert(struct kvp_prefix *pf, const struct kvp_tslot *s, int si,
+                                uint32_t id)
 {
 	if (tu_rand(&wrap_rng) % 4 == 0)
 		sched_yield();
-	__real_kvpi_pfx_lru_insert(pf, si, id);
+	__real_kvpi_pfx_lru_insert(pf, s, si, id);
 }
 
 static kvp_pool *pool;

@@ -77,6 +77,7 @@ struct kvp_pool {
 
 	/* Per-thread slots: add-only lock-free list. */
 	_Atomic(struct kvp_tslot *) slots __attribute__((aligned(64)));
+	_Atomic uint32_t n_slots; /* slots made (their idx: 1, 2, ...) */
 	struct kvp_tslot *fallback;
 	pthread_mutex_t fallback_lock;
 

@@ -56,16 +56,6 @@ static void side_destroy(struct kvp_prefix *pf)
 			continue;
 		for (uint32_t m = 0; m < KVP_PFX_MID; m++) {
 			struct kvp_pside *seg = atomic_load_explicit(&mid[m], memory_order_relaxed);
-			if (!seg)
-				continue;
-			for (uint32_t i = 0; i < KVP_SEG_BLOCKS; i++)
-				for (struct kvp_pnode *n = atomic_load_explicit(
-				                          &seg[i].spare, memory_order_relaxed),
-				                      *nx;
-				     n; n = nx) {
-					nx = n->spare;
-					kvpi_sys_free(n);
-				}
 			kvpi_sys_free(seg);
 		}
 		kvpi_sys_free(mid);
@@ -105,6 +95,7 @@ void kvpi_pfx_destroy(struct kvp_pool *p)
 	if (!pf)
 		return;
 	kvpi_pfx_index_destroy(pf);
+	kvpi_pfx_nodes_destroy(pf);
 	side_destroy(pf);
 	kvpi_pfx_owners_destroy(pf);
 	kvpi_pfx_lru_destroy(pf);
@@ -293,14 +284,16 @@ int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
 	uint64_t seen;
 	int rc = KVP_OK;
 
+	struct kvp_tslot *s = kvpi_tslot_get(p);
 	kvpi_rcu_read_lock();
 	uint64_t st = kvpi_pfx_lock(b, publish_ok, &arg, &seen);
 	if (!st) {
 		kvpi_rcu_read_unlock();
+		kvpi_tslot_put(p, s);
 		return kvpi_st_gen(seen) != arg.gen || (seen & KVP_ST_RETIRED) ? KVP_ENOENT
 		                                                               : KVP_EINVAL;
 	}
-	struct kvp_pnode *n = kvpi_pfx_node_get(pf, e);
+	struct kvp_pnode *n = kvpi_pfx_node_get(pf, s);
 	if (!n) {
 		rc = KVP_ENOMEM;
 	} else {
@@ -309,7 +302,7 @@ int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
 		n->stream = kvpi_st_stream(st);
 		/* Matchers that find the node wait for our lock, then check pub. */
 		if (kvpi_pfx_index_add(pf, n)) {
-			kvpi_pfx_node_put(e, n); /* never in the index: reusable at once */
+			kvpi_pfx_node_put(s, n); /* never in the index: reusable at once */
 			rc = KVP_EEXIST;
 		} else {
 			e->pub = n;
@@ -318,6 +311,7 @@ int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
 	}
 	kvpi_pfx_unlock(b, st);
 	kvpi_rcu_read_unlock();
+	kvpi_tslot_put(p, s);
 	return rc;
 }
 
@@ -336,6 +330,7 @@ int kvp_free_owned(kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n)
 
 struct unpub_arg {
 	struct kvp_pool *p;
+	struct kvp_tslot *s;
 	size_t n;
 };
 
@@ -358,7 +353,7 @@ static void unpublish(struct kvp_pnode *n, void *arg)
 	if (!st)
 		return; /* cached (or evicted) since the reset's eviction pass */
 	if (e->pub == n) {
-		kvpi_pfx_forget(pf, e);
+		kvpi_pfx_forget(pf, a->s, e);
 		st &= ~KVP_ST_PUBLISHED;
 		a->n++;
 	}
@@ -384,7 +379,7 @@ size_t kvp_prefix_reset(kvp_pool *p)
 				break;
 		}
 	}
-	struct unpub_arg a = {p, 0};
+	struct unpub_arg a = {p, s, 0};
 	kvpi_rcu_read_lock();
 	kvpi_pfx_index_each(pf, unpublish, &a);
 	kvpi_rcu_read_unlock();

@@ -6,20 +6,15 @@
  * locked (its state word's lock bit) or owned by an evictor, so for one
  * block at most one node is ever live, and a node's fields never change
  * while it is in the table.  A deleted node may still be read by lookups
- * that found it before the delete, so it goes back to its block's spare
- * stack only after a grace period (call_rcu); publishing takes a spare node
- * before it allocates one, so a warm server allocates no nodes.  The spare
- * stack is a Treiber stack with one popper at a time (the publisher, which
- * holds the block's lock) and any number of pushers (callbacks): a pop
- * cannot meet ABA, because only a pop removes nodes.
+ * that found it before the delete, so it is reused only after a grace
+ * period (lib/prefix/prefix_nodes.c); a warm server allocates no nodes.
  *
  * liburcu's code is not instrumented for ThreadSanitizer: a publisher
  * releases on the node's address after filling it, and the match function
  * acquires on it before reading it (the cds_lfht add/lookup pair provides
  * that ordering on the hardware).  Reuse is ordered by the grace period
- * (lib/base/rcu.c) and the spare stack's CAS.
+ * (lib/base/rcu.c) and the ready stack's CAS and exchange.
  */
-#include <time.h>
 #include <urcu/urcu-bp.h>
 
 #include <urcu/rculfhash.h>
@@ -88,6 +83,13 @@ int kvpi_pfx_index_init(struct kvp_prefix *pf, uint32_t n_blocks)
 	unsigned long size = 1024;
 	while (size < 2ul * n_blocks && size < (1ul << 24))
 		size *= 2;
+	/*
+	 * CDS_LFHT_ACCOUNTING stays, though its per-CPU node counts cost a
+	 * publish 20 to 30 ns (bench/prefix_loop, one thread): without it,
+	 * deleting the 490k keys of tests/replay_prefix_test.sh's first run
+	 * at kvp_pool_destroy had not finished after a minute, with liburcu's
+	 * resize workers busy.
+	 */
 	pf->ht = cds_lfht_new_flavor(size, size, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
 	                             &urcu_bp_flavor, NULL);
 	return pf->ht ? 0 : -1;
@@ -97,14 +99,6 @@ void kvpi_pfx_index_destroy(struct kvp_prefix *pf)
 {
 	if (!pf->ht)
 		return;
-	/* Callbacks still queued hand nodes back to spare lists: wait until
-	 * the last has run (acquire: pairs with its release decrement).  Not
-	 * urcu_bp_barrier: its own work items are invisible to TSan. */
-	while (atomic_load_explicit(&pf->deferred, memory_order_acquire) != 0) {
-		struct timespec ts = {0, 1000000};
-		nanosleep(&ts, NULL);
-	}
-	struct kvp_pnode *chain = NULL;
 	struct cds_lfht_iter it;
 	struct cds_lfht_node *node;
 	kvpi_rcu_read_lock();
@@ -112,19 +106,12 @@ void kvpi_pfx_index_destroy(struct kvp_prefix *pf)
 	while ((node = cds_lfht_iter_get_node(&it)) != NULL) {
 		cds_lfht_next(pf->ht, &it);
 		cds_lfht_del(pf->ht, node);
-		struct kvp_pnode *n = as_pnode(node);
-		n->spare = chain;
-		chain = n;
 	}
 	kvpi_rcu_read_unlock();
-	/* Waits for resizes in flight, which may still walk the nodes. */
+	/* Waits for resizes in flight, which may still walk the nodes; the
+	 * nodes themselves are freed with their slabs (kvpi_pfx_nodes_destroy). */
 	cds_lfht_destroy(pf->ht, NULL);
 	pf->ht = NULL;
-	while (chain) {
-		struct kvp_pnode *next = chain->spare;
-		kvpi_sys_free(chain);
-		chain = next;
-	}
 }
 
 struct kvp_pnode *kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream, const kvp_hash *key)
@@ -145,59 +132,17 @@ struct kvp_pnode *kvpi_pfx_index_add(struct kvp_prefix *pf, struct kvp_pnode *n)
 	return got == as_lfht(n) ? NULL : as_pnode(got);
 }
 
-/* After a grace period: no lookup still holds @n; give it back to its block. */
-static void node_back(struct kvp_rcu_cb *cb)
-{
-	struct kvp_pnode *n =
-	    (struct kvp_pnode *)(void *)((char *)cb - __builtin_offsetof(struct kvp_pnode, rcu));
-	struct kvp_prefix *pf = n->pf;
-	kvpi_pfx_node_put(kvpi_pfx_side(pf, n->id), n);
-	/* release: the last touch of the pool's memory by this callback;
-	 * kvpi_pfx_index_destroy (acquire) waits for 0 or for a barrier. */
-	atomic_fetch_sub_explicit(&pf->deferred, 1, memory_order_release);
-}
-
-void kvpi_pfx_index_del(struct kvp_prefix *pf, struct kvp_pnode *n)
+void kvpi_pfx_index_del(struct kvp_prefix *pf, struct kvp_tslot *s, struct kvp_pnode *n)
 {
 	cds_lfht_del(pf->ht, as_lfht(n));
-	/* relaxed: the count only needs to reach the callback, which the
-	 * call_rcu queue orders after us. */
-	atomic_fetch_add_explicit(&pf->deferred, 1, memory_order_relaxed);
-	kvpi_rcu_call(&n->rcu, node_back);
+	kvpi_pfx_node_retire(pf, s, n);
 }
 
-void kvpi_pfx_node_put(struct kvp_pside *e, struct kvp_pnode *n)
-{
-	/* relaxed load: the CAS below checks it. */
-	struct kvp_pnode *top = atomic_load_explicit(&e->spare, memory_order_relaxed);
-	do
-		n->spare = top;
-	/* release: the popper (acquire) sees n->spare and the node. */
-	while (!atomic_compare_exchange_weak_explicit(&e->spare, &top, n, memory_order_release,
-	                                              memory_order_relaxed));
-}
-
-struct kvp_pnode *kvpi_pfx_node_get(struct kvp_prefix *pf, struct kvp_pside *e)
-{
-	/* acquire: see the pusher's n->spare. */
-	struct kvp_pnode *n = atomic_load_explicit(&e->spare, memory_order_acquire);
-	/* acquire on failure: as above.  We are the only popper (block lock). */
-	while (n && !atomic_compare_exchange_weak_explicit(
-	                &e->spare, &n, n->spare, memory_order_acquire, memory_order_acquire))
-		;
-	if (n)
-		return n;
-	n = kvpi_sys_alloc(sizeof(*n), 64);
-	if (n)
-		n->pf = pf;
-	return n;
-}
-
-void kvpi_pfx_forget(struct kvp_prefix *pf, struct kvp_pside *e)
+void kvpi_pfx_forget(struct kvp_prefix *pf, struct kvp_tslot *s, struct kvp_pside *e)
 {
 	if (!e->pub)
 		return;
-	kvpi_pfx_index_del(pf, e->pub);
+	kvpi_pfx_index_del(pf, s, e->pub);
 	e->pub = NULL;
 }
 

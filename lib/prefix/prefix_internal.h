@@ -8,7 +8,7 @@
  *     growth under its grow mutex and published with a release store):
  *     hold count, XOR of the holders' owner ids, a version bumped by every
  *     locker that changes them (for lock-free readers), the node the block
- *     is published under, its spare index nodes, its LRU links and flags, and
+ *     is published under, its LRU links and flags, and
  *     a hint of its position in its latest holder's hold array;
  *   - a lock bit in each block's state word (KVP_ST_LOCKED): the block's
  *     prefix fields (hold count, holder XOR, owner, published node, LRU
@@ -21,11 +21,14 @@
  *     flavor) of index nodes keyed by (stream tag, 128-bit key); looked up
  *     in a read-side section with no lock, changed with the block locked
  *     (or owned by an evictor); a deleted node is reused only after a grace
- *     period (call_rcu pushes it back on its block's spare stack);
+ *     period (lib/prefix/prefix_nodes.c: per-thread caches of nodes, and
+ *     retired nodes passed to call_rcu in batches);
  *   - per stream, KVP_PFX_LRU_SHARDS LRU lists of cached blocks (mutex per
- *     shard, shard = id % KVP_PFX_LRU_SHARDS), each in order of a global
- *     sequence number stamped under the shard mutex when a block is put on
- *     the list.  The lists are lazy: a match that takes a cached block
+ *     shard; a block is cached on the shard of the thread whose release
+ *     cached it, and an evictor looks in its own thread's shard first), each
+ *     in order of its caching time (the coarse monotonic clock, made
+ *     strictly increasing per shard) stamped under the shard mutex when a
+ *     block is put on the list.  The lists are lazy: a match that takes a cached block
  *     leaves it on its list (marked stale), and a block whose last holder
  *     lets go while it is still listed stays where it is.  An evictor that
  *     meets a held block drops it from the list, and one that meets a stale
@@ -63,12 +66,11 @@
  * (which then revives it) or the evictor's CAS to EVICTING; whichever CAS
  * comes first changes the word, so the other fails and sees the new state
  * (the matcher's lock won: the block is held, and the evictor moves on;
- * the evictor won: EVICTING is not lockable, the key is a miss).  A matcher found its node in the index before it locked, so after
- * locking it checks that the block is still published under that very
- * node (pside.pub changes only while locked or while EVICTING, and a node
- * is not reused while any read-side section that saw it runs), so a block
- * evicted and published again under another key is a miss, never a wrong
- * hit.  Every hold is counted under the lock, so the last release (count
+ * the evictor won: EVICTING is not lockable, the key is a miss).  A matcher found its node in the
+ * index before it locked, so after locking it checks that the block is still published under that
+ * very node (pside.pub changes only while locked or while EVICTING, and a node is not reused while
+ * any read-side section that saw it runs), so a block evicted and published again under another key
+ * is a miss, never a wrong hit.  Every hold is counted under the lock, so the last release (count
  * to 0) is decided once; a block becomes cached (counted, listed) while
  * still locked, so an evictor never sees it CACHED and unlisted.
  * docs/PREFIX.md ("Concurrency protocol") walks through the races.
@@ -90,10 +92,9 @@
  *                                                             locked)
  *   pside.pub                  block lock, or an evictor      block lock
  *                              (EVICTING, exclusive)
- *   pside.spare                push: any (CAS, call_rcu        pop: block lock (one
- *                              callback); pop: block lock     consumer at a time)
- *   pside.listed, lru links    LRU shard mutex (+ block lock  LRU shard mutex; listed
- *   and seq                    for listed)                    also under block lock
+ *   pside.listed, lru links,   LRU shard mutex (+ block lock  LRU shard mutex; listed
+ *   seq and shard              for listed and shard)          and shard also under
+ *                                                             the block lock
  *   pside.stale                block lock                     block lock, or evictor
  *                                                             after acquire of the state
  *   pside.pos_hint             any (relaxed): a hint, always  owner shard mutex, checked
@@ -106,6 +107,10 @@
  *                              or EVICTING, in a read-side    section, no lock
  *                              section
  *   porec (owner records)      owner shard mutex              owner shard mutex
+ *   tslot.pfx_nodes, _retired  the slot's thread              the slot's thread
+ *   prefix.ready (batches)     push: call_rcu callback, or a  take: exchange with NULL
+ *                              taker giving back (CAS)        (acquire), any thread
+ *   prefix.slabs               push: any (CAS)                kvpi_pfx_nodes_destroy
  */
 #ifndef KVPOOL_LIB_PREFIX_INTERNAL_H
 #define KVPOOL_LIB_PREFIX_INTERNAL_H
@@ -124,6 +129,9 @@
 #define KVP_PFX_LRU_SHARDS    16u
 #define KVP_PFX_OWNER_SHARDS  256u
 #define KVP_PFX_COUNT_STRIPES 16u
+/* One eviction in this many of each thread takes the stream's oldest block
+ * (lib/prefix/prefix_lru.c); the others the oldest of the thread's shard. */
+#define KVP_PFX_GLOBAL_EVERY 8u
 /* Side table: top level of KVP_PFX_TOP entries, each a segment directory of
  * KVP_PFX_MID segments of KVP_SEG_BLOCKS entries (2^31 ids in all). */
 #define KVP_PFX_MID_SHIFT 10u
@@ -143,10 +151,22 @@ struct kvp_pnode {
 	/* What a lookup reads, in the node's first cache line with the link. */
 	kvp_hash key;
 	uint32_t id;
-	uint32_t stream;         /* stream tag (kvpi_stream_tag) */
-	struct kvp_rcu_cb rcu;   /* deferred reuse */
-	struct kvp_prefix *pf;   /* for the deferred callback */
-	struct kvp_pnode *spare; /* next on the block's spare stack */
+	uint32_t stream;       /* stream tag (kvpi_stream_tag) */
+	struct kvp_prefix *pf; /* for the deferred callback */
+	/* Off the index (lib/prefix/prefix_nodes.c): the next node in a
+	 * thread's cache or a batch; and, in a batch's first node, the
+	 * next batch and the grace-period callback. */
+	struct kvp_pnode *next;
+	struct kvp_pnode *batch_next;
+	struct kvp_rcu_cb rcu;
+} __attribute__((aligned(64))); /* a lookup's fields in one line of its own */
+
+/* Index nodes are allocated KVP_PFX_NODE_BATCH at a time, and retired to a
+ * grace period in batches of as many. */
+#define KVP_PFX_NODE_BATCH 64u
+struct kvp_pslab {
+	struct kvp_pnode nodes[KVP_PFX_NODE_BATCH];
+	struct kvp_pslab *next;
 };
 
 /* Per-block prefix state (see the table above). */
@@ -155,10 +175,10 @@ struct kvp_pside {
 	_Atomic uint32_t version; /* bumped by every locker that changes holders or owner */
 	_Atomic uint32_t pos_hint;
 	_Atomic uint64_t owner_xor;
-	struct kvp_pnode *pub;             /* the node the block is published under, or NULL */
-	_Atomic(struct kvp_pnode *) spare; /* nodes past their grace period, for reuse */
+	struct kvp_pnode *pub; /* the node the block is published under, or NULL */
 	uint64_t lru_seq;
 	uint32_t lru_prev, lru_next;
+	uint32_t lru_shard; /* the list it is on (while listed) */
 	/* Relaxed atomics (the evictor peeks at stale before it takes the
 	 * lock; the lock bit and LRU mutex order every write). */
 	_Atomic bool listed; /* on its LRU list */
@@ -180,6 +200,7 @@ static inline void kvpi_pfx_set_flag(_Atomic bool *f, bool v)
 struct kvp_plru {
 	pthread_mutex_t lock;
 	uint32_t head, tail;
+	uint64_t last_seq;         /* the largest caching time given out */
 	_Atomic uint64_t head_seq; /* UINT64_MAX when empty */
 } __attribute__((aligned(64)));
 
@@ -209,14 +230,16 @@ struct kvp_poshard {
 struct kvp_prefix {
 	struct cds_lfht *ht;
 	bool grow;                 /* the pool's grow_on_exhaustion (the pool's own flag is off) */
-	_Atomic uint64_t deferred; /* index nodes waiting for a grace period */
-	/* relaxed fetch_add under an LRU shard mutex: a number, orders nothing. */
-	_Atomic uint64_t seq __attribute__((aligned(64)));
+	_Atomic uint64_t deferred; /* node batches waiting for a grace period */
+	/* Index nodes (lib/prefix/prefix_nodes.c): batches past their grace
+	 * period, and every slab made. */
+	_Atomic(struct kvp_pnode *) ready __attribute__((aligned(64)));
+	_Atomic(struct kvp_pslab *) slabs;
 	/* Cached blocks per stream, in stripes chosen by the calling thread's
 	 * slot so that threads do not share a line: each call adds what it
 	 * changed once, at its end (relaxed: a count; the sum is exact when
 	 * no call runs). */
-	struct kvp_pcount cached[KVP_PFX_COUNT_STRIPES];
+	struct kvp_pcount cached[KVP_PFX_COUNT_STRIPES] __attribute__((aligned(64)));
 	_Atomic(_Atomic(struct kvp_pside *) *) top[KVP_PFX_TOP];
 	struct kvp_plru lru[2][KVP_PFX_LRU_SHARDS];
 	struct kvp_poshard osh[KVP_PFX_OWNER_SHARDS];
@@ -320,14 +343,20 @@ static inline uint64_t kvpi_pfx_snapshot(struct kvp_block *b, struct kvp_pside *
 	}
 }
 
+/* The calling thread's LRU shard and count stripe: slots made one after
+ * another get different ones (up to KVP_PFX_LRU_SHARDS threads). */
+static inline uint32_t kvpi_pfx_home(const struct kvp_tslot *s)
+{
+	_Static_assert(KVP_PFX_COUNT_STRIPES == KVP_PFX_LRU_SHARDS, "one home index for both");
+	return s->idx % KVP_PFX_LRU_SHARDS;
+}
+
 /* Add a call's changes @d[si] to the cached counts (relaxed: a count, exact
  * when no call runs, and only ever a hint to concurrent readers). */
 static inline void kvpi_pfx_count_cached(struct kvp_prefix *pf, const struct kvp_tslot *s,
                                          const int64_t d[2])
 {
-	_Static_assert(KVP_PFX_COUNT_STRIPES == 16, "the hash below gives 4 bits");
-	struct kvp_pcount *c =
-	    &pf->cached[(((uint64_t)(uintptr_t)s >> 6) * 0x9e3779b97f4a7c15ull) >> 60];
+	struct kvp_pcount *c = &pf->cached[kvpi_pfx_home(s)];
 	for (int si = 0; si < 2; si++)
 		if (d[si])
 			atomic_fetch_add_explicit(&c->n[si], d[si], memory_order_relaxed);
@@ -359,30 +388,37 @@ struct kvp_pnode *kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
                                         const kvp_hash *key);
 /* Add @n; returns NULL, or the node already published under its key. */
 struct kvp_pnode *kvpi_pfx_index_add(struct kvp_prefix *pf, struct kvp_pnode *n);
-/* Delete @n (block locked or EVICTING); back to its block after a grace period. */
-void kvpi_pfx_index_del(struct kvp_prefix *pf, struct kvp_pnode *n);
-/* A node for block @e: a spare one, or a new one (NULL: no memory).  Block locked. */
-struct kvp_pnode *kvpi_pfx_node_get(struct kvp_prefix *pf, struct kvp_pside *e);
-/* Give back a node that never was in the index (reusable at once). */
-void kvpi_pfx_node_put(struct kvp_pside *e, struct kvp_pnode *n);
+/* Delete @n (block locked or EVICTING); retired to a grace period by @s's thread. */
+void kvpi_pfx_index_del(struct kvp_prefix *pf, struct kvp_tslot *s, struct kvp_pnode *n);
 /* Call @fn on every node in the index (read-side section; @fn may delete it). */
 void kvpi_pfx_index_each(struct kvp_prefix *pf, void (*fn)(struct kvp_pnode *n, void *arg),
                          void *arg);
 /* Forget the key of block @e: locked, or EVICTING. */
-void kvpi_pfx_forget(struct kvp_prefix *pf, struct kvp_pside *e);
+void kvpi_pfx_forget(struct kvp_prefix *pf, struct kvp_tslot *s, struct kvp_pside *e);
+
+/* lib/prefix/prefix_nodes.c: index nodes.  @s is the calling thread's slot. */
+/* A free node, from @s's cache, the ready batches or a new slab (NULL: no memory). */
+struct kvp_pnode *kvpi_pfx_node_get(struct kvp_prefix *pf, struct kvp_tslot *s);
+/* Give back a node that never was in the index (reusable at once). */
+void kvpi_pfx_node_put(struct kvp_tslot *s, struct kvp_pnode *n);
+/* A node deleted from the index (in a read-side section): reusable after a grace period. */
+void kvpi_pfx_node_retire(struct kvp_prefix *pf, struct kvp_tslot *s, struct kvp_pnode *n);
+/* Wait for retired batches in flight and free every node (index destroyed). */
+void kvpi_pfx_nodes_destroy(struct kvp_prefix *pf);
 
 /* lib/prefix/prefix_lru.c: LRU lists of cached blocks. */
 void kvpi_pfx_lru_init(struct kvp_prefix *pf);
 void kvpi_pfx_lru_destroy(struct kvp_prefix *pf);
-/* Put @id at the tail of its list (block locked, on no list). */
-void kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id);
+/* Put @id at the tail of the calling thread's list (block locked, on no list). */
+void kvpi_pfx_lru_insert(struct kvp_prefix *pf, const struct kvp_tslot *s, int si, uint32_t id);
 /* Take @id off its list if it is on one (block locked). */
 void kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
 uint64_t kvpi_pfx_n_cached(struct kvp_prefix *pf, int si);
 /*
- * Evict up to @n cached blocks of stream @si, least recently cached first,
- * into @ids; their keys are forgotten and their state words are plain free
- * (held exclusively by the caller, on no list).  In a read-side section.
+ * Evict up to @n cached blocks of stream @si, each the least recently cached
+ * of the calling thread's shard or of the stream (kvpool/prefix.h), into @ids; their keys are
+ * forgotten and their state words are plain free (held exclusively by the caller, on no list).  In
+ * a read-side section.
  */
 uint32_t kvpi_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n);
 

@@ -2,16 +2,35 @@
  * lib/prefix/prefix_lru.c - cached blocks, least recently cached first.
  *
  * Per stream, KVP_PFX_LRU_SHARDS doubly linked lists through the blocks'
- * side entries, each under its own mutex; a block lives in shard
- * (id % KVP_PFX_LRU_SHARDS).  Putting a block on a list stamps it with the
- * next value of one global sequence counter while holding the shard's
- * mutex and appends it, so every list is in sequence order, and each shard
- * publishes the sequence number of its head (head_seq).
+ * side entries, each under its own mutex.  Each thread has a home shard
+ * (its slot's, kvpi_pfx_home): the release that caches a block puts it on
+ * the releasing thread's shard, and the block stays on that shard until it
+ * leaves the lists.  Putting a block on a list stamps it with its caching
+ * time while holding the shard's mutex and appends it: the coarse monotonic
+ * clock in nanoseconds, or one more than the shard's last stamp if that is
+ * not below it, so every list is in strictly increasing order; each shard
+ * publishes the stamp of its head (head_seq).  (A counter shared by all
+ * shards gave exact order across shards, but its cache line moved between
+ * the cores on every caching: 88% of the time of caching a block with two
+ * threads publishing, docs/PREFIX.md.  Across shards the stamps now order
+ * blocks by the clock, whose tick is a few milliseconds.)
+ *
+ * Why home shards: when every evictor takes the stream's oldest block, all
+ * threads meet on the same shard, its mutex and its blocks' cache lines on
+ * every eviction, and publish throughput falls as threads are added
+ * (docs/PREFIX.md).  An evictor that takes the oldest block of its own
+ * shard mostly touches blocks its own thread cached.  So an eviction looks
+ * in the home shard (local), except that every KVP_PFX_GLOBAL_EVERY-th
+ * eviction of a thread, and any eviction whose home shard has nothing to
+ * take, takes the stream's oldest block (global), so that blocks cached by
+ * threads that no longer evict still age out.
  *
  * The lists are lazy (lib/prefix/prefix_internal.h): a match takes a cached
  * block without unlinking it (the block is marked stale), and a release
- * caches a block that is still listed without touching the list.  An
- * evictor walks from the head of the shard with the smallest head_seq:
+ * caches a block that is still listed without touching the list.  A
+ * global eviction walks from the head of the shard with the smallest
+ * head_seq (a local one from its home shard's head, to the end if need
+ * be):
  *   - a cached block that is not stale: CAS CACHED -> EVICTING (the CAS a
  *     racing match's lock may beat; then the block is held, see below);
  *   - a stale cached block (taken and let go again since it was listed):
@@ -20,29 +39,35 @@
  *     again);
  *   - a locked block: skipped (its locker is changing it).
  * The last two take the block's lock bit with one CAS that never waits.
- * A head whose sequence number is above the second smallest head seen
- * ends the walk (another shard may now hold an older block); the evictor
- * then scans again (another thread took a block meanwhile, so the retry
- * is progress somewhere).
+ * In a global walk, a head whose sequence number is above the second
+ * smallest head seen ends the walk (another shard may now hold an older
+ * block); the evictor then scans again (another thread took a block
+ * meanwhile, so the retry is progress somewhere).
  *
  * What holds (stated in kvpool/prefix.h's terms): let a block's caching
  * time be when it was put on its list, or when an evictor moved it to the
  * tail.  Then
  *   - within a shard, blocks are evicted strictly in caching-time order;
+ *     a thread's home shard holds every block it cached (and those of the
+ *     threads that share the shard), so the blocks one thread cached are
+ *     evicted in the order it cached them;
  *   - a block cached, taken by a match and cached again keeps its old
  *     caching time until an eviction reaches it, which moves it to the
  *     tail: it outlives every block of its shard cached before that
  *     moment, but not necessarily the blocks cached between its first
  *     caching and its release;
- *   - an eviction during which no block is cached takes, among blocks that
- *     no match took since they were cached, the least recently cached
- *     block of the whole stream; in particular eviction is exact LRU with
- *     one thread when no cached block is matched, and when many threads
- *     only evict;
+ *   - a local eviction takes the oldest block its home shard has to give;
+ *     a global eviction during which no block is cached takes, among
+ *     blocks that no match took since they were cached, the least
+ *     recently cached block of the whole stream; in particular eviction
+ *     is exact LRU with one thread when no cached block is matched (its
+ *     shard holds every cached block), and when the threads that evict
+ *     have cached nothing (their shards are empty);
  *   - a block cached while an eviction scans may be ordered either way
  *     against the block that eviction takes.
  */
 #include <sched.h>
+#include <time.h>
 
 #include "lib/base/spin.h"
 #include "lib/prefix/prefix_internal.h"
@@ -65,9 +90,10 @@ void kvpi_pfx_lru_destroy(struct kvp_prefix *pf)
 			pthread_mutex_destroy(&pf->lru[si][i].lock);
 }
 
+/* The list block @id is on (listed; block locked or shard mutex held). */
 static struct kvp_plru *shard_of(struct kvp_prefix *pf, int si, uint32_t id)
 {
-	return &pf->lru[si][id % KVP_PFX_LRU_SHARDS];
+	return &pf->lru[si][kvpi_pfx_side(pf, id)->lru_shard];
 }
 
 /*
@@ -99,12 +125,30 @@ static void set_head(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id)
 	                      memory_order_relaxed);
 }
 
+#ifdef CLOCK_MONOTONIC_COARSE
+#define CACHING_CLOCK CLOCK_MONOTONIC_COARSE /* 7 ns a read here, vs 26 ns */
+#else
+#define CACHING_CLOCK CLOCK_MONOTONIC
+#endif
+
+/* The next caching time of shard @l (its mutex held): the clock, but always
+ * above the shard's previous stamp. */
+static uint64_t caching_time(struct kvp_plru *l)
+{
+	struct timespec ts;
+	uint64_t now = 0;
+	if (clock_gettime(CACHING_CLOCK, &ts) == 0)
+		now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	l->last_seq = now > l->last_seq ? now : l->last_seq + 1;
+	return l->last_seq;
+}
+
 /* Shard mutex held; @id on no list. */
 static void append_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id)
 {
 	struct kvp_pside *e = kvpi_pfx_side(pf, id);
-	/* relaxed: a number taken under the shard mutex, so each list is sorted. */
-	e->lru_seq = atomic_fetch_add_explicit(&pf->seq, 1, memory_order_relaxed);
+	e->lru_seq = caching_time(l);
+	e->lru_shard = (uint32_t)(l - pf->lru[0]) % KVP_PFX_LRU_SHARDS;
 	e->lru_next = KVP_NO_ID;
 	e->lru_prev = l->tail;
 	if (l->tail == KVP_NO_ID)
@@ -133,9 +177,9 @@ static void unlink_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id
 	kvpi_pfx_set_flag(&e->stale, false);
 }
 
-void kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id)
+void kvpi_pfx_lru_insert(struct kvp_prefix *pf, const struct kvp_tslot *s, int si, uint32_t id)
 {
-	struct kvp_plru *l = shard_of(pf, si, id);
+	struct kvp_plru *l = &pf->lru[si][kvpi_pfx_home(s)];
 	lru_lock(l);
 	append_locked(pf, l, id);
 	pthread_mutex_unlock(&l->lock);
@@ -143,11 +187,13 @@ void kvpi_pfx_lru_insert(struct kvp_prefix *pf, int si, uint32_t id)
 
 void kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id)
 {
+	/* listed and lru_shard change only under the shard mutex and the
+	 * block's lock, which we hold: both stay as read here. */
+	if (!kvpi_pfx_flag(&kvpi_pfx_side(pf, id)->listed))
+		return;
 	struct kvp_plru *l = shard_of(pf, si, id);
 	lru_lock(l);
-	/* listed changes only under this mutex and the block's lock (held). */
-	if (kvpi_pfx_flag(&kvpi_pfx_side(pf, id)->listed))
-		unlink_locked(pf, l, id);
+	unlink_locked(pf, l, id);
 	pthread_mutex_unlock(&l->lock);
 }
 
@@ -171,9 +217,69 @@ bool kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst)
 	                                               memory_order_acquire);
 }
 
-/* Take the least recently cached block of stream @si off its list, its state
- * now EVICTING; KVP_NO_ID when no block is cached. */
-static uint32_t evict_one(struct kvp_pool *p, int si)
+/*
+ * Walk shard @l, its mutex held, from the head: take the first cached block
+ * that no match took since it was listed, fixing the place of held and
+ * stale blocks on the way, and stop at a block listed after @bound.
+ * Returns that block, off the list and in EVICTING, or KVP_NO_ID; the
+ * mutex stays held.
+ */
+static uint32_t walk_locked(struct kvp_pool *p, struct kvp_plru *l, uint64_t bound)
+{
+	struct kvp_prefix *pf = p->prefix;
+	for (uint32_t id = l->head; id != KVP_NO_ID;) {
+		struct kvp_pside *e = kvpi_pfx_side(pf, id);
+		if (e->lru_seq > bound)
+			break; /* another shard may now hold an older block */
+		uint32_t next = e->lru_next;
+		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+		/* acquire: see the state its last holder or locker left, and
+		 * the stale flag written before that release. */
+		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+		/* Locked: its locker is changing it; leave it.  (A listed block
+		 * is always held or cached: the release that frees a listed
+		 * block takes it off first.) */
+		if ((st & KVP_ST_LOCKED) || !(st & (KVP_ST_IN_USE | KVP_ST_CACHED))) {
+			id = next;
+			continue;
+		}
+		if ((st & KVP_ST_CACHED) && !kvpi_pfx_flag(&e->stale)) {
+			if (kvpi_pfx_cas(b, st, (st & ~KVP_ST_CACHED) | KVP_ST_EVICTING)) {
+				unlink_locked(pf, l, id);
+				return id;
+			}
+			id = next; /* a match took it: it is held now */
+			continue;
+		}
+		/* Held, or stale: fix its place under its lock, tried once. */
+		if (kvpi_pfx_cas(b, st, st | KVP_ST_LOCKED)) {
+			unlink_locked(pf, l, id);
+			if (st & KVP_ST_CACHED) /* stale: as if cached now */
+				append_locked(pf, l, id);
+			kvpi_pfx_unlock(b, st);
+		}
+		id = next;
+	}
+	return KVP_NO_ID;
+}
+
+/* A local eviction: the oldest block shard @home of stream @si has to give. */
+static uint32_t evict_local(struct kvp_pool *p, int si, uint32_t home)
+{
+	struct kvp_plru *l = &p->prefix->lru[si][home];
+	/* relaxed: a hint; an empty shard is passed over without its mutex,
+	 * and the global eviction that follows looks again. */
+	if (atomic_load_explicit(&l->head_seq, memory_order_relaxed) == UINT64_MAX)
+		return KVP_NO_ID;
+	lru_lock(l);
+	uint32_t id = walk_locked(p, l, UINT64_MAX);
+	pthread_mutex_unlock(&l->lock);
+	return id;
+}
+
+/* A global eviction: the least recently cached block of stream @si, off its
+ * list, its state now EVICTING; KVP_NO_ID when no block is cached. */
+static uint32_t evict_global(struct kvp_pool *p, int si)
 {
 	struct kvp_prefix *pf = p->prefix;
 	struct kvpi_spin spin = {0};
@@ -196,43 +302,22 @@ static uint32_t evict_one(struct kvp_pool *p, int si)
 			return KVP_NO_ID;
 		struct kvp_plru *l = &pf->lru[si][best];
 		lru_lock(l);
-		for (uint32_t id = l->head; id != KVP_NO_ID;) {
-			struct kvp_pside *e = kvpi_pfx_side(pf, id);
-			if (e->lru_seq > m2)
-				break; /* another shard may now hold an older block */
-			uint32_t next = e->lru_next;
-			struct kvp_block *b = kvpi_bt_block(&p->bt, id);
-			/* acquire: see the state its last holder or locker left,
-			 * and the stale flag written before that release. */
-			uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-			/* Locked: its locker is changing it; leave it.  (A listed
-			 * block is always held or cached: the release that frees
-			 * a listed block takes it off first.) */
-			if ((st & KVP_ST_LOCKED) || !(st & (KVP_ST_IN_USE | KVP_ST_CACHED))) {
-				id = next;
-				continue;
-			}
-			if ((st & KVP_ST_CACHED) && !kvpi_pfx_flag(&e->stale)) {
-				if (kvpi_pfx_cas(b, st, (st & ~KVP_ST_CACHED) | KVP_ST_EVICTING)) {
-					unlink_locked(pf, l, id);
-					pthread_mutex_unlock(&l->lock);
-					return id;
-				}
-				id = next; /* a match took it: it is held now */
-				continue;
-			}
-			/* Held, or stale: fix its place under its lock, tried once. */
-			if (kvpi_pfx_cas(b, st, st | KVP_ST_LOCKED)) {
-				unlink_locked(pf, l, id);
-				if (st & KVP_ST_CACHED) /* stale: as if cached now */
-					append_locked(pf, l, id);
-				kvpi_pfx_unlock(b, st);
-			}
-			id = next;
-		}
+		uint32_t id = walk_locked(p, l, m2);
 		pthread_mutex_unlock(&l->lock);
+		if (id != KVP_NO_ID)
+			return id;
 		kvpi_spin_wait(&spin);
 	}
+}
+
+/* Local, except every KVP_PFX_GLOBAL_EVERY-th eviction of the thread and
+ * when the home shard has nothing to give. */
+static uint32_t evict_one(struct kvp_pool *p, struct kvp_tslot *s, int si)
+{
+	uint32_t id = KVP_NO_ID;
+	if (++s->pfx_evictions % KVP_PFX_GLOBAL_EVERY != 0)
+		id = evict_local(p, si, kvpi_pfx_home(s));
+	return id != KVP_NO_ID ? id : evict_global(p, si);
 }
 
 uint32_t kvpi_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n)
@@ -240,14 +325,14 @@ uint32_t kvpi_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_
 	struct kvp_prefix *pf = p->prefix;
 	uint32_t got = 0;
 	while (got < n) {
-		uint32_t id = evict_one(p, si);
+		uint32_t id = evict_one(p, s, si);
 		if (id == KVP_NO_ID)
 			break;
 		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
 		struct kvp_pside *e = kvpi_pfx_side(pf, id);
 		/* We own the block (EVICTING): no match can lock it, and a
 		 * matcher that found the old node sees EVICTING, then free. */
-		kvpi_pfx_forget(pf, e);
+		kvpi_pfx_forget(pf, s, e);
 		/* relaxed load: ours.  release store: a kvp_block_get or a
 		 * matcher (acquire) sees a whole word, and the next owner the
 		 * last holders' writes (chained through our acquire CAS). */

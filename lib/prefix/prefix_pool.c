@@ -72,7 +72,10 @@ int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32
 		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);
 		return KVP_OK;
 	}
-	uint64_t c = kvpi_pfx_n_cached(pf, si);
+	/* One block short: an eviction either finds it or evicts nothing, so
+	 * the count (a read of every thread's stripe) is needed only to keep
+	 * a larger request from evicting blocks it then gives back. */
+	uint64_t c = k - r == 1 ? 1 : kvpi_pfx_n_cached(pf, si);
 	if ((uint64_t)r + c < k) {
 		uint64_t shortfall = k - r - c;
 		/* relaxed: a pre-check; growth checks again under grow_lock. */
@@ -258,7 +261,7 @@ static enum drop drop_hold(struct kvp_pool *p, struct kvp_tslot *s, uint32_t id,
 		/* Still listed (a match took it from its list and left it
 		 * there): stays; the evictor moves it to the tail. */
 		if (!kvpi_pfx_flag(&e->listed))
-			kvpi_pfx_lru_insert(pf, si, id);
+			kvpi_pfx_lru_insert(pf, s, si, id);
 		*st_out = st;
 		kvpi_pfx_unlock(b, (st & ~(KVP_ST_IN_USE | KVP_ST_RAW)) | KVP_ST_CACHED);
 		return D_CACHED;
