@@ -41,22 +41,37 @@
  * and kvp_storage_write on it are KVP_EINVAL.  A cached block keeps its
  * storage buffer and rows; a match that takes it again shares those rows.
  *
- * Eviction order with several threads.  Cached blocks sit on per-stream
- * LRU lists split into shards (by block id), each in the order blocks were
- * put on it.  A block is put at the tail of its list when it becomes cached
- * and is on no list.  A match that takes a cached block leaves it on its
- * list; when that block is cached again it stays in its old place until an
- * eviction reaches it, which moves it to the tail.  Call the moment a block
- * was put on its list, or moved to the tail, its caching time.  What holds:
+ * Eviction order with several threads: exact least recently cached first
+ * within a shard, approximate across shards.  Cached blocks sit on
+ * per-stream LRU lists split into 16 shards.  Each thread that calls the
+ * pool has a home shard (two threads share one only when the pool has made
+ * more than 16 per-thread slots), and a block becomes cached on the home shard of the thread whose
+ * release cached it (the one that let go of its last hold).  A block is put at the tail of that
+ * list when it becomes cached and is on no list.  A match that takes a cached block leaves it on
+ * its list; when that block is cached again it stays in its old place until an eviction reaches it,
+ * which moves it to the tail of the same list.  Call the moment a block was put on its list, or
+ * moved to the tail, its caching time.  An eviction takes the oldest block of the evicting thread's
+ * home shard, except that it takes the stream's oldest (the oldest of the shard whose oldest is
+ * oldest) when the home shard has nothing to give, and on every 8th eviction a thread makes if that
+ * block was cached more than 50 ms before the home shard's oldest. What holds:
  *   - within a shard, blocks are evicted strictly in order of caching time;
- *   - an eviction during which no other thread caches a block takes, among
- *     the stream's cached blocks that no match took since their caching
- *     time, the one with the earliest caching time (so with one thread,
- *     blocks no match took are evicted exactly least recently cached
- *     first, and a block a match took and let go again goes after every
- *     block cached before the eviction that moved it);
- *   - a block cached while an eviction runs may be ordered either way
- *     against the block that eviction takes.
+ *     so the blocks one thread cached, if no match took them, are evicted
+ *     in the order that thread cached them, whichever threads evict;
+ *   - with one thread (or one thread caching), blocks no match took are
+ *     evicted exactly least recently cached first, and a block a match
+ *     took and let go again goes after every block cached before the
+ *     eviction that moved it;
+ *   - a thread that has cached nothing evicts least recently cached first
+ *     across the stream (among blocks no match took, and as long as no
+ *     other thread caches a block during the eviction);
+ *   - blocks cached by threads that stopped evicting still age out: once
+ *     the oldest of them is 50 ms older than an evicting thread's oldest,
+ *     at least one in 8 of that thread's evictions takes them;
+ *   - across shards, a block cached while an eviction runs may be ordered
+ *     either way against the block that eviction takes, and caching times
+ *     come from the system's coarse monotonic clock (a tick of a few
+ *     milliseconds), so blocks cached within one tick on different shards
+ *     may be evicted in either order.
  *
  * Per-thread caches.  A pool with the prefix cache keeps no per-thread
  * magazines (thread_cache is ignored): every uncached free block is on its

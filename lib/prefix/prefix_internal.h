@@ -129,9 +129,11 @@
 #define KVP_PFX_LRU_SHARDS    16u
 #define KVP_PFX_OWNER_SHARDS  256u
 #define KVP_PFX_COUNT_STRIPES 16u
-/* One eviction in this many of each thread takes the stream's oldest block
- * (lib/prefix/prefix_lru.c); the others the oldest of the thread's shard. */
-#define KVP_PFX_GLOBAL_EVERY 8u
+/* Every this many evictions a thread compares its shard's oldest cached
+ * block with the stream's, and takes the stream's oldest if it was cached
+ * more than KVP_PFX_LRU_WINDOW_NS earlier (lib/prefix/prefix_lru.c). */
+#define KVP_PFX_GLOBAL_EVERY  8u
+#define KVP_PFX_LRU_WINDOW_NS 50000000u
 /* Side table: top level of KVP_PFX_TOP entries, each a segment directory of
  * KVP_PFX_MID segments of KVP_SEG_BLOCKS entries (2^31 ids in all). */
 #define KVP_PFX_MID_SHIFT 10u

@@ -11,8 +11,8 @@
  * not below it, so every list is in strictly increasing order; each shard
  * publishes the stamp of its head (head_seq).  (A counter shared by all
  * shards gave exact order across shards, but its cache line moved between
- * the cores on every caching: 88% of the time of caching a block with two
- * threads publishing, docs/PREFIX.md.  Across shards the stamps now order
+ * the cores on every caching: 88% of the samples in kvpi_pfx_lru_insert
+ * with two threads publishing, docs/PREFIX.md.  Across shards the stamps now order
  * blocks by the clock, whose tick is a few milliseconds.)
  *
  * Why home shards: when every evictor takes the stream's oldest block, all
@@ -20,10 +20,14 @@
  * every eviction, and publish throughput falls as threads are added
  * (docs/PREFIX.md).  An evictor that takes the oldest block of its own
  * shard mostly touches blocks its own thread cached.  So an eviction looks
- * in the home shard (local), except that every KVP_PFX_GLOBAL_EVERY-th
- * eviction of a thread, and any eviction whose home shard has nothing to
- * take, takes the stream's oldest block (global), so that blocks cached by
- * threads that no longer evict still age out.
+ * in the home shard (local), except that one whose home shard has nothing
+ * to take takes the stream's oldest block (global), and so does every
+ * KVP_PFX_GLOBAL_EVERY-th eviction of a thread if the stream's oldest block
+ * was cached more than KVP_PFX_LRU_WINDOW_NS before its home shard's:
+ * blocks cached by threads that no longer evict still age out, and while
+ * the threads' shards are about as old, no thread reaches into another's
+ * (reading the other shards' head stamps costs a miss per busy shard, so it
+ * is done only on those evictions).
  *
  * The lists are lazy (lib/prefix/prefix_internal.h): a match takes a cached
  * block without unlinking it (the block is marked stale), and a release
@@ -56,8 +60,9 @@
  *     tail: it outlives every block of its shard cached before that
  *     moment, but not necessarily the blocks cached between its first
  *     caching and its release;
- *   - a local eviction takes the oldest block its home shard has to give;
- *     a global eviction during which no block is cached takes, among
+ *   - a local eviction takes the oldest block its home shard has to give
+ *     (a walk never passes a block it could take);
+ *   - a global eviction during which no block is cached takes, among
  *     blocks that no match took since they were cached, the least
  *     recently cached block of the whole stream; in particular eviction
  *     is exact LRU with one thread when no cached block is matched (its
@@ -310,13 +315,30 @@ static uint32_t evict_global(struct kvp_pool *p, int si)
 	}
 }
 
-/* Local, except every KVP_PFX_GLOBAL_EVERY-th eviction of the thread and
- * when the home shard has nothing to give. */
+/* Whether the stream's oldest cached block was cached more than the window
+ * before the oldest of shard @home (also when @home is empty). */
+static bool home_too_young(struct kvp_prefix *pf, int si, uint32_t home)
+{
+	uint64_t oldest = UINT64_MAX;
+	for (uint32_t i = 0; i < KVP_PFX_LRU_SHARDS; i++) {
+		/* relaxed: hints, as in evict_global. */
+		uint64_t v = atomic_load_explicit(&pf->lru[si][i].head_seq, memory_order_relaxed);
+		oldest = v < oldest ? v : oldest;
+	}
+	uint64_t mine = atomic_load_explicit(&pf->lru[si][home].head_seq, memory_order_relaxed);
+	return oldest != UINT64_MAX &&
+	       (mine == UINT64_MAX || mine - oldest > KVP_PFX_LRU_WINDOW_NS);
+}
+
+/* Local, except when the home shard has nothing to give, and when every
+ * KVP_PFX_GLOBAL_EVERY-th eviction of the thread finds the stream's oldest
+ * block more than the window older than its shard's. */
 static uint32_t evict_one(struct kvp_pool *p, struct kvp_tslot *s, int si)
 {
+	uint32_t home = kvpi_pfx_home(s);
 	uint32_t id = KVP_NO_ID;
-	if (++s->pfx_evictions % KVP_PFX_GLOBAL_EVERY != 0)
-		id = evict_local(p, si, kvpi_pfx_home(s));
+	if (++s->pfx_evictions % KVP_PFX_GLOBAL_EVERY != 0 || !home_too_young(p->prefix, si, home))
+		id = evict_local(p, si, home);
 	return id != KVP_NO_ID ? id : evict_global(p, si);
 }
 
