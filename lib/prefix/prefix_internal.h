@@ -264,7 +264,8 @@ static inline struct kvp_pside *kvpi_pfx_side(struct kvp_prefix *pf, uint32_t id
  * moves it out of CACHED (@st expected, @nst new): matches, releases and
  * evictions of one block are ordered by it, and when a match and an evictor
  * race for a cached block exactly one such CAS wins.  Out of line so the
- * race test can widen the window before it.
+ * race test can widen the window before it (lib/prefix/prefix_cas.c: in a
+ * file of its own, so that no caller inlines it).
  */
 bool kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
 

@@ -43,6 +43,11 @@
  *     again);
  *   - a locked block: skipped (its locker is changing it).
  * The last two take the block's lock bit with one CAS that never waits.
+ * A walk meets the blocks it moved again at the tail (and takes one if it
+ * can), but never moves a block twice: one that is stale again by then is
+ * left where it is, so a walk visits each block at most twice and ends
+ * even while matches keep taking and letting go of the blocks it moved
+ * (tests/prefix_walk_test.c).
  * In a global walk, a head whose sequence number is above the second
  * smallest head seen ends the walk (another shard may now hold an older
  * block); the evictor then scans again (another thread took a block
@@ -212,16 +217,6 @@ uint64_t kvpi_pfx_n_cached(struct kvp_prefix *pf, int si)
 	return n > 0 ? (uint64_t)n : 0;
 }
 
-bool kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst)
-{
-	/* acq_rel: the winner owns the block (evictor) or its lock from here
-	 * on, ordered after the writes of its last holders and lockers (their
-	 * release stores); release: nothing to publish for a lock, but the
-	 * evictor's EVICTING orders its scan's reads. */
-	return atomic_compare_exchange_strong_explicit(&b->state, &st, nst, memory_order_acq_rel,
-	                                               memory_order_acquire);
-}
-
 /*
  * Walk shard @l, its mutex held, from the head: take the first cached block
  * that no match took since it was listed, fixing the place of held and
@@ -232,6 +227,8 @@ bool kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst)
 static uint32_t walk_locked(struct kvp_pool *p, struct kvp_plru *l, uint64_t bound)
 {
 	struct kvp_prefix *pf = p->prefix;
+	/* The blocks this walk moves to the tail are stamped above this. */
+	uint64_t moved_above = l->last_seq;
 	for (uint32_t id = l->head; id != KVP_NO_ID;) {
 		struct kvp_pside *e = kvpi_pfx_side(pf, id);
 		if (e->lru_seq > bound)
@@ -254,6 +251,13 @@ static uint32_t walk_locked(struct kvp_pool *p, struct kvp_plru *l, uint64_t bou
 				return id;
 			}
 			id = next; /* a match took it: it is held now */
+			continue;
+		}
+		/* Stale again since this walk moved it: leave it.  Moving it
+		 * again would meet it again, and the walk would last as long as
+		 * matches keep taking and letting go of the blocks it moved. */
+		if ((st & KVP_ST_CACHED) && e->lru_seq > moved_above) {
+			id = next;
 			continue;
 		}
 		/* Held, or stale: fix its place under its lock, tried once. */
