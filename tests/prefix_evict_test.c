@@ -17,7 +17,13 @@
  * consecutive evictions exactly 2 are such, so exactly A's first 2 and B's
  * first 14 blocks are gone.
  *
- * Both also run in the ASan and TSan builds (no timing is asserted but the
+ * test_inherited_shard: thread C caches 16 blocks and stays alive; thread
+ * A caches 16 more and exits; thread B, which has cached nothing, then
+ * evicts 4.  B takes the slot A gave up, and with it A's home shard, which
+ * is not empty: B's evictions are local and take A's first 4 blocks, not
+ * the stream's least recently cached ones (C's).
+ *
+ * All run in the ASan and TSan builds too (no timing is asserted but the
  * 120 ms gap, far above the 50 ms window).
  */
 #include <kvpool/kvpool.h>
@@ -226,9 +232,74 @@ static void test_idle_shard_ages(void)
 	pool = NULL;
 }
 
+/* --- test_inherited_shard ------------------------------------------------ */
+
+#define IS_BLOCKS 16
+#define IS_EVICT  4
+
+/* Thread C: cache IS_BLOCKS blocks (in sh->a_order), then stay alive until
+ * stage 2, keeping its slot and so its home shard. */
+static void *is_c_main(void *p)
+{
+	struct ia_shared *sh = p;
+	uint64_t rng = 5;
+	cache_shuffled(1, 1, 0, sh->a_order, IS_BLOCKS, &rng);
+	set_stage(sh, 1);
+	pthread_mutex_lock(&sh->mu);
+	while (sh->stage != 2)
+		pthread_cond_wait(&sh->cv, &sh->mu);
+	pthread_mutex_unlock(&sh->mu);
+	return NULL;
+}
+
+/* Thread A: cache IS_BLOCKS blocks (in sh->b_order), then exit. */
+static void *is_a_main(void *p)
+{
+	struct ia_shared *sh = p;
+	uint64_t rng = 6;
+	cache_shuffled(2, 2, 0, sh->b_order, IS_BLOCKS, &rng);
+	return NULL;
+}
+
+/* Thread B: evict IS_EVICT blocks. */
+static void *is_b_main(void *p)
+{
+	(void)p;
+	evict(3, IS_EVICT);
+	return NULL;
+}
+
+static void test_inherited_shard(void)
+{
+	make_pool(2 * IS_BLOCKS);
+	struct ia_shared sh = {.stage = 0};
+	pthread_mutex_init(&sh.mu, NULL);
+	pthread_cond_init(&sh.cv, NULL);
+	pthread_t c, a, b;
+	CHECK_EQ(pthread_create(&c, NULL, is_c_main, &sh), 0);
+	pthread_mutex_lock(&sh.mu);
+	while (sh.stage != 1)
+		pthread_cond_wait(&sh.cv, &sh.mu);
+	pthread_mutex_unlock(&sh.mu);
+	CHECK_EQ(pthread_create(&a, NULL, is_a_main, &sh), 0);
+	CHECK_EQ(pthread_join(a, NULL), 0);
+	/* B takes the slot A gave up at its exit, and with it A's home shard. */
+	CHECK_EQ(pthread_create(&b, NULL, is_b_main, &sh), 0);
+	CHECK_EQ(pthread_join(b, NULL), 0);
+	set_stage(&sh, 2);
+	CHECK_EQ(pthread_join(c, NULL), 0);
+	CHECK_EQ(gone_prefix(sh.a_order, IS_BLOCKS), 0);
+	CHECK_EQ(gone_prefix(sh.b_order, IS_BLOCKS), IS_EVICT);
+	pthread_cond_destroy(&sh.cv);
+	pthread_mutex_destroy(&sh.mu);
+	kvp_pool_destroy(pool);
+	pool = NULL;
+}
+
 int main(void)
 {
 	RUN(test_per_thread_order);
 	RUN(test_idle_shard_ages);
+	RUN(test_inherited_shard);
 	return 0;
 }

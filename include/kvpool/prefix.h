@@ -44,8 +44,12 @@
  * Eviction order with several threads: exact least recently cached first
  * within a shard, approximate across shards.  Cached blocks sit on
  * per-stream LRU lists split into 16 shards.  Each thread that calls the
- * pool has a home shard (two threads share one only when the pool has made
- * more than 16 per-thread slots), and a block becomes cached on the home shard of the thread whose
+ * pool has a home shard, that of its per-thread slot: slots are made one
+ * per thread, the 17th on the 1st one's shard, and a thread that exits
+ * gives its slot up to the next new thread, which so takes over its home
+ * shard with the blocks still cached there (threads that get no slot of
+ * their own, when memory runs out, share one fallback slot, on the shard
+ * of the 16th).  A block becomes cached on the home shard of the thread whose
  * release cached it (the one that let go of its last hold).  A block is put at the tail of that
  * list when it becomes cached and is on no list.  A match that takes a cached block leaves it on
  * its list; when that block is cached again it stays in its old place until an eviction reaches it,
@@ -61,9 +65,11 @@
  *     evicted exactly least recently cached first, and a block a match
  *     took and let go again goes after every block cached before the
  *     eviction that moved it;
- *   - a thread that has cached nothing evicts least recently cached first
- *     across the stream (among blocks no match took, and as long as no
- *     other thread caches a block during the eviction);
+ *   - a thread whose home shard holds no cached block (it has cached
+ *     nothing, and its slot's earlier threads left nothing there) evicts
+ *     least recently cached first across the stream (among blocks no
+ *     match took, and as long as no other thread caches a block during
+ *     the eviction);
  *   - blocks cached by threads that stopped evicting still age out: once
  *     the oldest of them is 50 ms older than an evicting thread's oldest,
  *     at least one in 8 of that thread's evictions takes them;

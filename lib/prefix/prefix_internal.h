@@ -108,8 +108,8 @@
  *                              section
  *   porec (owner records)      owner shard mutex              owner shard mutex
  *   tslot.pfx_nodes, _retired  the slot's thread              the slot's thread
- *   prefix.ready (batches)     push: call_rcu callback, or a  take: exchange with NULL
- *                              taker giving back (CAS)        (acquire), any thread
+ *   prefix.ready (batches)     push (CAS, release): the       take: exchange with NULL
+ *                              call_rcu callback of a batch   (acquire), any thread
  *   prefix.slabs               push: any (CAS)                kvpi_pfx_nodes_destroy
  */
 #ifndef KVPOOL_LIB_PREFIX_INTERNAL_H
