@@ -1,9 +1,10 @@
 /*
- * tests/prefix_walk_test.c - an eviction's walk of an LRU shard ends.
+ * tests/prefix_walk_test.c - an eviction's walk of an LRU shard: it ends, and
+ * what it passes over.
  *
- * An evictor walks its shard under the shard's mutex and moves each stale
- * cached block (one a match took and let go since it was listed) to the
- * tail; a block it moved is met again further on.  If a match takes and
+ * test_walk_ends: an evictor walks its shard under the shard's mutex and
+ * moves each stale cached block (one a match took and let go since it was
+ * listed) to the tail; a block it moved is met again further on.  If a match takes and
  * lets go of that block again in between, it is stale once more, and an
  * evictor that moved it again would walk forever: a walk must not move a
  * block twice.  This test makes that interleaving happen every time:
@@ -20,6 +21,14 @@
  * are one walk's.  A walk visits each block of its list at most twice, so
  * it makes at most 4 CAS calls here; a walk that moves blocks again makes
  * one per round of the helper, and ends only when the helper stops.
+ *
+ * test_locked_block_passed_over: the one exception to "within a shard, in
+ * order of caching time" that kvpool/prefix.h states.  Thread M's lookup
+ * finds key K1 on block X and stops; X is evicted, published under K2 and
+ * cached again, then Y is cached after it; M goes on and locks X to check
+ * it (the CAS is wrapped: M stops again while it holds the lock), and an
+ * eviction made meanwhile passes X over and takes Y, younger.  M then
+ * sees X is K2's, a miss, and leaves X cached.
  */
 #include <kvpool/kvpool.h>
 
@@ -38,6 +47,12 @@ bool __real_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
 bool __wrap_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
 int __real_pthread_mutex_trylock(pthread_mutex_t *m);
 int __wrap_pthread_mutex_trylock(pthread_mutex_t *m);
+struct kvp_prefix;
+struct kvp_pnode;
+struct kvp_pnode *__real_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
+                                               const kvp_hash *key);
+struct kvp_pnode *__wrap_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
+                                               const kvp_hash *key);
 
 static kvp_pool *pool;
 static kvp_hash keys[2];
@@ -51,6 +66,29 @@ static _Thread_local int max_walk_cas; /* the most in one walk */
 static _Atomic int request;
 static _Atomic int rounds; /* helper rounds done */
 static _Atomic bool stop;
+/* test_locked_block_passed_over, thread M: stop after the lookup, and
+ * after the CAS that locks the block; m_phase: 1 M found the node, 2 M may
+ * lock, 3 M holds the lock, 4 M may go on. */
+static _Thread_local bool stall_lookup, hold_lock;
+static _Atomic int m_phase;
+
+static void wait_phase(int ph)
+{
+	while (atomic_load(&m_phase) != ph)
+		sched_yield();
+}
+
+struct kvp_pnode *__wrap_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
+                                               const kvp_hash *key)
+{
+	struct kvp_pnode *n = __real_kvpi_pfx_index_lookup(pf, stream, key);
+	if (stall_lookup && n) {
+		stall_lookup = false;
+		atomic_store(&m_phase, 1);
+		wait_phase(2);
+	}
+	return n;
+}
 
 int __wrap_pthread_mutex_trylock(pthread_mutex_t *m)
 {
@@ -79,7 +117,13 @@ bool __wrap_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst)
 		if (b == words[0] || b == words[1])
 			restale(b == words[0] ? 1 : 0);
 	}
-	return __real_kvpi_pfx_cas(b, st, nst);
+	bool ok = __real_kvpi_pfx_cas(b, st, nst);
+	if (hold_lock && ok) {
+		hold_lock = false;
+		atomic_store(&m_phase, 3);
+		wait_phase(4);
+	}
+	return ok;
 }
 
 /* Take block @i by a match and let go of it: cached again, still listed
@@ -154,8 +198,77 @@ static void test_walk_ends(void)
 	pool = NULL;
 }
 
+/* --- test_locked_block_passed_over --------------------------------------- */
+
+static kvp_hash key_n(uint64_t i)
+{
+	return (kvp_hash){0xabc0u + i, 0xdefu};
+}
+
+/* Thread M: match K1 (found, then stopped), expecting a miss. */
+static void *m_main(void *out)
+{
+	kvp_hash k1 = key_n(1);
+	kvp_ref r;
+	stall_lookup = hold_lock = true;
+	CHECK_EQ(kvp_prefix_match(pool, KVP_KV, KVP_FP16, &k1, 1, 1, &r, 1, (size_t *)out), KVP_OK);
+	return NULL;
+}
+
+/* Allocate one block for owner 2 (evicting, on a full pool). */
+static kvp_ref take_one(void)
+{
+	kvp_ref r;
+	size_t got;
+	CHECK_EQ(kvp_allocate(pool, KVP_KV, BS, 2, KVP_FP16, &r, 1, &got), KVP_OK);
+	return r;
+}
+
+static void test_locked_block_passed_over(void)
+{
+	kvp_pool_config c;
+	kvp_pool_config_init(&c);
+	c.block_size = BS;
+	c.n_blocks = 2;
+	c.separate_kv = false;
+	c.prefix_cache = true;
+	CHECK_EQ(kvp_pool_create(&c, &pool), KVP_OK);
+	kvp_ref r[2];
+	size_t got;
+	CHECK_EQ(kvp_allocate(pool, KVP_KV, 2 * BS, 2, KVP_FP16, r, 2, &got), KVP_OK);
+	CHECK_EQ(kvp_prefix_publish(pool, r[0], key_n(1)), KVP_OK);
+	CHECK_EQ(kvp_free(pool, &r[0], 1), KVP_OK); /* X cached under K1 */
+	size_t matched = 99;
+	pthread_t m;
+	CHECK_EQ(pthread_create(&m, NULL, m_main, &matched), 0);
+	wait_phase(1); /* M found K1's node (X) */
+	/* X evicted, published under K2 and cached again; then Y cached. */
+	kvp_ref x = take_one();
+	CHECK_EQ(KVP_REF_ID(x), KVP_REF_ID(r[0]));
+	CHECK_EQ(kvp_prefix_publish(pool, x, key_n(2)), KVP_OK);
+	CHECK_EQ(kvp_free(pool, &x, 1), KVP_OK);
+	CHECK_EQ(kvp_prefix_publish(pool, r[1], key_n(3)), KVP_OK);
+	CHECK_EQ(kvp_free(pool, &r[1], 1), KVP_OK);
+	/* M locks X to check it; while it holds the lock, we evict one. */
+	atomic_store(&m_phase, 2);
+	wait_phase(3);
+	kvp_ref e = take_one();
+	atomic_store(&m_phase, 4);
+	CHECK_EQ(pthread_join(m, NULL), 0);
+	CHECK_EQ(matched, 0); /* X is K2's now: a miss */
+	/* Y, cached after X, is gone; X, passed over, is still cached. */
+	CHECK_EQ(KVP_REF_ID(e), KVP_REF_ID(r[1]));
+	kvp_block_info bi;
+	CHECK_EQ(kvp_block_get(pool, x, &bi), KVP_OK);
+	CHECK(!bi.in_use && bi.published);
+	CHECK_EQ(kvp_free(pool, &e, 1), KVP_OK);
+	kvp_pool_destroy(pool);
+	pool = NULL;
+}
+
 int main(void)
 {
 	RUN(test_walk_ends);
+	RUN(test_locked_block_passed_over);
 	return 0;
 }

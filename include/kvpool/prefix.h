@@ -58,9 +58,13 @@
  * home shard, except that it takes the stream's oldest (the oldest of the shard whose oldest is
  * oldest) when the home shard has nothing to give, and on every 8th eviction a thread makes if that
  * block was cached more than 50 ms before the home shard's oldest. What holds:
- *   - within a shard, blocks are evicted strictly in order of caching time;
- *     so the blocks one thread cached, if no match took them, are evicted
- *     in the order that thread cached them, whichever threads evict;
+ *   - within a shard, blocks are evicted strictly in order of caching time,
+ *     except that an eviction passes over a block a match holds locked at
+ *     that moment (a match whose lookup found a key the block has since
+ *     lost locks it only to see that, and leaves it cached); so the blocks
+ *     one thread cached, if no match took them, are evicted in the order
+ *     that thread cached them, whichever threads evict (with that
+ *     exception);
  *   - with one thread (or one thread caching), blocks no match took are
  *     evicted exactly least recently cached first, and a block a match
  *     took and let go again goes after every block cached before the

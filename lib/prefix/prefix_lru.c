@@ -56,7 +56,10 @@
  * What holds (stated in kvpool/prefix.h's terms): let a block's caching
  * time be when it was put on its list, or when an evictor moved it to the
  * tail.  Then
- *   - within a shard, blocks are evicted strictly in caching-time order;
+ *   - within a shard, blocks are evicted strictly in caching-time order,
+ *     but for a block that a match holds locked when the walk meets it
+ *     (passed over; the match may leave it cached: one whose lookup found
+ *     a key the block has since lost);
  *     a thread's home shard holds every block it cached (and those of the
  *     threads that share the shard), so the blocks one thread cached are
  *     evicted in the order it cached them;
@@ -250,7 +253,10 @@ static uint32_t walk_locked(struct kvp_pool *p, struct kvp_plru *l, uint64_t bou
 				unlink_locked(pf, l, id);
 				return id;
 			}
-			id = next; /* a match took it: it is held now */
+			/* A match locked it: it is held now, or the match
+			 * found it no longer has its key and left it cached
+			 * (passed over: kvpool/prefix.h). */
+			id = next;
 			continue;
 		}
 		/* Stale again since this walk moved it: leave it.  Moving it
