@@ -33,7 +33,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tests/testutil.h"
+#include "tests/prefix_testutil.h"
 
 #define BS 4u
 
@@ -41,20 +41,12 @@ static kvp_pool *pool;
 
 static kvp_hash key_of(int who, int round, int i)
 {
-	uint64_t x = ((uint64_t)who << 40) | ((uint64_t)round << 16) | (uint64_t)i;
-	kvp_hash h = {x * 0x9e3779b97f4a7c15ull + 11, x ^ 0x5eed5eedull};
-	return h;
+	return tpx_key((uint32_t)who, (uint32_t)round, (uint32_t)i);
 }
 
 static void make_pool(uint32_t n_blocks)
 {
-	kvp_pool_config c;
-	kvp_pool_config_init(&c);
-	c.block_size = BS;
-	c.n_blocks = n_blocks;
-	c.separate_kv = false;
-	c.prefix_cache = true;
-	CHECK_EQ(kvp_pool_create(&c, &pool), KVP_OK);
+	pool = tpx_pool(BS, n_blocks);
 }
 
 /* Whether @r is still the cached block it was (not evicted). */
@@ -182,6 +174,14 @@ static void set_stage(struct ia_shared *sh, int stage)
 	pthread_mutex_unlock(&sh->mu);
 }
 
+static void wait_stage(struct ia_shared *sh, int stage)
+{
+	pthread_mutex_lock(&sh->mu);
+	while (sh->stage != stage)
+		pthread_cond_wait(&sh->cv, &sh->mu);
+	pthread_mutex_unlock(&sh->mu);
+}
+
 static void *ia_a_main(void *p)
 {
 	struct ia_shared *sh = p;
@@ -190,10 +190,7 @@ static void *ia_a_main(void *p)
 	set_stage(sh, 1);
 	/* Stay alive (keeping our per-thread slot, so B gets another home
 	 * shard) until B is done. */
-	pthread_mutex_lock(&sh->mu);
-	while (sh->stage != 2)
-		pthread_cond_wait(&sh->cv, &sh->mu);
-	pthread_mutex_unlock(&sh->mu);
+	wait_stage(sh, 2);
 	return NULL;
 }
 
@@ -214,10 +211,7 @@ static void test_idle_shard_ages(void)
 	pthread_cond_init(&sh.cv, NULL);
 	pthread_t a, b;
 	CHECK_EQ(pthread_create(&a, NULL, ia_a_main, &sh), 0);
-	pthread_mutex_lock(&sh.mu);
-	while (sh.stage != 1)
-		pthread_cond_wait(&sh.cv, &sh.mu);
-	pthread_mutex_unlock(&sh.mu);
+	wait_stage(&sh, 1);
 	struct timespec gap = {0, 120 * 1000 * 1000};
 	nanosleep(&gap, NULL);
 	CHECK_EQ(pthread_create(&b, NULL, ia_b_main, &sh), 0);
@@ -245,10 +239,7 @@ static void *is_c_main(void *p)
 	uint64_t rng = 5;
 	cache_shuffled(1, 1, 0, sh->a_order, IS_BLOCKS, &rng);
 	set_stage(sh, 1);
-	pthread_mutex_lock(&sh->mu);
-	while (sh->stage != 2)
-		pthread_cond_wait(&sh->cv, &sh->mu);
-	pthread_mutex_unlock(&sh->mu);
+	wait_stage(sh, 2);
 	return NULL;
 }
 
@@ -277,10 +268,7 @@ static void test_inherited_shard(void)
 	pthread_cond_init(&sh.cv, NULL);
 	pthread_t c, a, b;
 	CHECK_EQ(pthread_create(&c, NULL, is_c_main, &sh), 0);
-	pthread_mutex_lock(&sh.mu);
-	while (sh.stage != 1)
-		pthread_cond_wait(&sh.cv, &sh.mu);
-	pthread_mutex_unlock(&sh.mu);
+	wait_stage(&sh, 1);
 	CHECK_EQ(pthread_create(&a, NULL, is_a_main, &sh), 0);
 	CHECK_EQ(pthread_join(a, NULL), 0);
 	/* B takes the slot A gave up at its exit, and with it A's home shard. */

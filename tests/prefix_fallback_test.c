@@ -27,7 +27,7 @@
 #include <stdlib.h>
 
 #include "lib/testing/fault.h"
-#include "tests/testutil.h"
+#include "tests/prefix_testutil.h"
 
 #define BS       4u
 #define NBLOCKS  16u
@@ -43,20 +43,17 @@ static uint64_t seed0;
 
 static kvp_hash key_of(int seq, int j)
 {
-	uint64_t x = ((uint64_t)seq << 8) | (uint64_t)j;
-	kvp_hash h = {x * 0x9e3779b97f4a7c15ull + 5, x ^ 0xfeedu};
-	return h;
+	return tpx_key(0, (uint32_t)seq, (uint32_t)j);
 }
 
 static uint64_t tag_of(kvp_hash k)
 {
-	return (k.lo ^ (k.hi << 1)) | 1;
+	return tpx_tag(k);
 }
 
 static void violation(const char *what, uint32_t id)
 {
-	fprintf(stderr, "violation: %s (block %u)\n", what, id);
-	atomic_fetch_add(&violations, 1);
+	tpx_violation(&violations, what, id);
 }
 
 struct worker {
@@ -112,13 +109,7 @@ static void *worker_main(void *arg)
 
 static void test_all_on_fallback(void)
 {
-	kvp_pool_config c;
-	kvp_pool_config_init(&c);
-	c.block_size = BS;
-	c.n_blocks = NBLOCKS;
-	c.separate_kv = false;
-	c.prefix_cache = true;
-	CHECK_EQ(kvp_pool_create(&c, &pool), KVP_OK);
+	pool = tpx_pool(BS, NBLOCKS);
 	/* The next call through the fault door is the first thread slot's
 	 * key creation: it fails, and no thread of the process gets a slot. */
 	unsigned long base = kvpi_fault_injected();

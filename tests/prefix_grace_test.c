@@ -27,18 +27,11 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "tests/testutil.h"
+#include "tests/prefix_testutil.h"
 
 #define BS      4u
 #define NBLOCKS 8u
 #define CHURN   300
-
-struct kvp_prefix;
-struct kvp_pnode;
-struct kvp_pnode *__real_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
-                                               const kvp_hash *key);
-struct kvp_pnode *__wrap_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
-                                               const kvp_hash *key);
 
 static kvp_pool *pool;
 static _Thread_local bool stall; /* thread R, during its match */
@@ -89,13 +82,7 @@ static void cache_one(uint64_t i)
 
 static void test_node_outlives_lookup(void)
 {
-	kvp_pool_config c;
-	kvp_pool_config_init(&c);
-	c.block_size = BS;
-	c.n_blocks = NBLOCKS;
-	c.separate_kv = false;
-	c.prefix_cache = true;
-	CHECK_EQ(kvp_pool_create(&c, &pool), KVP_OK);
+	pool = tpx_pool(BS, NBLOCKS);
 	cache_one(0);
 	size_t matched = 99;
 	pthread_t r;

@@ -44,7 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/testutil.h"
+#include "tests/prefix_testutil.h"
 
 #define BS       4u
 #define NBLOCKS  96u /* 48 per stream */
@@ -55,21 +55,6 @@
 
 static uint64_t seed0;
 static _Thread_local uint64_t wrap_rng = 88172645463325252ull;
-
-struct kvp_prefix;
-struct kvp_pnode;
-struct kvp_block;
-struct kvp_pnode *__real_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
-                                               const kvp_hash *key);
-struct kvp_pnode *__wrap_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
-                                               const kvp_hash *key);
-bool __real_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
-bool __wrap_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
-struct kvp_tslot;
-void __real_kvpi_pfx_lru_insert(struct kvp_prefix *pf, const struct kvp_tslot *s, int si,
-                                uint32_t id);
-void __wrap_kvpi_pfx_lru_insert(struct kvp_prefix *pf, const struct kvp_tslot *s, int si,
-                                uint32_t id);
 
 /* Every CAS on a block's state word (a lock, an eviction), after a pause
  * now and then: between reading the state and changing it. */
@@ -111,20 +96,17 @@ static uint64_t reset_every;
 
 static kvp_hash key_of(int stream, int seq, int j)
 {
-	uint64_t x = ((uint64_t)stream << 40) | ((uint64_t)seq << 8) | (uint64_t)j;
-	kvp_hash h = {x * 0x9e3779b97f4a7c15ull + 7, x ^ 0xabcdef};
-	return h;
+	return tpx_key((uint32_t)stream, (uint32_t)seq, (uint32_t)j);
 }
 
 static uint64_t tag_of(kvp_hash k)
 {
-	return (k.lo ^ (k.hi << 1)) | 1;
+	return tpx_tag(k);
 }
 
 static void violation(const char *what, uint32_t id)
 {
-	fprintf(stderr, "violation: %s (block %u)\n", what, id);
-	atomic_fetch_add(&violations, 1);
+	tpx_violation(&violations, what, id);
 }
 
 struct worker {
@@ -340,13 +322,7 @@ static void *evictor_main(void *arg)
 
 static void test_eviction_order(int rounds)
 {
-	kvp_pool_config c;
-	kvp_pool_config_init(&c);
-	c.block_size = BS;
-	c.n_blocks = EV_BLOCKS;
-	c.separate_kv = false;
-	c.prefix_cache = true;
-	CHECK_EQ(kvp_pool_create(&c, &pool), KVP_OK);
+	pool = tpx_pool(BS, EV_BLOCKS);
 	for (int round = 0; round < rounds; round++) {
 		kvp_ref r[EV_BLOCKS];
 		size_t n;

@@ -37,22 +37,13 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "tests/testutil.h"
+#include "tests/prefix_testutil.h"
 
 #define BS               4u
 #define ADVERSARY_ROUNDS 200
 
-struct kvp_block;
-bool __real_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
-bool __wrap_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
 int __real_pthread_mutex_trylock(pthread_mutex_t *m);
 int __wrap_pthread_mutex_trylock(pthread_mutex_t *m);
-struct kvp_prefix;
-struct kvp_pnode;
-struct kvp_pnode *__real_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
-                                               const kvp_hash *key);
-struct kvp_pnode *__wrap_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
-                                               const kvp_hash *key);
 
 static kvp_pool *pool;
 static kvp_hash keys[2];
@@ -158,13 +149,7 @@ static void *helper_main(void *unused)
 
 static void test_walk_ends(void)
 {
-	kvp_pool_config c;
-	kvp_pool_config_init(&c);
-	c.block_size = BS;
-	c.n_blocks = 2;
-	c.separate_kv = false;
-	c.prefix_cache = true;
-	CHECK_EQ(kvp_pool_create(&c, &pool), KVP_OK);
+	pool = tpx_pool(BS, 2);
 	kvp_ref r[2];
 	size_t got;
 	CHECK_EQ(kvp_allocate(pool, KVP_KV, 2 * BS, 1, KVP_FP16, r, 2, &got), KVP_OK);
@@ -226,13 +211,7 @@ static kvp_ref take_one(void)
 
 static void test_locked_block_passed_over(void)
 {
-	kvp_pool_config c;
-	kvp_pool_config_init(&c);
-	c.block_size = BS;
-	c.n_blocks = 2;
-	c.separate_kv = false;
-	c.prefix_cache = true;
-	CHECK_EQ(kvp_pool_create(&c, &pool), KVP_OK);
+	pool = tpx_pool(BS, 2);
 	kvp_ref r[2];
 	size_t got;
 	CHECK_EQ(kvp_allocate(pool, KVP_KV, 2 * BS, 2, KVP_FP16, r, 2, &got), KVP_OK);

@@ -1,0 +1,77 @@
+/*
+ * tests/prefix_testutil.h - what the prefix cache's tests share.
+ *
+ * tpx_pool makes the pool most of them race on: the prefix cache on, one
+ * stream for K and V, @n_blocks blocks of @bs tokens made up front.
+ *
+ * The race tests widen windows by wrapping internal calls of the prefix
+ * cache with -Wl,--wrap=<name> (tests/BUILD); a test defines the __wrap_
+ * functions it links and calls the __real_ ones.  Their declarations are
+ * here, once, with the signatures of lib/prefix/prefix_internal.h.
+ */
+#ifndef KVPOOL_TESTS_PREFIX_TESTUTIL_H
+#define KVPOOL_TESTS_PREFIX_TESTUTIL_H
+
+#include <kvpool/kvpool.h>
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tests/testutil.h"
+
+/* tpx_pool - a prefix-cache pool of @n_blocks blocks of @bs tokens, one stream. */
+static inline kvp_pool *tpx_pool(uint32_t bs, uint32_t n_blocks)
+{
+	kvp_pool_config c;
+	kvp_pool_config_init(&c);
+	c.block_size = bs;
+	c.n_blocks = n_blocks;
+	c.separate_kv = false;
+	c.prefix_cache = true;
+	kvp_pool *p = NULL;
+	CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
+	return p;
+}
+
+/* tpx_key - a content key from three small numbers (distinct numbers, distinct keys) */
+static inline kvp_hash tpx_key(uint32_t a, uint32_t b, uint32_t c)
+{
+	uint64_t x = ((uint64_t)a << 40) | ((uint64_t)b << 16) | (uint64_t)c;
+	kvp_hash h = {x * 0x9e3779b97f4a7c15ull + 7, x ^ 0xabcdefull};
+	return h;
+}
+
+/* tpx_tag - the content tag a ledger test writes for key @k (never 0) */
+static inline uint64_t tpx_tag(kvp_hash k)
+{
+	return (k.lo ^ (k.hi << 1)) | 1;
+}
+
+/* tpx_violation - count a ledger violation in @n and say what it was */
+static inline void tpx_violation(_Atomic uint64_t *n, const char *what, uint32_t id)
+{
+	fprintf(stderr, "violation: %s (block %u)\n", what, id);
+	atomic_fetch_add(n, 1);
+}
+
+struct kvp_prefix;
+struct kvp_pnode;
+struct kvp_block;
+struct kvp_tslot;
+
+/* The key index's lookup (lib/prefix/prefix_index.c). */
+struct kvp_pnode *__real_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
+                                               const kvp_hash *key);
+struct kvp_pnode *__wrap_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
+                                               const kvp_hash *key);
+/* Every CAS on a block's state word (lib/prefix/prefix_cas.c). */
+bool __real_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
+bool __wrap_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
+/* Listing a block at its last release (lib/prefix/prefix_lru.c). */
+void __real_kvpi_pfx_lru_insert(struct kvp_prefix *pf, const struct kvp_tslot *s, int si,
+                                uint32_t id);
+void __wrap_kvpi_pfx_lru_insert(struct kvp_prefix *pf, const struct kvp_tslot *s, int si,
+                                uint32_t id);
+
+#endif /* KVPOOL_TESTS_PREFIX_TESTUTIL_H */
