@@ -56,6 +56,8 @@
  *   CACHED --match: lock, 1 holder, unlock to--> IN_USE|PUBLISHED, gen + 1
  *   CACHED, not stale --evictor: CAS (LRU mutex held)--> EVICTING --index
  *           node deleted, store--> free (exclusive: handed out or pushed)
+ *   EVICTING (claimed by an allocation that then fails) --relisted in
+ *           caching-time order, store--> CACHED (key never left the index)
  *   IN_USE|PUBLISHED --reset: lock, index del, unlock to--> IN_USE
  *   listed CACHED stale / listed IN_USE --evictor: try-lock (one CAS, never
  *           waits), move to tail / drop from list, unlock--> same state
@@ -424,6 +426,17 @@ uint64_t kvpi_pfx_n_cached(struct kvp_prefix *pf, int si);
  * a read-side section.
  */
 uint32_t kvpi_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n);
+/*
+ * kvpi_pfx_evict in two steps, for a request that may still fail: claim up
+ * to @n blocks (EVICTING, off their lists, keys kept: a match that finds one
+ * meanwhile misses), then either commit them (as kvpi_pfx_evict) or give
+ * them back to the cache as they were (unclaim: same list, same caching
+ * time, findable again).  In a read-side section.
+ */
+uint32_t kvpi_pfx_claim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n);
+void kvpi_pfx_commit(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
+                     uint32_t n);
+void kvpi_pfx_unclaim(struct kvp_pool *p, int si, const uint32_t *ids, uint32_t n);
 
 /* lib/prefix/prefix_owner.c: the prefix owner table. */
 int kvpi_pfx_owners_init(struct kvp_prefix *pf);

@@ -352,30 +352,89 @@ static uint32_t evict_one(struct kvp_pool *p, struct kvp_tslot *s, int si)
 	return id != KVP_NO_ID ? id : evict_global(p, si);
 }
 
-uint32_t kvpi_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n)
+uint32_t kvpi_pfx_claim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n)
 {
-	struct kvp_prefix *pf = p->prefix;
 	uint32_t got = 0;
 	while (got < n) {
 		uint32_t id = evict_one(p, s, si);
 		if (id == KVP_NO_ID)
 			break;
-		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
-		struct kvp_pside *e = kvpi_pfx_side(pf, id);
+		ids[got++] = id;
+	}
+	return got;
+}
+
+void kvpi_pfx_commit(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
+                     uint32_t n)
+{
+	struct kvp_prefix *pf = p->prefix;
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvp_block *b = kvpi_bt_block(&p->bt, ids[i]);
 		/* We own the block (EVICTING): no match can lock it, and a
 		 * matcher that found the old node sees EVICTING, then free. */
-		kvpi_pfx_forget(pf, s, e);
+		kvpi_pfx_forget(pf, s, kvpi_pfx_side(pf, ids[i]));
 		/* relaxed load: ours.  release store: a kvp_block_get or a
 		 * matcher (acquire) sees a whole word, and the next owner the
 		 * last holders' writes (chained through our acquire CAS). */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
 		atomic_store_explicit(&b->state, st & ~(KVP_ST_EVICTING | KVP_ST_PUBLISHED),
 		                      memory_order_release);
-		ids[got++] = id;
 	}
 	int64_t d[2] = {0, 0};
-	d[si] = -(int64_t)got;
+	d[si] = -(int64_t)n;
 	kvpi_pfx_count_cached(pf, s, d);
-	kvpi_ctr_add(s, KVP_C_EVICTIONS, got);
+	kvpi_ctr_add(s, KVP_C_EVICTIONS, n);
+}
+
+/* Shard mutex held; @id (ours, EVICTING) on no list: put it back where its
+ * caching time says, so the list stays in order. */
+static void insert_sorted_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id)
+{
+	struct kvp_pside *e = kvpi_pfx_side(pf, id);
+	uint32_t prev = KVP_NO_ID, next = l->head;
+	while (next != KVP_NO_ID && kvpi_pfx_side(pf, next)->lru_seq < e->lru_seq) {
+		prev = next;
+		next = kvpi_pfx_side(pf, next)->lru_next;
+	}
+	e->lru_prev = prev;
+	e->lru_next = next;
+	if (prev == KVP_NO_ID)
+		set_head(pf, l, id);
+	else
+		kvpi_pfx_side(pf, prev)->lru_next = id;
+	if (next == KVP_NO_ID)
+		l->tail = id;
+	else
+		kvpi_pfx_side(pf, next)->lru_prev = id;
+	kvpi_pfx_set_flag(&e->listed, true);
+	kvpi_pfx_set_flag(&e->stale, false);
+}
+
+void kvpi_pfx_unclaim(struct kvp_pool *p, int si, const uint32_t *ids, uint32_t n)
+{
+	struct kvp_prefix *pf = p->prefix;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t id = ids[i];
+		/* Listed again before it is CACHED again: an evictor that meets
+		 * it meanwhile passes it over (neither held nor cached), and no
+		 * match or release can lock it until the store below, so nobody
+		 * else lists it (listed and lru_shard are ours while EVICTING). */
+		struct kvp_plru *l = shard_of(pf, si, id);
+		lru_lock(l);
+		insert_sorted_locked(pf, l, id);
+		pthread_mutex_unlock(&l->lock);
+		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+		/* relaxed load: ours.  release store: a matcher that locks it
+		 * (acquire) sees the list fields and the contents as before. */
+		uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
+		atomic_store_explicit(&b->state, (st & ~KVP_ST_EVICTING) | KVP_ST_CACHED,
+		                      memory_order_release);
+	}
+}
+
+uint32_t kvpi_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n)
+{
+	uint32_t got = kvpi_pfx_claim(p, s, si, ids, n);
+	kvpi_pfx_commit(p, s, si, ids, got);
 	return got;
 }

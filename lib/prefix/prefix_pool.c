@@ -65,7 +65,10 @@ int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32
 	 * uncached free block is on the stream's global stack: no drain, no
 	 * starving flag, no heavy barrier.  Whatever uncached blocks there
 	 * are, then cached ones (evicted), then growth: all or nothing, and
-	 * nothing evicted unless the request can be met.
+	 * nothing evicted unless the request is met.  The cached blocks are
+	 * claimed first and evicted only once the request is sure to be met:
+	 * if matches took some of those counted meanwhile, or growth fails,
+	 * the claimed ones go back to the cache as they were.
 	 */
 	uint32_t r = kvpi_fs_reserve(fs, 1, k), e = 0;
 	if (r == k) {
@@ -84,7 +87,7 @@ int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32
 			rc = KVP_EEXHAUSTED; /* nothing evicted */
 	}
 	if (rc == KVP_OK)
-		e = kvpi_pfx_evict(p, s, si, ids + r, k - r);
+		e = kvpi_pfx_claim(p, s, si, ids + r, k - r);
 	uint32_t rest = k - r - e;
 	if (rc == KVP_OK && rest && !pf->grow) {
 		rc = KVP_EEXHAUSTED;
@@ -107,15 +110,17 @@ int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32
 		kvpi_rcu_read_lock();
 	}
 	if (rc != KVP_OK) {
-		/* Lost a race for the cached blocks: give back what we took
-		 * (the evicted ones as plain free blocks). */
+		/* Lost a race for the cached blocks, or no room to grow: give
+		 * back what we took, the claimed blocks to the cache. */
 		if (r)
 			kvpi_fs_unreserve(fs, r);
-		kvpi_fs_push_ids(fs, &p->bt, ids + r, e);
-	} else if (r) {
-		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);
+		kvpi_pfx_unclaim(p, si, ids + r, e);
+		return rc;
 	}
-	return rc;
+	kvpi_pfx_commit(p, s, si, ids + r, e);
+	if (r)
+		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);
+	return KVP_OK;
 }
 
 int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner owner,
