@@ -61,10 +61,12 @@
  *   - within a shard, blocks are evicted strictly in order of caching time,
  *     except that an eviction passes over a block a match holds locked at
  *     that moment (a match whose lookup found a key the block has since
- *     lost locks it only to see that, and leaves it cached); so the blocks
+ *     lost locks it only to see that, and leaves it cached), and over one
+ *     that an allocation has taken for eviction at that moment and then
+ *     gives back, in its old place, because the allocation fails; so the blocks
  *     one thread cached, if no match took them, are evicted in the order
- *     that thread cached them, whichever threads evict (with that
- *     exception);
+ *     that thread cached them, whichever threads evict (with those
+ *     exceptions);
  *   - with one thread (or one thread caching), blocks no match took are
  *     evicted exactly least recently cached first, and a block a match
  *     took and let go again goes after every block cached before the
@@ -72,8 +74,8 @@
  *   - a thread whose home shard holds no cached block (it has cached
  *     nothing, and its slot's earlier threads left nothing there) evicts
  *     least recently cached first across the stream (among blocks no
- *     match took, and as long as no other thread caches a block during
- *     the eviction);
+ *     match took, and as long as no other thread caches a block, or gives
+ *     one back from an allocation that failed, during the eviction);
  *   - blocks cached by threads that stopped evicting still age out: once
  *     the oldest of them is 50 ms older than an evicting thread's oldest,
  *     at least one in 8 of that thread's evictions takes them;

@@ -368,6 +368,12 @@ size_t kvp_prefix_reset(kvp_pool *p)
 	struct kvp_tslot *s = kvpi_tslot_get(p);
 	uint32_t ids[64];
 	size_t dropped = 0;
+	/* An allocation that claimed cached blocks before our scan and gives
+	 * them back after it would bring back keys we must drop: it sees this
+	 * (kvpi_pfx_unclaim) and evicts them instead.  seq_cst add and fence:
+	 * either it sees the add, or our scan below sees its blocks listed. */
+	atomic_fetch_add_explicit(&pf->resets, KVP_PFX_RESET_START, memory_order_seq_cst);
+	atomic_thread_fence(memory_order_seq_cst);
 	for (uint32_t si = 0; si < p->n_streams; si++) {
 		for (;;) {
 			kvpi_rcu_read_lock();
@@ -384,6 +390,9 @@ size_t kvp_prefix_reset(kvp_pool *p)
 	kvpi_pfx_index_each(pf, unpublish, &a);
 	kvpi_rcu_read_unlock();
 	dropped += a.n;
+	/* release: an allocation that reads this (acquire) before it claims
+	 * sees our scan done. */
+	atomic_fetch_sub_explicit(&pf->resets, 1, memory_order_release);
 	if (dropped)
 		kvpi_history_tick(p, s);
 	kvpi_tslot_put(p, s);

@@ -57,7 +57,8 @@
  *   CACHED, not stale --evictor: CAS (LRU mutex held)--> EVICTING --index
  *           node deleted, store--> free (exclusive: handed out or pushed)
  *   EVICTING (claimed by an allocation that then fails) --relisted in
- *           caching-time order, store--> CACHED (key never left the index)
+ *           caching-time order, store--> CACHED (key never left the index);
+ *           if a reset began since the claim: unlisted, evicted as above
  *   IN_USE|PUBLISHED --reset: lock, index del, unlock to--> IN_USE
  *   listed CACHED stale / listed IN_USE --evictor: try-lock (one CAS, never
  *           waits), move to tail / drop from list, unlock--> same state
@@ -102,6 +103,8 @@
  *   pside.pos_hint             any (relaxed): a hint, always  owner shard mutex, checked
  *                              checked against the array      against the array
  *   lru.head_seq               LRU shard mutex (atomic)       evictors' scans (hint)
+ *   prefix.resets              kvp_prefix_reset (seq_cst     claims (acquire), unclaim
+ *                              add and fence; release sub)   (seq_cst fence, relaxed)
  *   prefix.cached (stripes)    atomic add of a call's net     n_free, stats, admission:
  *                              change, at its end, to its     the sum (relaxed; exact
  *                              thread's stripe                when quiet)
@@ -231,9 +234,15 @@ struct kvp_poshard {
 	uint32_t n_spare;
 } __attribute__((aligned(64)));
 
+/* prefix.resets: kvp_prefix_reset adds KVP_PFX_RESET_START at its start
+ * and takes 1 off at its end, so the high half counts resets begun and the
+ * low half those running. */
+#define KVP_PFX_RESET_START ((1ull << 32) + 1)
+
 struct kvp_prefix {
 	struct cds_lfht *ht;
 	bool grow;                 /* the pool's grow_on_exhaustion (the pool's own flag is off) */
+	_Atomic uint64_t resets;   /* KVP_PFX_RESET_START above; read by every claim */
 	_Atomic uint64_t deferred; /* node batches waiting for a grace period */
 	/* Index nodes (lib/prefix/prefix_nodes.c): batches past their grace
 	 * period, and every slab made. */
@@ -436,7 +445,14 @@ uint32_t kvpi_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_
 uint32_t kvpi_pfx_claim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n);
 void kvpi_pfx_commit(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
                      uint32_t n);
-void kvpi_pfx_unclaim(struct kvp_pool *p, int si, const uint32_t *ids, uint32_t n);
+/*
+ * Unclaim: @resets0 is prefix.resets as read (acquire) before the claim.  If
+ * a reset ran or began since then, it may have passed the claimed blocks
+ * over (they were on no list), so they are evicted instead, as the reset
+ * would have (keys forgotten, counted, pushed on the free stack).
+ */
+void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n,
+                      uint64_t resets0);
 
 /* lib/prefix/prefix_owner.c: the prefix owner table. */
 int kvpi_pfx_owners_init(struct kvp_prefix *pf);

@@ -59,7 +59,9 @@
  *   - within a shard, blocks are evicted strictly in caching-time order,
  *     but for a block that a match holds locked when the walk meets it
  *     (passed over; the match may leave it cached: one whose lookup found
- *     a key the block has since lost);
+ *     a key the block has since lost), and for one an allocation has
+ *     claimed when the walk passes (off the list) and then gives back in
+ *     its old place (kvpi_pfx_unclaim: the allocation failed);
  *     a thread's home shard holds every block it cached (and those of the
  *     threads that share the shard), so the blocks one thread cached are
  *     evicted in the order it cached them;
@@ -70,7 +72,8 @@
  *     caching and its release;
  *   - a local eviction takes the oldest block its home shard has to give
  *     (a walk never passes a block it could take);
- *   - a global eviction during which no block is cached takes, among
+ *   - a global eviction during which no block is cached (or given back by
+ *     kvpi_pfx_unclaim) takes, among
  *     blocks that no match took since they were cached, the least
  *     recently cached block of the whole stream; in particular eviction
  *     is exact LRU with one thread when no cached block is matched (its
@@ -410,20 +413,48 @@ static void insert_sorted_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint
 	kvpi_pfx_set_flag(&e->stale, false);
 }
 
-void kvpi_pfx_unclaim(struct kvp_pool *p, int si, const uint32_t *ids, uint32_t n)
+/* A reset began after @resets0 was read, or was running then. */
+static bool reset_overlapped(uint64_t resets0, uint64_t now)
+{
+	return (resets0 & 0xffffffffu) != 0 || (now >> 32) != (resets0 >> 32);
+}
+
+void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n,
+                      uint64_t resets0)
 {
 	struct kvp_prefix *pf = p->prefix;
+	if (!n)
+		return;
+	/* Listed again before it is CACHED again: an evictor that meets
+	 * it meanwhile passes it over (neither held nor cached), and no
+	 * match or release can lock it until the store below, so nobody
+	 * else lists it (listed and lru_shard are ours while EVICTING). */
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t id = ids[i];
-		/* Listed again before it is CACHED again: an evictor that meets
-		 * it meanwhile passes it over (neither held nor cached), and no
-		 * match or release can lock it until the store below, so nobody
-		 * else lists it (listed and lru_shard are ours while EVICTING). */
-		struct kvp_plru *l = shard_of(pf, si, id);
+		struct kvp_plru *l = shard_of(pf, si, ids[i]);
 		lru_lock(l);
-		insert_sorted_locked(pf, l, id);
+		insert_sorted_locked(pf, l, ids[i]);
 		pthread_mutex_unlock(&l->lock);
-		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+	}
+	/* A reset that ran while the blocks were claimed passed them over.
+	 * seq_cst fence, pairing with kvp_prefix_reset's add and fence: either
+	 * the load below sees a reset that began, or that reset's scan sees
+	 * the blocks listed (and waits for them to be CACHED, then evicts
+	 * them).  relaxed load: ordered by the fence. */
+	atomic_thread_fence(memory_order_seq_cst);
+	uint64_t now = atomic_load_explicit(&pf->resets, memory_order_relaxed);
+	if (reset_overlapped(resets0, now)) {
+		for (uint32_t i = 0; i < n; i++) {
+			struct kvp_plru *l = shard_of(pf, si, ids[i]);
+			lru_lock(l);
+			unlink_locked(pf, l, ids[i]);
+			pthread_mutex_unlock(&l->lock);
+		}
+		kvpi_pfx_commit(p, s, si, ids, n);
+		kvpi_fs_push_ids(&p->fs[si], &p->bt, ids, n);
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvp_block *b = kvpi_bt_block(&p->bt, ids[i]);
 		/* relaxed load: ours.  release store: a matcher that locks it
 		 * (acquire) sees the list fields and the contents as before. */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);

@@ -86,6 +86,9 @@ int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32
 		if (!pf->grow || managed + shortfall > p->max_blocks)
 			rc = KVP_EEXHAUSTED; /* nothing evicted */
 	}
+	/* acquire: a reset that ended before this load evicted, before the
+	 * claim below, every block it could see (kvpi_pfx_unclaim). */
+	uint64_t resets0 = atomic_load_explicit(&pf->resets, memory_order_acquire);
 	if (rc == KVP_OK)
 		e = kvpi_pfx_claim(p, s, si, ids + r, k - r);
 	uint32_t rest = k - r - e;
@@ -114,7 +117,7 @@ int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32
 		 * back what we took, the claimed blocks to the cache. */
 		if (r)
 			kvpi_fs_unreserve(fs, r);
-		kvpi_pfx_unclaim(p, si, ids + r, e);
+		kvpi_pfx_unclaim(p, s, si, ids + r, e, resets0);
 		return rc;
 	}
 	kvpi_pfx_commit(p, s, si, ids + r, e);
