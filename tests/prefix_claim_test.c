@@ -18,11 +18,22 @@
  * block, and that block was cached before the reset began.  (Before the
  * fix the claimed block was off its list and not in use, so the reset
  * passed it over, and the allocation put it back with its key.)
+ *
+ * And raced: threads match, allocate (often more than is free or cached, so
+ * claims are given back), publish and let go on a pool of a few blocks, and
+ * now and then reset; the claim is followed by a yield now and then, so a
+ * claimed block stays claimed while others match, evict, release and reset.
+ * A content ledger (as in tests/prefix_race_test.c) checks that a match
+ * never gets other contents; at the end every block is free, and one
+ * request for the whole pool is met (so every block counted as cached is
+ * on a list an evictor walks: none was lost off its list or left
+ * claimed), after which nothing is cached.
  * Runs in plain, ASan and TSan builds.
  */
 #include <kvpool/kvpool.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -39,6 +50,10 @@ uint32_t __real_kvpi_pfx_claim(struct kvp_pool *p, struct kvp_tslot *s, int si, 
                                uint32_t n);
 uint32_t __wrap_kvpi_pfx_claim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
                                uint32_t n);
+void __real_kvpi_pfx_unclaim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
+                             uint32_t n, uint64_t resets0);
+void __wrap_kvpi_pfx_unclaim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
+                             uint32_t n, uint64_t resets0);
 
 static kvp_pool *pool;
 static _Thread_local bool interfere;  /* the allocating thread, once */
@@ -76,12 +91,27 @@ static void *reset_cache(void *arg)
 }
 
 static size_t reset_dropped;
+static bool racing; /* set before the race's threads start */
+static _Thread_local uint64_t wrap_rng = 88172645463325252ull;
+static _Atomic uint64_t unclaimed; /* blocks given back by failed requests */
+
+/* Count the blocks given back, after a pause now and then. */
+void __wrap_kvpi_pfx_unclaim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
+                             uint32_t n, uint64_t resets0)
+{
+	atomic_fetch_add(&unclaimed, n);
+	if (racing && tu_rand(&wrap_rng) % 2 == 0)
+		sched_yield();
+	__real_kvpi_pfx_unclaim(p, s, si, ids, n, resets0);
+}
 
 /* After the claim: another thread resets the cache (and waits for it). */
 uint32_t __wrap_kvpi_pfx_claim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
                                uint32_t n)
 {
 	uint32_t got = __real_kvpi_pfx_claim(p, s, si, ids, n);
+	if (racing && tu_rand(&wrap_rng) % 2 == 0)
+		sched_yield(); /* hold the claims a while */
 	if (reset_next) {
 		reset_next = false;
 		pthread_t t;
@@ -173,9 +203,91 @@ static void test_reset_while_claimed_drops_key(void)
 	pool = NULL;
 }
 
+#define RBLOCKS  24u
+#define RTHREADS 6
+#define RSEQ     12
+#define RLEN     8
+#define RITERS   1500
+
+static uint64_t content[RBLOCKS]; /* the ledger: written before publish */
+static _Atomic uint64_t violations;
+
+static void *racer(void *arg)
+{
+	uint64_t rng = 0x9e3779b97f4a7c15ull * (uintptr_t)arg + 1;
+	kvp_ref refs[RLEN];
+	kvp_hash keys[RLEN];
+	for (int it = 0; it < RITERS; it++) {
+		kvp_owner owner = ((uint64_t)(uintptr_t)arg << 32) | (uint64_t)it | 1;
+		uint32_t seq = (uint32_t)(tu_rand(&rng) % RSEQ);
+		size_t len = 1 + tu_rand(&rng) % RLEN, m, n;
+		for (size_t j = 0; j < len; j++)
+			keys[j] = tpx_key(3, seq, (uint32_t)j);
+		CHECK_EQ(kvp_prefix_match(pool, KVP_KV, KVP_FP16, keys, len, owner, refs, RLEN, &m),
+		         KVP_OK);
+		for (size_t i = 0; i < m; i++)
+			if (content[KVP_REF_ID(refs[i])] != tpx_tag(keys[i]))
+				tpx_violation(&violations, "matched block has other contents",
+				              KVP_REF_ID(refs[i]));
+		if (len > m) {
+			int rc = kvp_allocate(pool, KVP_KV, (uint32_t)(len - m) * BS, owner,
+			                      KVP_FP16, refs + m, RLEN - m, &n);
+			if (rc == KVP_OK) {
+				for (size_t i = m; i < len; i++) {
+					content[KVP_REF_ID(refs[i])] = tpx_tag(keys[i]);
+					rc = kvp_prefix_publish(pool, refs[i], keys[i]);
+					if (rc != KVP_OK && rc != KVP_EEXIST)
+						tpx_violation(&violations, "publish failed",
+						              KVP_REF_ID(refs[i]));
+				}
+			} else {
+				CHECK_EQ(rc, KVP_EEXHAUSTED);
+			}
+		}
+		if (tu_rand(&rng) % 4 == 0)
+			sched_yield();
+		int rc = kvp_free_all(pool, owner);
+		CHECK(rc == KVP_OK || rc == KVP_ENOENT);
+		if (tu_rand(&rng) % 64 == 0)
+			(void)kvp_prefix_reset(pool);
+	}
+	return NULL;
+}
+
+static void test_race_claims(void)
+{
+	pool = tpx_pool(BS, RBLOCKS);
+	racing = true;
+	pthread_t t[RTHREADS];
+	for (uintptr_t i = 0; i < RTHREADS; i++)
+		CHECK_EQ(pthread_create(&t[i], NULL, racer, (void *)(i + 1)), 0);
+	for (int i = 0; i < RTHREADS; i++)
+		CHECK_EQ(pthread_join(t[i], NULL), 0);
+	racing = false;
+	CHECK_EQ(atomic_load(&violations), 0);
+	CHECK(atomic_load(&unclaimed) > 0); /* the path under test ran */
+	kvp_stats st;
+	CHECK_EQ(kvp_pool_stats(pool, &st), KVP_OK);
+	printf("race: %llu blocks given back, %llu evictions, %llu cached at the end\n",
+	       (unsigned long long)atomic_load(&unclaimed), (unsigned long long)st.n_evictions,
+	       (unsigned long long)st.n_cached);
+	CHECK_EQ(kvp_n_free(pool, KVP_KV), RBLOCKS);
+	/* Every cached block can be evicted: one request takes the pool. */
+	kvp_ref all[RBLOCKS];
+	size_t n;
+	CHECK_EQ(kvp_allocate(pool, KVP_KV, RBLOCKS * BS, 9, KVP_FP16, all, RBLOCKS, &n), KVP_OK);
+	CHECK_EQ(kvp_pool_stats(pool, &st), KVP_OK);
+	CHECK_EQ(st.n_cached, 0);
+	CHECK_EQ(kvp_free_all(pool, 9), KVP_OK);
+	CHECK_EQ(kvp_n_free(pool, KVP_KV), RBLOCKS);
+	kvp_pool_destroy(pool);
+	pool = NULL;
+}
+
 int main(void)
 {
 	RUN(test_failed_request_evicts_nothing);
 	RUN(test_reset_while_claimed_drops_key);
+	RUN(test_race_claims);
 	return 0;
 }
