@@ -96,8 +96,8 @@
  *   pside.pub                  block lock, or an evictor      block lock
  *                              (EVICTING, exclusive)
  *   pside.listed, lru links,   LRU shard mutex (+ block lock  LRU shard mutex; listed
- *   seq and shard              for listed and shard)          and shard also under
- *                                                             the block lock
+ *   seq and shard              for listed and shard, or the   and shard also under
+ *                              claim: EVICTING, exclusive)    the block lock
  *   pside.stale                block lock                     block lock, or evictor
  *                                                             after acquire of the state
  *   pside.pos_hint             any (relaxed): a hint, always  owner shard mutex, checked

@@ -245,8 +245,10 @@ static uint32_t walk_locked(struct kvp_pool *p, struct kvp_plru *l, uint64_t bou
 		 * the stale flag written before that release. */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
 		/* Locked: its locker is changing it; leave it.  (A listed block
-		 * is always held or cached: the release that frees a listed
-		 * block takes it off first.) */
+		 * is held or cached, but for one an allocation is giving back
+		 * (EVICTING, CACHED again in a moment, kvpi_pfx_unclaim): leave
+		 * it too.  The release that frees a listed block takes it off
+		 * first.) */
 		if ((st & KVP_ST_LOCKED) || !(st & (KVP_ST_IN_USE | KVP_ST_CACHED))) {
 			id = next;
 			continue;
