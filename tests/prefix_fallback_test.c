@@ -149,9 +149,7 @@ static void test_all_on_fallback(void)
 
 int main(void)
 {
-	const char *e = getenv("KVP_RACE_SEED");
-	seed0 = e ? strtoull(e, NULL, 0) : 20261201u;
-	printf("seed %llu\n", (unsigned long long)seed0);
+	seed0 = tpx_seed();
 	RUN(test_all_on_fallback);
 	return 0;
 }

@@ -365,9 +365,7 @@ static void test_eviction_order(int rounds)
 
 int main(void)
 {
-	const char *e = getenv("KVP_RACE_SEED");
-	seed0 = e ? strtoull(e, NULL, 0) : 20261201u;
-	printf("seed %llu\n", (unsigned long long)seed0);
+	seed0 = tpx_seed();
 	test_ledger(5000, 1000);
 	printf("ok test_ledger\n");
 	test_ledger(3000, 0);

@@ -55,6 +55,15 @@ static inline void tpx_violation(_Atomic uint64_t *n, const char *what, uint32_t
 	atomic_fetch_add(n, 1);
 }
 
+/* tpx_seed - the race tests' random seed: KVP_RACE_SEED, or a fixed default; printed */
+static inline uint64_t tpx_seed(void)
+{
+	const char *e = getenv("KVP_RACE_SEED");
+	uint64_t seed = e ? strtoull(e, NULL, 0) : 20261201u;
+	printf("seed %llu\n", (unsigned long long)seed);
+	return seed;
+}
+
 struct kvp_prefix;
 struct kvp_pnode;
 struct kvp_block;
