@@ -85,7 +85,7 @@ int kvpi_pfx_index_init(struct kvp_prefix *pf, uint32_t n_blocks)
 		size *= 2;
 	/*
 	 * CDS_LFHT_ACCOUNTING stays, though its per-CPU node counts cost a
-	 * publish 20 to 30 ns (bench/prefix_loop, one thread): without it,
+	 * publish 10 to 40 ns (bench/prefix_loop, one thread): without it,
 	 * deleting the 490k keys of tests/replay_prefix_test.sh's first run
 	 * at kvp_pool_destroy had not finished after a minute, with liburcu's
 	 * resize workers busy.

@@ -159,21 +159,33 @@ static uint64_t caching_time(struct kvp_plru *l)
 	return l->last_seq;
 }
 
-/* Shard mutex held; @id on no list. */
+/* Shard mutex held; @id, its caching time set, on no list: link it between
+ * @prev and @next, neighbours on @l (KVP_NO_ID at an end). */
+static void link_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id, uint32_t prev,
+                        uint32_t next)
+{
+	struct kvp_pside *e = kvpi_pfx_side(pf, id);
+	e->lru_prev = prev;
+	e->lru_next = next;
+	if (prev == KVP_NO_ID)
+		set_head(pf, l, id);
+	else
+		kvpi_pfx_side(pf, prev)->lru_next = id;
+	if (next == KVP_NO_ID)
+		l->tail = id;
+	else
+		kvpi_pfx_side(pf, next)->lru_prev = id;
+	kvpi_pfx_set_flag(&e->listed, true);
+	kvpi_pfx_set_flag(&e->stale, false);
+}
+
+/* Shard mutex held; @id on no list: at the tail, cached now. */
 static void append_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id)
 {
 	struct kvp_pside *e = kvpi_pfx_side(pf, id);
 	e->lru_seq = caching_time(l);
 	e->lru_shard = (uint32_t)(l - pf->lru[0]) % KVP_PFX_LRU_SHARDS;
-	e->lru_next = KVP_NO_ID;
-	e->lru_prev = l->tail;
-	if (l->tail == KVP_NO_ID)
-		set_head(pf, l, id);
-	else
-		kvpi_pfx_side(pf, l->tail)->lru_next = id;
-	l->tail = id;
-	kvpi_pfx_set_flag(&e->listed, true);
-	kvpi_pfx_set_flag(&e->stale, false);
+	link_locked(pf, l, id, l->tail, KVP_NO_ID);
 }
 
 /* Shard mutex held; @id listed. */
@@ -395,24 +407,13 @@ void kvpi_pfx_commit(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint
  * caching time says, so the list stays in order. */
 static void insert_sorted_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id)
 {
-	struct kvp_pside *e = kvpi_pfx_side(pf, id);
+	uint64_t seq = kvpi_pfx_side(pf, id)->lru_seq;
 	uint32_t prev = KVP_NO_ID, next = l->head;
-	while (next != KVP_NO_ID && kvpi_pfx_side(pf, next)->lru_seq < e->lru_seq) {
+	while (next != KVP_NO_ID && kvpi_pfx_side(pf, next)->lru_seq < seq) {
 		prev = next;
 		next = kvpi_pfx_side(pf, next)->lru_next;
 	}
-	e->lru_prev = prev;
-	e->lru_next = next;
-	if (prev == KVP_NO_ID)
-		set_head(pf, l, id);
-	else
-		kvpi_pfx_side(pf, prev)->lru_next = id;
-	if (next == KVP_NO_ID)
-		l->tail = id;
-	else
-		kvpi_pfx_side(pf, next)->lru_prev = id;
-	kvpi_pfx_set_flag(&e->listed, true);
-	kvpi_pfx_set_flag(&e->stale, false);
+	link_locked(pf, l, id, prev, next);
 }
 
 /* A reset began after @resets0 was read, or was running then. */

@@ -86,11 +86,13 @@ int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32
 		if (!pf->grow || managed + shortfall > p->max_blocks)
 			rc = KVP_EEXHAUSTED; /* nothing evicted */
 	}
-	/* acquire: a reset that ended before this load evicted, before the
-	 * claim below, every block it could see (kvpi_pfx_unclaim). */
-	uint64_t resets0 = atomic_load_explicit(&pf->resets, memory_order_acquire);
-	if (rc == KVP_OK)
+	uint64_t resets0 = 0;
+	if (rc == KVP_OK) {
+		/* acquire: a reset that ended before this load evicted, before
+		 * the claim below, every block it could see (kvpi_pfx_unclaim). */
+		resets0 = atomic_load_explicit(&pf->resets, memory_order_acquire);
 		e = kvpi_pfx_claim(p, s, si, ids + r, k - r);
+	}
 	uint32_t rest = k - r - e;
 	if (rc == KVP_OK && rest && !pf->grow) {
 		rc = KVP_EEXHAUSTED;
