@@ -36,6 +36,8 @@ libgoogle-perftools-dev
 libdpdk-dev
 libssl-dev              # libcrypto SHA-256: kvp_prefix_hash
 libjansson-dev          # JSON: trace parsing, dumps, dashboards in tests
+libhiredis-dev          # the remote prefix tier's Redis client
+redis-server            # a real Redis for the remote tier's tests
 cmake                   # the installed CMake package's test project
 python3-venv            # the pip-install test (a fresh venv)
 python3-setuptools      # python/pyproject.toml builds offline
