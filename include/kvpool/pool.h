@@ -155,10 +155,12 @@ int kvp_format_parse(const char *name, kvp_format *out);
 #define KVP_MAX_BLOCK_SIZE 65535u
 /* Largest number of blocks a pool may ever create (ids are 32-bit, one value reserved). */
 #define KVP_MAX_BLOCKS 0x7fffffffu
-/* Default per-thread cached free blocks per stream. */
-#define KVP_DEFAULT_THREAD_CACHE 32u
+/* Default per-thread cached free blocks per stream: a cap, not a size.  A
+ * thread's cache starts small and grows by demand (to the largest batch the
+ * thread gives back at once), never past a quarter of the stream's blocks. */
+#define KVP_DEFAULT_THREAD_CACHE 16384u
 /* Largest thread_cache accepted. */
-#define KVP_MAX_THREAD_CACHE 4096u
+#define KVP_MAX_THREAD_CACHE 1048576u
 /* Each thread records a history snapshot once every this many mutating calls. */
 #define KVP_HISTORY_EVERY 65536u
 /* Blocks a thread may hold unpublished in its in-use count before peak tracking sees them. */

@@ -190,7 +190,7 @@ kvpi_mag_push(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t id)
 		return false;
 	/* relaxed: we hold the magazine. */
 	uint32_t cnt = atomic_load_explicit(&m->count, memory_order_relaxed);
-	bool room = cnt < p->thread_cache;
+	bool room = cnt < m->cap;
 	if (room) {
 		m->ids[cnt] = id;
 		atomic_store_explicit(&m->count, cnt + 1, memory_order_relaxed);

@@ -181,12 +181,12 @@ static void pool_free(struct kvp_pool *p)
 	while (s) {
 		struct kvp_tslot *next = s->next;
 		kvpi_rec_cache_free(&s->recs);
-		kvpi_sys_free(s);
+		kvpi_tslot_free(s);
 		s = next;
 	}
 	if (p->fallback)
 		kvpi_rec_cache_free(&p->fallback->recs);
-	kvpi_sys_free(p->fallback);
+	kvpi_tslot_free(p->fallback);
 	kvpi_sys_free(p->hist);
 	kvpi_pfx_destroy(p);
 	if (p->flush_page)

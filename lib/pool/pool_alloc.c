@@ -234,41 +234,99 @@ void kvpi_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r
 	e->epoch = r->epoch;
 }
 
-/* Stamp the @nb popped blocks in ids (aliasing @refs) for @owner, link them
- * to @r and write the refs; the caller holds @r's exclusion.  Returns how
- * many had been handed out before. */
+/* kvpi_bt_block for an id past the first segment, out of line: the loops
+ * that walk many blocks keep their registers for the common case. */
+static __attribute__((noinline)) struct kvp_block *block_past_seg0(struct kvp_blocktable *bt,
+                                                                   uint32_t id)
+{
+	return kvpi_bt_block(bt, id);
+}
+
+/* The metadata of block @id, given the first segment @seg0 of @n0 blocks. */
+static inline __attribute__((always_inline)) struct kvp_block *
+block_at(struct kvp_blocktable *bt, struct kvp_block *seg0, uint32_t n0, uint32_t id)
+{
+	return __builtin_expect(id < n0, 1) ? &seg0[id] : block_past_seg0(bt, id);
+}
+
+/*
+ * Where kvp_allocate keeps the ids of the @nb blocks it took: the upper half
+ * of the caller's refs array, read as 32-bit words.  hand_out widens them
+ * to refs in order; refs[i] covers words 2i and 2i+1, which hold ids[j]
+ * only for j = 2i - nb or 2i + 1 - nb, both at most i: an id is read before
+ * its word is overwritten.  No allocation, and no second pass.
+ */
+static inline kvp_u32_alias *ids_in(kvp_ref *refs, uint32_t nb)
+{
+	return (kvp_u32_alias *)refs + nb;
+}
+
+/* Stamp block @b (ours since the acquire pop) with generation+1 and state
+ * @st (the stream bits kept); returns the new generation, adds 1 to
+ * *@reused if it had been handed out before. */
+static inline __attribute__((always_inline)) uint32_t stamp_fast(struct kvp_block *b, uint64_t st,
+                                                                 kvp_owner owner, uint64_t *reused)
+{
+	/* relaxed: we hold the block exclusively since the acquire pop. */
+	uint64_t old = atomic_load_explicit(&b->state, memory_order_relaxed);
+	uint32_t gen = kvpi_st_gen(old) + 1;
+	gen += gen == 0; /* generation 0 means "never handed out" */
+	*reused += (old & KVP_ST_EVER) != 0;
+	/* release, both (plain stores on x86): as in stamp_block. */
+	atomic_store_explicit(&b->owner, owner, memory_order_release);
+	atomic_store_explicit(&b->state, st | gen | (old & (3ull << KVP_ST_STREAM_SHIFT)),
+	                      memory_order_release);
+	return gen;
+}
+
+/*
+ * Stamp the @nb popped blocks whose ids are in ids_in(@refs, @nb) for
+ * @owner, append them to @r's list in order and write the refs; the caller
+ * holds @r's exclusion.  Returns how many had been handed out before.
+ *
+ * One pass in allocation order.  Every block was popped by us (acquire),
+ * so its metadata is ours to write; the record's exclusion covers the
+ * links.  The block table's first segment is read once: the atomic stores
+ * would make the compiler load it again for every block.
+ */
 static uint64_t hand_out(struct kvp_pool *p, struct kvp_orec *r, kvp_ref *refs, uint32_t nb,
                          uint32_t n_tokens, kvp_owner owner, kvp_format format)
 {
-	kvp_u32_alias *ids = (kvp_u32_alias *)refs;
+	const kvp_u32_alias *ids = ids_in(refs, nb);
 	uint32_t bs = p->block_size;
-	uint32_t last_used = n_tokens - (nb - 1) * bs;
+	struct kvp_blocktable *bt = &p->bt;
+	struct kvp_block *seg0 = bt->seg0;
+	uint32_t n0 = bt->n0;
+	uint64_t full = kvpi_st_make(0, bs, KVP_ST_IN_USE | KVP_ST_EVER, 0, (uint32_t)format);
 	uint64_t reused = 0;
-	bool re;
+	/* The previous block of the list; a stand-in when the list is empty. */
+	struct kvp_block none;
+	uint32_t prev = r->tail;
+	struct kvp_block *pb = prev == KVP_NO_ID ? &none : kvpi_bt_block(bt, prev);
+	uint32_t first = ids[0];
 
-	if (nb == 1) {
-		uint32_t id = ids[0];
-		uint32_t gen =
-		    stamp_block(kvpi_bt_block(&p->bt, id), last_used, 0, owner, format, &re);
-		kvpi_orec_append(r, &p->bt, id);
-		refs[0] = KVP_MAKE_REF(id, gen);
-		return re;
-	}
-	for (uint32_t i = 0; i < nb; i++) {
-		stamp_block(kvpi_bt_block(&p->bt, ids[i]), i + 1 < nb ? bs : last_used, 0, owner,
-		            format, &re);
-		reused += re;
-		kvpi_orec_append(r, &p->bt, ids[i]);
-	}
-	/* Widen ids to refs from the end: refs[i] overlaps ids[2i], ids[2i+1],
-	 * which are at or after i and already converted.  Under the owner's
-	 * exclusion no free can change a generation before we read it. */
-	for (uint32_t i = nb; i-- > 0;) {
+	for (uint32_t i = 0; i + 1 < nb; i++) {
 		uint32_t id = ids[i];
-		uint64_t st =
-		    atomic_load_explicit(&kvpi_bt_block(&p->bt, id)->state, memory_order_relaxed);
-		refs[i] = KVP_MAKE_REF(id, kvpi_st_gen(st));
+		struct kvp_block *b = block_at(bt, seg0, n0, id);
+		uint32_t gen = stamp_fast(b, full, owner, &reused);
+		b->own_prev = prev;
+		pb->own_next = id;
+		refs[i] = KVP_MAKE_REF(id, gen);
+		prev = id;
+		pb = b;
 	}
+	uint32_t id = ids[nb - 1];
+	struct kvp_block *b = block_at(bt, seg0, n0, id);
+	uint32_t gen =
+	    stamp_fast(b, kvpi_st_with_used(full, n_tokens - (nb - 1) * bs), owner, &reused);
+	b->own_prev = prev;
+	b->own_next = KVP_NO_ID;
+	pb->own_next = id;
+	refs[nb - 1] = KVP_MAKE_REF(id, gen);
+	if (r->tail == KVP_NO_ID)
+		r->head = first;
+	r->tail = id;
+	r->count += nb;
 	return reused;
 }
 
@@ -332,7 +390,7 @@ static int allocate_locked(struct kvp_pool *p, struct kvp_tslot *s, int si, uint
 	} else {
 		kvpi_bias_revoke(p, s, r);
 	}
-	int rc = r ? kvpi_get_blocks(p, s, si, (kvp_u32_alias *)refs, nb) : KVP_ENOMEM;
+	int rc = r ? kvpi_get_blocks(p, s, si, ids_in(refs, nb), nb) : KVP_ENOMEM;
 	if (rc != KVP_OK) {
 		if (r && made)
 			kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
@@ -390,7 +448,7 @@ static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64
 		return allocate_locked(p, s, si, n_tokens, nb, owner, kvpi_owner_hash(owner),
 		                       format, refs, n_refs);
 	/* The caller's refs array doubles as scratch for the ids: no allocation. */
-	int rc = kvpi_get_blocks(p, s, si, (kvp_u32_alias *)refs, nb);
+	int rc = kvpi_get_blocks(p, s, si, ids_in(refs, nb), nb);
 	if (rc != KVP_OK)
 		return kvpi_fail_call(p, s, rc);
 	uint64_t reused;
@@ -882,6 +940,38 @@ int kvp_free_block(kvp_pool *p, kvp_ref ref)
 	return free_single(p, ref);
 }
 
+/*
+ * Clear in-use block @b of an owner's list; returns the state it had.  The
+ * record's exclusion (shard lock, bias revoked) makes us its only writer.
+ */
+static inline uint64_t free_listed_block(struct kvp_block *b)
+{
+	/* acquire: orders the last holder's writes (storage, a set_used of
+	 * another thread under the same exclusion) before the block is given
+	 * back. */
+	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+	/* release: a kvp_block_get or stale free that reads the freed word
+	 * also sees what we did before (a plain store on x86). */
+	atomic_store_explicit(&b->state, freed_state(st), memory_order_release);
+	return st;
+}
+
+/*
+ * kvp_free_all in a plain pool.  Under the owner's shard lock (its bias
+ * revoked), every block on the record's list is cleared and goes straight
+ * into this thread's magazine of its stream when the magazine can take the
+ * whole list (it grows by demand): a request's blocks stay with the thread
+ * that freed them, and the next request it serves takes them back without
+ * touching a line another thread writes.  A stream whose magazine cannot
+ * take them (too many, the stream starving, the fallback slot) gets a
+ * chain pushed to its global stack with one CAS, after the lock.
+ *
+ * Either way the first block allocated ends on top, so a request made
+ * again gets its old ids in the same order.  The magazines are entered
+ * only once the shard lock is held and left before it is dropped: while
+ * inside one we wait for nothing (a drainer may be waiting for us, and a
+ * drainer may hold a shard lock: lib/pool/pool_internal.h, lock order).
+ */
 int kvp_free_all(kvp_pool *p, kvp_owner owner)
 {
 	if (!p)
@@ -892,7 +982,8 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	uint64_t h = kvpi_owner_hash(owner);
 	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 	uint32_t first[2] = {KVP_NO_ID, KVP_NO_ID}, last[2] = {KVP_NO_ID, KVP_NO_ID},
-	         cnt[2] = {0, 0};
+	         cnt[2] = {0, 0}, base[2] = {0, 0};
+	struct kvp_mag *mag[2] = {NULL, NULL};
 	uint64_t not_full = 0;
 
 	pthread_mutex_lock(&sh->lock);
@@ -903,34 +994,68 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 		return KVP_ENOENT;
 	}
 	kvpi_bias_revoke(p, s, r);
-	/* Chain each stream's blocks in allocation order: the first one
-	 * allocated ends on top, so a request made again gets its old ids. */
-	for (uint32_t id = r->head; id != KVP_NO_ID;) {
-		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
-		uint32_t next = b->own_next;
-		/* Every block on the list is in use; the record's exclusion
-		 * (shard lock, bias revoked) makes us its only writer. */
-		uint64_t st = release_owned(
-		    b, kvpi_st_gen(atomic_load_explicit(&b->state, memory_order_relaxed)));
-		int si = stream_of_state(p, st);
-		not_full += kvpi_st_used(st) < p->block_size;
-		/* relaxed: published by the push CAS (release). */
-		atomic_store_explicit(&b->free_next, KVP_NO_ID, memory_order_relaxed);
-		if (last[si] == KVP_NO_ID)
-			first[si] = id;
-		else
-			atomic_store_explicit(&kvpi_bt_block(&p->bt, last[si])->free_next, id,
-			                      memory_order_relaxed);
-		last[si] = id;
-		cnt[si]++;
-		id = next;
+	if (r->count && r->count <= UINT32_MAX)
+		for (uint32_t si = 0; si < p->n_streams; si++)
+			mag[si] = kvpi_mag_hold_room(p, s, (int)si, (uint32_t)r->count, &base[si]);
+	/* The table's first segment is read once (the atomic accesses below
+	 * would make the compiler reload it for every block). */
+	struct kvp_blocktable *bt = &p->bt;
+	struct kvp_block *seg0 = bt->seg0;
+	uint32_t n0 = bt->n0, bs = p->block_size;
+	bool two = p->separate_kv;
+	if (mag[0] && (!two || mag[1])) {
+		/* Every stream's magazine holds room for the whole list. */
+		uint32_t *w[2] = {mag[0]->ids + base[0], two ? mag[1]->ids + base[1] : NULL};
+		uint32_t *w0 = w[0], *w1 = w[1];
+		for (uint32_t id = r->head; id != KVP_NO_ID;) {
+			struct kvp_block *b = block_at(bt, seg0, n0, id);
+			uint32_t next = b->own_next;
+			uint64_t st = free_listed_block(b);
+			not_full += kvpi_st_used(st) < bs;
+			if (two && kvpi_st_stream(st))
+				*w1++ = id;
+			else
+				*w0++ = id;
+			id = next;
+		}
+		cnt[0] = (uint32_t)(w0 - w[0]);
+		cnt[1] = two ? (uint32_t)(w1 - w[1]) : 0;
+	} else {
+		struct kvp_block *lastb[2] = {NULL, NULL};
+		for (uint32_t id = r->head; id != KVP_NO_ID;) {
+			struct kvp_block *b = block_at(bt, seg0, n0, id);
+			uint32_t next = b->own_next;
+			uint64_t st = free_listed_block(b);
+			int si = two ? (int)kvpi_st_stream(st) : 0;
+			not_full += kvpi_st_used(st) < bs;
+			if (mag[si]) {
+				mag[si]->ids[base[si] + cnt[si]++] = id;
+			} else {
+				/* relaxed: published by the push CAS (release). */
+				atomic_store_explicit(&b->free_next, KVP_NO_ID,
+				                      memory_order_relaxed);
+				if (lastb[si])
+					atomic_store_explicit(&lastb[si]->free_next, id,
+					                      memory_order_relaxed);
+				else
+					first[si] = id;
+				lastb[si] = b;
+				last[si] = id;
+				cnt[si]++;
+			}
+			id = next;
+		}
 	}
 	kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
-	pthread_mutex_unlock(&sh->lock);
 	uint64_t freed = (uint64_t)cnt[0] + cnt[1];
 	kvpi_note_freed(p, s, freed); /* before the blocks can be taken again */
 	for (int si = 0; si < 2; si++)
-		kvpi_put_chain(p, s, si, first[si], last[si], cnt[si]);
+		if (mag[si])
+			kvpi_mag_release_room(mag[si], base[si], cnt[si]);
+	pthread_mutex_unlock(&sh->lock);
+	for (int si = 0; si < 2; si++)
+		if (!mag[si])
+			kvpi_put_chain(p, s, si, first[si], last[si], cnt[si]);
 	kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - not_full);
 	kvpi_end_call(p, s, true);
 	return KVP_OK;

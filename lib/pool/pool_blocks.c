@@ -24,20 +24,64 @@
 #include <string.h>
 
 #include "lib/base/spin.h"
+#include "lib/base/sysmem.h"
 #include "lib/pool/pool_internal.h"
 
 #define use_magazine kvpi_use_magazine
 
 /*
- * Make room for @k (<= thread_cache) more ids in the held magazine: when it
- * would overflow, its oldest part goes to the global stack, keeping at most
- * half of it.  Returns the count left.
+ * Grow held magazine @m of stream @si to room for @need ids, doubling, up to
+ * its limit: thread_cache, and no more than a quarter of the blocks the
+ * stream manages (so one thread never parks most of a small pool).  Returns
+ * false at the limit or when no memory could be had; the caller then
+ * flushes as before.  Rare: a thread's magazine grows a few times in its
+ * life, to the size of the largest batch it gives back.
+ *
+ * Only the holder touches ids and cap: a drainer claims a magazine only
+ * while its owner is outside every call (lib/pool/magazine.h), and the
+ * owner holds it here, so the old array is freed at once.
+ */
+static __attribute__((noinline, cold)) bool mag_grow(struct kvp_pool *p, int si, struct kvp_mag *m,
+                                                     uint32_t need)
+{
+	/* relaxed: a sizing hint; any recent value will do. */
+	uint64_t managed = atomic_load_explicit(&p->managed_stream[si], memory_order_relaxed);
+	uint64_t lim = managed / 4 > KVP_MAG_INITIAL ? managed / 4 : KVP_MAG_INITIAL;
+	if (lim > p->thread_cache)
+		lim = p->thread_cache;
+	if (m->cap >= lim)
+		return false;
+	uint64_t cap = m->cap ? m->cap : 1;
+	while (cap < need && cap < lim)
+		cap *= 2;
+	if (cap > lim)
+		cap = lim;
+	uint32_t *ids = kvpi_sys_alloc((size_t)cap * sizeof(uint32_t), 64);
+	if (!ids)
+		return false;
+	memcpy(ids, m->ids, (size_t)kvpi_mag_count(m) * sizeof(uint32_t));
+	kvpi_sys_free(m->heap);
+	m->ids = m->heap = ids;
+	m->cap = (uint32_t)cap;
+	return true;
+}
+
+/*
+ * Make room for @k more ids in the held magazine: grow it if it may, and
+ * when it would still overflow, its oldest part goes to the global stack,
+ * keeping at most half of it.  Returns the count left, or UINT32_MAX when
+ * @k ids do not fit even in an empty magazine (then nothing moved).
  */
 static uint32_t mag_make_room(struct kvp_pool *p, int si, struct kvp_mag *m, uint32_t k)
 {
-	uint32_t cap = p->thread_cache, cnt = kvpi_mag_count(m);
-	if (cnt + k <= cap)
+	uint32_t cnt = kvpi_mag_count(m);
+	if (cnt + k <= m->cap)
 		return cnt;
+	if (mag_grow(p, si, m, cnt + k) && cnt + k <= m->cap)
+		return cnt;
+	uint32_t cap = m->cap;
+	if (k > cap)
+		return UINT32_MAX;
 	uint32_t keep = cap - k < cap / 2 ? cap - k : cap / 2;
 	uint32_t f = cnt - keep;
 	kvpi_fs_push_ids(&p->fs[si], &p->bt, m->ids, f);
@@ -130,7 +174,7 @@ int kvpi_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_ali
 				return KVP_OK;
 			}
 			uint32_t need = k - cnt;
-			uint32_t got = kvpi_fs_reserve(fs, need, need + p->thread_cache / 2);
+			uint32_t got = kvpi_fs_reserve(fs, need, need + m->cap / 2);
 			if (got) {
 				for (uint32_t i = 0; i < cnt; i++)
 					ids[i] = m->ids[cnt - 1 - i];
@@ -157,18 +201,46 @@ int kvpi_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_ali
 	return get_blocks_starving(p, s, si, ids, k);
 }
 
+struct kvp_mag *kvpi_mag_hold_room(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t n,
+                                   uint32_t *base)
+{
+	if (!use_magazine(p, s))
+		return NULL;
+	struct kvp_mag *m = &s->mag[si];
+	if (!kvpi_mag_enter(p, m, si))
+		return NULL;
+	uint32_t cnt = mag_make_room(p, si, m, n);
+	if (cnt == UINT32_MAX) {
+		kvpi_mag_leave(m);
+		return NULL;
+	}
+	*base = cnt;
+	return m;
+}
+
+void kvpi_mag_release_room(struct kvp_mag *m, uint32_t base, uint32_t k)
+{
+	/* Written in the order the blocks were allocated; the first one goes
+	 * on top. */
+	for (uint32_t i = base, j = base + k; i + 1 < j; i++, j--) {
+		uint32_t t = m->ids[i];
+		m->ids[i] = m->ids[j - 1];
+		m->ids[j - 1] = t;
+	}
+	kvpi_mag_set_count(m, base + k);
+	kvpi_mag_leave(m);
+}
+
 void kvpi_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
                      uint32_t k)
 {
-	uint32_t cap = p->thread_cache;
-
 	if (k == 0)
 		return;
 	if (use_magazine(p, s)) {
 		struct kvp_mag *m = &s->mag[si];
 		if (kvpi_mag_enter(p, m, si)) {
-			if (k <= cap) {
-				uint32_t cnt = mag_make_room(p, si, m, k);
+			uint32_t cnt = mag_make_room(p, si, m, k);
+			if (cnt != UINT32_MAX) {
 				if (k == 1)
 					m->ids[cnt] = ids[0];
 				else
@@ -189,28 +261,27 @@ void kvpi_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint
 void kvpi_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
                     uint32_t k)
 {
-	uint32_t cap = p->thread_cache;
-
 	if (k == 0)
 		return;
-	if (use_magazine(p, s) && k <= cap) {
+	if (use_magazine(p, s)) {
 		struct kvp_mag *m = &s->mag[si];
 		if (kvpi_mag_enter(p, m, si)) {
 			uint32_t cnt = mag_make_room(p, si, m, k);
-			/* The chain's first block is the newest: it goes on top. */
-			uint32_t id = first;
-			for (uint32_t i = 0; i < k; i++) {
-				m->ids[cnt + k - 1 - i] = id;
-				id = atomic_load_explicit(&kvpi_bt_block(&p->bt, id)->free_next,
-				                          memory_order_relaxed);
+			if (cnt != UINT32_MAX) {
+				/* The chain's first block is the newest: it goes on top. */
+				uint32_t id = first;
+				for (uint32_t i = 0; i < k; i++) {
+					m->ids[cnt + k - 1 - i] = id;
+					id = atomic_load_explicit(
+					    &kvpi_bt_block(&p->bt, id)->free_next,
+					    memory_order_relaxed);
+				}
+				kvpi_mag_set_count(m, cnt + k);
+				kvpi_mag_leave(m);
+				return;
 			}
-			kvpi_mag_set_count(m, cnt + k);
-			kvpi_mag_leave(m);
-			return;
-		}
-	} else if (use_magazine(p, s)) {
-		struct kvp_mag *m = &s->mag[si];
-		if (kvpi_mag_enter(p, m, si)) {
+			/* A batch larger than the magazine: it goes to the global
+			 * stack on top of the magazine's older blocks. */
 			kvpi_mag_flush_all(p, si, m);
 			kvpi_mag_leave(m);
 		}

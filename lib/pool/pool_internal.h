@@ -156,6 +156,19 @@ void kvpi_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint
                      uint32_t k);
 void kvpi_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
                     uint32_t k);
+/*
+ * kvpi_mag_hold_room - enter slot @s's magazine of stream @si with room for
+ * @n more ids (grown, or its oldest ids flushed to the global stack); *@base
+ * is where they go.  NULL, holding nothing, when the slot has no magazine,
+ * the stream is starving or @n ids cannot fit.  The caller writes ids from
+ * *@base on, waits for nothing while it holds the magazine, and ends with
+ * kvpi_mag_release_room.
+ */
+struct kvp_mag *kvpi_mag_hold_room(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t n,
+                                   uint32_t *base);
+/* kvpi_mag_release_room - the @k ids written from @base (oldest allocation
+ * first) become the magazine's top, the first of them on top; leaves it. */
+void kvpi_mag_release_room(struct kvp_mag *m, uint32_t base, uint32_t k);
 
 /* lib/pool/magazine.c: draining the magazines (lib/pool/magazine.h). */
 /* Drain stream @si's magazines into its global stack: until @want blocks are

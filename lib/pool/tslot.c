@@ -67,13 +67,25 @@ static bool registry_alive(const struct kvp_pool *pool, uint64_t uid)
 
 struct kvp_tslot *kvpi_tslot_alloc(uint32_t cap)
 {
+	if (cap > KVP_MAG_INITIAL)
+		cap = KVP_MAG_INITIAL;
 	size_t bytes = sizeof(struct kvp_tslot) + 2 * (size_t)cap * sizeof(uint32_t);
 	struct kvp_tslot *s = kvpi_sys_calloc(1, bytes, 64);
 	if (!s)
 		return NULL;
 	s->mag[0].ids = s->ids;
 	s->mag[1].ids = s->ids + cap;
+	s->mag[0].cap = s->mag[1].cap = cap;
 	return s;
+}
+
+void kvpi_tslot_free(struct kvp_tslot *s)
+{
+	if (!s)
+		return;
+	kvpi_sys_free(s->mag[0].heap);
+	kvpi_sys_free(s->mag[1].heap);
+	kvpi_sys_free(s);
 }
 
 /*

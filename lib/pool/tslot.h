@@ -3,8 +3,10 @@
  *
  * Each thread that calls a pool gets one slot for that pool: a magazine of
  * up to thread_cache free block ids per stream, and its statistics
- * counters.  Slots sit on a lock-free, add-only list owned by the pool;
- * a slot is never freed before the pool, and a slot given up by an exiting
+ * counters.  A magazine starts with room for KVP_MAG_INITIAL ids and grows
+ * (doubling) when one call gives back more than it holds, so a thread that
+ * frees a whole request keeps it at home for its next request.  Slots sit on a lock-free, add-only
+ * list owned by the pool; a slot is never freed before the pool, and a slot given up by an exiting
  * thread is reused by the next new thread.
  *
  * Magazines are entered and drained by the protocol in lib/pool/magazine.h.
@@ -29,8 +31,14 @@ struct kvp_mag {
 	_Atomic uintptr_t in_call; /* owner only writes; drainers read */
 	_Atomic uint32_t claimed;  /* drainers' (and thread exit's) CAS */
 	_Atomic uint32_t count;    /* written by the holder; read racily by kvp_n_free */
+	uint32_t cap;              /* room in ids; grown by the holder (kvpi_mag_grow) */
 	uint32_t *ids;             /* ids[count-1] is the most recently freed */
+	uint32_t *heap;            /* ids when grown past the slot's inline room, else NULL */
 };
+
+/* Room a magazine starts with (or thread_cache, if smaller); it grows by
+ * demand up to thread_cache (lib/pool/pool_blocks.c, mag_make_room). */
+#define KVP_MAG_INITIAL 64u
 
 /* The slot's owner cache: recent owner ids -> records (lib/pool/owner.h). */
 #define KVP_OCACHE_N 64u
@@ -114,10 +122,14 @@ struct kvp_tslot *kvpi_tslot_get_slow(struct kvp_pool *pool);
 void kvpi_tslot_put_fallback(struct kvp_pool *pool);
 
 /**
- * kvpi_tslot_alloc - a zeroed slot with magazines of @cap ids per stream
- * (used for the fallback slot at pool creation too).  NULL on no memory.
+ * kvpi_tslot_alloc - a zeroed slot whose magazines start with room for
+ * min(@cap, KVP_MAG_INITIAL) ids per stream (the fallback slot: @cap 0).
+ * NULL on no memory.
  */
 struct kvp_tslot *kvpi_tslot_alloc(uint32_t cap);
+
+/** kvpi_tslot_free - free a slot and its grown magazine arrays (pool destroy) */
+void kvpi_tslot_free(struct kvp_tslot *s);
 
 /** kvpi_registry_add / kvpi_registry_remove - the live-pool registry (thread exit vs destroy) */
 void kvpi_registry_add(struct kvp_pool *pool);
