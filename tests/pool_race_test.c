@@ -481,6 +481,130 @@ static void test_no_false_exhaustion(void)
 	kvp_pool_destroy(p);
 }
 
+/* ---- the serving loop: a new owner per request, bulk prompt, decode, free_all ---- */
+
+/*
+ * Each thread serves requests as a server does: a new owner, its prompt in
+ * one kvp_allocate (1..LC_MAX_PROMPT blocks), a few one-block decode calls,
+ * then kvp_free_all.  Blocks go back into the freeing thread's magazine
+ * (grown by demand) and are drained by threads that find the global stack
+ * short.  A ledger per block id proves no block is handed to two requests
+ * at once; at the end every block is free.  With @exact, the threads can
+ * never together hold more than the pool (so any KVP_EEXHAUSTED is false:
+ * blocks parked in other threads' magazines must be found); otherwise
+ * they overcommit it and exhaustion is allowed.
+ */
+#define LC_MAX_PROMPT 48u
+#define LC_MAX_DECODE 4u
+
+struct lc_arg {
+	kvp_pool *pool;
+	_Atomic uint64_t *ledger; /* block id -> owner + 1, or 0 */
+	uint64_t rng;
+	int requests;
+	int tid;
+	uint64_t exhausted;
+};
+
+static void lc_take(struct lc_arg *a, const kvp_ref *refs, size_t n, kvp_owner o)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t prev = atomic_exchange(&a->ledger[KVP_REF_ID(refs[i])], o + 1);
+		CHECK_EQ(prev, 0); /* no block held by two requests */
+	}
+}
+
+static void *lc_worker(void *arg)
+{
+	struct lc_arg *a = arg;
+	kvp_ref refs[LC_MAX_PROMPT + LC_MAX_DECODE], one;
+	for (int q = 0; q < a->requests; q++) {
+		kvp_owner o = ((uint64_t)a->tid << 32) | (uint64_t)q;
+		uint32_t nb = 1 + (uint32_t)(tu_rand(&a->rng) % LC_MAX_PROMPT);
+		size_t n, held = 0;
+		int rc = kvp_allocate(a->pool, KVP_K, nb * 16 - (uint32_t)(tu_rand(&a->rng) % 16),
+		                      o, KVP_FP16, refs, LC_MAX_PROMPT, &n);
+		if (rc == KVP_EEXHAUSTED) {
+			a->exhausted++;
+			continue;
+		}
+		CHECK_EQ(rc, KVP_OK);
+		CHECK_EQ(n, nb);
+		lc_take(a, refs, n, o);
+		held = n;
+		uint32_t nd = (uint32_t)(tu_rand(&a->rng) % (LC_MAX_DECODE + 1));
+		for (uint32_t d = 0; d < nd; d++) {
+			rc = kvp_allocate(a->pool, KVP_K, 16, o, KVP_FP16, &one, 1, &n);
+			if (rc == KVP_EEXHAUSTED) {
+				a->exhausted++;
+				break;
+			}
+			CHECK_EQ(rc, KVP_OK);
+			lc_take(a, &one, 1, o);
+			refs[held++] = one;
+		}
+		/* The owner's blocks, in allocation order. */
+		kvp_ref got[LC_MAX_PROMPT + LC_MAX_DECODE];
+		CHECK_EQ(kvp_blocks_for(a->pool, o, got, held, &n), KVP_OK);
+		CHECK_EQ(n, held);
+		for (size_t i = 0; i < held; i++) {
+			CHECK_EQ(got[i], refs[i]);
+			/* Released in the ledger before the free: once freed a
+			 * block may go to another request at once. */
+			CHECK_EQ(atomic_exchange(&a->ledger[KVP_REF_ID(refs[i])], 0), o + 1);
+		}
+		if (tu_rand(&a->rng) % 8 == 0)
+			sched_yield();
+		CHECK_EQ(kvp_free_all(a->pool, o), KVP_OK);
+	}
+	return NULL;
+}
+
+static void lifecycle_case(int nthreads, uint32_t per_stream, int requests, bool exact)
+{
+	kvp_pool *p = mkpool(2 * per_stream, false, 0, KVP_DEFAULT_THREAD_CACHE);
+	_Atomic uint64_t *ledger = calloc(2 * per_stream, sizeof(*ledger));
+	struct lc_arg a[MAXT];
+	CHECK(ledger != NULL);
+	for (int t = 0; t < nthreads; t++)
+		a[t] = (struct lc_arg){p,        ledger, seed0 ^ (0xabcdull * (uint64_t)(t + 1)),
+		                       requests, t,      0};
+	run_threads(nthreads, lc_worker, a, sizeof(a[0]));
+	uint64_t exhausted = 0;
+	for (int t = 0; t < nthreads; t++)
+		exhausted += a[t].exhausted;
+	if (exact)
+		CHECK_EQ(exhausted, 0); /* the threads never held more than the pool */
+	CHECK_EQ(kvp_n_free(p, KVP_K), per_stream);
+	kvp_stats st;
+	CHECK_EQ(kvp_pool_stats(p, &st), KVP_OK);
+	CHECK_EQ(kvp_stats_blocks_in_use(&st), 0);
+	CHECK_EQ(st.n_exhausted, exhausted);
+	/* Every block is reachable again: one request for the whole stream. */
+	kvp_ref *all = calloc(per_stream, sizeof(*all));
+	size_t n;
+	CHECK(all != NULL);
+	CHECK_EQ(kvp_allocate(p, KVP_K, per_stream * 16, 1, KVP_FP16, all, per_stream, &n), KVP_OK);
+	CHECK_EQ(n, per_stream);
+	for (size_t i = 0; i < n; i++)
+		CHECK(atomic_exchange(&ledger[KVP_REF_ID(all[i])], 1) == 0);
+	CHECK_EQ(kvp_free_all(p, 1), KVP_OK);
+	free(all);
+	free(ledger);
+	kvp_pool_destroy(p);
+}
+
+static void test_lifecycle_race(void)
+{
+	int rq = KVP_TEST_TSAN ? 300 : 2000;
+	/* 4 x (48 + 4) = 208 <= 208: never exhausted; the magazines (up to a
+	 * quarter of the stream each) park most free blocks, so threads drain. */
+	lifecycle_case(4, 208, rq, true);
+	lifecycle_case(2, 104, rq, true);
+	/* Overcommitted: exhaustion allowed, ledger and conservation not. */
+	lifecycle_case(8, 160, rq, false);
+}
+
 /* ---- register_owner / register_owner on one id ---- */
 
 struct reg_arg {
@@ -1202,6 +1326,7 @@ int main(void)
 	RUN(test_alloc_free_all_shared_owners);
 	RUN(test_race_for_last_blocks);
 	RUN(test_no_false_exhaustion);
+	RUN(test_lifecycle_race);
 	RUN(test_register_race);
 	RUN(test_double_free_race);
 	RUN(test_owned_double_free_race);

@@ -305,6 +305,13 @@ static uint64_t hand_out(struct kvp_pool *p, struct kvp_orec *r, kvp_ref *refs, 
 	struct kvp_block *pb = prev == KVP_NO_ID ? &none : kvpi_bt_block(bt, prev);
 	uint32_t first = ids[0];
 
+	if (nb == 1) {
+		struct kvp_block *b = block_at(bt, seg0, n0, first);
+		uint32_t gen = stamp_fast(b, kvpi_st_with_used(full, n_tokens), owner, &reused);
+		kvpi_orec_append_b(r, bt, first, b);
+		refs[0] = KVP_MAKE_REF(first, gen);
+		return reused;
+	}
 	for (uint32_t i = 0; i + 1 < nb; i++) {
 		uint32_t id = ids[i];
 		struct kvp_block *b = block_at(bt, seg0, n0, id);
@@ -956,6 +963,47 @@ static inline uint64_t free_listed_block(struct kvp_block *b)
 	return st;
 }
 
+/* Lists this short are freed through a buffer on the stack (free_all_small). */
+#define FREE_ALL_SMALL 16u
+
+/*
+ * kvp_free_all of record @r (shard lock held, bias revoked) when it holds at
+ * most FREE_ALL_SMALL blocks: they are cleared, the record dropped and the
+ * lock released, then given back through the ordinary block path (one
+ * magazine entry per stream).  Ends the call.
+ */
+static __attribute__((noinline)) int free_all_small(struct kvp_pool *p, struct kvp_tslot *s,
+                                                    struct kvp_oshard *sh, struct kvp_orec *r)
+{
+	uint32_t ids[2][FREE_ALL_SMALL], cnt[2] = {0, 0};
+	uint64_t not_full = 0;
+	for (uint32_t id = r->head; id != KVP_NO_ID;) {
+		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+		uint32_t next = b->own_next;
+		uint64_t st = free_listed_block(b);
+		int si = stream_of_state(p, st);
+		not_full += kvpi_st_used(st) < p->block_size;
+		ids[si][cnt[si]++] = id;
+		id = next;
+	}
+	kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
+	pthread_mutex_unlock(&sh->lock);
+	/* Allocation order, the first allocated given last: it ends on top. */
+	for (int si = 0; si < 2; si++) {
+		for (uint32_t i = 0, j = cnt[si]; i + 1 < j; i++, j--) {
+			uint32_t t = ids[si][i];
+			ids[si][i] = ids[si][j - 1];
+			ids[si][j - 1] = t;
+		}
+		if (cnt[si])
+			kvpi_give_back(p, s, si, ids[si], cnt[si]);
+	}
+	if (not_full)
+		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - not_full);
+	kvpi_end_call(p, s, true);
+	return KVP_OK;
+}
+
 /*
  * kvp_free_all in a plain pool.  Under the owner's shard lock (its bias
  * revoked), every block on the record's list is cleared and goes straight
@@ -994,7 +1042,9 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 		return KVP_ENOENT;
 	}
 	kvpi_bias_revoke(p, s, r);
-	if (r->count && r->count <= UINT32_MAX)
+	if (r->count <= FREE_ALL_SMALL)
+		return free_all_small(p, s, sh, r);
+	if (r->count <= UINT32_MAX)
 		for (uint32_t si = 0; si < p->n_streams; si++)
 			mag[si] = kvpi_mag_hold_room(p, s, (int)si, (uint32_t)r->count, &base[si]);
 	/* The table's first segment is read once (the atomic accesses below

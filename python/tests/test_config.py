@@ -32,7 +32,7 @@ def test_defaults_are_the_seeds():
         dict(n_blocks=8, max_blocks=4),
         dict(n_blocks=8, max_blocks=0),
         dict(thread_cache=-1),
-        dict(thread_cache=4097),
+        dict(thread_cache=1048577),
         dict(history_len=-1),
     ],
 )
