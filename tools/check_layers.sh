@@ -5,9 +5,9 @@
 #   tools/check_layers.sh [ROOT]     ROOT defaults to the repository
 #
 # The library's modules, lowest first (lib/README.md says what each holds):
-#   base  <  pool = prefix  <  storage  <  kvcache,   and  base < bufcache < storage
-#   (pool and prefix are one layer: the prefix cache is a mode of the pool, and
-#   the pool dispatches to it)
+#   base  <  pool  <  prefix  <  storage  <  kvcache,   and  base < bufcache < storage
+#   (the prefix cache is a mode of the pool: the pool calls it only through
+#   the table of struct kvpi_pool_mode, so lib/pool includes nothing above it)
 # A file in lib/M/ may include lib/N/ only when N is M or below M.  Programs
 # and tests (stress/, replay/, bench/, tests/, docs/examples/, python/) include the
 # public headers <kvpool/...> and the documented test-support headers of
@@ -20,7 +20,7 @@ cd "$root" || exit 2
 # below[M] = modules M may include besides itself.
 declare -A below=(
 	[base]=""
-	[pool]="base prefix"
+	[pool]="base"
 	[prefix]="base pool"
 	[bufcache]="base"
 	[storage]="base pool prefix bufcache"

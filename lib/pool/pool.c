@@ -31,7 +31,6 @@
 
 #include "lib/pool/pool_internal.h"
 #include "lib/pool/pool_report.h"
-#include "lib/prefix/prefix_internal.h"
 #include "lib/base/sysmem.h"
 #include "lib/base/tsan.h"
 
@@ -188,7 +187,8 @@ static void pool_free(struct kvp_pool *p)
 		kvpi_rec_cache_free(&p->fallback->recs);
 	kvpi_tslot_free(p->fallback);
 	kvpi_sys_free(p->hist);
-	kvpi_pfx_destroy(p);
+	if (p->mode)
+		p->mode->destroy(p);
 	if (p->flush_page)
 		munmap(p->flush_page, p->flush_page_len);
 	kvpi_owners_destroy(&p->owners);
@@ -200,16 +200,8 @@ static void pool_free(struct kvp_pool *p)
 	kvpi_sys_free(p);
 }
 
-int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out)
+int kvpi_pool_create(const kvp_pool_config *cfg, struct kvp_pool **out)
 {
-	kvp_pool_config def;
-	if (!out)
-		return KVP_EINVAL;
-	*out = NULL;
-	if (!cfg) {
-		kvp_pool_config_init(&def);
-		cfg = &def;
-	}
 	if (!config_valid(cfg))
 		return KVP_EINVAL;
 
@@ -246,8 +238,6 @@ int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out)
 	/* On failure each part is left empty but destroyable (pool_free). */
 	bool ok = kvpi_bt_init(&p->bt, cfg->n_blocks) == 0;
 	ok = ok && kvpi_owners_init(&p->owners) == 0;
-	if (ok && cfg->prefix_cache)
-		ok = kvpi_pfx_create(p, cfg) == 0;
 	if (ok)
 		p->fallback = kvpi_tslot_alloc(0);
 	if (ok && p->history_len)
@@ -271,6 +261,12 @@ int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out)
 	kvpi_registry_add(p);
 	*out = p;
 	return KVP_OK;
+}
+
+void kvpi_pool_discard(struct kvp_pool *p)
+{
+	kvpi_registry_remove(p);
+	pool_free(p);
 }
 
 void kvp_pool_destroy(kvp_pool *p)

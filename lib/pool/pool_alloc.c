@@ -27,7 +27,6 @@
 
 #include "lib/base/spin.h"
 #include "lib/pool/pool_internal.h"
-#include "lib/prefix/prefix_internal.h"
 
 #define KVP_FREE_BATCH 64u
 
@@ -433,8 +432,8 @@ static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64
 		*n_refs = nb;
 		return KVP_ERANGE;
 	}
-	if (p->prefix) {
-		int prc = kvpi_pfx_allocate(p, si, n_tokens, owner, format, refs, nb);
+	if (__builtin_expect(p->mode != NULL, 0)) {
+		int prc = p->mode->allocate(p, si, n_tokens, owner, format, refs, nb);
 		*n_refs = prc == KVP_OK ? nb : 0;
 		return prc;
 	}
@@ -489,7 +488,7 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 	 * here are tail calls (see kvpi_fast_end).
 	 */
 	struct kvp_tslot *s = kvpi_tslot_mine(p);
-	if (n_tokens > p->block_size || refs_cap == 0 || p->prefix || !s)
+	if (n_tokens > p->block_size || refs_cap == 0 || p->mode || !s)
 		return allocate_general(p, alloc_req(si, n_tokens, format), owner, refs, refs_cap,
 		                        n_refs);
 	struct kvp_orec *r = kvpi_bias_enter(p, s, owner);
@@ -520,8 +519,8 @@ int kvp_allocate(kvp_pool *p, kvp_stream stream, uint32_t n_tokens, kvp_owner ow
 static __attribute__((noinline)) int alloc_block_general(struct kvp_pool *p, int si,
                                                          kvp_format format, kvp_ref *out)
 {
-	if (p->prefix)
-		return kvpi_pfx_alloc_block(p, si, format, out);
+	if (__builtin_expect(p->mode != NULL, 0))
+		return p->mode->alloc_block(p, si, format, out);
 	struct kvp_tslot *s = kvpi_tslot_get(p);
 	uint32_t id;
 	if (!kvpi_get_one_fast(p, s, si, &id)) {
@@ -551,7 +550,7 @@ int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *
 	 * magazine; only tail calls (see kvpi_fast_end). */
 	struct kvp_tslot *s = kvpi_tslot_mine(p);
 	uint32_t id;
-	if (p->prefix || !s || !kvpi_mag_pop(p, s, si, &id))
+	if (p->mode || !s || !kvpi_mag_pop(p, s, si, &id))
 		return alloc_block_general(p, si, format, out);
 	bool re;
 	uint32_t gen = stamp_block(kvpi_bt_block(&p->bt, id), p->block_size, KVP_ST_RAW,
@@ -892,8 +891,8 @@ static __attribute__((noinline)) int free_batch(struct kvp_pool *p, const kvp_re
 	for (size_t i = 0; i < n; i++)
 		if (KVP_REF_ID(refs[i]) >= n_ids)
 			return KVP_ENOENT;
-	if (p->prefix)
-		return kvpi_pfx_free(p, refs, n);
+	if (__builtin_expect(p->mode != NULL, 0))
+		return p->mode->free(p, refs, n);
 
 	struct kvp_tslot *s = kvpi_tslot_get(p);
 	struct free_acc a;
@@ -927,7 +926,7 @@ int kvp_free(kvp_pool *p, const kvp_ref *refs, size_t n)
 		return KVP_EINVAL;
 	if (n == 0)
 		return KVP_OK;
-	if (n == 1 && !p->prefix)
+	if (n == 1 && !p->mode)
 		return free_single(p, refs[0]);
 	return free_batch(p, refs, n);
 }
@@ -942,7 +941,7 @@ int kvp_free_block(kvp_pool *p, kvp_ref ref)
 {
 	if (!p)
 		return KVP_EINVAL;
-	if (p->prefix)
+	if (p->mode)
 		return free_block_prefix(p, ref);
 	return free_single(p, ref);
 }
@@ -1024,8 +1023,8 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 {
 	if (!p)
 		return KVP_EINVAL;
-	if (p->prefix)
-		return kvpi_pfx_free_all(p, owner);
+	if (__builtin_expect(p->mode != NULL, 0))
+		return p->mode->free_all(p, owner);
 	struct kvp_tslot *s = kvpi_tslot_get(p);
 	uint64_t h = kvpi_owner_hash(owner);
 	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);

@@ -37,6 +37,37 @@
 #include "lib/pool/owner.h"
 #include "lib/pool/tslot.h"
 
+struct kvp_prefix; /* opaque here: the mode's own state (lib/prefix) */
+
+/*
+ * A mode of the pool: a layer above it that takes some public calls over.
+ * The prefix cache (lib/prefix) is the one mode today.  It installs its
+ * table when the pool is made (kvp_pool_create, lib/prefix/prefix_mode.c)
+ * and before the pool is shared; the pool calls it through this table only,
+ * so lib/pool includes nothing of the layers above it.  Each entry has the
+ * contract of the public call it replaces, arguments already checked
+ * (stream index @si valid, ids below n_ids where the call says so).
+ */
+struct kvpi_pool_mode {
+	int (*allocate)(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner owner,
+	                kvp_format format, kvp_ref *refs, uint32_t nb);
+	int (*alloc_block)(struct kvp_pool *p, int si, kvp_format format, kvp_ref *out);
+	int (*free)(struct kvp_pool *p, const kvp_ref *refs, size_t n);
+	int (*free_all)(struct kvp_pool *p, kvp_owner owner);
+	int (*blocks_for)(struct kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap,
+	                  size_t *n);
+	int (*register_owner)(struct kvp_pool *p, kvp_owner owner);
+	int (*release_owner)(struct kvp_pool *p, kvp_owner owner);
+	int (*shrink)(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
+	int (*block_get)(struct kvp_pool *p, kvp_ref ref, kvp_block_info *out);
+	/* Free blocks the mode keeps out of the pool's free lists (cached). */
+	uint64_t (*n_cached)(struct kvp_pool *p, int si);
+	/* Make room for ids below @n_ids (grow_lock held); 0 or -1. */
+	int (*extend)(struct kvp_pool *p, uint32_t n_ids);
+	/* Free the mode's state (pool destroy, single-threaded). */
+	void (*destroy)(struct kvp_pool *p);
+};
+
 struct kvp_retire_hook {
 	kvp_retire_fn fn;
 	void *arg;
@@ -55,8 +86,10 @@ struct kvp_pool {
 	int8_t si_of[4]; /* stream -> stream index, or -1 (kvpi_stream_index) */
 	bool grow;       /* false in prefix mode: that layer grows after eviction */
 	uint64_t uid;    /* unique for the process's life; names the pool in TLS */
-	/* Prefix cache (lib/prefix/prefix_internal.h); NULL when the pool has it
-	 * off.  In the first cache line: every allocate and free tests it. */
+	/* The mode above the pool (struct kvpi_pool_mode), or NULL for a plain
+	 * pool.  In the first cache line: every allocate and free tests it. */
+	const struct kvpi_pool_mode *mode;
+	/* The prefix cache's state when that mode is on (lib/prefix). */
 	struct kvp_prefix *prefix;
 
 	struct kvp_blocktable bt;
@@ -118,6 +151,13 @@ struct kvp_pool {
 /* ---- Functions the pool's .c files share, by the file that defines them ---- */
 
 /* lib/pool/pool.c: create, destroy, and the heavy barrier. */
+/*
+ * kvpi_pool_create - kvp_pool_create without a mode: a plain pool, not yet
+ * shared.  Returns KVP_OK, KVP_EINVAL (a bad @cfg) or KVP_ENOMEM.
+ */
+int kvpi_pool_create(const kvp_pool_config *cfg, struct kvp_pool **out);
+/* kvpi_pool_discard - destroy a pool nobody else has seen (a failed create). */
+void kvpi_pool_discard(struct kvp_pool *p);
 /* The heavy side's barrier of the asymmetric Dekker pairs, after its seq_cst
  * store (lib/pool/magazine.h). */
 void kvpi_heavy_barrier(struct kvp_pool *p);

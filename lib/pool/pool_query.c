@@ -9,14 +9,13 @@
  * block (or in a prefix pool) it is one CAS on the state word.
  */
 #include "lib/pool/pool_internal.h"
-#include "lib/prefix/prefix_internal.h"
 
 int kvp_register_owner(kvp_pool *p, kvp_owner owner)
 {
 	if (!p)
 		return KVP_EINVAL;
-	if (p->prefix)
-		return kvpi_pfx_register_owner(p, owner);
+	if (p->mode)
+		return p->mode->register_owner(p, owner);
 	struct kvp_tslot *s = kvpi_tslot_get(p);
 	uint64_t h = kvpi_owner_hash(owner);
 	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
@@ -42,8 +41,8 @@ int kvp_release_owner(kvp_pool *p, kvp_owner owner)
 {
 	if (!p)
 		return KVP_EINVAL;
-	if (p->prefix)
-		return kvpi_pfx_release_owner(p, owner);
+	if (p->mode)
+		return p->mode->release_owner(p, owner);
 	struct kvp_tslot *s = kvpi_tslot_get(p);
 	struct kvp_oshard *sh = kvpi_owners_shard(&p->owners, owner);
 	int rc = KVP_OK;
@@ -67,8 +66,8 @@ int kvp_blocks_for(kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size
 	if (!p || !n || (!refs && cap))
 		return KVP_EINVAL;
 	*n = 0;
-	if (p->prefix)
-		return kvpi_pfx_blocks_for(p, owner, refs, cap, n);
+	if (p->mode)
+		return p->mode->blocks_for(p, owner, refs, cap, n);
 	struct kvp_tslot *s = kvpi_tslot_get(p);
 	struct kvp_oshard *sh = kvpi_owners_shard(&p->owners, owner);
 	int rc = KVP_OK;
@@ -114,8 +113,8 @@ size_t kvp_n_free(kvp_pool *p, kvp_stream stream)
 	for (struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_acquire); s;
 	     s = s->next)
 		n += atomic_load_explicit(&s->mag[si].count, memory_order_relaxed);
-	if (p->prefix) /* cached blocks are free too */
-		n += (int64_t)kvpi_pfx_n_cached(p->prefix, si);
+	if (p->mode) /* cached blocks are free too */
+		n += (int64_t)p->mode->n_cached(p, si);
 	return n > 0 ? (size_t)n : 0;
 }
 
@@ -131,8 +130,8 @@ int kvp_block_get(kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 {
 	if (!p || !out)
 		return KVP_EINVAL;
-	if (p->prefix)
-		return kvpi_pfx_block_get(p, ref, out);
+	if (p->mode)
+		return p->mode->block_get(p, ref, out);
 	int rc = KVP_ENOENT;
 	struct kvp_block *b = ref_block(p, ref);
 	if (b) {
@@ -187,7 +186,7 @@ static int set_used_cas(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_bloc
 			st = atomic_load_explicit(&b->state, memory_order_acquire);
 			continue;
 		}
-		if (!p->prefix)
+		if (!p->mode)
 			/* A raw block another thread may free without a CAS:
 			 * revoke that (lib/pool/pool_alloc.c). */
 			kvpi_raw_exclude(p, s, b, st);
@@ -270,8 +269,8 @@ int kvp_block_set_used(kvp_pool *p, kvp_ref ref, uint32_t n_used)
 	if (n_used > p->block_size)
 		return KVP_ERANGE;
 	struct kvp_tslot *s = kvpi_tslot_get(p);
-	int rc = p->prefix || (st & KVP_ST_RAW) ? set_used_cas(p, s, b, st, gen, n_used)
-	                                        : set_used_exclusive(p, s, b, gen, n_used);
+	int rc = p->mode || (st & KVP_ST_RAW) ? set_used_cas(p, s, b, st, gen, n_used)
+	                                      : set_used_exclusive(p, s, b, gen, n_used);
 	kvpi_tslot_put(p, s);
 	return rc;
 }

@@ -24,7 +24,6 @@
 #include <string.h>
 
 #include "lib/pool/pool_internal.h"
-#include "lib/prefix/prefix_internal.h"
 #include "lib/base/rcu.h"
 
 /* Take a retired id back into stream @si as a free block with a new generation. */
@@ -61,7 +60,7 @@ int kvpi_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids)
 		return KVP_EEXHAUSTED;
 	if (fresh && kvpi_bt_extend(&p->bt, first + fresh) != 0)
 		return KVP_ENOMEM;
-	if (fresh && p->prefix && kvpi_pfx_extend(p->prefix, first + fresh) != 0)
+	if (fresh && p->mode && p->mode->extend(p, first + fresh) != 0)
 		return KVP_ENOMEM;
 	/* Retired ids first: growth after a shrink makes no new metadata. */
 	for (uint32_t i = 0; i < reuse; i++)
@@ -115,13 +114,13 @@ int kvp_shrink(kvp_pool *p, kvp_stream stream, uint32_t target_free, uint32_t *n
 	int si = kvpi_stream_index(p, stream);
 	if (si < 0)
 		return KVP_EINVAL;
-	if (p->prefix) {
+	if (p->mode) {
 		/* The prefix layer waits for RCU grace periods of its own index:
 		 * inside a caller's liburcu-bp read-side section that would wait
 		 * for ourselves. */
 		if (kvpi_rcu_read_ongoing())
 			return KVP_EINVAL;
-		return kvpi_pfx_shrink(p, si, target_free, n_retired);
+		return p->mode->shrink(p, si, target_free, n_retired);
 	}
 	return kvpi_shrink_stream(p, si, target_free, n_retired);
 }

@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "lib/pool/pool_internal.h"
-#include "lib/prefix/prefix_internal.h"
 
 static void sum_slot(const struct kvp_tslot *s, uint64_t *acc, bool allocs)
 {
@@ -55,9 +54,9 @@ void kvpi_stats_sum(struct kvp_pool *p, kvp_stats *out)
 	out->n_prefix_queries = acc[KVP_C_PQUERIES];
 	out->n_prefix_hits = acc[KVP_C_PHITS];
 	out->n_evictions = acc[KVP_C_EVICTIONS];
-	if (p->prefix)
+	if (p->mode)
 		for (uint32_t si = 0; si < p->n_streams; si++)
-			out->n_cached += kvpi_pfx_n_cached(p->prefix, (int)si);
+			out->n_cached += p->mode->n_cached(p, (int)si);
 	/* Summed mid-flight the signed counter can dip below zero for a moment. */
 	out->n_not_full = (int64_t)acc[KVP_C_NOT_FULL] < 0 ? 0 : acc[KVP_C_NOT_FULL];
 	/* Slots are read one after another, not at one instant: a block that
