@@ -20,7 +20,7 @@
 #define BENCH       "getput"
 #define POOL_BLOCKS (1u << 17) /* K and V get 65536 each; stream K is used */
 #define DPDK_OBJS   65535u     /* 2^16 - 1, DPDK's preferred size */
-#define CACHE       32u        /* DPDK per-lcore cache = kvpool's default thread_cache */
+#define CACHE       32u        /* DPDK per-lcore cache (rte_mempool default-sized) */
 #define BLOCK_BYTES 4096       /* malloc peers: a 4 KiB block (16 tokens x 128 fp16) */
 
 enum {
