@@ -24,6 +24,14 @@
 #else
 #define KVP_TEST_TSAN 0
 #endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KVP_TEST_ASAN 1
+#endif
+#endif
+#ifndef KVP_TEST_ASAN
+#define KVP_TEST_ASAN 0
+#endif
 
 #define MAXT   16
 #define MAXREF 512
@@ -596,7 +604,7 @@ static void lifecycle_case(int nthreads, uint32_t per_stream, int requests, bool
 
 static void test_lifecycle_race(void)
 {
-	int rq = KVP_TEST_TSAN ? 300 : 2000;
+	int rq = KVP_TEST_TSAN ? 300 : KVP_TEST_ASAN ? 600 : 2000;
 	/* 4 x (48 + 4) = 208 <= 208: never exhausted; the magazines (up to a
 	 * quarter of the stream each) park most free blocks, so threads drain. */
 	lifecycle_case(4, 208, rq, true);
