@@ -299,8 +299,8 @@ static __attribute__((noinline)) size_t trim_reserve(kvp_bufcache *c, size_t res
  * bitmap's top word when that tier is empty).  It writes only the front;
  * anything else goes to alloc_shared.
  */
-static inline void *alloc_front(kvp_bufcache *c, struct kvpi_bc_front *f, size_t requested,
-                                size_t *actual)
+static inline __attribute__((always_inline)) void *
+alloc_front(kvp_bufcache *c, struct kvpi_bc_front *f, size_t requested, size_t *actual)
 {
 	size_t cls = kvpi_bc_units_for_request(requested) - 1;
 	if (!kvpi_bc_front_enter(f))
