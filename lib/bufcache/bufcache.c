@@ -25,11 +25,12 @@
  *   shared word.  The cached bytes reported are `cached` minus the fronts'
  *   reservations.  With one thread a free into the front needs room exactly
  *   when the reference would (the front's own reservation counts as room).
- * - Eviction: the smallest buffer of the caller's front and the shared tier
- *   (the shared one on a tie: it is older); when both are empty, every
- *   other front is claimed and emptied into the shared tier first, so a
- *   buffer in an idle thread's front never causes a false eviction-miss or
- *   a NULL from alloc.  A free that finds the budget full takes back the
+ * - Eviction: fronts parked by exited threads join the shared tier first
+ *   (their buffers go before a live thread's); then the smallest buffer of
+ *   the caller's front and the shared tier (the shared one on a tie: it is
+ *   older); when both are empty, every other front is claimed and emptied
+ *   into the shared tier first, so a buffer in an idle thread's front never
+ *   causes a false eviction-miss or a NULL from alloc.  A free that finds the budget full takes back the
  *   other fronts' unused reservations once they cover what it lacks, and
  *   evicts only while they do not.
  * - Nodes describing buffers in the shared tier live in a type-stable slab
