@@ -282,6 +282,205 @@ static int child(const struct peer *pr, double secs)
 	return 0;
 }
 
+/* ---- kvpool child: thread history and several caches ------------------------------ */
+
+/*
+ * The "history" child measures kvpool's hit pair in the order a server
+ * meets it: one thread fresh (the first after the cache was warmed), two
+ * threads, then rounds of two threads and one thread again (each thread
+ * new, the previous ones exited), the main thread (which made and warmed
+ * the cache), and one new thread using one cache and then HIST_CACHES caches
+ * in turn (pair i on cache i % HIST_CACHES), each warmed like the first.
+ *
+ * With --pairs N every segment runs exactly N pairs (after its warm-up)
+ * instead of a time, and segment --phase K runs inside measured_pairs(),
+ * so that `valgrind --tool=callgrind --toggle-collect=measured_pairs`
+ * counts that segment's instructions alone (bench/callgrind_bufcache.sh).
+ */
+#define HIST_CACHES 4
+#define HIST_ROUNDS 4
+
+static kvp_bufcache *hc[HIST_CACHES];
+static double hist_secs;
+static uint64_t hist_pairs; /* 0: timed segments */
+static int hist_phase = -1, hist_seg;
+
+struct hseg {
+	_Alignas(64) void *volatile sink;
+	pthread_t th;
+	unsigned seed;
+	int ncaches, failed;
+	uint64_t pairs, cpu_ns, hits, misses;
+};
+
+/* Hits and misses of every history cache so far. */
+static void hist_counts(uint64_t *hits, uint64_t *misses)
+{
+	kvp_bufcache_stats s;
+
+	*hits = *misses = 0;
+	for (int k = 0; k < HIST_CACHES; k++)
+		if (kvp_bufcache_get_stats(hc[k], &s) == KVP_OK)
+			*hits += s.hits, *misses += s.misses;
+}
+
+static void run_pairs(struct hseg *g, unsigned *i, uint64_t n)
+{
+	for (uint64_t k = 0; k < n; k++, (*i)++) {
+		kvp_bufcache *c = hc[*i % (unsigned)g->ncaches];
+		size_t a;
+		void *p = kvp_bufcache_alloc(c, sizes[seq[*i & (SEQ - 1)]], &a);
+		if (!p) {
+			g->failed = 1;
+			return;
+		}
+		g->sink = p;
+		kvp_bufcache_free(c, p, a);
+	}
+}
+
+/* The segment callgrind counts (--phase): the same loop, under its own name. */
+static __attribute__((noinline)) void measured_pairs(struct hseg *g, unsigned *i, uint64_t n)
+{
+	run_pairs(g, i, n);
+	__asm__ volatile("" ::: "memory");
+}
+
+/* One segment on the calling thread: warm up, then pairs for hist_secs (or hist_pairs). */
+static void hist_segment(struct hseg *g, int measured)
+{
+	unsigned i = g->seed;
+	uint64_t h0, m0, h1, m1, c0, w_end;
+
+	/* The thread's own working set first: 8 buffers of each size at once, per cache. */
+	for (int k = 0; k < g->ncaches; k++) {
+		void *keep[N_SIZES * COPIES];
+		size_t keep_a[N_SIZES * COPIES];
+		for (int j = 0; j < N_SIZES * COPIES; j++)
+			if (!(keep[j] = kvp_bufcache_alloc(hc[k], sizes[j % N_SIZES], &keep_a[j])))
+				g->failed = 1, keep_a[j] = 0;
+		for (int j = 0; j < N_SIZES * COPIES; j++)
+			if (keep_a[j])
+				kvp_bufcache_free(hc[k], keep[j], keep_a[j]);
+	}
+	run_pairs(g, &i, 2000);
+	hist_counts(&h0, &m0);
+	c0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
+	if (hist_pairs) {
+		if (measured)
+			measured_pairs(g, &i, hist_pairs);
+		else
+			run_pairs(g, &i, hist_pairs);
+		g->pairs = hist_pairs;
+	} else {
+		w_end = now_ns(CLOCK_MONOTONIC) + (uint64_t)(hist_secs * 1e9);
+		do {
+			run_pairs(g, &i, 256);
+			g->pairs += 256;
+		} while (now_ns(CLOCK_MONOTONIC) < w_end);
+	}
+	g->cpu_ns = now_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
+	hist_counts(&h1, &m1);
+	g->hits = h1 - h0, g->misses = m1 - m0;
+}
+
+static void *hist_thread(void *arg)
+{
+	struct hseg *g = arg;
+	hist_segment(g, hist_seg == hist_phase);
+	return NULL;
+}
+
+/* Print segment @key's line (summed over @nt threads' segments); 0, or 1 on failure. */
+static int hist_report(const char *key, int nt, struct hseg *g)
+{
+	uint64_t pairs = 0, cpu = 0, hits = 0, misses = 0;
+	int failed = 0;
+
+	for (int k = 0; k < nt; k++) {
+		pairs += g[k].pairs, cpu += g[k].cpu_ns, failed |= g[k].failed;
+		hits += g[k].hits, misses += g[k].misses;
+	}
+	hist_seg++;
+	if (failed || !pairs)
+		return 1;
+	/* Concurrent threads' stats deltas overlap: the hit rate is a lower bound there. */
+	printf("H %s %d %llu %.2f %.1f\n", key, nt, (unsigned long long)pairs,
+	       (double)cpu / (double)pairs,
+	       100.0 * (double)hits / (double)(hits + misses ? hits + misses : 1));
+	fflush(stdout);
+	return 0;
+}
+
+/* @nt new threads each run one segment on @ncaches caches; 0, or 1 on failure. */
+static int hist_threads(const char *key, int nt, int ncaches)
+{
+	struct hseg g[MAX_THREADS];
+
+	for (int k = 0; k < nt; k++) {
+		g[k] = (struct hseg){.seed = (unsigned)(hist_seg * 131 + k) * 977u,
+		                     .ncaches = ncaches};
+		if (pthread_create(&g[k].th, NULL, hist_thread, &g[k]))
+			return 1;
+	}
+	for (int k = 0; k < nt; k++)
+		pthread_join(g[k].th, NULL);
+	return hist_report(key, nt, g);
+}
+
+struct hpair {
+	struct hseg one, many;
+};
+
+/* One new thread: a segment on one cache, then one on HIST_CACHES caches in turn. */
+static void *hist_multi_thread(void *arg)
+{
+	struct hpair *hp = arg;
+	hist_segment(&hp->one, hist_seg == hist_phase);
+	hist_segment(&hp->many, hist_seg + 1 == hist_phase);
+	return NULL;
+}
+
+static int hist_child(void)
+{
+	char key[32];
+	struct hseg mainseg = {.seed = 12345u, .ncaches = 1};
+	struct hpair hp = {.one = {.seed = 777u, .ncaches = 1},
+	                   .many = {.seed = 777u, .ncaches = HIST_CACHES}};
+	pthread_t th;
+	int bad = 0;
+
+	/* Warmed last to first: the main thread's last-made front is cache 0's. */
+	for (int k = HIST_CACHES - 1; k >= 0; k--) {
+		void *keep[N_SIZES * COPIES];
+		size_t keep_a[N_SIZES * COPIES];
+		if (kvp_bufcache_create(64u << 20, &hc[k]) != KVP_OK)
+			return 1;
+		for (int i = 0; i < N_SIZES * COPIES; i++)
+			if (!(keep[i] = kvp_bufcache_alloc(hc[k], sizes[i % N_SIZES], &keep_a[i])))
+				return 1;
+		for (int i = 0; i < N_SIZES * COPIES; i++)
+			kvp_bufcache_free(hc[k], keep[i], keep_a[i]);
+	}
+	bad |= hist_threads("fresh", 1, 1);
+	for (int r = 1; r <= HIST_ROUNDS && !bad; r++) {
+		snprintf(key, sizeof(key), "two/%d", r);
+		bad |= hist_threads(key, 2, 1);
+		snprintf(key, sizeof(key), "again/%d", r);
+		bad |= hist_threads(key, 1, 1);
+	}
+	hist_segment(&mainseg, hist_seg == hist_phase);
+	bad |= hist_report("main", 1, &mainseg);
+	if (pthread_create(&th, NULL, hist_multi_thread, &hp))
+		return 1;
+	pthread_join(th, NULL);
+	bad |= hist_report("one-cache", 1, &hp.one);
+	bad |= hist_report("four-caches", 1, &hp.many);
+	for (int k = 0; k < HIST_CACHES; k++)
+		kvp_bufcache_destroy(hc[k]);
+	return bad;
+}
+
 /* ---- parent: run every allocator in its own process, print the table --------------- */
 
 struct result {
@@ -289,35 +488,60 @@ struct result {
 	double cpu[N_TC], wall[N_TC], hit[N_TC];
 };
 
-static int run_child(const struct peer *pr, double secs, struct result *r)
+/* Start this binary as a child running @name (LD_PRELOAD @lib, or none); its stdout, or NULL. */
+static FILE *spawn_child(const char *name, const char *lib, double secs, const char *extra,
+                         pid_t *pid)
 {
-	int fd[2], status;
-	char secs_s[32], line[256];
-	pid_t pid;
-	FILE *f;
+	int fd[2];
+	char secs_s[32];
 
-	memset(r, 0, sizeof(*r));
 	if (pipe(fd))
-		return -1;
+		return NULL;
 	snprintf(secs_s, sizeof(secs_s), "%.3f", secs);
-	pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
+	*pid = fork();
+	if (*pid < 0) {
+		close(fd[0]);
+		close(fd[1]);
+		return NULL;
+	}
+	if (*pid == 0) {
 		dup2(fd[1], 1);
 		close(fd[0]);
 		close(fd[1]);
-		if (pr->lib)
-			setenv("LD_PRELOAD", pr->lib, 1);
+		if (lib)
+			setenv("LD_PRELOAD", lib, 1);
 		else
 			unsetenv("LD_PRELOAD");
-		execl("/proc/self/exe", "bufcache_bench", "--child", pr->name, "--secs", secs_s,
+		execl("/proc/self/exe", "bufcache_bench", "--child", name, "--secs", secs_s, extra,
 		      (char *)NULL);
 		_exit(127);
 	}
 	close(fd[1]);
-	f = fdopen(fd[0], "r");
-	while (f && fgets(line, sizeof(line), f)) {
+	return fdopen(fd[0], "r");
+}
+
+/* Wait for the child; its exit status, or -1 when it did not exit normally. */
+static int reap_child(pid_t pid)
+{
+	int status;
+
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+		return -1;
+	return WEXITSTATUS(status);
+}
+
+static int run_child(const struct peer *pr, double secs, struct result *r)
+{
+	char line[256];
+	pid_t pid;
+	FILE *f;
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	f = spawn_child(pr->name, pr->lib, secs, NULL, &pid);
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
 		char name[32];
 		int nt;
 		unsigned long long pairs;
@@ -330,15 +554,11 @@ static int run_child(const struct peer *pr, double secs, struct result *r)
 				r->cpu[i] = cpu, r->wall[i] = wall, r->hit[i] = hit;
 		r->ok++;
 	}
-	if (f)
-		fclose(f);
-	if (waitpid(pid, &status, 0) != pid)
-		return -1;
-	if (!WIFEXITED(status))
-		return -1;
-	if (WEXITSTATUS(status) == 0 && r->ok == N_TC)
+	fclose(f);
+	rc = reap_child(pid);
+	if (rc == 0 && r->ok == N_TC)
 		return 0;
-	return WEXITSTATUS(status) == 2 ? 2 : -1;
+	return rc == 2 ? 2 : -1;
 }
 
 static const char *verdict(int met)
@@ -379,10 +599,106 @@ static void print_targets(const struct result *res)
 	}
 }
 
+/* The history child's segments, as the parent reads them. */
+struct hist_row {
+	char key[32];
+	int nt;
+	double cpu, hit;
+};
+
+/* The largest cpu figure among rows whose key starts with @prefix (0: none). */
+static double hist_worst(const struct hist_row *h, int n, const char *prefix)
+{
+	double w = 0;
+
+	for (int i = 0; i < n; i++)
+		if (!strncmp(h[i].key, prefix, strlen(prefix)) && h[i].cpu > w)
+			w = h[i].cpu;
+	return w;
+}
+
+/* A row's label in the table. */
+static void hist_label(const char *key, char *out, size_t len)
+{
+	int r;
+
+	if (!strcmp(key, "fresh"))
+		snprintf(out, len, "1 thread, fresh");
+	else if (sscanf(key, "two/%d", &r) == 1)
+		snprintf(out, len, "2 threads, round %d", r);
+	else if (sscanf(key, "again/%d", &r) == 1)
+		snprintf(out, len, "1 thread again, round %d", r);
+	else if (!strcmp(key, "main"))
+		snprintf(out, len, "main thread (made the caches)");
+	else if (!strcmp(key, "one-cache"))
+		snprintf(out, len, "1 thread, 1 cache");
+	else if (!strcmp(key, "four-caches"))
+		snprintf(out, len, "same thread, %d caches in turn", HIST_CACHES);
+	else
+		snprintf(out, len, "%s", key);
+}
+
+/*
+ * kvpool's history segments in their own process, the table and the
+ * targets against @tc_cpu (tcmalloc's one-thread pair, this run; 0 when not
+ * measured).  0, or 1 when the child failed.
+ */
+static int run_history(double secs, double tc_cpu)
+{
+	struct hist_row h[32];
+	char line[256], label[64];
+	int n = 0;
+	pid_t pid;
+	FILE *f = spawn_child("kvpool-history", NULL, secs, NULL, &pid);
+
+	if (!f)
+		return 1;
+	printf("\nthread history (kvpool; each segment's threads are new unless named; "
+	       "%d caches warmed alike):\n",
+	       HIST_CACHES);
+	printf("%-34s %7s %9s %6s\n", "segment", "threads", "cpu_ns", "hit%");
+	while (fgets(line, sizeof(line), f) && n < 32) {
+		struct hist_row *r = &h[n];
+		unsigned long long pairs;
+		if (sscanf(line, "H %31s %d %llu %lf %lf", r->key, &r->nt, &pairs, &r->cpu,
+		           &r->hit) != 5)
+			continue;
+		hist_label(r->key, label, sizeof(label));
+		printf("%-34s %7d %9.1f %6.1f\n", label, r->nt, r->cpu, r->hit);
+		n++;
+	}
+	fclose(f);
+	if (reap_child(pid) != 0) {
+		printf("kvpool-history FAILED\n");
+		return 1;
+	}
+	double fresh = hist_worst(h, n, "fresh"), two = hist_worst(h, n, "two/"),
+	       again = hist_worst(h, n, "again/"), mainc = hist_worst(h, n, "main"),
+	       one = hist_worst(h, n, "one-cache"), four = hist_worst(h, n, "four-caches");
+	if (!fresh || !two || !again || !mainc || !one || !four) {
+		printf("kvpool-history: segments missing\n");
+		return 1;
+	}
+	printf("\nhistory targets (cpu ns per pair, this run; worst round):\n");
+	if (tc_cpu > 0)
+		target("1 thread fresh / tcmalloc 1 thread", fresh / tc_cpu, "<=", 2.0,
+		       fresh <= 2.0 * tc_cpu);
+	else
+		printf("  %-38s     n/a  (tcmalloc not measured)\n",
+		       "1 thread fresh / tcmalloc 1 thread");
+	target("2 threads / 1 thread fresh", two / fresh, "<=", 1.5, two <= 1.5 * fresh);
+	target("1 thread again / 1 thread fresh", again / fresh, "<=", 1.5, again <= 1.5 * fresh);
+	target("main thread / 1 thread fresh", mainc / fresh, "<=", 1.5, mainc <= 1.5 * fresh);
+	snprintf(label, sizeof(label), "%d caches in turn / 1 cache", HIST_CACHES);
+	target(label, four / one, "<=", 1.5, four <= 1.5 * one);
+	return 0;
+}
+
 /* The command line. */
 typedef struct opts {
 	double secs;
 	int allow_missing;
+	int history_only;
 	const char *child_name;
 } opts;
 
@@ -394,7 +710,13 @@ static void usage(const char *argv0)
 	       "  --allow-missing    a peer allocator that is not installed is "
 	       "skipped,\n"
 	       "                     not an error (default: error)\n"
+	       "  --history          only the thread-history table (and tcmalloc for its\n"
+	       "                     first target)\n"
 	       "  --child NAME       internal: run one peer in this process\n"
+	       "                     (kvpool-history: the history segments)\n"
+	       "  --pairs N          with --child kvpool-history: N pairs a segment, untimed\n"
+	       "  --phase K          with --pairs: run segment K (0 = fresh) in\n"
+	       "                     measured_pairs() for callgrind's --toggle-collect\n"
 	       "  -h, --help         this text\n"
 	       "  -V, --version      the kvpool version\n"
 	       "Options take their value as --opt VALUE or --opt=VALUE.\n",
@@ -405,10 +727,17 @@ static void usage(const char *argv0)
 static int parse_args(int argc, char **argv, opts *o)
 {
 	static const struct option longopts[] = {
-	    {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
-	    {"quick", no_argument, NULL, 'q'},         {"smoke", no_argument, NULL, 'q'},
-	    {"secs", required_argument, NULL, 's'},    {"child", required_argument, NULL, 'c'},
-	    {"allow-missing", no_argument, NULL, 'a'}, {NULL, 0, NULL, 0},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {"quick", no_argument, NULL, 'q'},
+	    {"smoke", no_argument, NULL, 'q'},
+	    {"secs", required_argument, NULL, 's'},
+	    {"child", required_argument, NULL, 'c'},
+	    {"allow-missing", no_argument, NULL, 'a'},
+	    {"history", no_argument, NULL, 'H'},
+	    {"pairs", required_argument, NULL, 'p'},
+	    {"phase", required_argument, NULL, 'k'},
+	    {NULL, 0, NULL, 0},
 	};
 	int c;
 	opterr = 0; /* one line of our own below */
@@ -431,6 +760,15 @@ static int parse_args(int argc, char **argv, opts *o)
 			break;
 		case 'a':
 			o->allow_missing = 1;
+			break;
+		case 'H':
+			o->history_only = 1;
+			break;
+		case 'p':
+			hist_pairs = strtoull(optarg, NULL, 10);
+			break;
+		case 'k':
+			hist_phase = atoi(optarg);
 			break;
 		case ':':
 			fprintf(stderr, "%s: option %s needs a value (see --help)\n", argv[0],
@@ -487,6 +825,9 @@ int main(int argc, char **argv)
 		return rc;
 	setup_workload();
 	if (o.child_name) {
+		hist_secs = o.secs;
+		if (!strcmp(o.child_name, "kvpool-history"))
+			return hist_child();
 		for (int i = 0; i < N_PEERS; i++)
 			if (!strcmp(peers[i].name, o.child_name))
 				return child(&peers[i], o.secs);
@@ -499,8 +840,12 @@ int main(int argc, char **argv)
 	       "ratio = allocator / kvpool\n\n");
 	printf("%-10s %7s %9s %9s %9s %9s %6s\n", "allocator", "threads", "cpu_ns", "wall_ns",
 	       "x_cpu", "x_wall", "hit%");
+	memset(res, 0, sizeof(res));
 	for (int p = 0; p < N_PEERS; p++)
-		bad |= run_peer(p, &o, res);
-	print_targets(res);
+		if (!o.history_only || p == N_PEERS - 1)
+			bad |= run_peer(p, &o, res);
+	if (!o.history_only)
+		print_targets(res);
+	bad |= run_history(o.secs, res[N_PEERS - 1].ok ? res[N_PEERS - 1].cpu[0] : 0.0);
 	return bad;
 }

@@ -17,9 +17,11 @@
  * - clear empties the parked thread's front; destroy while a thread is
  *   parked with a full front leaks nothing (LSan, asan config), and the
  *   thread then exits without touching the destroyed cache.
- * - Thread exit: an exiting thread's front goes to the shared tier, whose
- *   buffers the next allocations get back (same pointers), and the next
- *   new thread reuses the front.
+ * - Thread exit: an exiting thread parks its front with its buffers (a hit
+ *   of another thread does not see them), the next new thread takes it
+ *   whole from its first call (same pointers, best fit and oldest first),
+ *   and a free that needs room evicts parked buffers before a live
+ *   thread's.
  * - Which buffer a hit returns with several threads: the smallest fitting
  *   buffer of the caller's front unless the shared tier has one as good;
  *   buffers in another thread's front are not considered by a hit.
@@ -41,7 +43,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#define MAXB 32
+#define MAXB 40 /* a front keeps 32 buffers of a capacity */
 
 struct parked {
 	kvp_bufcache *c;
@@ -275,13 +277,35 @@ static void *use_and_exit(void *arg)
 	return NULL;
 }
 
-/* An exiting thread's buffers go to the shared tier, in their caching order. */
-static void thread_exit_gives_front_back(void)
+struct take_back {
+	struct parked *t;
+	void *q[4];
+	size_t a[4];
+};
+
+/* A new thread: four 1-byte allocations, then frees them. */
+static void *alloc_four_and_exit(void *arg)
+{
+	struct take_back *tb = arg;
+
+	for (int i = 0; i < 4; i++) {
+		tb->q[i] = kvp_bufcache_alloc(tb->t->c, 1, &tb->a[i]);
+		CHECK(tb->q[i] != NULL);
+	}
+	for (int i = 0; i < 4; i++)
+		kvp_bufcache_free(tb->t->c, tb->q[i], tb->a[i]);
+	return NULL;
+}
+
+/* An exiting thread parks its front with its buffers; the next new thread takes it whole. */
+static void thread_exit_parks_front(void)
 {
 	kvp_bufcache *c;
 	struct parked t;
+	struct take_back tb;
 	kvp_bufcache_stats s;
 	pthread_t th;
+	size_t a;
 
 	CHECK_EQ(kvp_bufcache_create(1 << 20, &c), KVP_OK);
 	memset(&t, 0, sizeof(t));
@@ -294,31 +318,81 @@ static void thread_exit_gives_front_back(void)
 	CHECK_EQ(s.cached_buffers, 4);
 	CHECK_EQ(s.cached_bytes, 3584 + 1280 + 2304 + 1280);
 	CHECK_EQ(s.misses, 4);
-	/* Best fit and oldest-first among equals, from the shared tier. */
+	/* Parked buffers are not in the shared tier: the main thread's hit
+	 * does not see them (a miss), and they stay cached. */
+	void *m = kvp_bufcache_alloc(c, 1, &a);
+	CHECK(m != NULL);
+	CHECK_EQ(stats(c).misses, 5);
+	kvp_bufcache_free(c, m, a);
+	CHECK_EQ(stats(c).cached_buffers, 5);
+	/* The next new thread starts with the parked front, from its very
+	 * first call: best fit and oldest-first among equals. */
 	{
 		static const int order[4] = {1, 3, 2, 0};
-		void *q[4];
-		size_t a[4];
-		for (int i = 0; i < 4; i++) {
-			q[i] = kvp_bufcache_alloc(c, 1, &a[i]);
-			CHECK(q[i] == t.p[order[i]]);
-		}
-		CHECK_EQ(stats(c).hits, 4);
+		memset(&tb, 0, sizeof(tb));
+		tb.t = &t;
+		CHECK_EQ(pthread_create(&th, NULL, alloc_four_and_exit, &tb), 0);
+		CHECK_EQ(pthread_join(th, NULL), 0);
 		for (int i = 0; i < 4; i++)
-			kvp_bufcache_free(c, q[i], a[i]);
+			CHECK(tb.q[i] == t.p[order[i]]);
+		s = stats(c);
+		CHECK_EQ(s.hits, 4);
+		CHECK_EQ(s.misses, 5);
 	}
-	/* Threads come and go (each takes a front an earlier one gave back):
+	/* Threads come and go (each takes a front an earlier one parked):
 	 * every buffer stays accounted for. */
 	for (int k = 0; k < 50; k++) {
 		CHECK_EQ(pthread_create(&th, NULL, use_and_exit, &t), 0);
 		CHECK_EQ(pthread_join(th, NULL), 0);
 	}
 	s = stats(c);
+	CHECK_EQ(s.misses, 5); /* every new thread started warm */
 	CHECK_EQ(s.bytes_in_use, 0);
 	CHECK_EQ(s.system_allocs - s.system_frees, s.cached_buffers);
 	kvp_bufcache_clear(c);
 	s = stats(c);
 	CHECK_EQ(s.system_allocs, s.system_frees);
+	CHECK_EQ(s.cached_buffers, 0);
+	kvp_bufcache_destroy(c);
+}
+
+/*
+ * A free that needs room evicts the buffers an exited thread parked before
+ * a live thread's: they join the shared tier, where the smallest go first.
+ */
+static void parked_buffers_evicted_before_live_ones(void)
+{
+	static const size_t three[3] = {1000, 2000, 1000}; /* caps 1280, 2304, 1280 */
+	kvp_bufcache *c;
+	struct parked t;
+	pthread_t th;
+	size_t a, ax;
+
+	/* 64 KiB: a front holds up to 8 KiB, so nothing here spills. */
+	CHECK_EQ(kvp_bufcache_create(65536, &c), KVP_OK);
+	void *mine = kvp_bufcache_alloc(c, 3600, &a); /* capacity 4096 */
+	CHECK(mine != NULL);
+	CHECK_EQ(a, 4096);
+	kvp_bufcache_free(c, mine, a); /* in the main thread's front */
+	memset(&t, 0, sizeof(t));
+	t.c = c;
+	t.n = 3;
+	memcpy(t.req, three, sizeof(three));
+	CHECK_EQ(pthread_create(&th, NULL, use_and_exit, &t), 0);
+	CHECK_EQ(pthread_join(th, NULL), 0);
+	CHECK_EQ(stats(c).cached_bytes, 4096 + 4864);
+	/* 58624 more bytes need 2048 of room: the two parked 1280s go, not our
+	 * 4096 (the smallest live buffer, which eviction took before). */
+	void *x = kvp_bufcache_alloc(c, 52000, &ax);
+	CHECK(x != NULL);
+	CHECK_EQ(ax, 58624);
+	kvp_bufcache_free(c, x, ax);
+	kvp_bufcache_stats s = stats(c);
+	CHECK_EQ(s.evictions, 2);
+	CHECK_EQ(s.cached_bytes, 4096 + 2304 + 58624);
+	void *again = kvp_bufcache_alloc(c, 3600, &a);
+	CHECK(again == mine);
+	kvp_bufcache_free(c, again, a);
 	kvp_bufcache_destroy(c);
 }
 
@@ -338,14 +412,16 @@ static void hit_rule_with_two_threads(void)
 	q = kvp_bufcache_alloc(c, 500, &x);
 	CHECK(q == big); /* our front's smallest fit; the other front is not searched */
 	CHECK_EQ(x, a);
-	/* A shared buffer as good or better wins: one from a thread that exited. */
+	/* A shared buffer as good or better wins: one a thread's front spilled
+	 * (33 frees of one capacity: the oldest goes to the shared tier). */
 	{
 		struct parked u;
 		pthread_t th;
 		memset(&u, 0, sizeof(u));
 		u.c = c;
-		u.n = 1;
-		u.req[0] = 2000; /* 2304 */
+		u.n = 33;
+		for (int i = 0; i < u.n; i++)
+			u.req[i] = 2000; /* 2304 */
 		CHECK_EQ(pthread_create(&th, NULL, use_and_exit, &u), 0);
 		CHECK_EQ(pthread_join(th, NULL), 0);
 		kvp_bufcache_free(c, q, x); /* 4608 back in our front */
@@ -538,7 +614,8 @@ int main(void)
 	RUN(budget_reaches_parked_front);
 	RUN(reservation_taken_back_instead_of_evicting);
 	RUN(clear_and_destroy_reach_parked_fronts);
-	RUN(thread_exit_gives_front_back);
+	RUN(thread_exit_parks_front);
+	RUN(parked_buffers_evicted_before_live_ones);
 	RUN(hit_rule_with_two_threads);
 	RUN(short_lived_threads_and_clears);
 	RUN(parked_fronts_absorb_oom_races);

@@ -40,7 +40,11 @@
  * (KVP_BUF_FRONT_MAX), at most min(max_cached_bytes / 8, 8 MiB) bytes in
  * all; behind the fronts is a shared tier that every thread reaches.  A
  * free goes to the caller's front (what overflows it moves, oldest first,
- * to the shared tier); an exiting thread's front moves to the shared tier.
+ * to the shared tier).  Every cache a thread uses has its own front, found
+ * in a thread-local table indexed by cache (any number of caches per thread
+ * and per process).  An exiting thread parks its fronts with their
+ * buffers; the next thread to call that cache without a front takes a
+ * parked one whole, so it starts with the buffers the exited thread held.
  *
  * Under concurrency (several threads with fronts):
  *
@@ -48,9 +52,9 @@
  *   front whose capacity is >= requested, unless the shared tier holds a
  *   fitting buffer of that capacity or smaller; then the shared tier's best
  *   fit (smallest fitting capacity, least recently put there).  Buffers in
- *   other threads' fronts are not searched by a hit: a hit may return a
- *   larger buffer than the smallest cached anywhere, or a miss may allocate
- *   while another thread's front holds a fitting buffer.
+ *   other threads' fronts, parked ones included, are not searched by a hit:
+ *   a hit may return a larger buffer than the smallest cached anywhere, or
+ *   a miss may allocate while another front holds a fitting buffer.
  * - Budget: the bytes held by the cache (buffers in fronts and in the
  *   shared tier) never exceed max_cached_bytes, at any instant.  A front
  *   reserves budget in batches of max_cached_bytes / 256 (at most 1 MiB,
@@ -65,12 +69,13 @@
  *   kvp_bufcache_cached_bytes and peak_cached_bytes leave out the
  *   reservations; while threads run they may count a reservation being
  *   taken or given back as cached (never past the budget).
- * - Eviction order: the smallest buffer of the evicting thread's front and
- *   of the shared tier, the shared one on a tie (the least recently cached
- *   first within either).  Only when both are empty are the other fronts
- *   claimed and moved to the shared tier (oldest first per capacity), and
- *   the smallest of them is evicted.  Two threads evicting at once may take
- *   the two smallest in either order.
+ * - Eviction order: fronts parked by exited threads are first moved to the
+ *   shared tier.  Then the smallest buffer of the evicting thread's front
+ *   and of the shared tier goes, the shared one on a tie (the least
+ *   recently cached first within either).  Only when both are empty are
+ *   the other live fronts claimed and moved to the shared tier (oldest
+ *   first per capacity), and the smallest of them is evicted.  Two threads
+ *   evicting at once may take the two smallest in either order.
  * - No false exhaustion: before a free gives its buffer to the system for
  *   lack of room, and before kvp_bufcache_alloc returns NULL, every buffer
  *   in every thread's front (idle, blocked or busy threads alike) has been
@@ -83,28 +88,33 @@
  *   the next capacity, or the system).
  * - Counters are exact once the cache is quiescent; a snapshot taken while
  *   threads run is exact per counter at some instant of the call.
- * - Nothing is stranded: a front goes back to the shared tier when its
- *   thread exits (pthread key destructor), kvp_bufcache_clear claims and
- *   empties every front, and kvp_bufcache_destroy frees every front's
- *   buffers, whatever the threads that own them are doing.
+ * - Nothing is stranded: an exiting thread's fronts are parked (pthread key
+ *   destructor) for the next thread and reached by evictions, out-of-memory
+ *   retries and clear like any front; kvp_bufcache_clear claims and empties
+ *   every front, and kvp_bufcache_destroy frees every front's buffers,
+ *   whatever the threads that own them are doing.
  *
  * Cost: a hit or a free served by the caller's front takes no lock, no
- * locked instruction and allocates nothing: a thread-local lookup, a store
- * and a load that hold the front against claims, the front's two-level
- * bitmap, one read of the shared tier's bitmap, and the front's own
- * counters.  The shared tier, used when the front cannot serve the call,
- * takes no lock for capacities up to KVP_BUF_LOCKFREE_MAX (64 MiB): a
- * three-level bitmap lookup (first non-empty capacity >= the request,
- * O(1)) and a lock-free queue.  Capacities above 64 MiB are kept per power
- * of two in short sorted lists (at most max_cached_bytes / 64 MiB entries
+ * locked instruction and allocates nothing: a thread-local table lookup
+ * (the same for every cache a thread uses), a store and a load that hold
+ * the front against claims, the front's two-level bitmap, one read of the
+ * shared tier's bitmap, and the front's own counters.  It does not depend
+ * on how many threads came and went before.  The shared tier, used when the front cannot serve the
+ * call, takes no lock for capacities up to KVP_BUF_LOCKFREE_MAX (64 MiB): a three-level bitmap
+ * lookup (first non-empty capacity >= the request, O(1)) and a lock-free queue.  Capacities above
+ * 64 MiB are kept per power of two in short sorted lists (at most max_cached_bytes / 64 MiB entries
  * in all), each under its own mutex.  Only a miss may allocate metadata
  * (node slab growth, a 4 KiB group of 64 size classes) besides the buffer,
- * and a thread's first call makes its front (about 9 KiB); if either fails
- * the call still succeeds (a thread without a front uses the shared tier).
+ * and a thread's first call on a cache takes a parked front or makes one
+ * (about 9 KiB; its table grows to the caches' count); if either fails the
+ * call still succeeds (a thread without a front uses the shared tier).
  * Claiming fronts (eviction with both the caller's front and the shared
  * tier empty, a full budget with reservations held elsewhere, clear) costs
- * one membarrier(2) system call (or, where the kernel lacks it, each front
- * owner pays a locked store per call instead) plus a visit to every front.
+ * one membarrier(2) system call (or, where the kernel lacks it, under
+ * ThreadSanitizer or with KVPOOL_FORCE_FALLBACK=1 set when the cache was
+ * made, each front owner pays a locked store per call instead; should
+ * membarrier be denied after start-up, an mprotect of one page takes its
+ * place) plus a visit to every front.
  * Metadata is O(buffers alive + size classes used + threads), freed at
  * destroy.
  *
@@ -129,9 +139,10 @@
  * (2) A call served by the caller's front is wait-free.  The shared tier is
  *     lock-free up to 64 MiB; a buffer above 64 MiB takes its power-of-two
  *     list's mutex; a miss may take the metadata-growth mutexes; a thread's
- *     first call on a cache takes the registry mutex once.  A call that must
- *     claim other fronts waits for each owner to leave the call it is in
- *     (a few dozen instructions unless that thread is preempted).
+ *     first call on a cache, and its exit, take the registry mutex once.  A
+ *     call that must claim other fronts waits for each owner to leave the
+ *     call it is in (a few dozen instructions unless that thread is
+ *     preempted).
  *
  * No function aborts or prints.  Callers need no registration: any thread
  * may allocate, and any thread may free a buffer any other thread allocated.

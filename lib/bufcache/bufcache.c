@@ -25,11 +25,12 @@
  *   shared word.  The cached bytes reported are `cached` minus the fronts'
  *   reservations.  With one thread a free into the front needs room exactly
  *   when the reference would (the front's own reservation counts as room).
- * - Eviction: the smallest buffer of the caller's front and the shared tier
- *   (the shared one on a tie: it is older); when both are empty, every
- *   other front is claimed and emptied into the shared tier first, so a
- *   buffer in an idle thread's front never causes a false eviction-miss or
- *   a NULL from alloc.  A free that finds the budget full takes back the
+ * - Eviction: fronts parked by exited threads join the shared tier first
+ *   (their buffers go before a live thread's); then the smallest buffer of
+ *   the caller's front and the shared tier (the shared one on a tie: it is
+ *   older); when both are empty, every other front is claimed and emptied
+ *   into the shared tier first, so a buffer in an idle thread's front never
+ *   causes a false eviction-miss or a NULL from alloc.  A free that finds the budget full takes back the
  *   other fronts' unused reservations once they cover what it lacks, and
  *   evicts only while they do not.
  * - Nodes describing buffers in the shared tier live in a type-stable slab
@@ -41,6 +42,7 @@
  *   optimisation, never a correctness requirement.
  */
 #include "lib/bufcache/bufcache_internal.h"
+#include "lib/base/barrier.h"
 #include "lib/base/sysmem.h"
 
 #include <string.h>
@@ -97,12 +99,12 @@ int kvp_bufcache_create(size_t max_cached_bytes, kvp_bufcache **out)
 	if (!out)
 		return KVP_EINVAL;
 	*out = NULL;
-	kvpi_bc_front_setup();
 	kvp_bufcache *c = kvpi_sys_alloc(sizeof(*c), 128);
 	if (!c)
 		return KVP_ENOMEM;
 	memset(c, 0, sizeof(*c));
 	c->budget = max_cached_bytes;
+	c->asym = kvpi_barrier_asym_ok(); /* before any front exists (each copies it) */
 	/* Relaxed: any distinct value will do. */
 	c->uid = atomic_fetch_add_explicit(&next_uid, 1, memory_order_relaxed);
 	c->front_max = max_cached_bytes / 8 < KVPI_BC_FRONT_MAXCAP ? max_cached_bytes / 8
@@ -115,14 +117,19 @@ int kvp_bufcache_create(size_t max_cached_bytes, kvp_bufcache **out)
 	atomic_init(&c->peak, 0);
 	atomic_init(&c->live, 0);
 	atomic_init(&c->live_bytes, 0);
+	atomic_init(&c->parked, 0);
 	kvpi_bc_stats_init(&c->stats);
 	if (parts_init(c)) {
 		kvpi_sys_free(c);
 		return KVP_ENOMEM;
 	}
-	kvpi_bc_front_registry_add(c);
+	if (kvpi_bc_front_registry_add(c)) {
+		parts_destroy(c);
+		kvpi_sys_free(c);
+		return KVP_ENOMEM;
+	}
 	/* The creating thread's front now, so its first calls allocate nothing more. */
-	if (!kvpi_bc_front_lookup(c, c->uid)) {
+	if (!kvpi_bc_front_lookup(c)) {
 		kvpi_bc_front_registry_remove(c);
 		fronts_free(c);
 		parts_destroy(c);
@@ -207,6 +214,13 @@ static int evict_one(kvp_bufcache *c, struct kvpi_bc_front *me)
 	void *p = NULL;
 	size_t cap = 0;
 
+	/* Buffers parked by exited threads go before any live thread's: into
+	 * the shared tier, where the smallest is evicted first.  Relaxed, both:
+	 * a hint (bufcache_front.c); a front parked after the store sets it again. */
+	if (atomic_load_explicit(&c->parked, memory_order_relaxed)) {
+		atomic_store_explicit(&c->parked, 0, memory_order_relaxed);
+		kvpi_bc_fronts_drain(c, me, KVPI_BC_DRAIN_PARKED);
+	}
 	if (me && kvpi_bc_front_enter(me)) {
 		long f = kvpi_bc_front_find(me, 0);
 		long g = f >= 0 ? shared_first(c, 0) : -1;
@@ -280,29 +294,15 @@ static __attribute__((noinline)) size_t trim_reserve(kvp_bufcache *c, size_t res
 	return c->batch;
 }
 
-static __attribute__((noinline)) void *alloc_slow(kvp_bufcache *c, size_t requested, size_t *actual)
-{
-	if (actual)
-		*actual = 0;
-	if (!c || !actual || requested > KVP_BUF_MAX_REQUEST)
-		return NULL;
-	return alloc_shared(c, kvpi_bc_front_lookup(c, c->uid), requested, actual);
-}
-
 /*
- * The hit path: the calling thread's front (found in thread-local storage)
- * serves its smallest fitting buffer when the shared tier has none as good
- * (one read of the shared bitmap's top word when that tier is empty).  It
- * writes only the front; anything else goes to alloc_slow / alloc_shared.
+ * The hit path from the calling thread's front @f: its smallest fitting
+ * buffer when the shared tier has none as good (one read of the shared
+ * bitmap's top word when that tier is empty).  It writes only the front;
+ * anything else goes to alloc_shared.
  */
-void *kvp_bufcache_alloc(kvp_bufcache *c, size_t requested, size_t *actual)
+static inline __attribute__((always_inline)) void *
+alloc_front(kvp_bufcache *c, struct kvpi_bc_front *f, size_t requested, size_t *actual)
 {
-	struct kvpi_bc_tls_ent *e = kvpi_bc_tls_head;
-
-	if (!e || e->c != c || !actual || e->uid != c->uid ||
-	    requested > (size_t)KVPI_BC_FRONT_UNITS << KVPI_BC_UNIT_SHIFT)
-		return alloc_slow(c, requested, actual);
-	struct kvpi_bc_front *f = e->f;
 	size_t cls = kvpi_bc_units_for_request(requested) - 1;
 	if (!kvpi_bc_front_enter(f))
 		return alloc_shared(c, f, requested, actual);
@@ -322,6 +322,30 @@ void *kvp_bufcache_alloc(kvp_bufcache *c, size_t requested, size_t *actual)
 	kvpi_bc_front_leave(f);
 	*actual = got;
 	return p;
+}
+
+/* Checks, and a thread's first call on @c (its front made or taken: it may hold buffers). */
+static __attribute__((noinline)) void *alloc_slow(kvp_bufcache *c, size_t requested, size_t *actual)
+{
+	if (actual)
+		*actual = 0;
+	if (!c || !actual || requested > KVP_BUF_MAX_REQUEST)
+		return NULL;
+	struct kvpi_bc_front *f = kvpi_bc_front_lookup(c);
+	if (f && requested <= (size_t)KVPI_BC_FRONT_UNITS << KVPI_BC_UNIT_SHIFT)
+		return alloc_front(c, f, requested, actual);
+	return alloc_shared(c, f, requested, actual);
+}
+
+/* The hit path: the calling thread's front, found in its table of fronts (alloc_front). */
+void *kvp_bufcache_alloc(kvp_bufcache *c, size_t requested, size_t *actual)
+{
+	struct kvpi_bc_front *f;
+
+	if (!c || !actual || requested > (size_t)KVPI_BC_FRONT_UNITS << KVPI_BC_UNIT_SHIFT ||
+	    !(f = kvpi_bc_front_here(c->idx, c->uid)))
+		return alloc_slow(c, requested, actual);
+	return alloc_front(c, f, requested, actual);
 }
 
 /* Reserve @cap bytes of budget, evicting smallest-first as needed; 1 on success. */
@@ -482,7 +506,7 @@ static __attribute__((noinline)) void free_checked(kvp_bufcache *c, void *ptr, s
 {
 	if (!c || !ptr)
 		return;
-	struct kvpi_bc_front *me = kvpi_bc_front_lookup(c, c->uid);
+	struct kvpi_bc_front *me = kvpi_bc_front_lookup(c);
 	if (!actual || actual % KVP_BUF_ALIGN || (uintptr_t)ptr % KVP_BUF_ALIGN ||
 	    actual > c->budget) {
 		kvpi_bc_release_to_system(c, me, ptr, actual);
@@ -508,15 +532,14 @@ static __attribute__((noinline)) void free_checked(kvp_bufcache *c, void *ptr, s
  */
 void kvp_bufcache_free(kvp_bufcache *c, void *ptr, size_t actual)
 {
-	struct kvpi_bc_tls_ent *e = kvpi_bc_tls_head;
+	struct kvpi_bc_front *f;
 
-	if (!e || e->c != c || !ptr || e->uid != c->uid || !actual ||
-	    (actual | (uintptr_t)ptr) % KVP_BUF_ALIGN || actual > c->budget ||
-	    actual > (size_t)KVPI_BC_FRONT_UNITS << KVPI_BC_UNIT_SHIFT) {
+	if (!c || !ptr || !actual || (actual | (uintptr_t)ptr) % KVP_BUF_ALIGN ||
+	    actual > c->budget || actual > (size_t)KVPI_BC_FRONT_UNITS << KVPI_BC_UNIT_SHIFT ||
+	    !(f = kvpi_bc_front_here(c->idx, c->uid))) {
 		free_checked(c, ptr, actual);
 		return;
 	}
-	struct kvpi_bc_front *f = e->f;
 	if (!kvpi_bc_front_enter(f)) {
 		free_slow(c, f, ptr, actual);
 		return;
@@ -538,7 +561,7 @@ void kvp_bufcache_clear(kvp_bufcache *c)
 {
 	if (!c)
 		return;
-	struct kvpi_bc_front *me = kvpi_bc_front_lookup(c, c->uid);
+	struct kvpi_bc_front *me = kvpi_bc_front_lookup(c);
 	kvpi_bc_fronts_drain(c, me, 1);
 	uint64_t left = kvpi_bc_exact_count(&c->exact) + kvpi_bc_large_count(&c->large);
 	void *p;

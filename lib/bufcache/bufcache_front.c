@@ -1,10 +1,23 @@
 /*
  * lib/bufcache/bufcache_front.c - finding a thread's front, claiming fronts, giving them back.
  *
- * A thread keeps a short list of {cache, uid, front} entries in thread-local
- * storage; the first entry is found with two comparisons in the common case
- * of one cache.  The uid guards against a cache destroyed and another
- * created at the same address.
+ * A thread keeps a table of {uid, front} slots in thread-local storage,
+ * indexed by the cache's registry index: every cache a thread uses is one
+ * bounds check and one uid comparison away, however many there are.  The
+ * registry gives out the lowest free index, so tables stay as long as the
+ * most caches alive at once.  The uid guards against an index reused by a
+ * cache made after another was destroyed.
+ *
+ * Thread exit parks the thread's fronts instead of emptying them: the
+ * buffers stay, the unused reservation goes back to the budget, and the
+ * front waits, unowned, for the next thread that needs one for the cache.
+ * Emptying them into the shared tier (as this file once did) made a hit's
+ * cost depend on thread history: the shared tier filled with buffers of the
+ * very capacities the live threads use, every hit of those capacities went
+ * through the shared tier (its best fit wins ties), and the fronts' depth
+ * and byte limits spilled them back, so the shared traffic never ended.
+ * A parked front holds no more than its thread held, and every claim
+ * reaches it (evictions empty parked fronts first: bufcache.c).
  *
  * Thread exit against cache destruction: a process-wide registry of live
  * caches, under one mutex, decides (as for the block pool's slots).  The
@@ -14,94 +27,97 @@
  * on the hit path: the lock is taken once per thread per cache at first use,
  * and at thread exit.
  */
-#define _GNU_SOURCE
 #include "lib/base/spin.h"
 #include "lib/bufcache/bufcache_front.h"
 
-#include <linux/membarrier.h>
 #include <pthread.h>
-#include <sched.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include <string.h>
 
 #include "lib/bufcache/bufcache_internal.h"
+#include "lib/base/barrier.h"
 #include "lib/base/sysmem.h"
 
 /* initial-exec: one instruction to reach it (see lib/pool/tslot.c). */
-__thread struct kvpi_bc_tls_ent *kvpi_bc_tls_head __attribute__((tls_model("initial-exec")));
+__thread struct kvpi_bc_tls_tab *kvpi_bc_tls __attribute__((tls_model("initial-exec")));
 /* The cache for which this thread last failed to make a front: not retried per call. */
 static __thread uint64_t nofront_uid __attribute__((tls_model("initial-exec")));
-
-#ifndef KVP_TSAN
-int kvpi_bc_front_asym;
-#endif
 
 static pthread_key_t tls_key;
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 static int tls_key_ok;
 
+/* The registry: live caches by index, under reg_lock. */
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static kvp_bufcache *reg_head;
+static kvp_bufcache **reg_tab;
+static uint32_t reg_cap;
 
 static void tls_destructor(void *unused);
 
 static void setup(void)
 {
 	tls_key_ok = kvpi_sys_key_create(&tls_key, tls_destructor) == 0;
-#ifndef KVP_TSAN
-	kvpi_bc_front_asym =
-	    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
-#endif
 }
 
-void kvpi_bc_front_setup(void)
+int kvpi_bc_front_registry_add(kvp_bufcache *c)
 {
-	pthread_once(&setup_once, setup);
-}
+	int rc = 0;
+	uint32_t i;
 
-void kvpi_bc_front_registry_add(kvp_bufcache *c)
-{
 	pthread_mutex_lock(&reg_lock);
-	c->reg_next = reg_head;
-	reg_head = c;
+	for (i = 0; i < reg_cap && reg_tab[i]; i++)
+		;
+	if (i == reg_cap) {
+		uint32_t cap = reg_cap ? 2 * reg_cap : 8;
+		kvp_bufcache **t = kvpi_sys_calloc(cap, sizeof(*t), 8);
+		if (t) {
+			if (reg_cap)
+				memcpy(t, reg_tab, reg_cap * sizeof(*t));
+			kvpi_sys_free(reg_tab);
+			reg_tab = t;
+			reg_cap = cap;
+		} else {
+			rc = -1;
+		}
+	}
+	if (!rc) {
+		reg_tab[i] = c;
+		c->idx = i;
+	}
 	pthread_mutex_unlock(&reg_lock);
+	return rc;
 }
 
 void kvpi_bc_front_registry_remove(kvp_bufcache *c)
 {
 	pthread_mutex_lock(&reg_lock);
-	kvp_bufcache **pp = &reg_head;
-	while (*pp && *pp != c)
-		pp = &(*pp)->reg_next;
-	if (*pp)
-		*pp = c->reg_next;
+	if (c->idx < reg_cap && reg_tab[c->idx] == c)
+		reg_tab[c->idx] = NULL;
 	pthread_mutex_unlock(&reg_lock);
 }
 
-/* Registry lock held. */
-static int registry_alive(const kvp_bufcache *c, uint64_t uid)
+/* The live cache at @idx if its uid is @uid, else NULL.  Registry lock held. */
+static kvp_bufcache *registry_alive(uint32_t idx, uint64_t uid)
 {
-	for (kvp_bufcache *p = reg_head; p; p = p->reg_next)
-		if (p == c && p->uid == uid)
-			return 1;
-	return 0;
+	if (idx < reg_cap && reg_tab[idx] && reg_tab[idx]->uid == uid)
+		return reg_tab[idx];
+	return NULL;
 }
 
-struct kvpi_bc_front *kvpi_bc_front_alloc(void)
+struct kvpi_bc_front *kvpi_bc_front_alloc(int asym)
 {
 	struct kvpi_bc_front *f = kvpi_sys_calloc(1, sizeof(*f), 64);
 
 	/* Zeroed memory: IDLE, unclaimed, empty, untaken (valid atomics on this ABI). */
+	if (f)
+		f->asym = asym;
 	return f;
 }
 
 /* Full barrier on every CPU running one of our threads (asymmetric protocol). */
-static void barrier_all(void)
+static void barrier_all(kvp_bufcache *c)
 {
-#ifndef KVP_TSAN
-	if (kvpi_bc_front_asym)
-		syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-#endif
+	if (c->asym)
+		kvpi_barrier_heavy();
 }
 
 /*
@@ -149,7 +165,11 @@ static void release_rejects(kvp_bufcache *c, struct kvpi_bc_front *me, void *p)
 
 static int worth_claiming(struct kvpi_bc_front *f, int buffers)
 {
-	/* Relaxed: a hint; a buffer put in after this look is a later free. */
+	/* Relaxed, all three: hints; a buffer put in after this look is a later
+	 * free, a front taken after it is claimed like any owner's. */
+	if (buffers == KVPI_BC_DRAIN_PARKED)
+		return !atomic_load_explicit(&f->taken, memory_order_relaxed) &&
+		       atomic_load_explicit(&f->nbufs, memory_order_relaxed);
 	return (buffers && atomic_load_explicit(&f->nbufs, memory_order_relaxed)) ||
 	       kvpi_bc_front_get(&f->reserve);
 }
@@ -176,7 +196,7 @@ uint64_t kvpi_bc_fronts_drain(kvp_bufcache *c, struct kvpi_bc_front *me, int buf
 		}
 	}
 	if (any)
-		barrier_all();
+		barrier_all(c);
 	uint64_t moved = 0;
 	for (struct kvpi_bc_front *f = head; f; f = f->next) {
 		/* Relaxed: only our own CAS above stored our token. */
@@ -216,60 +236,75 @@ size_t kvpi_bc_fronts_reserve_sum(kvp_bufcache *c, struct kvpi_bc_front *me)
 }
 
 /*
- * The owner gives its front back at thread exit: contents to the shared
- * tier, reservation to the budget, the front to the next new thread.
- * Registry lock held and the cache alive.
+ * The owner parks its front at thread exit: the buffers stay for the next
+ * thread that takes the front, the unused reservation goes back to the
+ * budget.  Registry lock held and the cache alive.
  */
-static void front_release(kvp_bufcache *c, struct kvpi_bc_front *f)
+static void front_park(kvp_bufcache *c, struct kvpi_bc_front *f)
 {
-	void *rejects = NULL;
 	struct kvpi_spin spin = {0};
 
 	while (!kvpi_bc_front_enter(f)) /* a drainer holds it for a moment: wait */
 		kvpi_spin_wait(&spin);
-	empty_front(c, f, 1, &rejects);
+	size_t res = kvpi_bc_front_get(&f->reserve);
+	if (res) {
+		kvpi_bc_unreserve(c, res);
+		kvpi_bc_front_set(&f->reserve, 0);
+	}
+	/* Relaxed: a level only the holder writes (kvpi_bc_front_set). */
+	int full = atomic_load_explicit(&f->nbufs, memory_order_relaxed) != 0;
 	kvpi_bc_front_leave(f);
-	release_rejects(c, f, rejects);
-	/* Release: the thread that takes the front next (acquire CAS) sees it empty
-	 * and our final counter values. */
+	/* Release: the thread that takes the front next (acquire CAS) sees its
+	 * buffers and our final counter values. */
 	atomic_store_explicit(&f->taken, 0, memory_order_release);
+	/* Relaxed: a hint for evictions (bufcache.c), not a carrier of data:
+	 * the claim protocol orders the buffers. */
+	if (full)
+		atomic_store_explicit(&c->parked, 1, memory_order_relaxed);
 }
 
 static void tls_destructor(void *unused)
 {
-	struct kvpi_bc_tls_ent *e = kvpi_bc_tls_head;
+	struct kvpi_bc_tls_tab *t = kvpi_bc_tls;
 
 	(void)unused;
-	kvpi_bc_tls_head = NULL;
+	kvpi_bc_tls = NULL;
+	if (!t)
+		return;
 	pthread_mutex_lock(&reg_lock);
-	while (e) {
-		struct kvpi_bc_tls_ent *next = e->next;
-		if (registry_alive(e->c, e->uid))
-			front_release(e->c, e->f);
-		kvpi_sys_free(e);
-		e = next;
+	for (uint32_t i = 0; i < t->n; i++) {
+		kvp_bufcache *c;
+		if (t->s[i].uid && (c = registry_alive(i, t->s[i].uid)))
+			front_park(c, t->s[i].f);
 	}
 	pthread_mutex_unlock(&reg_lock);
+	kvpi_sys_free(t);
 }
 
-/* Drop entries of caches that no longer exist. */
-static void tls_prune(void)
+/* Make the thread's table hold slot @idx; 0, or -1 when it could not grow. */
+static int tls_fit(uint32_t idx)
 {
-	pthread_mutex_lock(&reg_lock);
-	struct kvpi_bc_tls_ent **pp = &kvpi_bc_tls_head;
-	while (*pp) {
-		struct kvpi_bc_tls_ent *e = *pp;
-		if (!registry_alive(e->c, e->uid)) {
-			*pp = e->next;
-			kvpi_sys_free(e);
-		} else {
-			pp = &e->next;
-		}
-	}
-	pthread_mutex_unlock(&reg_lock);
+	struct kvpi_bc_tls_tab *t = kvpi_bc_tls, *nt;
+	uint32_t n;
+
+	if (t && idx < t->n)
+		return 0;
+	n = t ? 2 * t->n : 4;
+	if (n <= idx)
+		n = idx + 1;
+	nt = kvpi_sys_calloc(1, sizeof(*nt) + n * sizeof(nt->s[0]), 64);
+	if (!nt)
+		return -1;
+	nt->n = n;
+	if (t)
+		memcpy(nt->s, t->s, t->n * sizeof(t->s[0]));
+	/* Only this thread reads its table (and its destructor, on this thread). */
+	kvpi_bc_tls = nt;
+	kvpi_sys_free(t);
+	return 0;
 }
 
-/* Take a front another thread gave up, or make one and add it to the list. */
+/* Take a parked front (with what it holds), or make one and add it to the list. */
 static struct kvpi_bc_front *front_take(kvp_bufcache *c)
 {
 	/* Acquire: see the fronts' contents as published by their push. */
@@ -277,13 +312,13 @@ static struct kvpi_bc_front *front_take(kvp_bufcache *c)
 	     f = f->next) {
 		int exp = 0;
 		/* Relaxed look first (skip taken fronts without a locked instruction);
-		 * acquire CAS: pairs with the release in front_release. */
+		 * acquire CAS: pairs with the release in front_park. */
 		if (atomic_load_explicit(&f->taken, memory_order_relaxed) == 0 &&
 		    atomic_compare_exchange_strong_explicit(
 		        &f->taken, &exp, 1, memory_order_acquire, memory_order_relaxed))
 			return f;
 	}
-	struct kvpi_bc_front *f = kvpi_bc_front_alloc();
+	struct kvpi_bc_front *f = kvpi_bc_front_alloc(c->asym);
 	if (!f)
 		return NULL;
 	atomic_init(&f->taken, 1);
@@ -304,30 +339,25 @@ static struct kvpi_bc_front *no_front(uint64_t uid)
 	return NULL;
 }
 
-struct kvpi_bc_front *kvpi_bc_front_get_slow(kvp_bufcache *c, uint64_t uid)
+struct kvpi_bc_front *kvpi_bc_front_get_slow(kvp_bufcache *c)
 {
-	for (struct kvpi_bc_tls_ent *e = kvpi_bc_tls_head; e; e = e->next)
-		if (e->c == c && e->uid == uid)
-			return e->f;
+	uint64_t uid = c->uid;
+	struct kvpi_bc_front *f = kvpi_bc_front_here(c->idx, uid);
+
+	if (f)
+		return f;
 	if (nofront_uid == uid)
 		return NULL;
-	kvpi_bc_front_setup();
-	if (!tls_key_ok)
+	pthread_once(&setup_once, setup);
+	if (!tls_key_ok || tls_fit(c->idx))
 		return no_front(uid);
-	tls_prune();
-	struct kvpi_bc_tls_ent *e = kvpi_sys_alloc(sizeof(*e), 8);
-	if (!e)
+	/* The slot may name a destroyed cache that had this index: its front
+	 * went with it (and the destructor skips dead caches). */
+	f = front_take(c);
+	if (!f)
 		return no_front(uid);
-	struct kvpi_bc_front *f = front_take(c);
-	if (!f) {
-		kvpi_sys_free(e);
-		return no_front(uid);
-	}
-	e->c = c;
-	e->uid = uid;
-	e->f = f;
-	e->next = kvpi_bc_tls_head;
-	kvpi_bc_tls_head = e;
+	kvpi_bc_tls->s[c->idx].uid = uid;
+	kvpi_bc_tls->s[c->idx].f = f;
 	/* Any non-NULL value makes the destructor run at thread exit. */
 	pthread_setspecific(tls_key, (void *)1);
 	return f;

@@ -15,8 +15,14 @@
  * non-empty class at or above a request in two loads.
  *
  * Fronts sit on an add-only list owned by the cache; a front is freed only
- * with the cache, and the front of an exiting thread is emptied into the
- * shared tier and reused by the next new thread.
+ * with the cache.  A thread finds its front for a cache in a thread-local
+ * table indexed by the cache's registry index (any number of caches per
+ * thread and per process, each one lookup).  An exiting thread parks its
+ * fronts: the buffers stay in them, the reservation goes back, and the next
+ * thread that needs a front for that cache takes one whole, so a new thread
+ * starts warm and the shared tier does not fill with what exited threads
+ * held.  Parked buffers are reached by claims like any front's (evictions
+ * empty parked fronts first, OOM retries, clear, destroy).
  *
  * Holding a front (state and claim words):
  *
@@ -32,25 +38,29 @@
  * owner's store of BUSY and its load of claim against the claimer's CAS and
  * load of state is a Dekker pair: at least one side sees the other.
  *
- * Two ways to make the pair hold:
- * - symmetric (ThreadSanitizer builds, or membarrier unavailable): the owner
- *   stores BUSY seq_cst (an xchg on x86) and loads claim seq_cst;
+ * Two ways to make the pair hold, chosen per cache at creation by the
+ * library's barrier policy (lib/base/barrier.h; each front copies it):
+ * - symmetric (ThreadSanitizer builds, KVPOOL_FORCE_FALLBACK=1, or
+ *   membarrier unavailable): the owner stores BUSY seq_cst (an xchg on x86)
+ *   and loads claim seq_cst;
  * - asymmetric (the default where the kernel allows it): the owner stores
  *   BUSY relaxed, with only a compiler barrier before its load of claim; the
- *   claimer calls membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) between its
- *   CAS and its loads of state, which runs a full barrier on every CPU that
- *   runs one of our threads.  Either the owner's BUSY was visible before that
- *   barrier (the claimer sees it and waits), or the owner's later load of
- *   claim comes after the barrier, which follows the claimer's CAS (the owner
- *   sees the claim and backs off).  TSan cannot see this ordering, which is
- *   why its builds use the symmetric protocol; the race tests run both.
+ *   claimer calls kvpi_barrier_heavy() between its CAS and its loads of
+ *   state, which runs a full barrier on every CPU that runs one of our
+ *   threads (membarrier, or its mprotect fallback once membarrier has been
+ *   denied).  Either the owner's BUSY was visible before that barrier (the
+ *   claimer sees it and waits), or the owner's later load of claim comes
+ *   after the barrier, which follows the claimer's CAS (the owner sees the
+ *   claim and backs off).  TSan cannot see this ordering, which is why its
+ *   builds use the symmetric protocol; the race tests run both.
  *
  * Synchronization:
  *
  *   operation                     may run concurrently with        progress
  *   ----------------------------  -------------------------------  --------------------------
- *   kvpi_bc_front_of              everything but destroy           wait-free (TLS) / registry
- *                                                                  lock on a thread's first call
+ *   kvpi_bc_front_lookup          everything but destroy           wait-free (TLS table) /
+ *                                                                  registry lock on a thread's
+ *                                                                  first call on a cache
  *   kvpi_bc_front_enter / leave   claims of the same front         wait-free
  *   kvpi_bc_front_find/pop/push   nothing on the same front        holder only, O(1)
  *   kvpi_bc_fronts_drain          everything but destroy           waits out owners' calls
@@ -81,6 +91,7 @@ struct kvp_bufcache;
 
 struct kvpi_bc_front {
 	_Atomic uint32_t state __attribute__((aligned(64))); /* owner: IDLE / BUSY */
+	int asym;                                            /* the cache's protocol (immutable) */
 	_Atomic uintptr_t claim;           /* nonzero (the claimer's token) while claimed */
 	uint64_t l1;                       /* holder: bit g set when l2[g] != 0 */
 	uint64_t l2[KVPI_BC_FRONT_GROUPS]; /* holder: bit c set when class c is non-empty */
@@ -88,7 +99,7 @@ struct kvpi_bc_front {
 	_Atomic size_t reserve;            /* holder writes: budget reserved, not used */
 	_Atomic size_t bytes;              /* holder writes: capacity of buffers held */
 	_Atomic uint64_t nbufs;            /* holder writes: buffers held */
-	_Atomic int taken;                 /* 1 while a live thread owns the front */
+	_Atomic int taken;                 /* 1 while a live thread owns the front, else parked */
 	struct kvpi_bc_front *next;        /* immutable once on the cache's list */
 	_Atomic uint64_t ctr[KVPI_BC_N_CTRS]
 	    __attribute__((aligned(64))); /* owner thread only writes */
@@ -97,38 +108,42 @@ struct kvpi_bc_front {
 	uint8_t cnt[KVPI_BC_FRONT_UNITS];
 };
 
-/* A thread's {cache, uid, front} entries, most recently made first. */
-struct kvpi_bc_tls_ent {
-	struct kvpi_bc_tls_ent *next;
-	struct kvp_bufcache *c;
-	uint64_t uid;
+/* A thread's fronts, indexed by the caches' registry index; uid 0: none. */
+struct kvpi_bc_tls_slot {
+	uint64_t uid; /* the cache's uid (an index is reused after destroy) */
 	struct kvpi_bc_front *f;
 };
 
-extern __thread struct kvpi_bc_tls_ent *kvpi_bc_tls_head __attribute__((tls_model("initial-exec")));
+struct kvpi_bc_tls_tab {
+	uint32_t n; /* slots */
+	struct kvpi_bc_tls_slot s[];
+};
+
+extern __thread struct kvpi_bc_tls_tab *kvpi_bc_tls __attribute__((tls_model("initial-exec")));
 
 #ifdef KVP_TSAN
-#define kvpi_bc_front_asym 0
+#define KVPI_BC_ASYM(f) 0 /* TSan cannot model the asymmetric pair */
 #else
-extern int kvpi_bc_front_asym; /* set once, before any cache exists */
+#define KVPI_BC_ASYM(f) ((f)->asym)
 #endif
 
-/* The calling thread's front for @c, made on first use; NULL when none could be made. */
-struct kvpi_bc_front *kvpi_bc_front_get_slow(struct kvp_bufcache *c, uint64_t uid);
-
-static inline struct kvpi_bc_front *kvpi_bc_front_lookup(struct kvp_bufcache *c, uint64_t uid)
+/* The calling thread's front for @c (index @idx), or NULL when it has none yet. */
+static inline struct kvpi_bc_front *kvpi_bc_front_here(uint32_t idx, uint64_t uid)
 {
-	struct kvpi_bc_tls_ent *e = kvpi_bc_tls_head;
+	struct kvpi_bc_tls_tab *t = kvpi_bc_tls;
 
-	if (e && e->c == c && e->uid == uid)
-		return e->f;
-	return kvpi_bc_front_get_slow(c, uid);
+	if (t && idx < t->n && t->s[idx].uid == uid)
+		return t->s[idx].f;
+	return NULL;
 }
+
+/* The calling thread's front for @c, made on first use; NULL when none could be made. */
+struct kvpi_bc_front *kvpi_bc_front_get_slow(struct kvp_bufcache *c);
 
 /* kvpi_bc_front_enter - the owner takes its front; 0 when a claimer holds it (then go shared) */
 static inline int kvpi_bc_front_enter(struct kvpi_bc_front *f)
 {
-	if (kvpi_bc_front_asym) {
+	if (KVPI_BC_ASYM(f)) {
 		/* Relaxed + compiler barrier: the claimer's membarrier orders it (see above). */
 		atomic_store_explicit(&f->state, KVPI_BC_FRONT_BUSY, memory_order_relaxed);
 		atomic_signal_fence(memory_order_seq_cst);
@@ -244,29 +259,34 @@ static inline void kvpi_bc_front_ctr_add(struct kvpi_bc_front *f, enum kvpi_bc_c
 	atomic_store_explicit(&f->ctr[k], v + d, memory_order_relaxed);
 }
 
-/* kvpi_bc_front_alloc - a zeroed, IDLE, untaken front; NULL when the system fails */
-struct kvpi_bc_front *kvpi_bc_front_alloc(void);
+/* kvpi_bc_front_alloc - a zeroed, IDLE, untaken front of protocol @asym; NULL when the system fails
+ */
+struct kvpi_bc_front *kvpi_bc_front_alloc(int asym);
 
 /*
  * kvpi_bc_fronts_drain - claim every front of @c that holds something and empty it
  * @me:      the caller's front (counters), or NULL
  * @buffers: 1: move its buffers to the shared tier and its reservation back;
- *           0: take back its unused reservation only
+ *           0: take back its unused reservation only;
+ *           KVPI_BC_DRAIN_PARKED: as 1, parked fronts only (no thread owns them)
  *
  * Waits for owners inside a call (a bounded window) and for other drainers.
  * The caller must not hold its own front.  Returns how many buffers moved
  * plus 1 if any reservation came back (0: nothing was reachable).
  */
+#define KVPI_BC_DRAIN_PARKED 2
 uint64_t kvpi_bc_fronts_drain(struct kvp_bufcache *c, struct kvpi_bc_front *me, int buffers);
 
 /* kvpi_bc_fronts_reserve_sum - unused reservations of fronts other than @me (racy sum) */
 size_t kvpi_bc_fronts_reserve_sum(struct kvp_bufcache *c, struct kvpi_bc_front *me);
 
-/* kvpi_bc_front_registry_add / remove - the live-cache registry (thread exit against destroy) */
-void kvpi_bc_front_registry_add(struct kvp_bufcache *c);
+/*
+ * kvpi_bc_front_registry_add / remove - the live-cache registry (thread exit against destroy)
+ *
+ * add gives @c the lowest free registry index (c->idx, its slot in every
+ * thread's table); 0, or -1 when the registry could not grow.
+ */
+int kvpi_bc_front_registry_add(struct kvp_bufcache *c);
 void kvpi_bc_front_registry_remove(struct kvp_bufcache *c);
-
-/* kvpi_bc_front_setup - once per process: pick the asymmetric protocol when membarrier works */
-void kvpi_bc_front_setup(void);
 
 #endif /* KVPOOL_LIB_BUFCACHE_FRONT_H */

@@ -27,10 +27,11 @@
 
 struct kvp_bufcache {
 	size_t budget;
-	uint64_t uid;                  /* unique for the process's life; names the cache in TLS */
-	size_t front_max;              /* bytes one front may hold */
-	size_t batch;                  /* reservation batch of a front */
-	struct kvp_bufcache *reg_next; /* registry of live caches (bufcache_front.c) */
+	uint64_t uid;     /* unique for the process's life; names the cache in TLS */
+	uint32_t idx;     /* registry index: the cache's slot in threads' tables */
+	int asym;         /* claims use the asymmetric barrier (lib/base/barrier.h) */
+	size_t front_max; /* bytes one front may hold */
+	size_t batch;     /* reservation batch of a front */
 	_Atomic(struct kvpi_bc_front *) fronts; /* add-only list */
 	struct kvpi_bc_nodes nodes;
 	struct kvpi_bc_exact exact;
@@ -40,7 +41,16 @@ struct kvp_bufcache {
 	_Atomic size_t peak __attribute__((aligned(64)));   /* high-water mark of cached bytes */
 	_Atomic size_t live;       /* buffers from the system not yet given back */
 	_Atomic size_t live_bytes; /* their capacity */
+	_Atomic int parked;        /* hint: an exited thread parked a front holding buffers */
 };
+
+/* kvpi_bc_front_lookup - the calling thread's front for @c, made on first use; NULL if none */
+static inline struct kvpi_bc_front *kvpi_bc_front_lookup(kvp_bufcache *c)
+{
+	struct kvpi_bc_front *f = kvpi_bc_front_here(c->idx, c->uid);
+
+	return f ? f : kvpi_bc_front_get_slow(c);
+}
 
 /* kvpi_bc_count_by - count an event in @me's counters (the caller's front) or the stripes */
 static inline void kvpi_bc_count_by(kvp_bufcache *c, struct kvpi_bc_front *me, enum kvpi_bc_ctr k,

@@ -17,115 +17,27 @@
  *     then needs no lock at all (lib/pool/owner.h).
  *   - Synchronization between a thread's own work and the rare thread that
  *     interferes (a drainer, a revoker) is asymmetric: the common side uses
- *     plain stores, the rare side membarrier() (lib/pool/pool_internal.h), with a
+ *     plain stores, the rare side membarrier() (lib/base/barrier.h), with a
  *     seq_cst fallback where membarrier is missing or must not be used.
  */
 #define _GNU_SOURCE
-#include <linux/membarrier.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "lib/pool/pool_internal.h"
 #include "lib/pool/pool_report.h"
+#include "lib/base/barrier.h"
 #include "lib/base/sysmem.h"
 #include "lib/base/tsan.h"
 
 static _Atomic uint64_t next_uid = 1;
 
-static long sys_membarrier(int cmd)
-{
-	return syscall(SYS_membarrier, cmd, 0, 0);
-}
-
-/*
- * Whether this pool may use the asymmetric (membarrier) protocols: not
- * under ThreadSanitizer (it cannot model membarrier), not when the
- * environment says KVPOOL_FORCE_FALLBACK=1, and only if the kernel offers
- * MEMBARRIER_CMD_PRIVATE_EXPEDITED and lets this process register for it.
- * Decided once, at pool creation, where failure costs only speed.
- */
-static bool asym_available(void)
-{
-#ifdef KVP_TSAN
-	return false;
-#else
-	const char *env = getenv("KVPOOL_FORCE_FALLBACK");
-	if (env && env[0] == '1')
-		return false;
-	long cmds = sys_membarrier(MEMBARRIER_CMD_QUERY);
-	if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) ||
-	    !(cmds & MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED))
-		return false;
-	return sys_membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
-#endif
-}
-
-/*
- * The heavy barrier used once membarrier has failed (a seccomp filter
- * installed after the pool was made, say): the TLB-shootdown trick.  The
- * page is dirtied so its entry is present, then made read-only: the kernel
- * must flush that entry from every CPU that may cache it, i.e. every CPU
- * currently running a thread of the process, and does so with an IPI whose
- * handler serializes the CPU, draining its store buffer, before mprotect
- * returns - the same guarantee as MEMBARRIER_CMD_PRIVATE_EXPEDITED, so the
- * frequent side's protocol does not change.  CPUs not running the process
- * drained theirs at the context switch.  The page is mlock'ed where the
- * limit allows, so it cannot be swapped out between the write and the
- * mprotect (which would leave no entry to flush); the mutex keeps one
- * caller's write out of another's read-only window.  mprotect on a page we
- * mapped has no failure mode but ENOMEM for splitting a mapping, which one
- * whole page never needs; should it fail anyway we retry.
- */
-static void tlb_shootdown_barrier(struct kvp_pool *p)
-{
-	pthread_mutex_lock(&p->flush_lock);
-	for (;;) {
-		*(volatile char *)p->flush_page = 1;
-		if (mprotect(p->flush_page, p->flush_page_len, PROT_READ) == 0 &&
-		    mprotect(p->flush_page, p->flush_page_len, PROT_READ | PROT_WRITE) == 0)
-			break;
-		/* If the first call failed nothing changed; if the second did,
-		 * the page is read-only and the write above must not run until
-		 * it is writable again. */
-		while (mprotect(p->flush_page, p->flush_page_len, PROT_READ | PROT_WRITE) != 0)
-			sched_yield();
-	}
-	pthread_mutex_unlock(&p->flush_lock);
-}
-
+/* The heavy side's barrier (lib/base/barrier.h); nothing in the seq_cst fallback. */
 void kvpi_heavy_barrier(struct kvp_pool *p)
 {
-	if (!p->asym)
-		return; /* fallback: both sides use seq_cst accesses */
-	/* relaxed: only picks which of two complete barriers runs. */
-	if (!atomic_load_explicit(&p->membarrier_failed, memory_order_relaxed)) {
-		/* Registered at pool creation; it fails only if something (a
-		 * seccomp filter) denies it later.  Then switch for good: the
-		 * other barrier is equivalent, so threads inside the frequent
-		 * side mid-switch are covered either way. */
-		if (sys_membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
-			return;
-		atomic_store_explicit(&p->membarrier_failed, true, memory_order_relaxed);
-	}
-	tlb_shootdown_barrier(p);
-}
-
-/* Map the page the fallback heavy barrier flips (asym mode only). */
-static bool flush_page_init(struct kvp_pool *p)
-{
-	long pg = sysconf(_SC_PAGESIZE);
-	p->flush_page_len = pg > 0 ? (size_t)pg : 4096;
-	void *m = mmap(NULL, p->flush_page_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-	               -1, 0);
-	if (m == MAP_FAILED)
-		return false;
-	(void)mlock(m, p->flush_page_len); /* best effort: see tlb_shootdown_barrier */
-	p->flush_page = m;
-	return true;
+	if (p->asym)
+		kvpi_barrier_heavy();
 }
 
 void kvp_pool_config_init(kvp_pool_config *cfg)
@@ -189,14 +101,11 @@ static void pool_free(struct kvp_pool *p)
 	kvpi_sys_free(p->hist);
 	if (p->mode)
 		p->mode->destroy(p);
-	if (p->flush_page)
-		munmap(p->flush_page, p->flush_page_len);
 	kvpi_owners_destroy(&p->owners);
 	kvpi_bt_destroy(&p->bt);
 	pthread_mutex_destroy(&p->grow_lock);
 	pthread_mutex_destroy(&p->hist_lock);
 	pthread_mutex_destroy(&p->fallback_lock);
-	pthread_mutex_destroy(&p->flush_lock);
 	kvpi_sys_free(p);
 }
 
@@ -211,7 +120,7 @@ int kvpi_pool_create(const kvp_pool_config *cfg, struct kvp_pool **out)
 	p->block_size = cfg->block_size;
 	p->bs_shift =
 	    (cfg->block_size & (cfg->block_size - 1)) ? -1 : __builtin_ctz(cfg->block_size);
-	p->asym = asym_available();
+	p->asym = kvpi_barrier_asym_ok(); /* decided once per pool, before any thread sees it */
 	p->max_blocks = cfg->max_blocks ? cfg->max_blocks : KVP_MAX_BLOCKS;
 	p->thread_cache = cfg->thread_cache;
 	p->history_len = cfg->history_len;
@@ -226,11 +135,6 @@ int kvpi_pool_create(const kvp_pool_config *cfg, struct kvp_pool **out)
 	pthread_mutex_init(&p->grow_lock, NULL);
 	pthread_mutex_init(&p->hist_lock, NULL);
 	pthread_mutex_init(&p->fallback_lock, NULL);
-	pthread_mutex_init(&p->flush_lock, NULL);
-	/* Without the page for the fallback heavy barrier, use the seq_cst
-	 * protocols (decided before any other thread sees the pool). */
-	if (p->asym && !flush_page_init(p))
-		p->asym = false;
 	kvpi_fs_init(&p->fs[0]);
 	kvpi_fs_init(&p->fs[1]);
 	p->retired_head = KVP_NO_ID;

@@ -10,7 +10,7 @@
  *   fallback_lock (only a thread without a slot) -> owner shard lock
  *     -> [waits for a biased thread to leave its owner op] -> owner op
  *     -> grow_lock -> hist_lock
- *   any of these -> flush_lock (the heavy barrier's fallback; a leaf)
+ *   any of these -> the heavy barrier's fallback lock (lib/base/barrier.c; a leaf)
  *   registry lock (thread exit) -> [waits for a drainer's claim]
  * An owner op (a thread inside its own biased owner record, lib/pool/owner.h)
  * takes no shard lock while inside, so a revoker that holds a shard lock
@@ -116,13 +116,6 @@ struct kvp_pool {
 
 	struct kvp_owners owners;
 
-	/* Heavy barrier (asym mode): set once membarrier has failed, after
-	 * which an mprotect of flush_page (under flush_lock) replaces it. */
-	_Atomic bool membarrier_failed;
-	pthread_mutex_t flush_lock;
-	void *flush_page;
-	size_t flush_page_len;
-
 	pthread_mutex_t grow_lock; /* growth, shrink, retire hooks */
 	struct kvp_retire_hook hooks[KVP_MAX_RETIRE_HOOKS];
 	/* Retired ids, linked by free_next, for growth to reuse; grow_lock. */
@@ -159,7 +152,7 @@ int kvpi_pool_create(const kvp_pool_config *cfg, struct kvp_pool **out);
 /* kvpi_pool_discard - destroy a pool nobody else has seen (a failed create). */
 void kvpi_pool_discard(struct kvp_pool *p);
 /* The heavy side's barrier of the asymmetric Dekker pairs, after its seq_cst
- * store (lib/pool/magazine.h). */
+ * store (lib/pool/magazine.h): kvpi_barrier_heavy() when p->asym. */
 void kvpi_heavy_barrier(struct kvp_pool *p);
 
 /* lib/pool/pool_alloc.c: allocate and free; owner and raw-block bias. */
