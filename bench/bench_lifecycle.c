@@ -117,8 +117,8 @@ static uint64_t mix64(uint64_t z)
  * id b / 32 at position b % 32.  A block past the trace's hash ids (none in
  * a well-formed trace) gets a key of its own request.
  */
-static void make_keys(const work *w, const trace_request *q, uint64_t owner, uint32_t nfull,
-                      kvp_hash *keys)
+__attribute__((noinline)) static void make_keys(const work *w, const trace_request *q,
+                                                uint64_t owner, uint32_t nfull, kvp_hash *keys)
 {
 	for (uint32_t b = 0; b < nfull; b++) {
 		uint32_t c = b / PER_HASH;
@@ -135,7 +135,8 @@ typedef struct bufs {
 	kvp_hash *keys;
 } bufs;
 
-static void one_kv(run *r, worker *me, bufs *B, const trace_request *q, uint64_t owner)
+__attribute__((noinline)) static void one_kv(run *r, worker *me, bufs *B, const trace_request *q,
+                                             uint64_t owner)
 {
 	uint32_t nb = (q->prompt + BLOCK - 1) / BLOCK, nfull = q->prompt / BLOCK;
 	uint32_t nd = (q->output + BLOCK - 1) / BLOCK;
@@ -179,7 +180,8 @@ failed:
 	kvp_free_all(r->kv, owner); /* whatever the request got so far */
 }
 
-static void one_mutex(run *r, worker *me, bufs *B, const trace_request *q, uint64_t owner)
+__attribute__((noinline)) static void one_mutex(run *r, worker *me, bufs *B, const trace_request *q,
+                                                uint64_t owner)
 {
 	uint32_t nb = (q->prompt + BLOCK - 1) / BLOCK, nfull = q->prompt / BLOCK;
 	uint32_t nd = (q->output + BLOCK - 1) / BLOCK;
