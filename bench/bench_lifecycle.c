@@ -417,7 +417,13 @@ static int synth_work(work *w, size_t n, uint32_t max_tokens)
 static const char *trace_path(char *buf, size_t cap)
 {
 	const char *ws = getenv("BUILD_WORKSPACE_DIRECTORY");
+	const char *wd = getenv("BUILD_WORKING_DIRECTORY");
 
+	/* A relative --trace names a file from where `bazel run` was called. */
+	if (kvb_opt.trace && kvb_opt.trace[0] != '/' && wd && *wd) {
+		snprintf(buf, cap, "%s/%s", wd, kvb_opt.trace);
+		return buf;
+	}
 	if (kvb_opt.trace)
 		return kvb_opt.trace;
 	if (kvb_opt.smoke)
