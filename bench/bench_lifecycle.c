@@ -600,10 +600,11 @@ int kvb_bench_lifecycle(void)
 	       "split: %s\n",
 	       w.n, w.source, w.n / 8, plain_passes, plain_passes > 1 ? "es" : "",
 	       kvb_opt.split && !strcmp(kvb_opt.split, "rr") ? "round robin" : "by conversation");
-	printf("blocks of %u tokens: %.1f a request on average, %u at most; pool: %u blocks "
-	       "(most threads x %u + %u)%s\n",
-	       BLOCK, (double)w.blocks / (double)w.n, w.max_blocks, pool_blocks(&w), w.max_blocks,
-	       CACHE_BLOCKS, KVB_SANITIZED ? " (sanitizer build: figures mean nothing)" : "");
+	printf("blocks of %u tokens: %llu in all, %.1f a request on average, %u at most; pool: %u "
+	       "blocks (most threads x %u + %u)%s\n",
+	       BLOCK, (unsigned long long)w.blocks, (double)w.blocks / (double)w.n, w.max_blocks,
+	       pool_blocks(&w), w.max_blocks, CACHE_BLOCKS,
+	       KVB_SANITIZED ? " (sanitizer build: figures mean nothing)" : "");
 	memset(res, 0, sizeof(res));
 	for (int mode = 0; mode < NMODE; mode++) {
 		if (!mode_selected(mode))
