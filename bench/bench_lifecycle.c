@@ -299,8 +299,11 @@ static int one_run(const work *w, int mode, int side, int n_threads, int passes,
 		cfg.n_blocks = nblk;
 		cfg.separate_kv = false;
 		cfg.prefix_cache = mode == PREFIX;
+		if (kvb_opt.thread_cache >= 0)
+			cfg.thread_cache = (uint32_t)kvb_opt.thread_cache;
 		if (kvp_pool_create(&cfg, &r.kv) != KVP_OK) {
-			printf("  cannot create a kvpool pool of %u blocks\n", nblk);
+			printf("  cannot create a kvpool pool of %u blocks (thread_cache %ld)\n",
+			       nblk, kvb_opt.thread_cache);
 			return 1;
 		}
 	} else if (mbp_create(nblk, &r.mp) != 0) {
@@ -605,6 +608,8 @@ int kvb_bench_lifecycle(void)
 	       BLOCK, (unsigned long long)w.blocks, (double)w.blocks / (double)w.n, w.max_blocks,
 	       pool_blocks(&w), w.max_blocks, CACHE_BLOCKS,
 	       KVB_SANITIZED ? " (sanitizer build: figures mean nothing)" : "");
+	if (kvb_opt.thread_cache >= 0)
+		printf("kvpool thread_cache: %ld (--thread-cache)\n", kvb_opt.thread_cache);
 	memset(res, 0, sizeof(res));
 	for (int mode = 0; mode < NMODE; mode++) {
 		if (!mode_selected(mode))

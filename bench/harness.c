@@ -35,7 +35,7 @@ static void usage(FILE *f, const char *argv0)
 	    "usage: %s [--quick | --smoke] [--seconds S] [--warmup S] [--reps N]\n"
 	    "          [--threads 1,2,4,8,16] [--max-pow10 N] [--only NAME,...] [--json FILE]\n"
 	    "          [--trace FILE] [--modes plain,prefix] [--runs N] [--limit N]\n"
-	    "          [--split session|rr]\n"
+	    "          [--split session|rr] [--thread-cache N]\n"
 	    "  --quick         every benchmark, short windows (whole suite ~1.5 min on 2 cores):\n"
 	    "                  0.2 s windows, 0.1 s warm-up, 3 reps, threads 1,2,4,8,16\n"
 	    "  --smoke         about a second per binary (the tests run this): 0.01 s windows,\n"
@@ -57,6 +57,7 @@ static void usage(FILE *f, const char *argv0)
 	    "  --limit N       the trace's first N requests (default all; quick 1500)\n"
 	    "  --split HOW     session: a conversation's requests on one thread (default);\n"
 	    "                  rr: thread t takes every N-th request from t\n"
+	    "  --thread-cache N  kvpool's per-thread cache (default: kvpool's default)\n"
 	    "  -h, --help      this text\n"
 	    "  -V, --version   the kvpool version\n"
 	    "Options take their value as --opt VALUE or --opt=VALUE.\n",
@@ -108,6 +109,7 @@ static int parse_flags(int argc, char **argv, overrides *ov)
 	    {"runs", required_argument, NULL, 'r'},
 	    {"limit", required_argument, NULL, 'L'},
 	    {"split", required_argument, NULL, 'p'},
+	    {"thread-cache", required_argument, NULL, 'C'},
 	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -162,6 +164,13 @@ static int parse_flags(int argc, char **argv, overrides *ov)
 				return -1;
 			}
 			break;
+		case 'C':
+			kvb_opt.thread_cache = atol(optarg);
+			if (kvb_opt.thread_cache < 0) {
+				fprintf(stderr, "%s: bad --thread-cache '%s'\n", argv[0], optarg);
+				return -1;
+			}
+			break;
 		case 'p':
 			if (strcmp(optarg, "session") && strcmp(optarg, "rr")) {
 				fprintf(stderr, "%s: bad --split '%s' (session or rr)\n", argv[0],
@@ -213,6 +222,7 @@ int kvb_parse_args(int argc, char **argv)
 	overrides ov = {.seconds = -1, .warmup = -1, .reps = -1, .pow10 = -1};
 
 	memset(&kvb_opt, 0, sizeof(kvb_opt));
+	kvb_opt.thread_cache = -1;
 	if (parse_flags(argc, argv, &ov) != 0)
 		return -1;
 	if (optind < argc) {

@@ -53,6 +53,7 @@ typedef struct kvb_opts {
 	int runs;          /* --runs N: best of N runs per side (0: the mode's default) */
 	long limit;        /* --limit N: the trace's first N requests (0: the mode's default) */
 	const char *split; /* --split session|rr: how requests go to threads (NULL: session) */
+	long thread_cache; /* --thread-cache N: kvpool's thread_cache (-1: its default) */
 } kvb_opts;
 
 extern kvb_opts kvb_opt;
