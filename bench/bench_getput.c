@@ -1,6 +1,8 @@
 /*
  * bench/bench_getput.c - benchmark 1: one block allocated and freed per op,
  * at each thread count, for every peer, side by side in one run.
+ * kvpool_new_owner is the serving loop's owner churn at its smallest: each
+ * op is a one-block request of a new owner (kvp_allocate, kvp_free_all).
  *
  * In-process peers are measured interleaved (all peers at 1 thread, then
  * all at 2, ...) so drift in the machine's load hits them alike.  The
@@ -28,6 +30,7 @@ enum {
 	KV_RAW,
 	KV_FULL_FB,
 	KV_RAW_FB,
+	KV_NEW_OWNER,
 	MUTEX,
 	DPDK,
 	GLIBC,
@@ -45,6 +48,7 @@ static const char *peer_name[NPEER] = {
     "kvpool_raw",
     "kvpool_full_fallback",
     "kvpool_raw_fallback",
+    "kvpool_new_owner",
     "mutex_pool",
     "dpdk_mempool",
     "glibc",
@@ -245,6 +249,9 @@ static void measure_in_process(const peers *P, int *bad)
 		kvb_case_kv_raw(&c, P->kvfb, KVP_K);
 		measure(KV_RAW_FB, &c, ti, bad);
 		kvb_case_free(&c);
+		kvb_case_kv_new_owner(&c, P->kv, KVP_K, 1);
+		measure(KV_NEW_OWNER, &c, ti, bad);
+		kvb_case_free(&c);
 		kvb_case_mutex(&c, P->mp, 1, false);
 		measure(MUTEX, &c, ti, bad);
 		kvb_case_free(&c);
@@ -313,6 +320,7 @@ static void print_tables(void)
 	ratio_row("kvpool_full / mimalloc", KV_FULL, MIMALLOC, "ratio_vs_mimalloc");
 	ratio_row("kvpool_full / tcmalloc", KV_FULL, TCMALLOC, "ratio_vs_tcmalloc");
 	ratio_row("kvpool_full / limit", KV_FULL, LIMIT, "ratio_vs_limit");
+	ratio_row("kvpool_new_owner / kvpool_full", KV_NEW_OWNER, KV_FULL, "ratio_vs_kvpool_full");
 	ratio_row("kvpool_raw / limit", KV_RAW, LIMIT, "ratio_vs_limit");
 }
 
@@ -359,6 +367,14 @@ static void print_targets(void)
 			verdict(what, v[full][ti] / v[MUTEX][ti], k ? 10.0 : 6.0);
 		}
 	}
+	/* The serving loop's owner churn: a new owner per one-block request. */
+	int t2 = thread_index(2);
+	if (t1 >= 0)
+		verdict("1 thread: new owner + free_all >= 0.5x registered pair (new/full)",
+		        v[KV_NEW_OWNER][t1] / v[KV_FULL][t1], 0.5);
+	if (t1 >= 0 && t2 >= 0)
+		verdict("2 threads: new owner + free_all >= 1.6x its 1 thread (2T/1T)",
+		        v[KV_NEW_OWNER][t2] / v[KV_NEW_OWNER][t1], 1.6);
 }
 
 int kvb_bench_getput(void)

@@ -8,6 +8,7 @@
 # Builds TREE's lib/*.c with bench/pair_count.c from this checkout (the same
 # clang flags as the plain Bazel build), runs 100,000 full-API pairs and
 # 100,000 raw pairs under callgrind with collection only inside pair_loop,
+# (and 100,000 one-block requests of a new owner each, allocate + free_all)
 # and prints Ir per pair and the locked instructions (lock-prefixed, and
 # xchg) executed per pair in the executable's own code (calls into shared
 # libraries - glibc's pthread_mutex_*, liburcu - are counted in Ir but their
@@ -21,7 +22,7 @@ trap 'rm -rf "$out"' EXIT
 	-fstack-protector -fno-omit-frame-pointer -Iinclude -I. $(find lib -name "*.c") "$here/bench/pair_count.c" \
 	-o "$out/pc" -lurcu-bp -lurcu-cds -lurcu-common -lcrypto -lpthread -lm)
 n=100000
-for mode in full raw; do
+for mode in full raw newowner; do
 	valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$out/cg.$mode" \
 		--toggle-collect=pair_loop "$out/pc" "$mode" "$n" >/dev/null 2>&1
 	objdump -d --no-show-raw-insn "$out/pc" >"$out/dis"
@@ -59,7 +60,7 @@ for line in open(cg):
         continue
     if cur in locks:
         locked += c
-print("%-4s pair: %.0f instructions, %.2f locked instructions (own code) per pair"
+print("%-8s pair: %.0f instructions, %.2f locked instructions (own code) per pair"
       % (mode, total / n, locked / n))
 PY
 done

@@ -96,6 +96,41 @@ static uint64_t kv_run_full(void *ctx, void *tls, int tid, const atomic_int *sto
 	return ops;
 }
 
+/*
+ * One request per op: a new owner id each time (the thread's own sequence,
+ * never reused), kvp_allocate of k blocks, then kvp_free_all, which
+ * releases the owner: the owner is made and dropped on every op.
+ */
+static uint64_t kv_run_new_owner(void *ctx, void *tls, int tid, const atomic_int *stop)
+{
+	kvctx *c = ctx;
+	kvtls *t = tls;
+	/* Ids of this thread's run: top bit set, its unique owner's low bits, a sequence. */
+	uint64_t ops = 0, seq = t ? 1ull << 63 | (t->owner & 0xffffffffull) << 32 : 0;
+	uint32_t tokens = c->k * KVB_BLOCK_SIZE;
+	size_t n;
+	int rc;
+
+	(void)tid;
+	if (!t)
+		return 0;
+	KVB_LOOP(stop, ops, {
+		kvp_owner owner = seq++;
+		rc = kvp_allocate(c->kv, c->stream, tokens, owner, KVP_FP16, t->refs, KVB_MAX_BATCH,
+		                  &n);
+		if (rc != KVP_OK) {
+			kvb_fail("kvp_allocate", rc);
+			return ops;
+		}
+		rc = kvp_free_all(c->kv, owner);
+		if (rc != KVP_OK) {
+			kvb_fail("kvp_free_all", rc);
+			return ops;
+		}
+	});
+	return ops;
+}
+
 static uint64_t kv_run_raw(void *ctx, void *tls, int tid, const atomic_int *stop)
 {
 	kvctx *c = ctx;
@@ -166,6 +201,11 @@ void kvb_case_kv_full(kvb_case *c, kvp_pool *pool, kvp_stream s, unsigned k)
 void kvb_case_kv_free_all(kvb_case *c, kvp_pool *pool, kvp_stream s, unsigned k)
 {
 	*c = (kvb_case){kv_setup, kv_run_full, kv_teardown, new_ctx(pool, NULL, s, k, true)};
+}
+
+void kvb_case_kv_new_owner(kvb_case *c, kvp_pool *pool, kvp_stream s, unsigned k)
+{
+	*c = (kvb_case){kv_setup, kv_run_new_owner, kv_teardown, new_ctx(pool, NULL, s, k, true)};
 }
 
 void kvb_case_kv_raw(kvb_case *c, kvp_pool *pool, kvp_stream s)

@@ -6,7 +6,8 @@
  * Each thread that uses an owner-tracking case registers its own owner id
  * (unique in the process) in setup and releases it in teardown, so the
  * measured loop neither creates nor drops owners, except in the free_all
- * variants, where the API itself releases the owner on every op.
+ * variants, where the API itself releases the owner on every op, and the
+ * new-owner variant, which uses a new owner id on every op.
  *
  * Every constructor mallocs the case context: free it with kvb_case_free().
  */
@@ -28,6 +29,9 @@ kvp_owner kvb_new_owner(void);
 void kvb_case_kv_full(kvb_case *c, kvp_pool *pool, kvp_stream s, unsigned k);
 /* kvp_allocate(k * block_size tokens) + kvp_free_all(owner) (which releases the owner). */
 void kvb_case_kv_free_all(kvb_case *c, kvp_pool *pool, kvp_stream s, unsigned k);
+/* kvp_allocate(k * block_size tokens) for a new owner id each op + kvp_free_all (the
+ * serving loop's owner churn: every op makes and drops an owner). */
+void kvb_case_kv_new_owner(kvb_case *c, kvp_pool *pool, kvp_stream s, unsigned k);
 /* kvp_alloc_block + kvp_free_block: the raw path, no owner. */
 void kvb_case_kv_raw(kvb_case *c, kvp_pool *pool, kvp_stream s);
 /* The mutex pool: mpool_allocate + mpool_free(refs, k), or mpool_free_all. */

@@ -34,6 +34,8 @@ static void usage(FILE *f, const char *argv0)
 	    f,
 	    "usage: %s [--quick | --smoke] [--seconds S] [--warmup S] [--reps N]\n"
 	    "          [--threads 1,2,4,8,16] [--max-pow10 N] [--only NAME,...] [--json FILE]\n"
+	    "          [--trace FILE] [--modes plain,prefix] [--runs N] [--limit N]\n"
+	    "          [--split session|rr] [--thread-cache N]\n"
 	    "  --quick         every benchmark, short windows (whole suite ~1.5 min on 2 cores):\n"
 	    "                  0.2 s windows, 0.1 s warm-up, 3 reps, threads 1,2,4,8,16\n"
 	    "  --smoke         about a second per binary (the tests run this): 0.01 s windows,\n"
@@ -44,8 +46,18 @@ static void usage(FILE *f, const char *argv0)
 	    "  --reps N        repetitions per figure (median reported; at most %d)\n"
 	    "  --threads LIST  thread counts, comma-separated (1..%d each)\n"
 	    "  --max-pow10 N   largest pool size 10^N in the size sweep, 3..7 (default 7)\n"
-	    "  --only NAMES    getput,batch,synthetic,scaling,bufcache,stats (default: all)\n"
+	    "  --only NAMES    getput,batch,synthetic,scaling,bufcache,stats,lifecycle\n"
+	    "                  (default: all)\n"
 	    "  --json FILE     write every figure as JSON (default: none)\n"
+	    "  lifecycle only:\n"
+	    "  --trace FILE    Mooncake JSONL trace (default: ../shared/traces/\n"
+	    "                  conversation_trace.jsonl beside the workspace, else synthetic)\n"
+	    "  --modes LIST    plain,prefix (default: both)\n"
+	    "  --runs N        best of N runs per side (default 3; smoke 1)\n"
+	    "  --limit N       the trace's first N requests (default all; quick 1500)\n"
+	    "  --split HOW     session: a conversation's requests on one thread (default);\n"
+	    "                  rr: thread t takes every N-th request from t\n"
+	    "  --thread-cache N  kvpool's per-thread cache (default: kvpool's default)\n"
 	    "  -h, --help      this text\n"
 	    "  -V, --version   the kvpool version\n"
 	    "Options take their value as --opt VALUE or --opt=VALUE.\n",
@@ -81,12 +93,24 @@ typedef struct overrides {
 static int parse_flags(int argc, char **argv, overrides *ov)
 {
 	static const struct option longopts[] = {
-	    {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
-	    {"quick", no_argument, NULL, 'q'},         {"smoke", no_argument, NULL, 's'},
-	    {"seconds", required_argument, NULL, 'S'}, {"warmup", required_argument, NULL, 'W'},
-	    {"reps", required_argument, NULL, 'R'},    {"max-pow10", required_argument, NULL, 'P'},
-	    {"threads", required_argument, NULL, 'T'}, {"only", required_argument, NULL, 'O'},
-	    {"json", required_argument, NULL, 'J'},    {NULL, 0, NULL, 0},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {"quick", no_argument, NULL, 'q'},
+	    {"smoke", no_argument, NULL, 's'},
+	    {"seconds", required_argument, NULL, 'S'},
+	    {"warmup", required_argument, NULL, 'W'},
+	    {"reps", required_argument, NULL, 'R'},
+	    {"max-pow10", required_argument, NULL, 'P'},
+	    {"threads", required_argument, NULL, 'T'},
+	    {"only", required_argument, NULL, 'O'},
+	    {"json", required_argument, NULL, 'J'},
+	    {"trace", required_argument, NULL, 't'},
+	    {"modes", required_argument, NULL, 'M'},
+	    {"runs", required_argument, NULL, 'r'},
+	    {"limit", required_argument, NULL, 'L'},
+	    {"split", required_argument, NULL, 'p'},
+	    {"thread-cache", required_argument, NULL, 'C'},
+	    {NULL, 0, NULL, 0},
 	};
 	int c;
 	opterr = 0; /* one line of our own below */
@@ -126,6 +150,42 @@ static int parse_flags(int argc, char **argv, overrides *ov)
 		case 'J':
 			kvb_opt.json = optarg;
 			break;
+		case 't':
+			kvb_opt.trace = optarg;
+			break;
+		case 'M':
+			kvb_opt.modes = optarg;
+			break;
+		case 'r':
+			kvb_opt.runs = atoi(optarg);
+			if (kvb_opt.runs < 1 || kvb_opt.runs > KVB_MAX_REPS) {
+				fprintf(stderr, "%s: bad --runs '%s' (1..%d)\n", argv[0], optarg,
+				        KVB_MAX_REPS);
+				return -1;
+			}
+			break;
+		case 'C':
+			kvb_opt.thread_cache = atol(optarg);
+			if (kvb_opt.thread_cache < 0) {
+				fprintf(stderr, "%s: bad --thread-cache '%s'\n", argv[0], optarg);
+				return -1;
+			}
+			break;
+		case 'p':
+			if (strcmp(optarg, "session") && strcmp(optarg, "rr")) {
+				fprintf(stderr, "%s: bad --split '%s' (session or rr)\n", argv[0],
+				        optarg);
+				return -1;
+			}
+			kvb_opt.split = optarg;
+			break;
+		case 'L':
+			kvb_opt.limit = atol(optarg);
+			if (kvb_opt.limit < 1) {
+				fprintf(stderr, "%s: bad --limit '%s'\n", argv[0], optarg);
+				return -1;
+			}
+			break;
 		case ':':
 			fprintf(stderr, "%s: option %s needs a value (see --help)\n", argv[0],
 			        argv[optind - 1]);
@@ -162,6 +222,7 @@ int kvb_parse_args(int argc, char **argv)
 	overrides ov = {.seconds = -1, .warmup = -1, .reps = -1, .pow10 = -1};
 
 	memset(&kvb_opt, 0, sizeof(kvb_opt));
+	kvb_opt.thread_cache = -1;
 	if (parse_flags(argc, argv, &ov) != 0)
 		return -1;
 	if (optind < argc) {

@@ -47,6 +47,13 @@ typedef struct kvb_opts {
 	int threads[8];   /* thread counts of the throughput sweeps */
 	int n_threads;
 	int max_pow10; /* scaling: largest pool size as a power of ten */
+	/* The lifecycle benchmark's own options. */
+	const char *trace; /* --trace FILE (Mooncake JSONL), or NULL: the default path */
+	const char *modes; /* --modes plain,prefix, or NULL for both */
+	int runs;          /* --runs N: best of N runs per side (0: the mode's default) */
+	long limit;        /* --limit N: the trace's first N requests (0: the mode's default) */
+	const char *split; /* --split session|rr: how requests go to threads (NULL: session) */
+	long thread_cache; /* --thread-cache N: kvpool's thread_cache (-1: its default) */
 } kvb_opts;
 
 extern kvb_opts kvb_opt;

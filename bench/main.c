@@ -19,6 +19,7 @@ int main(int argc, char **argv)
 	    {"getput", kvb_bench_getput},       {"batch", kvb_bench_batch},
 	    {"synthetic", kvb_bench_synthetic}, {"scaling", kvb_bench_scaling},
 	    {"bufcache", kvb_bench_bufcache},   {"stats", kvb_bench_stats},
+	    {"lifecycle", kvb_bench_lifecycle},
 	};
 	int bad = 0;
 	double t0;

@@ -15,5 +15,6 @@ int kvb_bench_synthetic(void); /* 3. synthetic generation workload vs per-token 
 int kvb_bench_scaling(void);   /* 4. 1e3..1e7 blocks; growth; shrink */
 int kvb_bench_bufcache(void);  /* 5. the buffer-cache bench's quick mode, if built */
 int kvb_bench_stats(void);     /* 6. stats reads every 1 ms vs none */
+int kvb_bench_lifecycle(void); /* 7. the serving loop vs a vLLM-shaped one-mutex pool */
 
 #endif /* KVPOOL_BENCH_SUITE_H */

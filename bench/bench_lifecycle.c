@@ -1,0 +1,639 @@
+/*
+ * bench/bench_lifecycle.c - benchmark 7: the serving loop, kvpool against a
+ * one-mutex pool shaped like vLLM v1's BlockPool (bench/mutex_blockpool.c).
+ *
+ * Each thread is a serving worker.  It takes the requests of a trace in
+ * trace order (thread t of N takes every N-th request, starting at t), and
+ * for each one, under a new owner id:
+ *   plain:  allocates the prompt in one call (ceil(prompt / 16) blocks of 16
+ *           tokens), then one block per call every 16 output tokens
+ *           (ceil(output / 16) calls), then kvp_free_all;
+ *   prefix: matches the keys of the prompt's full blocks (kvp_prefix_match),
+ *           allocates the rest of the prompt in one call, publishes each new
+ *           full prompt block under its key, decodes as above, and ends
+ *           with kvp_free_all (published blocks become cached).
+ * A prompt block's key is made from the trace's hash_id of the 512 tokens
+ * it lies in and its position (0..31) among them, so two requests share a
+ * block exactly when the trace says their prompts share those tokens.
+ *
+ * The work of a run is fixed: the first eighth of the requests warm the
+ * pool up untimed, each thread taking its share, then the rest (plain: the
+ * rest three times over) are timed.  Both sides get the same requests split
+ * the same way.  Every run gets fresh pools, sized so that every thread's
+ * largest request fits at once beside a fixed cache: no request may fail.
+ * The sides alternate (kvpool first on odd runs, the mutex pool first on
+ * even ones) and the best of --runs is kept.  Blocks counted are the prompt
+ * blocks (matched or allocated) plus the decode blocks.  CPU ns per block
+ * is the threads' CPU time (CLOCK_THREAD_CPUTIME_ID) over the blocks, so it
+ * shows cost apart from waiting.
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <kvpool/kvpool.h>
+
+#include "bench/harness.h"
+#include "bench/mutex_blockpool.h"
+#include "bench/suite.h"
+#include "stress/trace.h"
+
+#define BENCH         "lifecycle"
+#define BLOCK         16u            /* tokens per block */
+#define PER_HASH      (512u / BLOCK) /* blocks per trace hash_id */
+#define MAX_T         8              /* thread counts in a sweep (kvb_opts.threads) */
+#define DEFAULT_TRACE "../shared/traces/conversation_trace.jsonl"
+
+enum { PLAIN, PREFIX, NMODE };
+enum { KV, MUTEX, NSIDE };
+
+static const char *const mode_name[NMODE] = {"plain", "prefix"};
+static const char *const side_name[NSIDE] = {"kvpool", "mutex_blockpool"};
+
+/* The requests: the trace's (or synthetic ones), with their hash ids. */
+typedef struct work {
+	trace_request *req;
+	size_t n;
+	uint64_t *hash_ids;
+	uint64_t *session;   /* per request: a hash of its conversation (see serve) */
+	uint32_t max_blocks; /* largest request, prompt + decode blocks */
+	uint64_t blocks;     /* blocks of all requests */
+	char source[160];
+} work;
+
+/* One side's run at one thread count. */
+typedef struct run {
+	int side, mode, n_threads, passes;
+	kvp_pool *kv;
+	mbp *mp;
+	const work *w;
+	size_t n_warm; /* requests [0, n_warm) warm up, [n_warm, n) are timed */
+	pthread_barrier_t bar;
+} run;
+
+typedef struct worker {
+	pthread_t th;
+	run *r;
+	int tid;
+	uint64_t blocks, prompt_blocks, matched, failed, eexist;
+	double t0, t1, cpu; /* timed part: wall start and end, thread CPU seconds */
+} worker;
+
+/* What a side did at one thread count: the best run, and the sums. */
+typedef struct result {
+	double best_bps; /* blocks per second, best run */
+	double ns_cpu;   /* CPU ns per block of that run */
+	double matched;  /* matched share of prompt blocks, percent, that run */
+	double bps[KVB_MAX_REPS];
+	uint64_t failed; /* failed requests, every run */
+	uint64_t eexist; /* publishes refused (another block has the key), every run */
+	int leaks;       /* runs after which blocks were missing */
+} result;
+
+static result res[NMODE][MAX_T][NSIDE];
+
+static double thread_cpu(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/*
+ * The keys of a request's @nfull full prompt blocks: block b lies in hash
+ * id b / 32 at position b % 32.  A block past the trace's hash ids (none in
+ * a well-formed trace) gets a key of its own request.
+ */
+__attribute__((noinline)) static void make_keys(const work *w, const trace_request *q,
+                                                uint64_t owner, uint32_t nfull, kvp_hash *keys)
+{
+	for (uint32_t b = 0; b < nfull; b++) {
+		uint32_t c = b / PER_HASH;
+		uint64_t h = c < q->n_hash ? w->hash_ids[q->hash_off + c] : ~owner;
+		keys[b].hi = h;
+		keys[b].lo = mix64(h * PER_HASH + b % PER_HASH + 1);
+	}
+}
+
+/* Per-thread buffers, sized for the largest request. */
+typedef struct bufs {
+	kvp_ref *refs;
+	uint32_t *ids;
+	kvp_hash *keys;
+} bufs;
+
+__attribute__((noinline)) static void one_kv(run *r, worker *me, bufs *B, const trace_request *q,
+                                             uint64_t owner)
+{
+	uint32_t nb = (q->prompt + BLOCK - 1) / BLOCK, nfull = q->prompt / BLOCK;
+	uint32_t nd = (q->output + BLOCK - 1) / BLOCK;
+	size_t m = 0, n, cap = r->w->max_blocks;
+	kvp_ref one;
+	int rc;
+
+	if (r->mode == PREFIX) {
+		make_keys(r->w, q, owner, nfull, B->keys);
+		rc = kvp_prefix_match(r->kv, KVP_KV, KVP_FP16, B->keys, nfull, owner, B->refs, cap,
+		                      &m);
+		if (rc != KVP_OK)
+			goto failed;
+	}
+	if (nb > m) {
+		rc = kvp_allocate(r->kv, KVP_KV, q->prompt - (uint32_t)m * BLOCK, owner, KVP_FP16,
+		                  B->refs + m, cap - m, &n);
+		if (rc != KVP_OK)
+			goto failed;
+	}
+	for (uint32_t i = (uint32_t)m; r->mode == PREFIX && i < nfull; i++) {
+		rc = kvp_prefix_publish(r->kv, B->refs[i], B->keys[i]);
+		if (rc == KVP_EEXIST)
+			me->eexist++;
+		else if (rc != KVP_OK)
+			goto failed;
+	}
+	for (uint32_t d = 0; d < nd; d++) {
+		rc = kvp_allocate(r->kv, KVP_KV, BLOCK, owner, KVP_FP16, &one, 1, &n);
+		if (rc != KVP_OK)
+			goto failed;
+	}
+	if (kvp_free_all(r->kv, owner) != KVP_OK)
+		goto failed;
+	me->blocks += nb + nd;
+	me->prompt_blocks += nb;
+	me->matched += m;
+	return;
+failed:
+	me->failed++;
+	kvp_free_all(r->kv, owner); /* whatever the request got so far */
+}
+
+__attribute__((noinline)) static void one_mutex(run *r, worker *me, bufs *B, const trace_request *q,
+                                                uint64_t owner)
+{
+	uint32_t nb = (q->prompt + BLOCK - 1) / BLOCK, nfull = q->prompt / BLOCK;
+	uint32_t nd = (q->output + BLOCK - 1) / BLOCK;
+	uint32_t m = 0, one;
+
+	if (r->mode == PREFIX) {
+		make_keys(r->w, q, owner, nfull, B->keys);
+		if (mbp_match(r->mp, owner, B->keys, nfull, B->ids, &m) != 0)
+			goto failed;
+	}
+	if (nb > m && mbp_allocate(r->mp, owner, nb - m, B->ids + m) != 0)
+		goto failed;
+	if (r->mode == PREFIX && nfull > m)
+		me->eexist += (nfull - m) - mbp_publish(r->mp, B->ids + m, B->keys + m, nfull - m);
+	for (uint32_t d = 0; d < nd; d++)
+		if (mbp_allocate(r->mp, owner, 1, &one) != 0)
+			goto failed;
+	if (mbp_free_all(r->mp, owner) != 0)
+		goto failed;
+	me->blocks += nb + nd;
+	me->prompt_blocks += nb;
+	me->matched += m;
+	return;
+failed:
+	me->failed++;
+	mbp_free_all(r->mp, owner);
+}
+
+/*
+ * The thread's share of requests [from, to), in trace order, @pass tagging
+ * the owner ids.  With --split session (the default) every request of a
+ * conversation goes to the same thread, as a prefix-aware router sends it,
+ * so a turn always finds its earlier turn published and the matched share
+ * does not depend on how fast the threads run.  With --split rr thread t
+ * takes every N-th request from t, and a turn racing its predecessor on
+ * another thread may miss: the shares of the two sides then differ by luck.
+ */
+static void serve(run *r, worker *me, bufs *B, size_t from, size_t to, int pass)
+{
+	size_t N = (size_t)r->n_threads;
+	bool rr = kvb_opt.split && !strcmp(kvb_opt.split, "rr");
+
+	for (size_t i = from + (rr ? (size_t)me->tid : 0); i < to; i += rr ? N : 1) {
+		if (!rr && r->w->session[i] % N != (size_t)me->tid)
+			continue;
+		uint64_t owner = (uint64_t)pass * r->w->n + i;
+		if (r->side == KV)
+			one_kv(r, me, B, &r->w->req[i], owner);
+		else
+			one_mutex(r, me, B, &r->w->req[i], owner);
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	worker *me = arg;
+	run *r = me->r;
+	bufs B;
+	double c0;
+
+	B.refs = malloc(r->w->max_blocks * sizeof(kvp_ref));
+	B.ids = malloc(r->w->max_blocks * sizeof(uint32_t));
+	B.keys = malloc(r->w->max_blocks * sizeof(kvp_hash));
+	if (!B.refs || !B.ids || !B.keys) {
+		fprintf(stderr, "bench: out of memory\n");
+		exit(2);
+	}
+	serve(r, me, &B, 0, r->n_warm, 0);
+	me->blocks = me->prompt_blocks = me->matched = 0;
+	pthread_barrier_wait(&r->bar);
+	me->t0 = kvb_now();
+	c0 = thread_cpu();
+	for (int p = 1; p <= r->passes; p++)
+		serve(r, me, &B, r->n_warm, r->w->n, p);
+	me->cpu = thread_cpu() - c0;
+	me->t1 = kvb_now();
+	free(B.refs);
+	free(B.ids);
+	free(B.keys);
+	return NULL;
+}
+
+/* Pool room beyond the live requests: the prefix cache's (smoke: small, for the sanitizers). */
+#define CACHE_BLOCKS (kvb_opt.smoke ? 1u << 12 : 1u << 18)
+
+/*
+ * Blocks of every run's pool: room for the largest request on each thread
+ * of the sweep's largest count at once, plus the cache.  The same at every
+ * thread count, so the cache (and the matched share) is the same too.
+ */
+static uint32_t pool_blocks(const work *w)
+{
+	int most = 1;
+
+	for (int i = 0; i < kvb_opt.n_threads; i++)
+		most = kvb_opt.threads[i] > most ? kvb_opt.threads[i] : most;
+	return (uint32_t)most * w->max_blocks + CACHE_BLOCKS;
+}
+
+/* One run of one side with a fresh pool; adds its figures to @out.  0, or 1 on a failure. */
+static int one_run(const work *w, int mode, int side, int n_threads, int passes, result *out,
+                   int rep)
+{
+	run r = {.side = side, .mode = mode, .n_threads = n_threads, .passes = passes, .w = w};
+	worker ws[KVB_MAX_THREADS];
+	uint32_t nblk = pool_blocks(w);
+	uint64_t blocks = 0, prompt = 0, matched = 0;
+	double t0 = 1e300, t1 = 0, cpu = 0;
+
+	r.n_warm = w->n / 8;
+	if (side == KV) {
+		kvp_pool_config cfg;
+		kvp_pool_config_init(&cfg);
+		cfg.block_size = BLOCK;
+		cfg.n_blocks = nblk;
+		cfg.separate_kv = false;
+		cfg.prefix_cache = mode == PREFIX;
+		if (kvb_opt.thread_cache >= 0)
+			cfg.thread_cache = (uint32_t)kvb_opt.thread_cache;
+		if (kvp_pool_create(&cfg, &r.kv) != KVP_OK) {
+			printf("  cannot create a kvpool pool of %u blocks (thread_cache %ld)\n",
+			       nblk, kvb_opt.thread_cache);
+			return 1;
+		}
+	} else if (mbp_create(nblk, &r.mp) != 0) {
+		printf("  cannot create a mutex pool of %u blocks\n", nblk);
+		return 1;
+	}
+	pthread_barrier_init(&r.bar, NULL, (unsigned)n_threads);
+	for (int t = 0; t < n_threads; t++) {
+		ws[t] = (worker){.r = &r, .tid = t};
+		if (pthread_create(&ws[t].th, NULL, worker_main, &ws[t]) != 0) {
+			fprintf(stderr, "bench: pthread_create failed\n");
+			exit(2);
+		}
+	}
+	for (int t = 0; t < n_threads; t++) {
+		pthread_join(ws[t].th, NULL);
+		blocks += ws[t].blocks;
+		prompt += ws[t].prompt_blocks;
+		matched += ws[t].matched;
+		out->failed += ws[t].failed;
+		out->eexist += ws[t].eexist;
+		cpu += ws[t].cpu;
+		t0 = ws[t].t0 < t0 ? ws[t].t0 : t0;
+		t1 = ws[t].t1 > t1 ? ws[t].t1 : t1;
+	}
+	pthread_barrier_destroy(&r.bar);
+	/* Every block must be free again (the threads gave their caches back at exit). */
+	size_t free_now = side == KV ? kvp_n_free(r.kv, KVP_KV) : mbp_n_free(r.mp);
+	if (free_now != nblk || (side == MUTEX && mbp_n_owners(r.mp) != 0)) {
+		printf("  LEAK: %s %s %d threads: %zu of %u blocks free\n", side_name[side],
+		       mode_name[mode], n_threads, free_now, nblk);
+		out->leaks++;
+	}
+	kvp_pool_destroy(r.kv);
+	mbp_destroy(r.mp);
+	double bps = t1 > t0 ? (double)blocks / (t1 - t0) : 0;
+	out->bps[rep] = bps;
+	if (bps > out->best_bps) {
+		out->best_bps = bps;
+		out->ns_cpu = blocks ? cpu * 1e9 / (double)blocks : KVB_NA;
+		out->matched = prompt ? 100.0 * (double)matched / (double)prompt : 0;
+	}
+	return out->leaks || out->failed;
+}
+
+/* --- the requests ---------------------------------------------------------- */
+
+/*
+ * The largest request and the total, in blocks; each request's session: a
+ * conversation's turns share their hash ids up to the earlier turn's end,
+ * and the first hash id is the system prompt every request shares, so the
+ * second one (else the first) names the conversation.  0, or -1.
+ */
+static int size_work(work *w)
+{
+	w->max_blocks = 1;
+	w->blocks = 0;
+	w->session = malloc((w->n ? w->n : 1) * sizeof(uint64_t));
+	if (!w->session)
+		return -1;
+	for (size_t i = 0; i < w->n; i++) {
+		const trace_request *q = &w->req[i];
+		uint64_t k = q->n_hash > 1 ? w->hash_ids[q->hash_off + 1]
+		             : q->n_hash   ? w->hash_ids[q->hash_off]
+		                           : ~(uint64_t)i;
+		w->session[i] = mix64(k + 0x9e3779b97f4a7c15ull);
+		uint32_t b =
+		    (w->req[i].prompt + BLOCK - 1) / BLOCK + (w->req[i].output + BLOCK - 1) / BLOCK;
+		if (b > w->max_blocks)
+			w->max_blocks = b;
+		w->blocks += b;
+	}
+	return 0;
+}
+
+/*
+ * Synthetic conversations, when no trace is at hand (the smoke test): half
+ * the requests continue an earlier one (its hash ids, then new ones), the
+ * rest start fresh; prompts up to @max_tokens.
+ */
+static int synth_work(work *w, size_t n, uint32_t max_tokens)
+{
+	uint64_t s = 20261202, next_id = 0;
+	size_t off = 0, cap = n * (max_tokens / 512 + 2);
+
+	w->req = calloc(n, sizeof(trace_request));
+	w->hash_ids = malloc(cap * sizeof(uint64_t));
+	if (!w->req || !w->hash_ids)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		trace_request *q = &w->req[i];
+		uint32_t prompt = 1 + (uint32_t)(kvb_rand(&s) % max_tokens);
+		uint32_t nh = (prompt + 511) / 512, keep = 0;
+		if (i > 0 && kvb_rand(&s) % 2) {
+			const trace_request *e = &w->req[i - 1 - kvb_rand(&s) % (i < 16 ? i : 16)];
+			keep = e->n_hash < nh ? e->n_hash : nh - 1;
+			memcpy(w->hash_ids + off, w->hash_ids + e->hash_off,
+			       keep * sizeof(uint64_t));
+		}
+		for (uint32_t k = keep; k < nh; k++)
+			w->hash_ids[off + k] = next_id++;
+		*q = (trace_request){.prompt = prompt,
+		                     .output = (uint32_t)(kvb_rand(&s) % 600),
+		                     .n_hash = nh,
+		                     .hash_off = (uint32_t)off};
+		off += nh;
+	}
+	w->n = n;
+	snprintf(w->source, sizeof(w->source), "synthetic conversations (no trace file)");
+	return 0;
+}
+
+/* The trace named by --trace, else the default path beside the workspace. */
+static const char *trace_path(char *buf, size_t cap)
+{
+	const char *ws = getenv("BUILD_WORKSPACE_DIRECTORY");
+	const char *wd = getenv("BUILD_WORKING_DIRECTORY");
+
+	/* A relative --trace names a file from where `bazel run` was called. */
+	if (kvb_opt.trace && kvb_opt.trace[0] != '/' && wd && *wd) {
+		snprintf(buf, cap, "%s/%s", wd, kvb_opt.trace);
+		return buf;
+	}
+	if (kvb_opt.trace)
+		return kvb_opt.trace;
+	if (kvb_opt.smoke)
+		return NULL;
+	if (ws) {
+		snprintf(buf, cap, "%s/%s", ws, DEFAULT_TRACE);
+		if (access(buf, R_OK) == 0)
+			return buf;
+	}
+	return access(DEFAULT_TRACE, R_OK) == 0 ? DEFAULT_TRACE : NULL;
+}
+
+static int load_work(work *w, trace *t)
+{
+	char buf[1024], err[512];
+	const char *path = trace_path(buf, sizeof(buf));
+	size_t limit = kvb_opt.limit > 0 ? (size_t)kvb_opt.limit : kvb_opt.quick ? 1500 : 0;
+
+	memset(w, 0, sizeof(*w));
+	memset(t, 0, sizeof(*t));
+	if (!path) {
+		if (synth_work(w,
+		               limit           ? limit
+		               : kvb_opt.smoke ? 96
+		                               : 4000,
+		               kvb_opt.smoke ? 2048 : 16384) != 0)
+			return -1;
+	} else {
+		trace_opts o = {.format = TRACE_MOONCAKE, .max_rows = limit};
+		if (trace_load(path, &o, t, err, sizeof(err)) != 0) {
+			printf("  %s\n", err);
+			return -1;
+		}
+		w->req = t->req;
+		w->n = t->n;
+		w->hash_ids = t->hash_ids;
+		snprintf(w->source, sizeof(w->source), "%s", path);
+	}
+	return size_work(w);
+}
+
+/* --- tables and targets ---------------------------------------------------- */
+
+static bool mode_selected(int mode)
+{
+	const char *p = kvb_opt.modes;
+	size_t len = strlen(mode_name[mode]);
+
+	if (!p)
+		return true;
+	while (*p) {
+		const char *e = strchr(p, ',');
+		size_t l = e ? (size_t)(e - p) : strlen(p);
+		if (l == len && !strncmp(p, mode_name[mode], len))
+			return true;
+		if (!e)
+			break;
+		p = e + 1;
+	}
+	return false;
+}
+
+static int thread_index(int t)
+{
+	for (int i = 0; i < kvb_opt.n_threads; i++)
+		if (kvb_opt.threads[i] == t)
+			return i;
+	return -1;
+}
+
+static void record(int mode, int ti, int runs)
+{
+	char x[64];
+
+	snprintf(x, sizeof(x), "mode=%s,threads=%d", mode_name[mode], kvb_opt.threads[ti]);
+	for (int s = 0; s < NSIDE; s++) {
+		result *o = &res[mode][ti][s];
+		kvb_fig(BENCH, side_name[s], x, "blocks_per_s", o->best_bps, o->bps, runs);
+		kvb_fig(BENCH, side_name[s], x, "cpu_ns_per_block", o->ns_cpu, NULL, 0);
+		kvb_fig(BENCH, side_name[s], x, "matched_percent", o->matched, NULL, 0);
+		kvb_fig(BENCH, side_name[s], x, "failed_requests", (double)o->failed, NULL, 0);
+	}
+	kvb_fig(BENCH, "kvpool", x, "ratio_vs_mutex_blockpool",
+	        res[mode][ti][KV].best_bps / res[mode][ti][MUTEX].best_bps, NULL, 0);
+}
+
+static void print_mode(int mode, int runs)
+{
+	int t1 = thread_index(1);
+
+	printf("\n%s: blocks/s (best of %d), CPU ns per block, matched share of prompt blocks\n",
+	       mode_name[mode], runs);
+	printf("%-7s %9s %9s %7s %8s %9s %9s %8s %8s %7s\n", "threads", "kvpool", "mutex", "ratio",
+	       "scaling", "kv ns/b", "mx ns/b", "kv match", "mx match", "failed");
+	for (int ti = 0; ti < kvb_opt.n_threads; ti++) {
+		result *k = &res[mode][ti][KV], *m = &res[mode][ti][MUTEX];
+		double sc = t1 >= 0 ? k->best_bps / res[mode][t1][KV].best_bps : KVB_NA;
+		printf("%-7d %8.1fM %8.1fM %6.2fx %7.2fx %9.1f %9.1f %7.1f%% %7.1f%% %7llu\n",
+		       kvb_opt.threads[ti], k->best_bps / 1e6, m->best_bps / 1e6,
+		       k->best_bps / m->best_bps, sc, k->ns_cpu, m->ns_cpu, k->matched, m->matched,
+		       (unsigned long long)(k->failed + m->failed));
+		if (mode == PREFIX && (k->eexist || m->eexist))
+			printf(
+			    "        (publishes refused, another block had the key: kvpool %llu, "
+			    "mutex %llu)\n",
+			    (unsigned long long)k->eexist, (unsigned long long)m->eexist);
+	}
+}
+
+static void target_ratio(int mode, int t, double goal)
+{
+	int ti = thread_index(t);
+	char what[128];
+
+	snprintf(what, sizeof(what), "%s %d thread%s: kvpool >= %.1fx mutex pool", mode_name[mode],
+	         t, t > 1 ? "s" : "", goal);
+	double v = ti >= 0 ? res[mode][ti][KV].best_bps / res[mode][ti][MUTEX].best_bps : KVB_NA;
+	kvb_target(BENCH, what, v, v >= goal);
+}
+
+static void target_scaling(int mode, double goal)
+{
+	int t1 = thread_index(1), t2 = thread_index(2);
+	char what[128];
+
+	snprintf(what, sizeof(what), "%s 2 threads: kvpool >= %.1fx its own 1 thread",
+	         mode_name[mode], goal);
+	double v =
+	    t1 >= 0 && t2 >= 0 ? res[mode][t2][KV].best_bps / res[mode][t1][KV].best_bps : KVB_NA;
+	kvb_target(BENCH, what, v, v >= goal);
+}
+
+static void print_targets(int mode)
+{
+	double one = mode == PLAIN ? 1.0 : 0.8, two = mode == PLAIN ? 1.8 : 1.6;
+	uint64_t failed = 0;
+	double diff = 0;
+	char what[128];
+
+	target_ratio(mode, 1, one);
+	target_scaling(mode, two);
+	target_ratio(mode, 8, 1.5);
+	target_ratio(mode, 16, 1.5);
+	for (int ti = 0; ti < kvb_opt.n_threads; ti++) {
+		double d = fabs(res[mode][ti][KV].matched - res[mode][ti][MUTEX].matched);
+		failed += res[mode][ti][KV].failed + res[mode][ti][MUTEX].failed;
+		diff = d > diff ? d : diff;
+	}
+	snprintf(what, sizeof(what), "%s: 0 failed requests (failed, both sides)", mode_name[mode]);
+	kvb_target(BENCH, what, (double)failed, failed == 0);
+	snprintf(what, sizeof(what), "%s: matched shares within 1 point (largest gap)",
+	         mode_name[mode]);
+	kvb_target(BENCH, what, diff, diff <= 1.0);
+}
+
+int kvb_bench_lifecycle(void)
+{
+	int runs = kvb_opt.runs > 0 ? kvb_opt.runs : kvb_opt.smoke ? 1 : 3;
+	int n_t = kvb_opt.n_threads < MAX_T ? kvb_opt.n_threads : MAX_T;
+	int bad = 0;
+	work w;
+	trace t;
+
+	kvb_heading("7. serving lifecycle: a new owner per request, prompt in one call, "
+	            "decode a block per call, kvp_free_all (blocks/s, best of runs)");
+	if (load_work(&w, &t) != 0) {
+		printf("  no requests: skipped\n");
+		kvb_note(BENCH, "skipped: no requests");
+		trace_free(&t);
+		return 1;
+	}
+	int plain_passes = kvb_opt.quick || kvb_opt.smoke ? 1 : 3;
+	printf("requests: %zu from %s; %zu warm up, the rest timed (plain: %d pass%s); "
+	       "split: %s\n",
+	       w.n, w.source, w.n / 8, plain_passes, plain_passes > 1 ? "es" : "",
+	       kvb_opt.split && !strcmp(kvb_opt.split, "rr") ? "round robin" : "by conversation");
+	printf("blocks of %u tokens: %llu in all, %.1f a request on average, %u at most; pool: %u "
+	       "blocks (most threads x %u + %u)%s\n",
+	       BLOCK, (unsigned long long)w.blocks, (double)w.blocks / (double)w.n, w.max_blocks,
+	       pool_blocks(&w), w.max_blocks, CACHE_BLOCKS,
+	       KVB_SANITIZED ? " (sanitizer build: figures mean nothing)" : "");
+	if (kvb_opt.thread_cache >= 0)
+		printf("kvpool thread_cache: %ld (--thread-cache)\n", kvb_opt.thread_cache);
+	memset(res, 0, sizeof(res));
+	for (int mode = 0; mode < NMODE; mode++) {
+		if (!mode_selected(mode))
+			continue;
+		for (int ti = 0; ti < n_t; ti++) {
+			for (int rep = 0; rep < runs; rep++) {
+				for (int k = 0; k < NSIDE; k++) {
+					int side = rep % 2 ? NSIDE - 1 - k : k;
+					bad |= one_run(&w, mode, side, kvb_opt.threads[ti],
+					               mode == PLAIN ? plain_passes : 1,
+					               &res[mode][ti][side], rep);
+				}
+			}
+			record(mode, ti, runs);
+		}
+		print_mode(mode, runs);
+		print_targets(mode);
+	}
+	if (t.req)
+		trace_free(&t);
+	else {
+		free(w.req);
+		free(w.hash_ids);
+	}
+	free(w.session);
+	return bad;
+}
