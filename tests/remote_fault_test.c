@@ -9,7 +9,8 @@
  * kills the server (SIGKILL) and starts a new one on the same port, then
  * freezes it (SIGSTOP) and thaws it.  Checked: every fetch returns within
  * the bound the header promises (two timeouts, plus slack for a loaded
- * machine), kvp_remote_publish never waits on the network, every row
+ * machine), kvp_remote_publish never waits on the network (a few
+ * preempted outliers aside), every row
  * check passes, faults were seen (errors, reconnects), and after each
  * fault the tier serves hits again.
  */
@@ -33,6 +34,7 @@ static kvp_storage *sto;
 static kvp_remote *tier;
 static atomic_bool stop;
 static _Atomic uint64_t max_fetch_ns, max_publish_ns, checks, bad_rows, fetched, requests;
+static _Atomic uint64_t publishes, slow_publishes;
 
 static kvp_hash key_at(uint64_t conv, uint32_t j, kvp_hash parent)
 {
@@ -104,7 +106,11 @@ static void *worker(void *arg)
 			CHECK_EQ(kvp_storage_write(sto, ref, 0, rows, BS), KVP_OK);
 			uint64_t t = rt_now_ns();
 			int rc = kvp_remote_publish(tier, ref, keys[j]);
-			raise_max(&max_publish_ns, rt_now_ns() - t);
+			t = rt_now_ns() - t;
+			raise_max(&max_publish_ns, t);
+			atomic_fetch_add(&publishes, 1);
+			if (t >= TIMEOUT * 1000000ull)
+				atomic_fetch_add(&slow_publishes, 1);
 			CHECK(rc == KVP_OK || rc == KVP_EEXIST);
 		}
 		CHECK_EQ(kvp_free_all(pool, owner), KVP_OK);
@@ -187,7 +193,13 @@ static void test_kill_and_pause_mid_run(void)
 	/* two timeouts (connection wait + round trip), with room for a loaded,
 	 * sanitized run; a call stuck on a frozen server would take seconds */
 	CHECK(max_fetch_ns < (uint64_t)(2 * TIMEOUT + 150) * 1000000ull);
-	CHECK(max_publish_ns < TIMEOUT * 1000000ull); /* never waits out a network timeout */
+	/* A publish that waited on the network would take a timeout each while
+	 * the server is frozen (hundreds of them); a loaded, sanitized machine
+	 * may preempt a thread that long a few times. */
+	printf("publishes %llu, of them %llu took a timeout or longer\n",
+	       (unsigned long long)publishes, (unsigned long long)slow_publishes);
+	CHECK(publishes > 1000);
+	CHECK(slow_publishes <= 5);
 	kvp_remote_destroy(tier);
 	kvp_storage_destroy(sto);
 	kvp_pool_destroy(pool);
