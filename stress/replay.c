@@ -662,21 +662,26 @@ static void remote_fill(rp_engine *e, size_t i, int si, size_t *got, rp_result *
 		want = room;
 	if (want == 0)
 		return;
-	size_t n = 0;
 	/* The scheduler holds mu; workers must not wait for the network with it.
 	 * Meanwhile they only finish requests and allocate what admission
 	 * reserved (free and pending drop together), so room stays a bound. */
 	pthread_mutex_unlock(&e->mu);
-	int rc = kvp_remote_fetch(c->remote[si], (kvp_stream)si, KVP_FP16,
-	                          c->keys + c->key_off[i] + *got, want, i, e->mrefs[si] + *got,
-	                          nk - *got, &n);
+	while (want > 0) { /* a call takes at most the tier's max_fetch keys */
+		size_t n = 0;
+		int rc = kvp_remote_fetch(c->remote[si], (kvp_stream)si, KVP_FP16,
+		                          c->keys + c->key_off[i] + *got, want, i,
+		                          e->mrefs[si] + *got, nk - *got, &n);
+		if (rc == KVP_EREMOTE)
+			res->remote_fetch_failed++; /* the tier is down or slow: serve on */
+		else if (rc != KVP_OK && res->errors++ == 0)
+			snprintf(res->first_error, sizeof res->first_error,
+			         "request %zu: kvp_remote_fetch: %s", i, kvp_strerror(rc));
+		*got += n;
+		want -= n;
+		if (rc != KVP_OK || n == 0)
+			break; /* failed, or the next key is a miss */
+	}
 	pthread_mutex_lock(&e->mu);
-	if (rc == KVP_EREMOTE)
-		res->remote_fetch_failed++; /* the tier is down or slow: serve on */
-	else if (rc != KVP_OK && res->errors++ == 0)
-		snprintf(res->first_error, sizeof res->first_error,
-		         "request %zu: kvp_remote_fetch: %s", i, kvp_strerror(rc));
-	*got += n;
 }
 
 /* check_rows: the rows of request @i's @m matched blocks are their keys' rows. */
@@ -775,6 +780,10 @@ static bool head_fits(rp_engine *e, size_t next, uint64_t need, head_state *h, r
 		*newb = need;
 		return e->reserved + need <= c->capacity;
 	}
+	/* Remote tier: match once the whole request would fit, so the blocks a
+	 * fetch takes are not cut short by what admitted requests still need. */
+	if (!h->matched && c->remote[0] != NULL && e->in_system > 0 && !prefix_fits(e, need))
+		return false;
 	if (!h->matched) /* once: its holds wait with it */
 		e->matched[next] = admit_match(e, next, res);
 	h->matched = true;

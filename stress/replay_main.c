@@ -1048,8 +1048,8 @@ static void replay_both(app *A, const trace *t, kvp_storage *store[2], uint64_t 
 	               .prefix = o->prefix ? plan : NULL,
 	               .n_req = t->n,
 	               .block_bytes = o->block_size * 2 * o->head_dim};
+	remote_done(A, S); /* first: the pool's figures then include no write in flight */
 	kvp_pool_stats(A->pool, &S->st);
-	remote_done(A, S);
 	if (!o->naive)
 		return;
 	c.kind = RP_NAIVE;
@@ -1074,6 +1074,9 @@ static int setup_remote(app *A, kvp_storage *store[2])
 	kvp_remote_config_init(&rc);
 	rc.url = o->remote_url;
 	rc.key_namespace = "kvpool-replay";
+	/* a queue of 256 MiB: a replay at speed 0 publishes faster than one writer sends */
+	uint64_t cell = KVP_REMOTE_HEADER_BYTES + o->block_size * o->head_dim * 4;
+	rc.queue_cap = (uint32_t)((256u << 20) / cell > 4096 ? (256u << 20) / cell : 4096);
 	for (int i = 0; i < 2; i++) {
 		int rv = kvp_remote_create(store[i], &rc, &A->remote[i]);
 		if (rv != KVP_OK) {

@@ -8,15 +8,13 @@
  * after its pool evicted them.
  *
  * Write path.  kvp_remote_publish publishes a block locally
- * (kvp_prefix_publish) and puts a small record (key, ref, stream, format)
- * on a bounded lock-free queue.  It never waits on the network: when the
- * queue is full the write is dropped and counted.  A background thread,
- * one per tier, takes records off the queue, takes a hold on each block by
- * its key (kvp_prefix_match with the owner id config.writer_owner), copies
- * the stored rows behind a header, lets the hold go and sends the values to
- * Redis as one pipeline of SET commands (SET key value EX s with an
- * expiry).  A block evicted before the writer reached it is skipped and
- * counted.
+ * (kvp_prefix_publish), then copies its stored rows into a cell of a
+ * bounded lock-free queue (the cells' buffers are made at create).  It
+ * never waits on the network: when the queue is full the write is dropped
+ * and counted.  A background thread, one per tier, takes the filled cells
+ * in order, puts the header in front of the rows and sends up to 256 values
+ * to Redis as one pipeline of SET commands (SET key value EX s with an
+ * expiry).  A block with no rows stored is not sent (counted as skipped).
  *
  * Read path.  kvp_remote_fetch is called after kvp_prefix_match stopped at
  * key i: it asks Redis for keys[i..n) in one MGET, stops at the first key
@@ -50,8 +48,11 @@
  * tenant's salt in kvp_prefix_hash gives it keys no other tenant has, so
  * tenants stay apart in Redis as in the pool.
  *
- * Faults.  Every network call runs under the request timeout
- * (config.timeout_ms, default 50 ms) for connect, send and receive.  An
+ * Faults.  Every network call a caller waits for runs under the request
+ * timeout (config.timeout_ms, default 50 ms) for connect, send and
+ * receive.  The writer thread, which nobody waits for, uses
+ * write_timeout_ms (default 500 ms): a loaded server that answers a
+ * pipeline late loses no writes for it.  An
  * error or a timeout closes that connection and starts a back-off: until
  * it ends, calls that need the connection return KVP_EREMOTE at once;
  * the next call after it reconnects.  The back-off doubles from
@@ -67,9 +68,11 @@
  *   kvp_remote_create          everything                  the first connect (timeout)
  *   kvp_remote_destroy         nothing on this tier        the writer thread's exit
  *                                                          (at most one pipeline's
- *                                                          timeout)
+ *                                                          write_timeout_ms)
  *   kvp_remote_publish         everything                  kvp_prefix_publish's lock
  *                                                          bit; never the network
+ *                                                          (lock-free queue claim and
+ *                                                          one copy of the rows)
  *   kvp_remote_fetch           everything                  one fetch connection's mutex
  *                                                          (bounded by the timeout),
  *                                                          the network (timeout)
@@ -78,11 +81,11 @@
  *   kvp_remote_get_stats,      everything                  never (wait-free)
  *   kvp_remote_to_prometheus
  *
- * The writer thread holds blocks only while it copies their rows.  It
- * takes no lock a publisher takes, except a block's lock bit inside the
- * pool's own calls.  Threads that do not call this API never wait for
- * the network.  Orders: rows written before kvp_remote_publish are what
- * the writer copies (the block's lock bit, as for a match); what a fetch
+ * The writer thread touches no block and takes no lock a publisher
+ * takes; it reads only queue cells.  Threads that do not call this API
+ * never wait for the network.  Orders: the rows a caller wrote before
+ * kvp_remote_publish are what the value carries (the caller's own writes;
+ * the cell's sequence number hands them to the writer); what a fetch
  * writes into a block happens-before any later match of that block.
  *
  * Builds without hiredis (KVP_NO_HIREDIS) keep every function:
@@ -114,14 +117,14 @@ typedef struct kvp_remote kvp_remote;
 typedef struct kvp_remote_config {
 	const char *url;           /* redis://[user:password@]host[:port][/db] or unix:///path */
 	const char *key_namespace; /* first part of every Redis key; default "kvp" */
-	uint32_t timeout_ms;       /* connect, send and receive; default 50 */
+	uint32_t timeout_ms;       /* fetch: connect, send and receive; default 50 */
+	uint32_t write_timeout_ms; /* the writer thread's; default 500 (0: timeout_ms) */
 	uint32_t queue_cap;        /* write-queue records (rounded up to a power of two); 4096 */
 	uint32_t expire_s;         /* SET ... EX expire_s; 0 (default) for no expiry */
 	uint32_t backoff_min_ms;   /* first back-off after a failure; default 10 */
 	uint32_t backoff_max_ms;   /* longest back-off; default 1000 */
 	uint32_t max_fetch;        /* keys one fetch asks for at most; default 256 */
 	uint32_t fetch_conns;      /* fetch connections (concurrent fetches); default 4 */
-	kvp_owner writer_owner;    /* owner id of the writer's short holds; default UINT64_MAX */
 } kvp_remote_config;
 
 typedef struct kvp_remote_stats {
@@ -135,7 +138,7 @@ typedef struct kvp_remote_stats {
 	uint64_t writes_queued;  /* records put on the write queue */
 	uint64_t writes_dropped; /* records refused: the queue was full */
 	uint64_t writes_failed;  /* values not written: Redis error, timeout, back-off */
-	uint64_t writes_skipped; /* records whose block was evicted before the writer came */
+	uint64_t writes_skipped; /* publishes of blocks with no rows stored: nothing sent */
 	uint64_t writes_done;    /* values Redis acknowledged */
 	uint64_t reconnects;     /* connections made after a failure */
 	uint64_t queue_depth;    /* records on the queue now */
@@ -158,9 +161,10 @@ int kvp_remote_config_init(kvp_remote_config *c);
  * @c:       the config (copied; the strings too)
  * @out:     the new tier
  *
- * Parses the URL, starts the writer thread and tries one connection.  A
- * server that does not answer is no error: the tier starts in back-off
- * and connects later.
+ * Parses the URL, makes the queue (queue_cap cells of a block's fp32 size
+ * plus the header each) and starts the writer thread.  Connections are
+ * made by the first call that needs one: a server that does not answer
+ * is no error here.
  *
  * Returns KVP_OK; KVP_EINVAL (NULL args, a URL it cannot parse, a
  * namespace with a space or over 64 bytes, timeout_ms 0, a pool without
@@ -185,8 +189,11 @@ void kvp_remote_destroy(kvp_remote *r);
  * @ref: as for kvp_prefix_publish: a full block in use, its rows written
  * @key: its content key
  *
- * Returns what kvp_prefix_publish returned; on KVP_OK the block is queued,
- * or dropped and counted when the queue is full.  KVP_EINVAL for NULL @r.
+ * Returns what kvp_prefix_publish returned; on KVP_OK the block's rows
+ * are copied onto the queue, or dropped and counted when the queue is
+ * full (or skipped when the block has no rows stored in the tier's
+ * storage).  KVP_EINVAL for NULL @r.  The caller must hold @ref, as for
+ * kvp_prefix_publish.
  * Never waits on the network.  Thread-safe, lock-free apart from the
  * block's lock bit.
  */

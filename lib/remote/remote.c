@@ -26,13 +26,13 @@ int kvp_remote_config_init(kvp_remote_config *c)
 	*c = (kvp_remote_config){.url = NULL,
 	                         .key_namespace = "kvp",
 	                         .timeout_ms = 50,
+	                         .write_timeout_ms = 500,
 	                         .queue_cap = 4096,
 	                         .expire_s = 0,
 	                         .backoff_min_ms = 10,
 	                         .backoff_max_ms = 1000,
 	                         .max_fetch = 256,
-	                         .fetch_conns = 4,
-	                         .writer_owner = UINT64_MAX};
+	                         .fetch_conns = 4};
 	return KVP_OK;
 }
 
@@ -101,7 +101,9 @@ int kvp_remote_create(kvp_storage *storage, const kvp_remote_config *c, kvp_remo
 	r->n_fconn = c->fetch_conns;
 	r->zeros = calloc((size_t)r->block_size * r->row_dim, sizeof(float));
 	r->fconn = calloc(r->n_fconn, sizeof *r->fconn);
-	if (r->zeros == NULL || r->fconn == NULL || kvpi_remote_queue_init(&r->q, c->queue_cap))
+	size_t value_cap = KVP_REMOTE_HEADER_BYTES + (size_t)r->block_size * r->row_dim * 4;
+	if (r->zeros == NULL || r->fconn == NULL ||
+	    kvpi_remote_queue_init(&r->q, c->queue_cap, value_cap))
 		goto fail;
 	for (uint32_t i = 0; i < r->n_fconn; i++) {
 		struct kvpi_remote_conn *k = &r->fconn[i];
@@ -109,9 +111,11 @@ int kvp_remote_create(kvp_storage *storage, const kvp_remote_config *c, kvp_remo
 		k->argv = calloc((size_t)c->max_fetch + 1, sizeof *k->argv);
 		k->argl = calloc((size_t)c->max_fetch + 1, sizeof *k->argl);
 		k->keybuf = malloc((size_t)c->max_fetch * KVPI_REMOTE_KEY_MAX);
+		k->timeout_ms = c->timeout_ms;
 		if (k->argv == NULL || k->argl == NULL || k->keybuf == NULL)
 			goto fail;
 	}
+	r->wconn.timeout_ms = c->write_timeout_ms ? c->write_timeout_ms : c->timeout_ms;
 	/* The writer starts with SIGPIPE blocked (inherited): a server gone
 	 * mid-write must not kill the process. */
 	sigset_t s, old;
@@ -148,13 +152,29 @@ int kvp_remote_publish(kvp_remote *r, kvp_ref ref, kvp_hash key)
 	int rc = kvp_prefix_publish(r->pool, ref, key);
 	if (rc != KVP_OK)
 		return rc;
+	/* The caller holds the block (it could publish it): its rows stay put. */
 	kvp_block_info bi;
-	if (kvp_block_get(r->pool, ref, &bi) != KVP_OK)
-		return KVP_OK; /* published, then freed by another holder: nothing to send */
-	struct kvpi_remote_rec rec = {
-	    .key = key, .ref = ref, .stream = (uint8_t)bi.stream, .format = (uint8_t)bi.format};
-	if (!kvpi_remote_queue_push(&r->q, &rec))
+	const void *data = NULL;
+	uint32_t n_rows = 0;
+	if (kvp_block_get(r->pool, ref, &bi) != KVP_OK ||
+	    kvp_storage_read(r->storage, ref, &data, &n_rows) != KVP_OK || data == NULL ||
+	    n_rows != r->block_size) {
+		kvpi_remote_add(&r->st_skipped, 1); /* no rows stored: nothing to share */
+		return KVP_OK;
+	}
+	size_t rows_len = (size_t)n_rows * kvp_storage_row_bytes(r->storage, bi.format);
+	uint64_t pos;
+	struct kvpi_remote_cell *cell = kvpi_remote_queue_claim(&r->q, &pos);
+	if (cell == NULL) {
 		kvpi_remote_add(&r->st_dropped, 1);
+		return KVP_OK;
+	}
+	memcpy(cell->buf + KVP_REMOTE_HEADER_BYTES, data, rows_len);
+	cell->rec = (struct kvpi_remote_rec){.key = key,
+	                                     .stream = (uint8_t)bi.stream,
+	                                     .format = (uint8_t)bi.format,
+	                                     .rows_len = (uint32_t)rows_len};
+	kvpi_remote_queue_commit(cell, pos);
 	return KVP_OK;
 }
 
@@ -241,7 +261,7 @@ int kvp_remote_to_prometheus(kvp_remote *r, const char *prefix, char *buf, size_
 	     offsetof(kvp_remote_stats, writes_dropped)},
 	    {"writes_failed_total", "Blocks not written: server error, timeout or back-off.",
 	     offsetof(kvp_remote_stats, writes_failed)},
-	    {"writes_skipped_total", "Queued blocks evicted before the writer copied them.",
+	    {"writes_skipped_total", "Published blocks with no rows stored: nothing sent.",
 	     offsetof(kvp_remote_stats, writes_skipped)},
 	    {"writes_total", "Blocks the server acknowledged.",
 	     offsetof(kvp_remote_stats, writes_done)},

@@ -2,14 +2,14 @@
  * lib/remote/remote_conn.c - one Redis connection with timeouts and back-off.
  *
  * hiredis's blocking context is used with SO_RCVTIMEO/SO_SNDTIMEO set to
- * the request timeout (redisSetTimeout), and the connect itself bounded
- * by the same timeout, so no call waits longer than that on a server that
- * is down, paused (SIGSTOP) or slow.  Any error closes the context: a
- * blocking hiredis context that timed out mid-reply is out of step with
- * the server and cannot be reused.  The next attempt waits for a back-off
- * that doubles from backoff_min_ms to backoff_max_ms; a success resets it.
- * While the back-off runs, kvpi_remote_conn_get returns NULL at once, so
- * a dead server costs callers nothing but a clock read.
+ * the connection's timeout (redisSetTimeout), and the connect itself
+ * bounded by the same timeout (fetch connections: the request timeout;
+ * the writer's: write_timeout_ms, as nobody waits for it), so no call waits longer than that on a
+ * server that is down, paused (SIGSTOP) or slow.  Any error closes the context: a blocking hiredis
+ * context that timed out mid-reply is out of step with the server and cannot be reused.  The next
+ * attempt waits for a back-off that doubles from backoff_min_ms to backoff_max_ms; a success resets
+ * it. While the back-off runs, kvpi_remote_conn_get returns NULL at once, so a dead server costs
+ * callers nothing but a clock read.
  *
  * A host name is resolved by getaddrinfo inside hiredis's connect, which
  * the timeout does not bound; give an address for strict bounds.
@@ -44,10 +44,10 @@ static bool command_ok(redisContext *c, int argc, const char **argv)
 	return ok;
 }
 
-static redisContext *dial(const struct kvp_remote *r)
+static redisContext *dial(const struct kvp_remote *r, uint32_t timeout_ms)
 {
 	const struct kvpi_remote_endpoint *ep = &r->ep;
-	struct timeval tv = tv_ms(r->cfg.timeout_ms);
+	struct timeval tv = tv_ms(timeout_ms);
 	redisContext *c = ep->unix_socket ? redisConnectUnixWithTimeout(ep->host, tv)
 	                                  : redisConnectWithTimeout(ep->host, ep->port, tv);
 	if (c == NULL)
@@ -88,7 +88,7 @@ redisContext *kvpi_remote_conn_get(struct kvp_remote *r, struct kvpi_remote_conn
 		return k->c;
 	if (k->retry_at_ns != 0 && kvpi_remote_now_ns() < k->retry_at_ns)
 		return NULL;
-	k->c = dial(r);
+	k->c = dial(r, k->timeout_ms);
 	if (k->c == NULL) {
 		backoff(r, k);
 		return NULL;

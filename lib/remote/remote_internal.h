@@ -96,6 +96,7 @@ struct kvpi_remote_conn {
 	struct redisContext *c;
 	uint64_t retry_at_ns; /* no connect before this (back-off) */
 	uint32_t backoff_ms;  /* the next back-off */
+	uint32_t timeout_ms;  /* connect, send, receive: timeout_ms, or write_timeout_ms */
 	bool failed_before;   /* a connect after this counts as a reconnect */
 	/* Fetch connections: MGET's arguments, max_fetch + 1 of them. */
 	const char **argv;
@@ -127,34 +128,51 @@ uint64_t kvpi_remote_now_ns(void);
 
 /* --- the write queue (remote_queue.c) ----------------------------------------------- */
 
-/* One record: which block to write. */
+/* One record: a block's key, where it goes, and its rows (in the cell's buffer). */
 struct kvpi_remote_rec {
 	kvp_hash key;
-	kvp_ref ref;
 	uint8_t stream, format;
+	uint32_t rows_len; /* bytes of rows at buf + KVP_REMOTE_HEADER_BYTES */
 };
 
 /* A bounded multi-producer queue (Vyukov's ring): a cell's seq says whose turn it is. */
 struct kvpi_remote_cell {
 	_Atomic uint64_t seq;
 	struct kvpi_remote_rec rec;
+	unsigned char *buf; /* header space, then the rows; fixed at init */
 };
 
 struct kvpi_remote_queue {
 	struct kvpi_remote_cell *cells;
+	unsigned char *mem;
+	size_t value_cap; /* bytes of each cell's buffer */
 	uint64_t mask;
-	_Alignas(64) _Atomic uint64_t tail; /* next position to fill: records ever queued */
+	_Alignas(64) _Atomic uint64_t tail; /* next position to fill: records ever claimed */
 	_Alignas(64) _Atomic uint64_t head; /* next position to take (the writer) */
 };
 
-int kvpi_remote_queue_init(struct kvpi_remote_queue *q, uint32_t cap);
+/** kvpi_remote_queue_init - @cap cells (rounded up to a power of two) of @value_cap bytes */
+int kvpi_remote_queue_init(struct kvpi_remote_queue *q, uint32_t cap, size_t value_cap);
 void kvpi_remote_queue_free(struct kvpi_remote_queue *q);
-/** kvpi_remote_queue_push - false when the queue is full.  Any thread. */
-bool kvpi_remote_queue_push(struct kvpi_remote_queue *q, const struct kvpi_remote_rec *rec);
-/** kvpi_remote_queue_pop - false when empty.  One consumer thread. */
-bool kvpi_remote_queue_pop(struct kvpi_remote_queue *q, struct kvpi_remote_rec *rec);
+/**
+ * kvpi_remote_queue_claim - a free cell for a producer to fill, or NULL when
+ * the queue is full; *@pos receives its position.  Any thread; lock-free.
+ */
+struct kvpi_remote_cell *kvpi_remote_queue_claim(struct kvpi_remote_queue *q, uint64_t *pos);
+/** kvpi_remote_queue_commit - the producer filled @c (claimed at @pos): the writer may take it */
+void kvpi_remote_queue_commit(struct kvpi_remote_cell *c, uint64_t pos);
+/**
+ * kvpi_remote_queue_peek - the @i-th filled cell from the head, or NULL when
+ * it is not filled yet.  The one consumer only.
+ */
+struct kvpi_remote_cell *kvpi_remote_queue_peek(struct kvpi_remote_queue *q, uint64_t i);
+/** kvpi_remote_queue_release - give the first @n peeked cells back to producers */
+void kvpi_remote_queue_release(struct kvpi_remote_queue *q, uint64_t n);
 /** kvpi_remote_queue_depth - records on the queue now (approximate under races) */
 uint64_t kvpi_remote_queue_depth(struct kvpi_remote_queue *q);
+
+/* Values the writer sends as one pipeline at most. */
+#define KVPI_REMOTE_WRITER_BATCH 256
 
 /* --- the tier ------------------------------------------------------------------------ */
 
@@ -173,6 +191,7 @@ struct kvp_remote {
 	/* Records the writer has finished (written, failed or skipped). */
 	_Atomic uint64_t retired;
 	struct kvpi_remote_conn wconn;
+	size_t wlen[KVPI_REMOTE_WRITER_BATCH]; /* the writer's value lengths of one pipeline */
 
 	struct kvpi_remote_conn *fconn;
 	uint32_t n_fconn;

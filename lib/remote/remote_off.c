@@ -17,12 +17,12 @@ int kvp_remote_config_init(kvp_remote_config *c)
 		return KVP_EINVAL;
 	*c = (kvp_remote_config){.key_namespace = "kvp",
 	                         .timeout_ms = 50,
+	                         .write_timeout_ms = 500,
 	                         .queue_cap = 4096,
 	                         .backoff_min_ms = 10,
 	                         .backoff_max_ms = 1000,
 	                         .max_fetch = 256,
-	                         .fetch_conns = 4,
-	                         .writer_owner = UINT64_MAX};
+	                         .fetch_conns = 4};
 	return KVP_OK;
 }
 

@@ -1,18 +1,22 @@
 /*
- * lib/remote/remote_writer.c - the background writer: queue records to SET pipelines.
+ * lib/remote/remote_writer.c - the background writer: queued blocks to SET pipelines.
  *
- * Publishers only queue a 40-byte record; the rows are copied here, by
- * the writer, so kvp_remote_publish costs a queue push.  The writer takes
- * a short hold on each block by its key (a match under cfg.writer_owner):
- * the publisher may already have let go of the block, and a hold is what
- * keeps a cached block from being evicted and refilled while its rows are
- * copied.  A block no longer published under its key was evicted: the
- * record is skipped.  Up to WRITER_BATCH values go out as one pipeline,
- * so a batch costs one round trip.  An error or timeout fails the rest of
- * the batch (counted) and closes the connection; the queue keeps filling
- * and drops what does not fit while Redis is away.  With nothing queued
- * the writer sleeps WRITER_IDLE_NS between looks: publishers never signal
- * it, which would cost them a system call.
+ * kvp_remote_publish copies a block's rows into a queue cell while its
+ * caller still holds the block (it must, to publish it); that copy is all
+ * a publisher pays.  The writer takes the filled cells in order, writes
+ * each value's header (the checksum runs here, off the publisher's path),
+ * and appends up to WRITER_BATCH SET commands to one pipeline: hiredis
+ * copies them into its output buffer, so the cells go back to producers
+ * before the round trip.  An error or timeout fails the rest of the batch
+ * (counted) and closes the connection; the queue keeps filling and drops
+ * what does not fit while Redis is away.  With nothing queued the writer
+ * sleeps WRITER_IDLE_NS between looks: publishers never signal it, which
+ * would cost them a system call.
+ *
+ * An earlier version queued only the key and had the writer copy the rows
+ * under a short hold; in a small pool that churns, most blocks were
+ * evicted before the writer came (the replay skipped three writes in
+ * four), so the copy moved to the publisher.
  */
 #ifndef KVP_NO_HIREDIS
 #include "lib/remote/remote_internal.h"
@@ -23,65 +27,50 @@
 #include <string.h>
 #include <time.h>
 
-#define WRITER_BATCH   64
+#define WRITER_BATCH   KVPI_REMOTE_WRITER_BATCH
 #define WRITER_IDLE_NS 1000000L /* 1 ms */
 
-struct wval {
-	char key[KVPI_REMOTE_KEY_MAX];
-	size_t key_len, len;
-	unsigned char *buf;
-};
-
-/* Copy the block of @rec behind its header into @v; false when it is gone. */
-static bool build(struct kvp_remote *r, const struct kvpi_remote_rec *rec, struct wval *v)
+/* Append the SETs of the first @n filled cells; false after a failure (counted). */
+static bool append_batch(struct kvp_remote *r, redisContext *c, size_t n)
 {
-	kvp_ref ref;
-	size_t m = 0;
-	int rc = kvp_prefix_match(r->pool, (kvp_stream)rec->stream, (kvp_format)rec->format,
-	                          &rec->key, 1, r->cfg.writer_owner, &ref, 1, &m);
-	if (rc != KVP_OK || m != 1)
-		return false;
-	const void *data = NULL;
-	uint32_t n_rows = 0;
-	size_t row_bytes = kvp_storage_row_bytes(r->storage, (kvp_format)rec->format);
-	bool ok = kvp_storage_read(r->storage, ref, &data, &n_rows) == KVP_OK && data != NULL &&
-	          n_rows == r->block_size && row_bytes != 0;
-	if (ok) {
+	char ex[16], key[KVPI_REMOTE_KEY_MAX];
+	snprintf(ex, sizeof ex, "%u", r->cfg.expire_s);
+	int argc = r->cfg.expire_s ? 5 : 3;
+	for (size_t i = 0; i < n; i++) {
+		struct kvpi_remote_cell *cell = kvpi_remote_queue_peek(&r->q, i);
+		const struct kvpi_remote_rec *rec = &cell->rec;
 		struct kvpi_remote_expect e = {.key = rec->key,
 		                               .stream = rec->stream,
 		                               .format = rec->format,
 		                               .row_dim = r->row_dim,
-		                               .n_rows = n_rows,
-		                               .row_bytes = (uint32_t)row_bytes};
-		memcpy(v->buf + KVP_REMOTE_HEADER_BYTES, data, (size_t)n_rows * row_bytes);
-		kvpi_remote_encode_header(v->buf, &e);
-		v->len = KVP_REMOTE_HEADER_BYTES + (size_t)n_rows * row_bytes;
-		v->key_len = kvpi_remote_key(v->key, r->ns, (kvp_stream)rec->stream, rec->key);
-	}
-	kvp_free_owned(r->pool, r->cfg.writer_owner, &ref, 1);
-	return ok;
-}
-
-/* Send @n built values as one pipeline; counts what happened to each. */
-static void send_batch(struct kvp_remote *r, struct wval *v, size_t n)
-{
-	redisContext *c = kvpi_remote_conn_get(r, &r->wconn);
-	if (c == NULL) {
-		kvpi_remote_add(&r->st_failed, n);
-		return;
-	}
-	char ex[16];
-	snprintf(ex, sizeof ex, "%u", r->cfg.expire_s);
-	int argc = r->cfg.expire_s ? 5 : 3;
-	for (size_t i = 0; i < n; i++) {
-		const char *argv[5] = {"SET", v[i].key, (const char *)v[i].buf, "EX", ex};
-		size_t lens[5] = {3, v[i].key_len, v[i].len, 2, strlen(ex)};
+		                               .n_rows = r->block_size,
+		                               .row_bytes = rec->rows_len / r->block_size};
+		kvpi_remote_encode_header(cell->buf, &e);
+		size_t klen = kvpi_remote_key(key, r->ns, (kvp_stream)rec->stream, rec->key);
+		const char *argv[5] = {"SET", key, (const char *)cell->buf, "EX", ex};
+		size_t lens[5] = {3, klen, KVP_REMOTE_HEADER_BYTES + (size_t)rec->rows_len, 2,
+		                  strlen(ex)};
 		if (redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK) {
 			kvpi_remote_add(&r->st_failed, n);
 			kvpi_remote_conn_fail(r, &r->wconn);
-			return;
+			return false;
 		}
+		r->wlen[i] = lens[2];
 	}
+	return true;
+}
+
+/* Send the first @n filled cells as one pipeline and release them; counts each. */
+static void send_batch(struct kvp_remote *r, size_t n)
+{
+	redisContext *c = kvpi_remote_conn_get(r, &r->wconn);
+	if (c == NULL || !append_batch(r, c, n)) {
+		if (c == NULL)
+			kvpi_remote_add(&r->st_failed, n);
+		kvpi_remote_queue_release(&r->q, n);
+		return;
+	}
+	kvpi_remote_queue_release(&r->q, n); /* hiredis holds copies now */
 	for (size_t i = 0; i < n; i++) {
 		void *rep = NULL;
 		if (redisGetReply(c, &rep) != REDIS_OK || rep == NULL) {
@@ -93,7 +82,7 @@ static void send_batch(struct kvp_remote *r, struct wval *v, size_t n)
 			kvpi_remote_add(&r->st_failed, 1);
 		} else {
 			kvpi_remote_add(&r->st_done, 1);
-			kvpi_remote_add(&r->st_bytes_written, v[i].len);
+			kvpi_remote_add(&r->st_bytes_written, r->wlen[i]);
 		}
 		freeReplyObject(rep);
 	}
@@ -103,44 +92,19 @@ static void send_batch(struct kvp_remote *r, struct wval *v, size_t n)
 void *kvpi_remote_writer_main(void *arg)
 {
 	struct kvp_remote *r = arg;
-	size_t cap = KVP_REMOTE_HEADER_BYTES + (size_t)r->block_size * r->row_dim * sizeof(float);
-	struct wval *v = calloc(WRITER_BATCH, sizeof *v);
-	unsigned char *mem = malloc(WRITER_BATCH * cap);
-	if (v == NULL || mem == NULL) {
-		/* no memory for the buffers: drain the queue as failed writes */
-		free(v);
-		free(mem);
-		v = NULL;
-	} else {
-		for (size_t i = 0; i < WRITER_BATCH; i++)
-			v[i].buf = mem + i * cap;
-	}
-	/* acquire: pairs with destroy's release; nothing else to see, but cheap */
+	/* acquire: pairs with destroy's release */
 	while (!atomic_load_explicit(&r->stop, memory_order_acquire)) {
-		struct kvpi_remote_rec rec;
-		size_t got = 0, built = 0;
-		while (got < WRITER_BATCH && kvpi_remote_queue_pop(&r->q, &rec)) {
-			got++;
-			if (v == NULL)
-				kvpi_remote_add(&r->st_failed, 1);
-			else if (build(r, &rec, &v[built]))
-				built++;
-			else
-				kvpi_remote_add(&r->st_skipped, 1);
-		}
-		if (built > 0)
-			send_batch(r, v, built);
-		if (got > 0) {
+		size_t n = 0;
+		while (n < WRITER_BATCH && kvpi_remote_queue_peek(&r->q, n) != NULL)
+			n++;
+		if (n > 0) {
+			send_batch(r, n);
 			/* release: flush's acquire sees the counts of what it waited for */
-			atomic_fetch_add_explicit(&r->retired, got, memory_order_release);
+			atomic_fetch_add_explicit(&r->retired, n, memory_order_release);
 			continue;
 		}
 		struct timespec ts = {0, WRITER_IDLE_NS};
 		nanosleep(&ts, NULL);
-	}
-	if (v != NULL) {
-		free(v[0].buf);
-		free(v);
 	}
 	return NULL;
 }
