@@ -243,6 +243,21 @@ static int parse_args(int argc, char **argv, opts *o)
 	return rc;
 }
 
+/* --remote-cache: the K and V tiers' counters, summed (false without tiers). */
+static bool remote_sum(const app *A, kvp_remote_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	for (int i = 0; i < 2 && A->remote[i] != NULL; i++) {
+		kvp_remote_stats r;
+		kvp_remote_get_stats(A->remote[i], &r);
+		uint64_t *d = (uint64_t *)out;
+		const uint64_t *src = (const uint64_t *)&r;
+		for (size_t j = 0; j < sizeof r / sizeof(uint64_t); j++)
+			d[j] += src[j];
+	}
+	return A->remote[0] != NULL;
+}
+
 static uint64_t ld(_Atomic uint64_t *a)
 {
 	return atomic_load_explicit(a, memory_order_relaxed);
@@ -274,6 +289,12 @@ static void fill_metrics(void *arg, mtext *t)
 	             "Tokens whose K and V rows the replay holds now.", (double)ld(&l->tokens));
 	mtext_metric(t, "kvpool_replay_running", "gauge", "1 while the replay runs.",
 	             atomic_load_explicit(&l->running, memory_order_relaxed) ? 1.0 : 0.0);
+	kvp_remote_stats rs;
+	char rtext[8192];
+	size_t rlen;
+	if (remote_sum(a, &rs) &&
+	    kvp_remote_stats_to_prometheus(&rs, NULL, rtext, sizeof rtext, &rlen) == KVP_OK)
+		mtext_printf(t, "%s", rtext); /* both tiers, K + V */
 }
 
 /* --- prefix cache: keys and the ideal hit rate ------------------------------------------ */
@@ -999,17 +1020,11 @@ static void remote_done(app *A, summary *S)
 	if (A->remote[0] == NULL)
 		return;
 	S->remote = true;
-	for (int i = 0; i < 2; i++) {
-		kvp_remote_stats r;
+	for (int i = 0; i < 2; i++)
 		if (kvp_remote_flush(A->remote[i], 10000) != KVP_OK)
 			fprintf(stderr,
 			        "kvpool_replay: the remote tier did not take every write\n");
-		kvp_remote_get_stats(A->remote[i], &r);
-		uint64_t *d = (uint64_t *)&S->rs;
-		const uint64_t *src = (const uint64_t *)&r;
-		for (size_t j = 0; j < sizeof r / sizeof(uint64_t); j++)
-			d[j] += src[j];
-	}
+	remote_sum(A, &S->rs);
 }
 
 /*

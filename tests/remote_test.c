@@ -7,7 +7,7 @@
  * wrong with redis-cli (truncated, a flipped byte, another key's value,
  * garbage) and values of another format are misses counted as corrupt;
  * the namespace keeps two tiers apart; the URL parser refuses bad URLs;
- * the Prometheus text has every family.
+ * the Prometheus text has every family and promtool accepts it.
  */
 #include <kvpool/kvpool.h>
 
@@ -319,6 +319,30 @@ static void test_prometheus(void)
 	                     "kvpool_remote_fetch_seconds_count "};
 	for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++)
 		CHECK(strstr(buf, fam[i]) != NULL);
+	/* after traffic (a hit, a miss, writes): promtool accepts the exposition */
+	side b = open_side("prom", 500);
+	kvp_hash keys[2] = {key_of(5000), key_of(5001)};
+	kvp_ref refs[2];
+	size_t n;
+	put(&a, KVP_K, KVP_FP16, 5000, 1);
+	CHECK_EQ(kvp_remote_flush(a.r, 5000), KVP_OK);
+	CHECK_EQ(kvp_remote_fetch(b.r, KVP_K, KVP_FP16, keys, 2, 1, refs, 2, &n), KVP_OK);
+	CHECK_EQ(n, 1);
+	CHECK_EQ(kvp_remote_to_prometheus(b.r, NULL, buf, sizeof buf, &len), KVP_OK);
+	CHECK(strstr(buf, "kvpool_remote_hits_total 1\n") != NULL);
+	CHECK(strstr(buf, "kvpool_remote_misses_total 1\n") != NULL);
+	CHECK(strstr(buf, "kvpool_remote_fetch_seconds_count 1\n") != NULL);
+	char path[] = "/tmp/kvpool_remote_promXXXXXX";
+	int fd = mkstemp(path);
+	CHECK(fd >= 0);
+	CHECK(write(fd, buf, len) == (ssize_t)len);
+	close(fd);
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "promtool check metrics < %s", path);
+	int st = system(cmd);
+	unlink(path);
+	CHECK(st == 0);
+	close_side(&b);
 	close_side(&a);
 }
 

@@ -89,8 +89,9 @@
  * writes into a block happens-before any later match of that block.
  *
  * Builds without hiredis (KVP_NO_HIREDIS) keep every function:
- * kvp_remote_config_init works, kvp_remote_create returns KVP_ENOTSUP, the
- * rest return KVP_EINVAL for their NULL tier.
+ * kvp_remote_config_init and kvp_remote_stats_to_prometheus work,
+ * kvp_remote_create returns KVP_ENOTSUP, the rest return KVP_EINVAL for
+ * their NULL tier.
  */
 #ifndef KVPOOL_REMOTE_H
 #define KVPOOL_REMOTE_H
@@ -265,6 +266,21 @@ int kvp_remote_get_stats(kvp_remote *r, kvp_remote_stats *out);
  * text), KVP_EINVAL (NULL @r or @len, an invalid @prefix).  Thread-safe.
  */
 int kvp_remote_to_prometheus(kvp_remote *r, const char *prefix, char *buf, size_t cap, size_t *len);
+
+/**
+ * kvp_remote_stats_to_prometheus - Prometheus text of a stats snapshot
+ * @s:      the snapshot (kvp_remote_get_stats; several tiers' may be summed)
+ * @prefix: metric name prefix, NULL for "kvpool_remote"
+ * @buf:    output buffer (may be NULL when @cap is 0)
+ * @cap:    its capacity in bytes
+ * @len:    set to the text's length without a NUL (or the length needed)
+ *
+ * The families of kvp_remote_to_prometheus.  Returns KVP_OK, KVP_ERANGE
+ * (never partial text), KVP_EINVAL (NULL @s or @len, an invalid @prefix).
+ * Pure; thread-safe; works in builds without hiredis.
+ */
+int kvp_remote_stats_to_prometheus(const kvp_remote_stats *s, const char *prefix, char *buf,
+                                   size_t cap, size_t *len);
 
 #ifdef __cplusplus
 }

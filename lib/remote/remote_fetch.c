@@ -30,22 +30,14 @@
 #include <string.h>
 #include <time.h>
 
-static const uint32_t lat_bounds_us[KVP_REMOTE_LAT_BUCKETS] = {100,  250,   500,   1000,  2500,
-                                                               5000, 10000, 25000, 50000, 100000};
-
 static void observe(struct kvp_remote *r, uint64_t ns)
 {
 	uint64_t us = ns / 1000;
 	unsigned b = 0;
-	while (b < KVP_REMOTE_LAT_BUCKETS && us > lat_bounds_us[b])
+	while (b < KVP_REMOTE_LAT_BUCKETS && us > kvpi_remote_lat_bound_us(b))
 		b++;
 	kvpi_remote_add(&r->st_lat[b], 1);
 	kvpi_remote_add(&r->st_lat_sum_us, us);
-}
-
-uint32_t kvpi_remote_lat_bound_us(unsigned b)
-{
-	return b < KVP_REMOTE_LAT_BUCKETS ? lat_bounds_us[b] : 0;
 }
 
 static void pipe_block(sigset_t *old)
