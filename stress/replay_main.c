@@ -1089,6 +1089,9 @@ static int setup_remote(app *A, kvp_storage *store[2])
 	kvp_remote_config_init(&rc);
 	rc.url = o->remote_url;
 	rc.key_namespace = "kvpool-replay";
+	/* speed 0 churns a small pool in microseconds: the writer would find
+	 * most blocks evicted, so the publisher copies the rows */
+	rc.copy_rows = true;
 	/* a queue of 256 MiB: a replay at speed 0 publishes faster than one writer sends */
 	uint64_t cell = KVP_REMOTE_HEADER_BYTES + o->block_size * o->head_dim * 4;
 	rc.queue_cap = (uint32_t)((256u << 20) / cell > 4096 ? (256u << 20) / cell : 4096);

@@ -8,13 +8,22 @@
  * after its pool evicted them.
  *
  * Write path.  kvp_remote_publish publishes a block locally
- * (kvp_prefix_publish), then copies its stored rows into a cell of a
- * bounded lock-free queue (the cells' buffers are made at create).  It
- * never waits on the network: when the queue is full the write is dropped
- * and counted.  A background thread, one per tier, takes the filled cells
- * in order, puts the header in front of the rows and sends up to 256 values
- * to Redis as one pipeline of SET commands (SET key value EX s with an
- * expiry).  A block with no rows stored is not sent (counted as skipped).
+ * (kvp_prefix_publish) and fills a cell of a bounded lock-free queue (the
+ * cells' buffers are made at create).  It never waits on the network:
+ * when the queue is full the write is dropped and counted.  A background
+ * thread, one per tier, takes the filled cells in order, puts the header
+ * in front of the rows and sends up to 256 values to Redis as one
+ * pipeline of SET commands (SET key value EX s with an expiry).  Who
+ * copies the rows is config.copy_rows:
+ *   false (default)  the cell holds the key and the ref; the writer takes a
+ *                    short hold on the block by its key (kvp_prefix_match
+ *                    with owner config.writer_owner), copies the rows and
+ *                    lets go.  A publish costs a queue claim; a block
+ *                    evicted before the writer came is skipped (counted).
+ *   true             the publisher copies the rows into the cell while it
+ *                    holds the block.  No write is lost to eviction; a
+ *                    publish costs a copy of the block into a cold cell.
+ * A block with no rows stored is not sent (counted as skipped).
  *
  * Read path.  kvp_remote_fetch is called after kvp_prefix_match stopped at
  * key i: it asks Redis for keys[i..n) in one MGET, stops at the first key
@@ -71,8 +80,8 @@
  *                                                          write_timeout_ms)
  *   kvp_remote_publish         everything                  kvp_prefix_publish's lock
  *                                                          bit; never the network
- *                                                          (lock-free queue claim and
- *                                                          one copy of the rows)
+ *                                                          (lock-free queue claim;
+ *                                                          copy_rows: one copy)
  *   kvp_remote_fetch           everything                  one fetch connection's mutex
  *                                                          (bounded by the timeout),
  *                                                          the network (timeout)
@@ -81,8 +90,9 @@
  *   kvp_remote_get_stats,      everything                  never (wait-free)
  *   kvp_remote_to_prometheus
  *
- * The writer thread touches no block and takes no lock a publisher
- * takes; it reads only queue cells.  Threads that do not call this API
+ * The writer thread takes no lock a publisher takes; it reads queue
+ * cells and (copy_rows false) holds a block only while it copies it,
+ * through the pool's own calls.  Threads that do not call this API
  * never wait for the network.  Orders: the rows a caller wrote before
  * kvp_remote_publish are what the value carries (the caller's own writes;
  * the cell's sequence number hands them to the writer); what a fetch
@@ -96,6 +106,7 @@
 #ifndef KVPOOL_REMOTE_H
 #define KVPOOL_REMOTE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -126,6 +137,10 @@ typedef struct kvp_remote_config {
 	uint32_t backoff_max_ms;   /* longest back-off; default 1000 */
 	uint32_t max_fetch;        /* keys one fetch asks for at most; default 256 */
 	uint32_t fetch_conns;      /* fetch connections (concurrent fetches); default 4 */
+	bool copy_rows;            /* publish copies the rows (true) or the writer does (false,
+	                              default); see "Write path" */
+	kvp_owner writer_owner;    /* copy_rows false: owner id of the writer's short holds;
+	                              default UINT64_MAX (keep it out of your owners' range) */
 } kvp_remote_config;
 
 typedef struct kvp_remote_stats {
@@ -139,7 +154,7 @@ typedef struct kvp_remote_stats {
 	uint64_t writes_queued;  /* records put on the write queue */
 	uint64_t writes_dropped; /* records refused: the queue was full */
 	uint64_t writes_failed;  /* values not written: Redis error, timeout, back-off */
-	uint64_t writes_skipped; /* publishes of blocks with no rows stored: nothing sent */
+	uint64_t writes_skipped; /* blocks not sent: no rows stored, or evicted first */
 	uint64_t writes_done;    /* values Redis acknowledged */
 	uint64_t reconnects;     /* connections made after a failure */
 	uint64_t queue_depth;    /* records on the queue now */

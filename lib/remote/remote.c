@@ -31,7 +31,9 @@ int kvp_remote_config_init(kvp_remote_config *c)
 	                         .backoff_min_ms = 10,
 	                         .backoff_max_ms = 1000,
 	                         .max_fetch = 256,
-	                         .fetch_conns = 4};
+	                         .fetch_conns = 4,
+	                         .copy_rows = false,
+	                         .writer_owner = UINT64_MAX};
 	return KVP_OK;
 }
 
@@ -153,25 +155,34 @@ int kvp_remote_publish(kvp_remote *r, kvp_ref ref, kvp_hash key)
 		return rc;
 	/* The caller holds the block (it could publish it): its rows stay put. */
 	kvp_block_info bi;
-	const void *data = NULL;
-	uint32_t n_rows = 0;
-	if (kvp_block_get(r->pool, ref, &bi) != KVP_OK ||
-	    kvp_storage_read(r->storage, ref, &data, &n_rows) != KVP_OK || data == NULL ||
-	    n_rows != r->block_size) {
-		kvpi_remote_add(&r->st_skipped, 1); /* no rows stored: nothing to share */
+	if (kvp_block_get(r->pool, ref, &bi) != KVP_OK) {
+		kvpi_remote_add(&r->st_skipped, 1);
 		return KVP_OK;
 	}
-	size_t rows_len = (size_t)n_rows * kvp_storage_row_bytes(r->storage, bi.format);
+	const void *data = NULL;
+	uint32_t n_rows = 0;
+	size_t rows_len = 0;
+	if (r->cfg.copy_rows) {
+		if (kvp_storage_read(r->storage, ref, &data, &n_rows) != KVP_OK || data == NULL ||
+		    n_rows != r->block_size) {
+			kvpi_remote_add(&r->st_skipped, 1); /* no rows stored: nothing to share */
+			return KVP_OK;
+		}
+		rows_len = (size_t)n_rows * kvp_storage_row_bytes(r->storage, bi.format);
+	}
 	uint64_t pos;
 	struct kvpi_remote_cell *cell = kvpi_remote_queue_claim(&r->q, &pos);
 	if (cell == NULL) {
 		kvpi_remote_add(&r->st_dropped, 1);
 		return KVP_OK;
 	}
-	memcpy(cell->buf + KVP_REMOTE_HEADER_BYTES, data, rows_len);
+	if (rows_len > 0)
+		memcpy(cell->buf + KVP_REMOTE_HEADER_BYTES, data, rows_len);
 	cell->rec = (struct kvpi_remote_rec){.key = key,
+	                                     .ref = ref,
 	                                     .stream = (uint8_t)bi.stream,
 	                                     .format = (uint8_t)bi.format,
+	                                     .has_rows = r->cfg.copy_rows,
 	                                     .rows_len = (uint32_t)rows_len};
 	kvpi_remote_queue_commit(cell, pos);
 	return KVP_OK;

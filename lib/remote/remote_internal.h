@@ -131,7 +131,9 @@ uint64_t kvpi_remote_now_ns(void);
 /* One record: a block's key, where it goes, and its rows (in the cell's buffer). */
 struct kvpi_remote_rec {
 	kvp_hash key;
+	kvp_ref ref; /* copy_rows off: the block, for the writer to copy */
 	uint8_t stream, format;
+	bool has_rows;     /* copy_rows on: the publisher copied them already */
 	uint32_t rows_len; /* bytes of rows at buf + KVP_REMOTE_HEADER_BYTES */
 };
 

@@ -22,7 +22,9 @@ int kvp_remote_config_init(kvp_remote_config *c)
 	                         .backoff_min_ms = 10,
 	                         .backoff_max_ms = 1000,
 	                         .max_fetch = 256,
-	                         .fetch_conns = 4};
+	                         .fetch_conns = 4,
+	                         .copy_rows = false,
+	                         .writer_owner = UINT64_MAX};
 	return KVP_OK;
 }
 

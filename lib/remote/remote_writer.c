@@ -1,22 +1,23 @@
 /*
  * lib/remote/remote_writer.c - the background writer: queued blocks to SET pipelines.
  *
- * kvp_remote_publish copies a block's rows into a queue cell while its
- * caller still holds the block (it must, to publish it); that copy is all
- * a publisher pays.  The writer takes the filled cells in order, writes
- * each value's header (the checksum runs here, off the publisher's path),
- * and appends up to WRITER_BATCH SET commands to one pipeline: hiredis
- * copies them into its output buffer, so the cells go back to producers
- * before the round trip.  An error or timeout fails the rest of the batch
- * (counted) and closes the connection; the queue keeps filling and drops
- * what does not fit while Redis is away.  With nothing queued the writer
- * sleeps WRITER_IDLE_NS between looks: publishers never signal it, which
- * would cost them a system call.
+ * The writer takes the filled queue cells in order, writes each value's
+ * header (the checksum runs here, off the publisher's path) and appends up
+ * to WRITER_BATCH SET commands to one pipeline: hiredis copies them into
+ * its output buffer, so the cells go back to producers before the round
+ * trip.  With copy_rows off a cell holds only the key: the writer takes a
+ * short hold on the block by its key, because the publisher may have let
+ * go of it, and a hold is what keeps a cached block from being evicted
+ * and refilled while its rows are copied; a block no longer published
+ * under its key was evicted and is skipped.  In a small pool that churns
+ * fast (the replay at full speed) that loses most writes, hence copy_rows,
+ * where the publisher copies while it holds the block.
  *
- * An earlier version queued only the key and had the writer copy the rows
- * under a short hold; in a small pool that churns, most blocks were
- * evicted before the writer came (the replay skipped three writes in
- * four), so the copy moved to the publisher.
+ * An error or timeout fails the rest of the batch (counted) and closes the
+ * connection; the queue keeps filling and drops what does not fit while
+ * Redis is away.  With nothing queued the writer sleeps WRITER_IDLE_NS
+ * between looks: publishers never signal it, which would cost them a
+ * system call.
  */
 #ifndef KVP_NO_HIREDIS
 #include "lib/remote/remote_internal.h"
@@ -30,15 +31,50 @@
 #define WRITER_BATCH   KVPI_REMOTE_WRITER_BATCH
 #define WRITER_IDLE_NS 1000000L /* 1 ms */
 
-/* Append the SETs of the first @n filled cells; false after a failure (counted). */
-static bool append_batch(struct kvp_remote *r, redisContext *c, size_t n)
+/*
+ * copy_rows off: copy the block of @rec into @cell under a short hold by
+ * its key; false when it is gone (evicted, or published again without
+ * rows).
+ */
+static bool fill_rows(struct kvp_remote *r, struct kvpi_remote_cell *cell)
+{
+	struct kvpi_remote_rec *rec = &cell->rec;
+	kvp_ref ref;
+	size_t m = 0;
+	if (kvp_prefix_match(r->pool, (kvp_stream)rec->stream, (kvp_format)rec->format, &rec->key,
+	                     1, r->cfg.writer_owner, &ref, 1, &m) != KVP_OK ||
+	    m != 1)
+		return false;
+	const void *data = NULL;
+	uint32_t n_rows = 0;
+	size_t row_bytes = kvp_storage_row_bytes(r->storage, (kvp_format)rec->format);
+	bool ok = kvp_storage_read(r->storage, ref, &data, &n_rows) == KVP_OK && data != NULL &&
+	          n_rows == r->block_size && row_bytes != 0;
+	if (ok) {
+		rec->rows_len = (uint32_t)(n_rows * row_bytes);
+		memcpy(cell->buf + KVP_REMOTE_HEADER_BYTES, data, rec->rows_len);
+	}
+	kvp_free_owned(r->pool, r->cfg.writer_owner, &ref, 1);
+	return ok;
+}
+
+/*
+ * Append the SETs of the first @n filled cells (skipping blocks that are
+ * gone); returns how many were appended, or -1 after a failure (counted).
+ */
+static long append_batch(struct kvp_remote *r, redisContext *c, size_t n)
 {
 	char ex[16], key[KVPI_REMOTE_KEY_MAX];
 	snprintf(ex, sizeof ex, "%u", r->cfg.expire_s);
 	int argc = r->cfg.expire_s ? 5 : 3;
+	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct kvpi_remote_cell *cell = kvpi_remote_queue_peek(&r->q, i);
 		const struct kvpi_remote_rec *rec = &cell->rec;
+		if (!rec->has_rows && !fill_rows(r, cell)) {
+			kvpi_remote_add(&r->st_skipped, 1);
+			continue;
+		}
 		struct kvpi_remote_expect e = {.key = rec->key,
 		                               .stream = rec->stream,
 		                               .format = rec->format,
@@ -51,30 +87,27 @@ static bool append_batch(struct kvp_remote *r, redisContext *c, size_t n)
 		size_t lens[5] = {3, klen, KVP_REMOTE_HEADER_BYTES + (size_t)rec->rows_len, 2,
 		                  strlen(ex)};
 		if (redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK) {
-			kvpi_remote_add(&r->st_failed, n);
+			kvpi_remote_add(&r->st_failed, n - i + k);
 			kvpi_remote_conn_fail(r, &r->wconn);
-			return false;
+			return -1;
 		}
-		r->wlen[i] = lens[2];
+		r->wlen[k++] = lens[2];
 	}
-	return true;
+	return (long)k;
 }
 
 /* Send the first @n filled cells as one pipeline and release them; counts each. */
 static void send_batch(struct kvp_remote *r, size_t n)
 {
 	redisContext *c = kvpi_remote_conn_get(r, &r->wconn);
-	if (c == NULL || !append_batch(r, c, n)) {
-		if (c == NULL)
-			kvpi_remote_add(&r->st_failed, n);
-		kvpi_remote_queue_release(&r->q, n);
-		return;
-	}
-	kvpi_remote_queue_release(&r->q, n); /* hiredis holds copies now */
-	for (size_t i = 0; i < n; i++) {
+	long k = c != NULL ? append_batch(r, c, n) : -1;
+	if (c == NULL)
+		kvpi_remote_add(&r->st_failed, n);
+	kvpi_remote_queue_release(&r->q, n); /* hiredis holds copies of what it sends */
+	for (long i = 0; i < k; i++) {
 		void *rep = NULL;
 		if (redisGetReply(c, &rep) != REDIS_OK || rep == NULL) {
-			kvpi_remote_add(&r->st_failed, n - i);
+			kvpi_remote_add(&r->st_failed, (uint64_t)(k - i));
 			kvpi_remote_conn_fail(r, &r->wconn);
 			return;
 		}
@@ -86,7 +119,8 @@ static void send_batch(struct kvp_remote *r, size_t n)
 		}
 		freeReplyObject(rep);
 	}
-	kvpi_remote_conn_ok(r, &r->wconn);
+	if (k >= 0)
+		kvpi_remote_conn_ok(r, &r->wconn);
 }
 
 void *kvpi_remote_writer_main(void *arg)
