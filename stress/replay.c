@@ -668,9 +668,13 @@ static void remote_fill(rp_engine *e, size_t i, int si, size_t *got, rp_result *
 	pthread_mutex_unlock(&e->mu);
 	while (want > 0) { /* a call takes at most the tier's max_fetch keys */
 		size_t n = 0;
+		uint64_t t0 = su_now_ns();
 		int rc = kvp_remote_fetch(c->remote[si], (kvp_stream)si, KVP_FP16,
 		                          c->keys + c->key_off[i] + *got, want, i,
 		                          e->mrefs[si] + *got, nk - *got, &n);
+		t0 = su_now_ns() - t0;
+		if (t0 > res->remote_fetch_max_ns)
+			res->remote_fetch_max_ns = t0;
 		if (rc == KVP_EREMOTE)
 			res->remote_fetch_failed++; /* the tier is down or slow: serve on */
 		else if (rc != KVP_OK && res->errors++ == 0)

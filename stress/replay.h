@@ -114,6 +114,7 @@ typedef struct rp_result {
 	uint64_t prefix_dup;       /* publishes refused: the key was published meanwhile (K + V) */
 	uint64_t remote_hits; /* of prefix_matched, blocks the remote tier supplied (admitted) */
 	uint64_t remote_fetch_failed;          /* fetches that returned KVP_EREMOTE (K + V) */
+	uint64_t remote_fetch_max_ns;          /* the longest kvp_remote_fetch call */
 	uint64_t row_checks, row_check_failed; /* matched blocks whose rows were checked (K + V) */
 } rp_result;
 

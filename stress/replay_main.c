@@ -499,6 +499,8 @@ static void print_remote(const summary *S)
 	snprintf(b, sizeof b, "(corrupt values %llu, reconnects %llu)",
 	         (unsigned long long)r->corrupt, (unsigned long long)r->reconnects);
 	row("remote errors", human((double)r->errors, a, sizeof a), b, NULL);
+	snprintf(a, sizeof a, "%.1f", (double)p->remote_fetch_max_ns / 1e6);
+	row("longest fetch call (ms)", a, NULL, NULL);
 }
 
 static void print_prefix(const summary *S, const opts *o)
@@ -879,13 +881,14 @@ static int write_json(const char *path, const app *A, const summary *S, const ch
 		        ", \"prefix_hits\": %" PRIu64 ", \"remote_hit_rate\": %.6f"
 		        ", \"remote_hits\": %" PRIu64 ", \"remote_bytes_read\": %" PRIu64
 		        ", \"remote_errors\": %" PRIu64 ", \"remote_writes\": %" PRIu64
+		        ", \"remote_reconnects\": %" PRIu64 ", \"remote_fetch_max_ms\": %.3f"
 		        ", \"row_checks\": %" PRIu64 ", \"row_checks_failed\": %" PRIu64 "},\n",
 		        prefix_rate(p), S->prefix->ideal_hit_rate, p->prefix_blocks,
 		        p->prefix_matched, S->prefix->ideal_hits, p->prefix_matched * o->block_size,
 		        p->prefix_published, p->prefix_dup, st->n_evictions, st->n_cached,
 		        st->n_prefix_queries, st->n_prefix_hits, remote_rate(p), p->remote_hits,
-		        S->rs.bytes_read, S->rs.errors, S->rs.writes_done, p->row_checks,
-		        p->row_check_failed);
+		        S->rs.bytes_read, S->rs.errors, S->rs.writes_done, S->rs.reconnects,
+		        (double)p->remote_fetch_max_ns / 1e6, p->row_checks, p->row_check_failed);
 	}
 	fprintf(f, "  \"checks\": {\"run\": %d, \"failed\": %d},\n", k->run, k->failed);
 	json_result(f, "kvpool", S->p, S->n == NULL);

@@ -8,8 +8,8 @@
  * are evicted locally and come back from Redis.  Meanwhile the main thread
  * kills the server (SIGKILL) and starts a new one on the same port, then
  * freezes it (SIGSTOP) and thaws it.  Checked: every fetch returns within
- * the bound the header promises (two timeouts, plus slack for a loaded
- * machine), kvp_remote_publish never waits on the network (a few
+ * the bound the header promises (the timeout, plus slack for the local
+ * work on a loaded machine), kvp_remote_publish never waits on the network (a few
  * preempted outliers aside), every row
  * check passes, faults were seen (errors, reconnects), and after each
  * fault the tier serves hits again.
@@ -34,7 +34,7 @@ static kvp_storage *sto;
 static kvp_remote *tier;
 static atomic_bool stop;
 static _Atomic uint64_t max_fetch_ns, max_publish_ns, checks, bad_rows, fetched, requests;
-static _Atomic uint64_t publishes, slow_publishes;
+static _Atomic uint64_t publishes, slow_publishes, fetches, slow_fetches;
 
 static kvp_hash key_at(uint64_t conv, uint32_t j, kvp_hash parent)
 {
@@ -89,7 +89,11 @@ static void *worker(void *arg)
 			uint64_t t = rt_now_ns();
 			int rc = kvp_remote_fetch(tier, KVP_KV, KVP_FP32, keys + m, len - m, owner,
 			                          refs + m, MAXLEN - m, &f);
-			raise_max(&max_fetch_ns, rt_now_ns() - t);
+			t = rt_now_ns() - t;
+			raise_max(&max_fetch_ns, t);
+			atomic_fetch_add(&fetches, 1);
+			if (t > (TIMEOUT + 150) * 1000000ull)
+				atomic_fetch_add(&slow_fetches, 1);
 			CHECK(rc == KVP_OK || rc == KVP_EREMOTE);
 			CHECK(rc == KVP_OK || f == 0);
 			atomic_fetch_add(&fetched, f);
@@ -167,7 +171,7 @@ static void test_kill_and_pause_mid_run(void)
 	CHECK(run_until_hits(200, 20000));
 	uint64_t reconnects = rstats().reconnects;
 	CHECK(kill(rt_pid, SIGSTOP) == 0);
-	rt_sleep_ms(600); /* frozen: connections time out */
+	rt_sleep_ms(1500); /* frozen: connections time out; a stuck call would wait it out */
 	uint64_t err_frozen = rstats().errors;
 	CHECK(kill(rt_pid, SIGCONT) == 0);
 	CHECK(run_until_hits(200, 20000)); /* thawed: used again */
@@ -191,9 +195,13 @@ static void test_kill_and_pause_mid_run(void)
 	CHECK(err_frozen > err_down); /* the freeze was seen */
 	CHECK(reconnects > 0);        /* and the tier came back */
 	CHECK(s.corrupt == 0);
-	/* two timeouts (connection wait + round trip), with room for a loaded,
-	 * sanitized run; a call stuck on a frozen server would take seconds */
-	CHECK(max_fetch_ns < (uint64_t)(2 * TIMEOUT + 150) * 1000000ull);
+	/* the timeout (connection wait, connect and round trip share one
+	 * deadline), then local work, with room for a loaded, sanitized run; a
+	 * call stuck on a frozen server would take seconds */
+	printf("fetches %llu, of them %llu took over the timeout + 150 ms\n",
+	       (unsigned long long)fetches, (unsigned long long)slow_fetches);
+	CHECK(slow_fetches <= 5);                /* preempted outliers only */
+	CHECK(max_fetch_ns < 1000 * 1000000ull); /* none waited out the 1.5 s freeze */
 	/* A publish that waited on the network would take a timeout each while
 	 * the server is frozen (hundreds of them); a loaded, sanitized machine
 	 * may preempt a thread that long a few times. */

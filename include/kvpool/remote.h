@@ -83,8 +83,8 @@
  *                                                          (lock-free queue claim;
  *                                                          copy_rows: one copy)
  *   kvp_remote_fetch           everything                  one fetch connection's mutex
- *                                                          (bounded by the timeout),
- *                                                          the network (timeout)
+ *                                                          and the network, together
+ *                                                          at most the timeout
  *   kvp_remote_flush           everything                  the writer, up to its
  *                                                          timeout
  *   kvp_remote_get_stats,      everything                  never (wait-free)
@@ -235,8 +235,10 @@ int kvp_remote_publish(kvp_remote *r, kvp_ref ref, kvp_hash key);
  * Returns KVP_OK; KVP_EINVAL (NULL pointers with @n_keys > 0, a format
  * without codec); KVP_ERANGE (@refs_cap < min(@n_keys, max_fetch): nothing
  * done); KVP_EREMOTE (no connection, back-off, or no answer within the
- * timeout: nothing taken).  Returns within about two timeouts (one to
- * get a fetch connection, one for the round trip).  Thread-safe.
+ * timeout: nothing taken).  The network part (waiting for a fetch
+ * connection, connecting, sending, receiving) ends within config.timeout_ms
+ * of the call, whatever the server does; then the call adopts the values
+ * it received (local work: allocate, write, publish).  Thread-safe.
  */
 int kvp_remote_fetch(kvp_remote *r, kvp_stream stream, kvp_format format, const kvp_hash *keys,
                      size_t n_keys, kvp_owner owner, kvp_ref *refs, size_t refs_cap,

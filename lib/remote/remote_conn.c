@@ -82,13 +82,14 @@ static void backoff(const struct kvp_remote *r, struct kvpi_remote_conn *k)
 	k->failed_before = true;
 }
 
-redisContext *kvpi_remote_conn_get(struct kvp_remote *r, struct kvpi_remote_conn *k)
+redisContext *kvpi_remote_conn_get(struct kvp_remote *r, struct kvpi_remote_conn *k,
+                                   uint32_t timeout_ms)
 {
 	if (k->c != NULL)
 		return k->c;
 	if (k->retry_at_ns != 0 && kvpi_remote_now_ns() < k->retry_at_ns)
 		return NULL;
-	k->c = dial(r, k->timeout_ms);
+	k->c = dial(r, timeout_ms && timeout_ms < k->timeout_ms ? timeout_ms : k->timeout_ms);
 	if (k->c == NULL) {
 		backoff(r, k);
 		return NULL;

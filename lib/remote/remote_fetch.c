@@ -15,9 +15,11 @@
  * or int4 rows need not be).  Then the block is published, as the
  * process that computed it did.
  *
+ * Deadline: a fetch's network part (waiting for a connection, connecting,
+ * sending and receiving) ends by start + cfg.timeout_ms, whatever the
+ * server does; what follows is local work on the values received.
  * Connections: cfg.fetch_conns, each with a mutex.  A fetch takes the
- * first free one; when all are busy it waits for one at most the timeout,
- * so concurrent fetches cost each other at most one timeout.  SIGPIPE is
+ * first free one; when all are busy it waits for one until the deadline.  SIGPIPE is
  * blocked around the network calls (a server killed mid-write would
  * otherwise kill the process) and a SIGPIPE they raised is consumed.
  */
@@ -26,6 +28,7 @@
 
 #include <errno.h>
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <time.h>
@@ -64,8 +67,59 @@ static void pipe_restore(const sigset_t *old)
 	pthread_sigmask(SIG_SETMASK, old, NULL);
 }
 
-/* Take a fetch connection: a free one, else wait at most the timeout for one. */
-static struct kvpi_remote_conn *take_conn(struct kvp_remote *r)
+/* Milliseconds left until @deadline (monotonic ns), 0 when it passed. */
+static uint32_t left_ms(uint64_t deadline)
+{
+	uint64_t now = kvpi_remote_now_ns();
+	return now >= deadline ? 0 : (uint32_t)((deadline - now + 999999) / 1000000);
+}
+
+/* Wait until the socket is ready for @events, at most until @deadline. */
+static bool wait_fd(int fd, short events, uint64_t deadline)
+{
+	for (;;) {
+		uint32_t ms = left_ms(deadline);
+		if (ms == 0)
+			return false;
+		struct pollfd p = {.fd = fd, .events = events};
+		int n = poll(&p, 1, (int)ms);
+		if (n > 0)
+			return true;
+		if (n == 0 || errno != EINTR)
+			return false;
+	}
+}
+
+/*
+ * One command and its reply, all of it by @deadline: hiredis's blocking
+ * timeout bounds each read() alone, so a reply that trickles in could take
+ * many timeouts; here poll() bounds the whole round trip.
+ */
+static redisReply *round_trip(redisContext *c, int argc, const char **argv, const size_t *argl,
+                              uint64_t deadline)
+{
+	if (redisAppendCommandArgv(c, argc, argv, argl) != REDIS_OK)
+		return NULL;
+	int done = 0;
+	while (!done) {
+		if (redisBufferWrite(c, &done) != REDIS_OK)
+			return NULL;
+		if (!done && !wait_fd(c->fd, POLLOUT, deadline))
+			return NULL;
+	}
+	for (;;) {
+		void *rep = NULL;
+		if (redisGetReplyFromReader(c, &rep) != REDIS_OK)
+			return NULL;
+		if (rep != NULL)
+			return rep;
+		if (!wait_fd(c->fd, POLLIN, deadline) || redisBufferRead(c) != REDIS_OK)
+			return NULL;
+	}
+}
+
+/* Take a fetch connection: a free one, else wait for one until @deadline. */
+static struct kvpi_remote_conn *take_conn(struct kvp_remote *r, uint64_t deadline)
 {
 	/* relaxed: only spreads fetches over the connections */
 	uint32_t start = atomic_fetch_add_explicit(&r->fconn_next, 1, memory_order_relaxed);
@@ -77,7 +131,7 @@ static struct kvpi_remote_conn *take_conn(struct kvp_remote *r)
 	struct kvpi_remote_conn *k = &r->fconn[start % r->n_fconn];
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
-	uint64_t ns = (uint64_t)dl.tv_nsec + (uint64_t)r->cfg.timeout_ms * 1000000ull;
+	uint64_t ns = (uint64_t)dl.tv_nsec + (uint64_t)left_ms(deadline) * 1000000ull;
 	dl.tv_sec += (time_t)(ns / 1000000000ull);
 	dl.tv_nsec = (long)(ns % 1000000000ull);
 	return pthread_mutex_timedlock(&k->mu, &dl) == 0 ? k : NULL;
@@ -161,7 +215,8 @@ int kvp_remote_fetch(kvp_remote *r, kvp_stream stream, kvp_format format, const 
 	if (n == 0)
 		return KVP_OK;
 	uint64_t t0 = kvpi_remote_now_ns();
-	struct kvpi_remote_conn *k = take_conn(r);
+	uint64_t deadline = t0 + (uint64_t)r->cfg.timeout_ms * 1000000ull;
+	struct kvpi_remote_conn *k = take_conn(r, deadline);
 	if (k == NULL) {
 		kvpi_remote_add(&r->st_errors, 1);
 		return KVP_EREMOTE;
@@ -170,7 +225,8 @@ int kvp_remote_fetch(kvp_remote *r, kvp_stream stream, kvp_format format, const 
 	sigset_t old;
 	pipe_block(&old);
 	redisReply *rep = NULL;
-	redisContext *c = kvpi_remote_conn_get(r, k);
+	uint32_t ms = left_ms(deadline);
+	redisContext *c = ms > 0 ? kvpi_remote_conn_get(r, k, ms) : NULL;
 	if (c != NULL) {
 		k->argv[0] = "MGET";
 		k->argl[0] = 4;
@@ -180,7 +236,7 @@ int kvp_remote_fetch(kvp_remote *r, kvp_stream stream, kvp_format format, const 
 			k->argl[j + 1] = kvpi_remote_key(s, r->ns, stream, keys[j]);
 			k->argv[j + 1] = s;
 		}
-		rep = redisCommandArgv(c, (int)n + 1, k->argv, k->argl);
+		rep = round_trip(c, (int)n + 1, k->argv, k->argl, deadline);
 		if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != n) {
 			if (rep != NULL)
 				freeReplyObject(rep);

@@ -109,10 +109,12 @@ struct kvp_remote;
 /**
  * kvpi_remote_conn_get - the connection, connecting if the back-off allows
  *
+ * A connect waits at most @timeout_ms (0: the connection's timeout_ms).
  * Returns the context, or NULL (back-off, or the connect failed: then a
  * back-off starts).  The caller is the connection's one user.
  */
-struct redisContext *kvpi_remote_conn_get(struct kvp_remote *r, struct kvpi_remote_conn *k);
+struct redisContext *kvpi_remote_conn_get(struct kvp_remote *r, struct kvpi_remote_conn *k,
+                                          uint32_t timeout_ms);
 
 /** kvpi_remote_conn_fail - close the connection after an error and start a back-off */
 void kvpi_remote_conn_fail(struct kvp_remote *r, struct kvpi_remote_conn *k);

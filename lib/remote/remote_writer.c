@@ -99,7 +99,7 @@ static long append_batch(struct kvp_remote *r, redisContext *c, size_t n)
 /* Send the first @n filled cells as one pipeline and release them; counts each. */
 static void send_batch(struct kvp_remote *r, size_t n)
 {
-	redisContext *c = kvpi_remote_conn_get(r, &r->wconn);
+	redisContext *c = kvpi_remote_conn_get(r, &r->wconn, 0);
 	long k = c != NULL ? append_batch(r, c, n) : -1;
 	if (c == NULL)
 		kvpi_remote_add(&r->st_failed, n);
