@@ -65,6 +65,7 @@ typedef struct rp_worker {
 	uint64_t prefix_blocks, prefix_matched, prefix_published, prefix_dup;
 	char first_error[256];
 	hist lat;
+	float *krows; /* check_rows: one block's rows for a keyed block */
 } rp_worker;
 
 typedef struct rp_engine {
@@ -95,6 +96,7 @@ typedef struct rp_engine {
 	uint32_t *matched; /* per request: blocks per stream matched at admission */
 	kvp_ref *mrefs[2]; /* the scheduler's match buffers */
 	uint64_t prefix_returned;
+	float *crows[2]; /* check_rows: the scheduler's expected and read rows */
 } rp_engine;
 
 static uint64_t ld(_Atomic uint64_t *a)
@@ -185,14 +187,40 @@ static int pool_store_rows(rp_worker *w, int si, kvp_ref ref, uint32_t offset, u
 	return kvp_storage_write(e->c->storage[si], ref, offset, e->rows, n_rows);
 }
 
+/* check_rows: block @j of request @idx's prompt gets its key's rows, if it has a key. */
+static int pool_store_prompt_rows(rp_worker *w, int si, size_t idx, uint32_t j, kvp_ref ref,
+                                  uint32_t n_rows)
+{
+	const rp_config *c = w->e->c;
+	if (!c->check_rows || j >= c->n_keys[idx])
+		return pool_store_rows(w, si, ref, 0, n_rows);
+	w->row_writes++;
+	rp_key_rows(c->keys[c->key_off[idx] + j], si, n_rows, c->row_dim, w->krows);
+	return kvp_storage_write(c->storage[si], ref, 0, w->krows, n_rows);
+}
+
+void rp_key_rows(kvp_hash key, int si, uint32_t n_rows, uint32_t row_dim, float *out)
+{
+	uint64_t x = key.lo ^ (key.hi * 0x9e3779b97f4a7c15ull) ^ (uint64_t)(si + 1);
+	for (size_t i = 0; i < (size_t)n_rows * row_dim; i++) {
+		x ^= x >> 12; /* xorshift64* */
+		x ^= x << 25;
+		x ^= x >> 27;
+		out[i] = (float)((int)((x * 0x2545f4914f6cdd1dull) >> 53) - 1024) / 64.0f;
+	}
+}
+
 /* Prefix: publish the request's full prompt blocks it computed itself:
  * blocks matched .. n_keys - 1, which are refs[0 ..] of its prefill. */
-static void pool_publish(rp_worker *w, rp_slot *s, size_t n)
+static void pool_publish(rp_worker *w, rp_slot *s, int si, size_t n)
 {
 	const rp_config *c = w->e->c;
 	const kvp_hash *keys = c->keys + c->key_off[s->idx];
 	for (uint32_t j = s->matched; j < c->n_keys[s->idx] && j - s->matched < n; j++) {
-		int rc = kvp_prefix_publish(c->pool, w->refs[j - s->matched], keys[j]);
+		kvp_ref ref = w->refs[j - s->matched];
+		/* with a remote tier: published here and queued for Redis */
+		int rc = c->remote[si] ? kvp_remote_publish(c->remote[si], ref, keys[j])
+		                       : kvp_prefix_publish(c->pool, ref, keys[j]);
 		if (rc == KVP_OK)
 			w->prefix_published++;
 		else if (rc == KVP_EEXIST) /* another request computed it meanwhile */
@@ -224,7 +252,8 @@ static int pool_prefill(rp_worker *w, rp_slot *s)
 		if (c->storage[si] != NULL && c->write_rows) {
 			for (size_t b = 0; b < n; b++) {
 				uint32_t rows = b + 1 < n ? bs : rest - (uint32_t)b * bs;
-				rc = pool_store_rows(w, si, w->refs[b], 0, rows);
+				rc = pool_store_prompt_rows(w, si, s->idx, s->matched + (uint32_t)b,
+				                            w->refs[b], rows);
 				if (rc != KVP_OK) {
 					fail(w, "kvp_storage_write (prompt)", s->idx, rc);
 					return -1;
@@ -232,7 +261,7 @@ static int pool_prefill(rp_worker *w, rp_slot *s)
 			}
 		}
 		if (c->prefix) /* written: the full prompt blocks are final */
-			pool_publish(w, s, n);
+			pool_publish(w, s, si, n);
 	}
 	return 0;
 }
@@ -612,6 +641,79 @@ static uint64_t wall_ns(double ns, double speed)
 	return w >= 0x1p62 || w != w ? (uint64_t)1 << 62 : w <= 0 ? 0 : (uint64_t)w;
 }
 
+/*
+ * Remote tier: after the local match of request @i stopped at *@got in
+ * stream @si, fetch the rest of its keyed blocks from Redis, at most as
+ * many as are free beyond what admitted requests have still to allocate
+ * (a fetch allocates its blocks now).  A tier that is down costs one
+ * failed call (counted), and the request goes on with the local match.
+ */
+static void remote_fill(rp_engine *e, size_t i, int si, size_t *got, rp_result *res)
+{
+	const rp_config *c = e->c;
+	uint32_t nk = c->n_keys[i];
+	if (*got >= nk)
+		return;
+	/* acquire, and before kvp_n_free: see rp_engine.pending */
+	uint64_t p = atomic_load_explicit(&e->pending[si], memory_order_acquire);
+	uint64_t f = kvp_n_free(c->pool, (kvp_stream)si);
+	uint64_t room = f > p ? f - p : 0, want = nk - *got;
+	if (want > room)
+		want = room;
+	if (want == 0)
+		return;
+	/* The scheduler holds mu; workers must not wait for the network with it.
+	 * Meanwhile they only finish requests and allocate what admission
+	 * reserved (free and pending drop together), so room stays a bound. */
+	pthread_mutex_unlock(&e->mu);
+	while (want > 0) { /* a call takes at most the tier's max_fetch keys */
+		size_t n = 0;
+		uint64_t t0 = su_now_ns();
+		int rc = kvp_remote_fetch(c->remote[si], (kvp_stream)si, KVP_FP16,
+		                          c->keys + c->key_off[i] + *got, want, i,
+		                          e->mrefs[si] + *got, nk - *got, &n);
+		t0 = su_now_ns() - t0;
+		if (t0 > res->remote_fetch_max_ns)
+			res->remote_fetch_max_ns = t0;
+		if (rc == KVP_EREMOTE)
+			res->remote_fetch_failed++; /* the tier is down or slow: serve on */
+		else if (rc != KVP_OK && res->errors++ == 0)
+			snprintf(res->first_error, sizeof res->first_error,
+			         "request %zu: kvp_remote_fetch: %s", i, kvp_strerror(rc));
+		*got += n;
+		want -= n;
+		if (rc != KVP_OK || n == 0)
+			break; /* failed, or the next key is a miss */
+	}
+	pthread_mutex_lock(&e->mu);
+}
+
+/* check_rows: the rows of request @i's @m matched blocks are their keys' rows. */
+static void check_matched_rows(rp_engine *e, size_t i, uint32_t m, rp_result *res)
+{
+	const rp_config *c = e->c;
+	size_t nf = (size_t)c->block_size * c->row_dim;
+	for (int si = 0; si < 2; si++) {
+		for (uint32_t j = 0; j < m; j++) {
+			uint32_t n = 0;
+			kvp_hash key = c->keys[c->key_off[i] + j];
+			int rc = kvp_storage_read_f32(c->storage[si], e->mrefs[si][j], e->crows[1],
+			                              c->block_size, &n);
+			rp_key_rows(key, si, c->block_size, c->row_dim, e->crows[0]);
+			res->row_checks++;
+			if (rc == KVP_OK && n == c->block_size &&
+			    memcmp(e->crows[0], e->crows[1], nf * sizeof(float)) == 0)
+				continue;
+			res->row_check_failed++;
+			if (res->errors++ == 0)
+				snprintf(res->first_error, sizeof res->first_error,
+				         "request %zu: %s block %u of the prompt does not hold its "
+				         "key's rows (%s)",
+				         i, si ? "V" : "K", j, kvp_strerror(rc));
+		}
+	}
+}
+
 /* Prefix: match request @i's keyed prompt blocks in K and V for owner @i;
  * keeps the shorter match in both streams and returns its length. */
 static uint32_t admit_match(rp_engine *e, size_t i, rp_result *res)
@@ -633,10 +735,17 @@ static uint32_t admit_match(rp_engine *e, size_t i, rp_result *res)
 		}
 	}
 	e->prefix_returned += got[0] + got[1];
+	size_t local = got[0] < got[1] ? got[0] : got[1];
+	for (int si = 0; si < 2 && c->remote[si] != NULL; si++)
+		remote_fill(e, i, si, &got[si], res);
 	m = (uint32_t)(got[0] < got[1] ? got[0] : got[1]);
 	for (int si = 0; si < 2; si++)
 		if (got[si] > m)
 			kvp_free_owned(c->pool, i, e->mrefs[si] + m, got[si] - m);
+	if (m > local)
+		res->remote_hits += m - local;
+	if (c->check_rows)
+		check_matched_rows(e, i, m, res);
 	return m;
 }
 
@@ -675,6 +784,10 @@ static bool head_fits(rp_engine *e, size_t next, uint64_t need, head_state *h, r
 		*newb = need;
 		return e->reserved + need <= c->capacity;
 	}
+	/* Remote tier: match once the whole request would fit, so the blocks a
+	 * fetch takes are not cut short by what admitted requests still need. */
+	if (!h->matched && c->remote[0] != NULL && e->in_system > 0 && !prefix_fits(e, need))
+		return false;
 	if (!h->matched) /* once: its holds wait with it */
 		e->matched[next] = admit_match(e, next, res);
 	h->matched = true;
@@ -829,12 +942,15 @@ static void engine_free(rp_engine *e)
 			}
 			free(w->slots);
 			free(w->refs);
+			free(w->krows);
 		}
 	}
 	free(e->w);
 	free(e->matched);
 	free(e->mrefs[0]);
 	free(e->mrefs[1]);
+	free(e->crows[0]);
+	free(e->crows[1]);
 	free(e->ready);
 	free(e->rows);
 	pthread_mutex_destroy(&e->mu);
@@ -848,7 +964,9 @@ static bool config_ok(const rp_config *c)
 	         c->latency_every == 0 || (c->kind == RP_POOL && c->pool == NULL) ||
 	         !(c->speed >= 0 && c->speed <= 1e6) ||
 	         !(c->step_ms >= 0 && c->step_ms <= 3600e3) ||
-	         (c->prefix && (c->kind != RP_POOL || !c->keys || !c->key_off || !c->n_keys)));
+	         (c->prefix && (c->kind != RP_POOL || !c->keys || !c->key_off || !c->n_keys)) ||
+	         ((c->remote[0] || c->remote[1] || c->check_rows) &&
+	          (!c->prefix || !c->storage[0] || !c->storage[1] || !c->write_rows)));
 }
 
 /* The blocks of the longest prompt (at least 1): the size of a worker's refs. */
@@ -883,6 +1001,12 @@ static bool engine_init(rp_engine *e, const rp_config *c, rp_live *live)
 		e->mrefs[1] = malloc(max_blocks * sizeof *e->mrefs[1]);
 		ok = e->matched && e->mrefs[0] && e->mrefs[1];
 	}
+	if (ok && c->check_rows) {
+		size_t nf = (size_t)c->block_size * c->row_dim;
+		e->crows[0] = malloc(nf * sizeof(float));
+		e->crows[1] = malloc(nf * sizeof(float));
+		ok = e->crows[0] && e->crows[1];
+	}
 	for (unsigned i = 0; ok && i < c->threads; i++) {
 		rp_worker *w = &e->w[i];
 		w->e = e;
@@ -890,6 +1014,10 @@ static bool engine_init(rp_engine *e, const rp_config *c, rp_live *live)
 		w->refs_cap = max_blocks;
 		w->refs = malloc(w->refs_cap * sizeof *w->refs);
 		ok = w->slots && w->refs;
+		if (ok && c->check_rows) {
+			w->krows = malloc((size_t)c->block_size * c->row_dim * sizeof(float));
+			ok = w->krows != NULL;
+		}
 	}
 	return ok;
 }

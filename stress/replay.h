@@ -74,6 +74,12 @@ typedef struct rp_config {
 	const kvp_hash *keys;
 	const size_t *key_off;
 	const uint32_t *n_keys;
+	/* Remote tier (--remote-cache; prefix and storage only): K and V tiers.
+	 * A match that stops short fetches the rest of the prefix from them. */
+	kvp_remote *remote[2];
+	/* Prefix with storage: keyed prompt blocks get rows rp_key_rows gives,
+	 * and every matched block's rows are checked against them at admission. */
+	bool check_rows;
 } rp_config;
 
 typedef struct rp_result {
@@ -106,6 +112,10 @@ typedef struct rp_result {
 	uint64_t prefix_returned;  /* blocks the match calls returned, K + V (extras included) */
 	uint64_t prefix_published; /* blocks published, K + V */
 	uint64_t prefix_dup;       /* publishes refused: the key was published meanwhile (K + V) */
+	uint64_t remote_hits; /* of prefix_matched, blocks the remote tier supplied (admitted) */
+	uint64_t remote_fetch_failed;          /* fetches that returned KVP_EREMOTE (K + V) */
+	uint64_t remote_fetch_max_ns;          /* the longest kvp_remote_fetch call */
+	uint64_t row_checks, row_check_failed; /* matched blocks whose rows were checked (K + V) */
 } rp_result;
 
 /*
@@ -120,6 +130,14 @@ typedef struct rp_live {
 	_Atomic bool running;
 	promhist alloc_lat; /* the timed allocate calls, as hist_record sees them */
 } rp_live;
+
+/**
+ * rp_key_rows - the rows the replay writes into the keyed block @key of
+ * stream @si: @n_rows rows of @row_dim values, a function of the key alone,
+ * each a multiple of 1/64 in [-16, 16] (exact in fp16, so a read gives
+ * back exactly these floats).
+ */
+void rp_key_rows(kvp_hash key, int si, uint32_t n_rows, uint32_t row_dim, float *out);
 
 /** rp_blocks_needed - blocks per stream a request needs for its whole life */
 static inline uint64_t rp_blocks_needed(const trace_request *r, uint32_t block_size)

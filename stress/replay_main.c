@@ -30,6 +30,7 @@
 
 typedef struct opts {
 	const char *trace_path, *json_path, *workload;
+	const char *remote_url; /* --remote-cache */
 	trace_format format;
 	bool skip_bad, storage, naive, progress, prefix;
 	uint64_t limit, requests, seed, blocks, block_size, threads, batch, head_dim;
@@ -40,6 +41,7 @@ typedef struct opts {
 
 typedef struct app {
 	opts o;
+	kvp_remote *remote[2]; /* --remote-cache: the K and V tiers */
 	kvp_pool *pool;
 	kvp_bufcache *cache;
 	rp_live live;
@@ -78,6 +80,9 @@ static void usage(FILE *f)
 	    "  --storage           write real fp16 K/V rows through kvp_storage\n"
 	    "  --prefix-cache      share prompt blocks by content (Mooncake hash_ids):\n"
 	    "                      match at admission, publish after prefill\n"
+	    "  --remote-cache URL  with --prefix-cache --storage: a remote prefix tier on Redis\n"
+	    "                      (redis://[user:password@]host:port[/db] or unix:///path):\n"
+	    "                      publishes go to it too, matches that stop short fetch from it\n"
 	    "  --head-dim D        elements per K (and V) row (default 64)\n"
 	    "  --no-naive          skip the naive malloc-per-token baseline\n"
 	    "  --latency-every N   time one allocation call in N (default 1: all)\n"
@@ -107,6 +112,7 @@ static const struct option longopts[] = {
     {"step-ms", required_argument, NULL, 0},
     {"rate", required_argument, NULL, 0},
     {"metrics-port", required_argument, NULL, 0},
+    {"remote-cache", required_argument, NULL, 0},
     {"limit", required_argument, NULL, 0},
     {"requests", required_argument, NULL, 0},
     {"seed", required_argument, NULL, 0},
@@ -187,6 +193,8 @@ static int parse_text(opts *o, const char *a, const char *v)
 	} else if (strcmp(a, "--rate") == 0) {
 		if (!su_parse_double(v, &o->rate) || !(o->rate > 0 && o->rate <= 1e9))
 			return -1;
+	} else if (strcmp(a, "--remote-cache") == 0) {
+		o->remote_url = v;
 	} else if (strcmp(a, "--metrics-port") == 0) {
 		if (!su_parse_u64(v, &u) || u > 65535)
 			return -1;
@@ -235,6 +243,21 @@ static int parse_args(int argc, char **argv, opts *o)
 	return rc;
 }
 
+/* --remote-cache: the K and V tiers' counters, summed (false without tiers). */
+static bool remote_sum(const app *A, kvp_remote_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	for (int i = 0; i < 2 && A->remote[i] != NULL; i++) {
+		kvp_remote_stats r;
+		kvp_remote_get_stats(A->remote[i], &r);
+		uint64_t *d = (uint64_t *)out;
+		const uint64_t *src = (const uint64_t *)&r;
+		for (size_t j = 0; j < sizeof r / sizeof(uint64_t); j++)
+			d[j] += src[j];
+	}
+	return A->remote[0] != NULL;
+}
+
 static uint64_t ld(_Atomic uint64_t *a)
 {
 	return atomic_load_explicit(a, memory_order_relaxed);
@@ -266,6 +289,12 @@ static void fill_metrics(void *arg, mtext *t)
 	             "Tokens whose K and V rows the replay holds now.", (double)ld(&l->tokens));
 	mtext_metric(t, "kvpool_replay_running", "gauge", "1 while the replay runs.",
 	             atomic_load_explicit(&l->running, memory_order_relaxed) ? 1.0 : 0.0);
+	kvp_remote_stats rs;
+	char rtext[8192];
+	size_t rlen;
+	if (remote_sum(a, &rs) &&
+	    kvp_remote_stats_to_prometheus(&rs, NULL, rtext, sizeof rtext, &rlen) == KVP_OK)
+		mtext_printf(t, "%s", rtext); /* both tiers, K + V */
 }
 
 /* --- prefix cache: keys and the ideal hit rate ------------------------------------------ */
@@ -427,6 +456,8 @@ typedef struct summary {
 	const prefix_plan *prefix; /* NULL without --prefix-cache */
 	kvp_stats st;
 	uint64_t n_req, block_bytes;
+	bool remote;         /* --remote-cache */
+	kvp_remote_stats rs; /* both tiers' counters, summed */
 } summary;
 
 static double secs(uint64_t ns)
@@ -442,6 +473,34 @@ static double per_s(uint64_t count, uint64_t ns)
 static double prefix_rate(const rp_result *p)
 {
 	return p->prefix_blocks ? (double)p->prefix_matched / (double)p->prefix_blocks : 0.0;
+}
+
+static double remote_rate(const rp_result *p)
+{
+	return p->prefix_blocks ? (double)p->remote_hits / (double)p->prefix_blocks : 0.0;
+}
+
+/* The remote tier's lines of the prefix section. */
+static void print_remote(const summary *S)
+{
+	const rp_result *p = S->p;
+	const kvp_remote_stats *r = &S->rs;
+	char a[64], b[96], m1[32];
+	snprintf(a, sizeof a, "%.4f", remote_rate(p));
+	snprintf(b, sizeof b, "(%s blocks per stream from Redis)",
+	         human((double)p->remote_hits, m1, sizeof m1));
+	row("  of it from the remote tier", a, b, NULL);
+	row("remote bytes read", human((double)r->bytes_read, a, sizeof a), NULL, NULL);
+	row("remote bytes written", human((double)r->bytes_written, a, sizeof a), NULL, NULL);
+	snprintf(b, sizeof b, "(dropped %llu, failed %llu, skipped %llu)",
+	         (unsigned long long)r->writes_dropped, (unsigned long long)r->writes_failed,
+	         (unsigned long long)r->writes_skipped);
+	row("remote writes (K + V)", human((double)r->writes_done, a, sizeof a), b, NULL);
+	snprintf(b, sizeof b, "(corrupt values %llu, reconnects %llu)",
+	         (unsigned long long)r->corrupt, (unsigned long long)r->reconnects);
+	row("remote errors", human((double)r->errors, a, sizeof a), b, NULL);
+	snprintf(a, sizeof a, "%.1f", (double)p->remote_fetch_max_ns / 1e6);
+	row("longest fetch call (ms)", a, NULL, NULL);
 }
 
 static void print_prefix(const summary *S, const opts *o)
@@ -473,6 +532,14 @@ static void print_prefix(const summary *S, const opts *o)
 	row("blocks cached at the end", human((double)S->st.n_cached, a, sizeof a), NULL, NULL);
 	snprintf(a, sizeof a, "%.2f", P->build_s);
 	row("keys hashed (s)", a, NULL, NULL);
+	if (S->remote)
+		print_remote(S);
+	if (p->row_checks > 0) {
+		snprintf(b, sizeof b, "(%s failed)",
+		         human((double)p->row_check_failed, m1, sizeof m1));
+		row("matched blocks' rows checked", human((double)p->row_checks, a, sizeof a), b,
+		    NULL);
+	}
 }
 
 /* Requests, tokens, time and calls: kvpool beside naive, with the ratio. */
@@ -688,17 +755,26 @@ static void check_prefix_naive(checks *k, const summary *S, uint64_t expect_toke
 	const rp_result *p = S->p, *n = S->n;
 	kvp_stats st = S->st;
 	if (S->prefix) {
-		check(k, st.n_prefix_hits == p->prefix_returned,
+		/* a remote tier matches too: its writer's short holds, its fetches' look-ups */
+		check(k,
+		      S->remote ? st.n_prefix_hits >= p->prefix_returned
+		                : st.n_prefix_hits == p->prefix_returned,
 		      "prefix: pool prefix hits %" PRIu64
-		      " = blocks the replay's matches returned %" PRIu64,
-		      st.n_prefix_hits, p->prefix_returned);
+		      " %s blocks the replay's matches returned %" PRIu64,
+		      st.n_prefix_hits, S->remote ? ">=" : "=", p->prefix_returned);
+		/* blocks an earlier run left in Redis are beyond this run's ideal */
 		check(k,
 		      p->prefix_blocks == S->prefix->full_blocks &&
-		          p->prefix_matched <= S->prefix->ideal_hits,
+		          p->prefix_matched - p->remote_hits <= S->prefix->ideal_hits,
 		      "prefix: full prompt blocks %" PRIu64 " = the trace's %" PRIu64
-		      ", matched %" PRIu64 " <= ideal %" PRIu64,
-		      p->prefix_blocks, S->prefix->full_blocks, p->prefix_matched,
+		      ", matched locally %" PRIu64 " <= ideal %" PRIu64,
+		      p->prefix_blocks, S->prefix->full_blocks, p->prefix_matched - p->remote_hits,
 		      S->prefix->ideal_hits);
+		if (p->row_checks > 0 || S->remote)
+			check(k, p->row_check_failed == 0 && p->row_checks > 0,
+			      "content: every matched block (local or remote) holds its key's rows "
+			      "(%" PRIu64 " blocks checked, %" PRIu64 " failed)",
+			      p->row_checks, p->row_check_failed);
 	}
 	if (n != NULL) {
 		uint64_t ntok = n->prompt_tokens + n->output_tokens;
@@ -802,11 +878,17 @@ static int write_json(const char *path, const app *A, const summary *S, const ch
 		        ", \"prefill_tokens_saved\": %" PRIu64 ", \"published\": %" PRIu64
 		        ", \"publish_refused\": %" PRIu64 ", \"evictions\": %" PRIu64
 		        ", \"cached_blocks_end\": %" PRIu64 ", \"prefix_queries\": %" PRIu64
-		        ", \"prefix_hits\": %" PRIu64 "},\n",
+		        ", \"prefix_hits\": %" PRIu64 ", \"remote_hit_rate\": %.6f"
+		        ", \"remote_hits\": %" PRIu64 ", \"remote_bytes_read\": %" PRIu64
+		        ", \"remote_errors\": %" PRIu64 ", \"remote_writes\": %" PRIu64
+		        ", \"remote_reconnects\": %" PRIu64 ", \"remote_fetch_max_ms\": %.3f"
+		        ", \"row_checks\": %" PRIu64 ", \"row_checks_failed\": %" PRIu64 "},\n",
 		        prefix_rate(p), S->prefix->ideal_hit_rate, p->prefix_blocks,
 		        p->prefix_matched, S->prefix->ideal_hits, p->prefix_matched * o->block_size,
 		        p->prefix_published, p->prefix_dup, st->n_evictions, st->n_cached,
-		        st->n_prefix_queries, st->n_prefix_hits);
+		        st->n_prefix_queries, st->n_prefix_hits, remote_rate(p), p->remote_hits,
+		        S->rs.bytes_read, S->rs.errors, S->rs.writes_done, S->rs.reconnects,
+		        (double)p->remote_fetch_max_ns / 1e6, p->row_checks, p->row_check_failed);
 	}
 	fprintf(f, "  \"checks\": {\"run\": %d, \"failed\": %d},\n", k->run, k->failed);
 	json_result(f, "kvpool", S->p, S->n == NULL);
@@ -935,6 +1017,19 @@ static void print_banner(const opts *o, const char *source, uint64_t capacity)
 	fflush(stdout);
 }
 
+/* --remote-cache: send what is queued (the next run reads it), sum both tiers' figures. */
+static void remote_done(app *A, summary *S)
+{
+	if (A->remote[0] == NULL)
+		return;
+	S->remote = true;
+	for (int i = 0; i < 2; i++)
+		if (kvp_remote_flush(A->remote[i], 10000) != KVP_OK)
+			fprintf(stderr,
+			        "kvpool_replay: the remote tier did not take every write\n");
+	remote_sum(A, &S->rs);
+}
+
 /*
  * The trace through the pool, then (unless --no-naive) through naive
  * malloc-per-token; fills @S with both results and the pool's stats.
@@ -962,13 +1057,16 @@ static void replay_both(app *A, const trace *t, kvp_storage *store[2], uint64_t 
 	               .prefix = o->prefix,
 	               .keys = plan->keys,
 	               .key_off = plan->off,
-	               .n_keys = plan->n};
+	               .n_keys = plan->n,
+	               .remote = {A->remote[0], A->remote[1]},
+	               .check_rows = o->prefix && o->storage};
 	static rp_result pres, nres;
 	rp_run(&c, &pres, &A->live);
 	*S = (summary){.p = &pres,
 	               .prefix = o->prefix ? plan : NULL,
 	               .n_req = t->n,
 	               .block_bytes = o->block_size * 2 * o->head_dim};
+	remote_done(A, S); /* first: the pool's figures then include no write in flight */
 	kvp_pool_stats(A->pool, &S->st);
 	if (!o->naive)
 		return;
@@ -977,6 +1075,38 @@ static void replay_both(app *A, const trace *t, kvp_storage *store[2], uint64_t 
 	c.prefix = false;
 	rp_run(&c, &nres, NULL);
 	S->n = &nres;
+}
+
+/* --remote-cache URL: one tier per storage (0), or -1 after saying why not. */
+static int setup_remote(app *A, kvp_storage *store[2])
+{
+	const opts *o = &A->o;
+	if (o->remote_url == NULL)
+		return 0;
+	if (!o->prefix || !o->storage) {
+		fprintf(stderr,
+		        "kvpool_replay: --remote-cache needs --prefix-cache and --storage\n");
+		return -1;
+	}
+	kvp_remote_config rc;
+	kvp_remote_config_init(&rc);
+	rc.url = o->remote_url;
+	rc.key_namespace = "kvpool-replay";
+	/* speed 0 churns a small pool in microseconds: the writer would find
+	 * most blocks evicted, so the publisher copies the rows */
+	rc.copy_rows = true;
+	/* a queue of 256 MiB: a replay at speed 0 publishes faster than one writer sends */
+	uint64_t cell = KVP_REMOTE_HEADER_BYTES + o->block_size * o->head_dim * 4;
+	rc.queue_cap = (uint32_t)((256u << 20) / cell > 4096 ? (256u << 20) / cell : 4096);
+	for (int i = 0; i < 2; i++) {
+		int rv = kvp_remote_create(store[i], &rc, &A->remote[i]);
+		if (rv != KVP_OK) {
+			fprintf(stderr, "kvpool_replay: --remote-cache %s: %s\n", o->remote_url,
+			        kvp_strerror(rv));
+			return -1;
+		}
+	}
+	return 0;
 }
 
 /* --linger: keep serving /metrics until then or SIGTERM/SIGINT; then stop. */
@@ -999,6 +1129,8 @@ static void stop_metrics(const opts *o, mhttp *srv)
 
 static void teardown(app *A, kvp_storage *store[2], trace *t, prefix_plan *plan)
 {
+	for (int i = 0; i < 2; i++)
+		kvp_remote_destroy(A->remote[i]);
 	for (int i = 0; i < 2; i++)
 		kvp_storage_destroy(store[i]);
 	kvp_pool_destroy(A->pool);
@@ -1046,7 +1178,7 @@ int main(int argc, char **argv)
 	kvp_storage *store[2] = {NULL, NULL};
 	mhttp *srv = NULL;
 	uint64_t capacity = 0, expect_rejected, expect_tokens;
-	if (setup_pool(&A, store) != 0)
+	if (setup_pool(&A, store) != 0 || setup_remote(&A, store) != 0)
 		goto setup_failed;
 	capacity = kvp_n_free(A.pool, KVP_V); /* V has the smaller half */
 	expect_counts(&t, (uint32_t)o->block_size, capacity, &expect_rejected, &expect_tokens);

@@ -83,7 +83,8 @@ exprs = [t["expr"] for p in panels for t in p["targets"]]
 assert all(p["targets"] for p in panels), "a panel without a query"
 for want in ("usage_ratio", "allocations_total", "frees_total", "exhausted_total",
              "fragmentation", "allocate_duration_seconds_bucket", "prefix_hits_total",
-             "stream_blocks_in_use", "build_info"):
+             "stream_blocks_in_use", "build_info", "kvpool_remote_hits_total",
+             "kvpool_remote_fetch_seconds_bucket", "kvpool_remote_writes_dropped_total"):
     assert any(want in e for e in exprs), want
 print(f"ok dashboard: {len(panels)} panels, {len(exprs)} queries")
 PY

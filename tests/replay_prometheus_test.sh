@@ -109,6 +109,8 @@ exprs = [(p["title"], t["expr"]) for p in d["panels"] for t in p["targets"]]
 # has data only when some key was asked for.
 has_prefix = any(l.split()[-1] not in ("0", "0.0") for l in metrics.splitlines()
                  if l.startswith("kvpool_block_pool_prefix_queries_total"))
+# The remote tier's families exist only with --remote-cache.
+has_remote = "kvpool_remote_hits_total" in metrics
 bad = 0
 for title, expr in exprs:
     q = expr.replace("$__rate_interval", "1m").replace('=~"$job"', '=~"kvpool"')
@@ -118,6 +120,9 @@ for title, expr in exprs:
         print(f"FAIL {title}: {q}: {r}"); bad += 1; continue
     vals = [float(s["value"][1]) for s in r["data"]["result"]]
     finite = [v for v in vals if math.isfinite(v)]
+    if "kvpool_remote_" in expr and not has_remote:
+        print(f"skip {title}: no remote tier in this run ({len(vals)} samples)")
+        continue
     if "prefix_" in expr and not has_prefix:
         print(f"skip {title}: no prefix-cache families in this run ({len(vals)} samples)")
         continue

@@ -25,7 +25,8 @@ declare -A below=(
 	[bufcache]="base"
 	[storage]="base pool prefix bufcache"
 	[kvcache]="base pool prefix bufcache storage"
-	[testing]="base pool prefix bufcache storage kvcache"
+	[remote]="base pool prefix bufcache storage"
+	[testing]="base pool prefix bufcache storage kvcache remote"
 )
 
 bad=0

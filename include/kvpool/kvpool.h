@@ -18,6 +18,7 @@
 #include <kvpool/bufcache.h>
 #include <kvpool/storage.h>
 #include <kvpool/kvcache.h>
+#include <kvpool/remote.h>
 #include <kvpool/report.h>
 #include <kvpool/version.h>
 

@@ -21,6 +21,8 @@ typedef enum kvp_status {
 	KVP_ERANGE = -5,     /* write past a block's end, or an output array too small */
 	KVP_ENOENT = -6,     /* unknown owner, or a block id never handed out or retired */
 	KVP_EEXIST = -7,     /* another block is already published under that prefix key */
+	KVP_EREMOTE = -8,    /* the remote tier did not answer in time, or is unreachable */
+	KVP_ENOTSUP = -9,    /* the library was built without this feature (the remote tier) */
 } kvp_status;
 
 /**

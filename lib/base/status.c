@@ -25,6 +25,10 @@ const char *kvp_strerror(int status)
 		return "no such owner or block";
 	case KVP_EEXIST:
 		return "prefix key already published";
+	case KVP_EREMOTE:
+		return "remote tier unavailable";
+	case KVP_ENOTSUP:
+		return "not supported by this build";
 	default:
 		return "unknown status";
 	}

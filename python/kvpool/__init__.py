@@ -32,6 +32,8 @@ from .errors import (
     OutOfRangeError,
     OwnerAlreadyActiveError,
     PrefixKeyExistsError,
+    NotSupportedError,
+    RemoteUnavailableError,
     strerror,
 )
 from .kvcache import AccountedKVCache, PooledKVCache, PooledKVCacheLayer, build_pooled_caches
@@ -39,6 +41,7 @@ from .pool import FORMATS, Block, BlockPoolAllocator, PoolConfig
 from .prefix import PrefixKey, prefix_hash
 from .stats import AllocationStats
 from .storage import BlockStorage
+from .remote import RemoteTier
 
 library_path = _lib.path
 __version__ = _lib.version()
@@ -51,6 +54,9 @@ __all__ = [
     "BlockPoolAllocator",
     "BlockPoolExhaustedError",
     "BlockStorage",
+    "NotSupportedError",
+    "RemoteTier",
+    "RemoteUnavailableError",
     "FORMATS",
     "InvalidArgumentError",
     "KVPoolError",

@@ -72,6 +72,8 @@ KVP_ENOMEM = -4
 KVP_ERANGE = -5
 KVP_ENOENT = -6
 KVP_EEXIST = -7
+KVP_EREMOTE = -8
+KVP_ENOTSUP = -9
 
 KVP_K, KVP_V, KVP_KV = 0, 1, 2
 KVP_N_FORMATS = 7
@@ -141,6 +143,42 @@ class HashC(Structure):
     """struct kvp_hash (kvpool/prefix.h)"""
 
     _fields_ = [("lo", c_uint64), ("hi", c_uint64)]
+
+
+class RemoteConfigC(Structure):
+    """struct kvp_remote_config (kvpool/remote.h)"""
+
+    _fields_ = [
+        ("url", c_char_p),
+        ("key_namespace", c_char_p),
+        ("timeout_ms", c_uint32),
+        ("write_timeout_ms", c_uint32),
+        ("queue_cap", c_uint32),
+        ("expire_s", c_uint32),
+        ("backoff_min_ms", c_uint32),
+        ("backoff_max_ms", c_uint32),
+        ("max_fetch", c_uint32),
+        ("fetch_conns", c_uint32),
+        ("copy_rows", c_bool),
+        ("writer_owner", c_uint64),
+    ]
+
+
+KVP_REMOTE_LAT_BUCKETS = 10
+REMOTE_STAT_FIELDS = (
+    "hits", "misses", "corrupt", "errors", "fetches", "bytes_read", "bytes_written",
+    "writes_queued", "writes_dropped", "writes_failed", "writes_skipped", "writes_done",
+    "reconnects", "queue_depth",
+)
+
+
+class RemoteStatsC(Structure):
+    """struct kvp_remote_stats (kvpool/remote.h)"""
+
+    _fields_ = [(f, c_uint64) for f in REMOTE_STAT_FIELDS] + [
+        ("lat_count", c_uint64 * (KVP_REMOTE_LAT_BUCKETS + 1)),
+        ("lat_sum_us", c_uint64),
+    ]
 
 
 class KVCacheConfigC(Structure):
@@ -214,6 +252,21 @@ PROTOTYPES = {
     ),
     "kvp_storage_resident_bytes": (c_size_t, [c_void_p]),
     "kvp_storage_release": (c_int, [c_void_p, c_uint64]),
+    # remote.h
+    "kvp_remote_config_init": (c_int, [P(RemoteConfigC)]),
+    "kvp_remote_create": (c_int, [c_void_p, P(RemoteConfigC), P(c_void_p)]),
+    "kvp_remote_destroy": (None, [c_void_p]),
+    "kvp_remote_publish": (c_int, [c_void_p, c_uint64, HashC]),
+    "kvp_remote_fetch": (
+        c_int,
+        [c_void_p, c_int, c_int, P(HashC), c_size_t, c_uint64, c_uint64_p, c_size_t, P(c_size_t)],
+    ),
+    "kvp_remote_flush": (c_int, [c_void_p, c_uint32]),
+    "kvp_remote_get_stats": (c_int, [c_void_p, P(RemoteStatsC)]),
+    "kvp_remote_to_prometheus": (
+        c_int,
+        [c_void_p, c_char_p, c_char_p, c_size_t, P(c_size_t)],
+    ),
     # kvcache.h
     "kvp_kvcache_create": (
         c_int,

@@ -10,6 +10,8 @@ KVP_EOWNER     OwnerAlreadyActiveError            -
 KVP_ENOENT     NotFoundError                      LookupError
 KVP_ENOMEM     KVPoolMemoryError                  MemoryError
 KVP_EEXIST     PrefixKeyExistsError               -
+KVP_EREMOTE    RemoteUnavailableError             ConnectionError
+KVP_ENOTSUP    NotSupportedError                  -
 anything else  KVPoolError                        -
 =============  =================================  ==========================
 
@@ -69,6 +71,14 @@ class PrefixKeyExistsError(KVPoolError):
     (KVP_EEXIST); the block stays unpublished."""
 
 
+class RemoteUnavailableError(KVPoolError, ConnectionError):
+    """The remote tier did not answer in time, or is unreachable (KVP_EREMOTE)."""
+
+
+class NotSupportedError(KVPoolError):
+    """The library was built without the feature, e.g. the remote tier (KVP_ENOTSUP)."""
+
+
 _BY_STATUS = {
     _lib.KVP_EINVAL: InvalidArgumentError,
     _lib.KVP_ERANGE: OutOfRangeError,
@@ -77,6 +87,8 @@ _BY_STATUS = {
     _lib.KVP_ENOENT: NotFoundError,
     _lib.KVP_ENOMEM: KVPoolMemoryError,
     _lib.KVP_EEXIST: PrefixKeyExistsError,
+    _lib.KVP_EREMOTE: RemoteUnavailableError,
+    _lib.KVP_ENOTSUP: NotSupportedError,
 }
 
 
