@@ -69,7 +69,7 @@ expect_eq "run 2 row checks failed" "$(json_get "$tmp/r2.json" 'j["prefix"]["row
 
 # 2. faults in the middle of a two-thread run
 redis-cli -p "$port" FLUSHALL >/dev/null
-"$replay" "${common[@]}" --limit 400 --threads 2 --json "$tmp/f.json" >"$tmp/f.txt" 2>&1 &
+"$replay" "${common[@]}" --limit 800 --threads 2 --json "$tmp/f.json" >"$tmp/f.txt" 2>&1 &
 replay_pid=$!
 pids+=("$replay_pid")
 sleep 1.5
