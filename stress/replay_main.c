@@ -246,11 +246,11 @@ static void fill_metrics(void *arg, mtext *t)
 {
 	app *a = arg;
 	kvp_bufcache_stats bs;
-	mtext_pool_live(t, a->pool);
+	mtext_pool_live(t, a->pool, "replay");
 	if (kvp_bufcache_get_stats(a->cache, &bs) == KVP_OK)
 		mtext_bufcache(t, &bs);
 	rp_live *l = &a->live;
-	mtext_promhist(t, "kvpool_block_pool_allocate_duration_seconds",
+	mtext_promhist(t, "kvpool_replay_allocate_duration_seconds",
 	               "Duration of the kvp_allocate calls the replay timed (--latency-every).",
 	               &l->alloc_lat);
 	mtext_metric(t, "kvpool_replay_requests_completed_total", "counter",

@@ -235,8 +235,8 @@ static void *worker_main(void *arg)
 static void fill_metrics(void *arg, mtext *t)
 {
 	run *r = arg;
-	mtext_pool_live(t, r->pool);
-	mtext_promhist(t, "kvpool_block_pool_allocate_duration_seconds",
+	mtext_pool_live(t, r->pool, "stress");
+	mtext_promhist(t, "kvpool_stress_allocate_duration_seconds",
 	               "Duration of the stress harness's kvp_allocate calls.", &r->alloc_lat);
 	mtext_metric(t, "kvpool_stress_operations_total", "counter",
 	             "Pool operations the stress harness has run.", (double)ops_now(r));
