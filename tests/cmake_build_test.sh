@@ -16,7 +16,9 @@
 #      CMake's find_package(kvpool) + kvpool::kvpool run and print EXPECTED;
 #   3. `pkg-config --libs kvpool` works when kvpool.pc is the only .pc file
 #      pkg-config can see (no liburcu or libssl dev package needed to link
-#      against the shared library).
+#      against the shared library);
+#   4. a venv used as the install prefix: `pip install ./python` and
+#      `import kvpool` with no variable set load VENV/lib/libkvpool.so.0.
 set -euo pipefail
 
 bazel_so=$1 bazel_a=$2
@@ -140,3 +142,21 @@ echo "ok find_package(kvpool $want): kvpool::kvpool and kvpool::kvpool_static"
 libs=$(PKG_CONFIG_LIBDIR="$prefix/lib/pkgconfig" PKG_CONFIG_PATH= pkg-config --libs kvpool 2>&1) ||
 	fail "pkg-config --libs kvpool needs other .pc files: $libs"
 echo "ok kvpool.pc alone: pkg-config --libs kvpool = $libs"
+
+# 4. Python after the CMake install: a venv used as the prefix, then
+# `pip install ./python` and `import kvpool` with no variable set.
+py=/usr/bin/python3
+v="$W/venv"
+rm -rf "$v" "$W/pysrc"
+"$py" -m venv --system-site-packages "$v"
+cmake --install "$build" --prefix "$v" >/dev/null || fail "cmake --install into the venv"
+mkdir -p "$W/pysrc/kvpool" "$W/cwd"
+cp -L "$R"/python/{pyproject.toml,setup.py,_kvpool_build.py,README.md} "$W/pysrc/"
+cp -L "$R"/python/kvpool/*.py "$W/pysrc/kvpool/"
+env -u PKG_CONFIG_PATH -u KVPOOL_LIBRARY -u KVPOOL_LIB -u KVPOOL_PREFIX PIP_NO_INDEX=1 \
+	"$v/bin/pip" install -q --no-build-isolation --no-index "$W/pysrc" >"$W/pip.log" 2>&1 ||
+	{ cat "$W/pip.log" >&2; fail "pip install ./python into the venv"; }
+got=$(cd "$W/cwd" && env -u PKG_CONFIG_PATH -u KVPOOL_LIBRARY -u KVPOOL_LIB -u PYTHONPATH \
+	"$v/bin/python" -c 'import kvpool; print(kvpool.__version__, kvpool.library_path)')
+[ "$got" = "$version $v/lib/libkvpool.so.0" ] || fail "import kvpool after the CMake install: '$got'"
+echo "ok python: cmake --install --prefix VENV, pip install ./python, import kvpool ($got)"
