@@ -6,7 +6,6 @@ import contextlib
 import ctypes
 import dataclasses
 import operator
-import re
 import threading
 import weakref
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from . import _lib
 from ._handle import Handle
 from .errors import InvalidArgumentError, check
 from .prefix import key_to_c
-from .stats import AllocationStats
+from .stats import AllocationStats, check_metric_prefix
 
 fn = _lib.fn
 
@@ -66,21 +65,6 @@ def format_to_c(format) -> int:
         raise InvalidArgumentError(
             f"format {format!r} is not one of {', '.join(FORMATS)}", _lib.KVP_EINVAL)
     return out.value
-
-
-METRIC_PREFIX = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
-
-
-def check_metric_prefix(prefix) -> str:
-    """``prefix`` if it is a Prometheus metric name, else TypeError or
-    InvalidArgumentError saying what a metric name is."""
-    if not isinstance(prefix, str):
-        raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
-    if not METRIC_PREFIX.match(prefix):
-        raise InvalidArgumentError(
-            f"prefix {prefix!r} is not a Prometheus metric name: a letter, '_' or ':', "
-            "then letters, digits, '_' or ':' ([a-zA-Z_:][a-zA-Z0-9_:]*)", _lib.KVP_EINVAL)
-    return prefix
 
 
 def _check_bool(value, name: str) -> None:

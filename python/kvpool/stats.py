@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Optional
 
 from . import _lib
-from .errors import check
+from .errors import InvalidArgumentError, check
+
+
+METRIC_PREFIX = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
+
+
+def check_metric_prefix(prefix) -> str:
+    """``prefix`` if it is a Prometheus metric name, else TypeError or
+    InvalidArgumentError saying what a metric name is."""
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
+    if not METRIC_PREFIX.match(prefix):
+        raise InvalidArgumentError(
+            f"prefix {prefix!r} is not a Prometheus metric name: a letter, '_' or ':', "
+            "then letters, digits, '_' or ':' ([a-zA-Z_:][a-zA-Z0-9_:]*)", _lib.KVP_EINVAL)
+    return prefix
 
 
 CONFIG_HELP = ("A pool's configuration in labels (max_blocks: the growth cap, or unbounded); "
@@ -86,8 +102,6 @@ class AllocationStats:
         ``prefix=None`` means ``"kvpool_block_pool"``; an invalid metric
         name prefix raises InvalidArgumentError naming the rule.
         """
-        from .pool import check_metric_prefix
-
         s = self._to_c()
         p = None if prefix is None else check_metric_prefix(prefix).encode()
         text = _lib.text_call(
