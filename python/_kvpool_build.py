@@ -19,6 +19,7 @@ import base64
 import hashlib
 import os
 import subprocess
+import sys
 import zipfile
 
 from setuptools import build_meta as _setuptools
@@ -29,10 +30,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def installed_libdir() -> str | None:
     """The lib directory of an installed kvpool, first found of:
 
-    1. $KVPOOL_PREFIX/lib (the --prefix given to tools/install.sh);
-    2. `pkg-config --variable=libdir kvpool` (PKG_CONFIG_PATH=DIR/lib/pkgconfig);
+    1. $KVPOOL_PREFIX/lib (the --prefix given to tools/install.sh or cmake --install);
+    2. `pkg-config --variable=libdir kvpool` (PKG_CONFIG_PATH=DIR/lib/pkgconfig;
+       /usr/local/lib/pkgconfig needs nothing set);
+    3. the building interpreter's prefix, sys.prefix/lib (a virtual environment
+       used as the install prefix), then /usr/local/lib and /usr/lib;
 
-    only if it holds libkvpool.so.0; else None.
+    only if it holds libkvpool.so.0; else None (the loader then searches at
+    import time, python/README.md).
     """
     prefix = os.environ.get("KVPOOL_PREFIX")
     dirs = [os.path.join(prefix, "lib")] if prefix else []
@@ -43,6 +48,7 @@ def installed_libdir() -> str | None:
             dirs.append(out.stdout.strip())
     except OSError:
         pass
+    dirs += [os.path.join(sys.prefix, "lib"), "/usr/local/lib", "/usr/lib"]
     for d in dirs:
         if os.path.exists(os.path.join(d, "libkvpool.so.0")):
             return os.path.abspath(d)
@@ -136,7 +142,8 @@ def _build_pure_wheel(wheel_directory: str) -> str:
     files = []
     pkg = os.path.join(HERE, "kvpool")
     for fname in sorted(os.listdir(pkg)):
-        if fname.endswith(".py") and fname != "_build_config.py":
+        # A packager bundling the library copies libkvpool.so.0 into kvpool/ first.
+        if (fname.endswith(".py") and fname != "_build_config.py") or fname == "libkvpool.so.0":
             with open(os.path.join(pkg, fname), "rb") as f:
                 files.append((f"kvpool/{fname}", f.read()))
     files.append(("kvpool/_build_config.py", build_config_text().encode()))

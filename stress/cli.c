@@ -5,6 +5,8 @@
 #include "stress/cli.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,8 +70,14 @@ int su_cli_number(const su_cli *c, const su_num_flag *nums, size_t n)
 		fprintf(stderr, "%s: unknown option: %s\n", c->prog, c->name);
 		return -1;
 	}
-	if (!su_parse_u64(c->value, &u) || u < nums[k].min || u > nums[k].max)
-		return su_cli_bad_value(c);
+	if (!su_parse_u64(c->value, &u) || u < nums[k].min || u > nums[k].max) {
+		/* Say what is accepted: "bad value" alone leaves the user guessing. */
+		fprintf(stderr,
+		        "%s: bad value for %s: '%s' (an integer in [%" PRIu64 ", %" PRIu64 "])\n",
+		        c->prog, c->name, c->value ? c->value : "(missing)", nums[k].min,
+		        nums[k].max);
+		return -1;
+	}
 	*nums[k].dst = u;
 	return (int)k;
 }

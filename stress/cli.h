@@ -57,7 +57,8 @@ int su_cli_bad_value(const su_cli *c);
  * @nums: the numeric flags; @n of them
  *
  * Return: the index in @nums of the flag, its value stored; -1 after
- * printing why not (not in @nums, or not a decimal in its range).
+ * printing why not (not in @nums, or not a decimal in its range: the
+ * message names the range).
  */
 int su_cli_number(const su_cli *c, const su_num_flag *nums, size_t n);
 

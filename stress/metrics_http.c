@@ -81,12 +81,13 @@ void mtext_pool(mtext *t, const kvp_stats *s)
 	           len);
 }
 
-void mtext_pool_live(mtext *t, kvp_pool *pool)
+void mtext_pool_live(mtext *t, kvp_pool *pool, const char *name)
 {
 	size_t len = 0;
 	if (t->overflow)
 		return;
-	mtext_from(t, kvp_pool_to_prometheus(pool, NULL, t->buf + t->len, t->cap - t->len, &len),
+	mtext_from(t,
+	           kvp_pools_to_prometheus(&pool, &name, 1, t->buf + t->len, t->cap - t->len, &len),
 	           len);
 }
 

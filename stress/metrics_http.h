@@ -38,10 +38,11 @@ void mtext_metric(mtext *t, const char *name, const char *type, const char *help
 void mtext_pool(mtext *t, const kvp_stats *s);
 
 /**
- * mtext_pool_live - append kvp_pool_to_prometheus(@pool, NULL, ...): the
- * stats families plus per-stream series and build_info
+ * mtext_pool_live - append kvp_pools_to_prometheus of @pool labelled
+ * pool="@name": the kvpool_* families (stats, per-stream, config_info, the
+ * library's sampled allocate histogram, build_info)
  */
-void mtext_pool_live(mtext *t, kvp_pool *pool);
+void mtext_pool_live(mtext *t, kvp_pool *pool, const char *name);
 
 /** mtext_bufcache - append kvp_bufcache_stats_to_prometheus(@s, NULL, ...) */
 void mtext_bufcache(mtext *t, const kvp_bufcache_stats *s);

@@ -22,6 +22,7 @@
 #include <kvpool/kvpool.h>
 
 #include "stress/cli.h"
+#include "stress/jsonout.h"
 #include "stress/metrics_http.h"
 #include "stress/replay.h"
 #include "stress/trace.h"
@@ -63,7 +64,7 @@ static void usage(FILE *f)
 	    "                      standard input); without it, the built-in workload\n"
 	    "  --format F          auto (default), azure, mooncake, vidur\n"
 	    "  --on-error stop|skip  malformed trace rows: stop (default) or skip and count\n"
-	    "  --limit N           replay only the first N requests of the trace\n"
+	    "  --limit N           replay only the first N (>= 1) requests of the trace\n"
 	    "  --workload NAME     built-in workload: %s (default azure-conv)\n"
 	    "  --requests N        built-in workload size (default 20000)\n"
 	    "  --rate R            built-in arrival rate, requests/s, up to 1e9 (default: the\n"
@@ -208,7 +209,7 @@ static int parse_text(opts *o, const char *a, const char *v)
 static int parse_number(opts *o, const su_cli *c)
 {
 	const su_num_flag nums[] = {
-	    {"--limit", &o->limit, 0, UINT64_MAX},
+	    {"--limit", &o->limit, 1, UINT64_MAX}, /* 0 is not "no limit": leave the flag out */
 	    {"--requests", &o->requests, 1, 100000000},
 	    {"--seed", &o->seed, 0, UINT64_MAX},
 	    {"--threads", &o->threads, 1, 1024},
@@ -268,11 +269,11 @@ static void fill_metrics(void *arg, mtext *t)
 {
 	app *a = arg;
 	kvp_bufcache_stats bs;
-	mtext_pool_live(t, a->pool);
+	mtext_pool_live(t, a->pool, "replay");
 	if (kvp_bufcache_get_stats(a->cache, &bs) == KVP_OK)
 		mtext_bufcache(t, &bs);
 	rp_live *l = &a->live;
-	mtext_promhist(t, "kvpool_block_pool_allocate_duration_seconds",
+	mtext_promhist(t, "kvpool_replay_allocate_duration_seconds",
 	               "Duration of the kvp_allocate calls the replay timed (--latency-every).",
 	               &l->alloc_lat);
 	mtext_metric(t, "kvpool_replay_requests_completed_total", "counter",
@@ -801,101 +802,134 @@ static void run_checks(checks *k, const app *A, const summary *S, uint64_t expec
 
 /* --- JSON ------------------------------------------------------------------------------- */
 
-static void json_result(FILE *f, const char *name, const rp_result *r, bool last)
+/*
+ * One run's results.  peak_bytes_sampled is the KV bytes held at the sampled
+ * peak: the naive baseline counts its bytes as it goes; the pool's are its
+ * sampled peak blocks times the bytes of a block (the pool itself counts
+ * blocks, not bytes), as the table's "peak KV bytes held" row.
+ */
+static json_t *json_result(const rp_result *r, uint64_t block_bytes, bool pool)
 {
 	uint64_t tok = r->prompt_tokens + r->output_tokens;
-	fprintf(
-	    f,
-	    "  \"%s\": {\"requests_completed\": %" PRIu64 ", \"requests_rejected\": %" PRIu64
-	    ", \"prompt_tokens\": %" PRIu64 ", \"output_tokens\": %" PRIu64
-	    ", \"wall_s\": %.6f, \"tokens_per_s\": %.1f, \"alloc_calls\": %" PRIu64
-	    ", \"free_calls\": %" PRIu64 ", \"alloc_free_calls_per_s\": %.1f"
-	    ", \"set_used_calls\": %" PRIu64 ", \"row_writes\": %" PRIu64
-	    ", \"alloc_latency_ns\": {\"samples\": %" PRIu64 ", \"p50\": %" PRIu64
-	    ", \"p99\": %" PRIu64 ", \"p999\": %" PRIu64 ", \"max\": %" PRIu64
-	    ", \"mean\": %.1f}, \"blocks_allocated\": %" PRIu64
-	    ", \"peak_blocks_sampled\": %" PRIu64 ", \"peak_bytes_sampled\": %" PRIu64
-	    ", \"exhaustion_waits\": %" PRIu64 ", \"wait_ms_total\": %.3f, \"wait_ms_max\": %.3f"
-	    ", \"slot_waits\": %" PRIu64 ", \"queue_delay_ms_p50\": %.3f"
-	    ", \"queue_delay_ms_p99\": %.3f, \"fragmentation_mean\": %.6f"
-	    ", \"fragmentation_max\": %.6f, \"unexpected_exhausted\": %" PRIu64
-	    ", \"errors\": %" PRIu64 "}%s\n",
-	    name, r->requests_done, r->rejected, r->prompt_tokens, r->output_tokens,
-	    secs(r->wall_ns), per_s(tok, r->wall_ns), r->alloc_calls, r->free_calls,
-	    per_s(r->alloc_calls + r->free_calls, r->wall_ns), r->set_used_calls, r->row_writes,
-	    r->alloc_lat.count, hist_percentile(&r->alloc_lat, 0.5),
-	    hist_percentile(&r->alloc_lat, 0.99), hist_percentile(&r->alloc_lat, 0.999),
-	    r->alloc_lat.max, hist_mean(&r->alloc_lat), r->blocks_allocated, r->peak_blocks,
-	    r->peak_bytes, r->waits, (double)r->wait_ns_total / 1e6, (double)r->wait_ns_max / 1e6,
-	    r->slot_waits, (double)hist_percentile(&r->queue_delay, 0.5) / 1e6,
-	    (double)hist_percentile(&r->queue_delay, 0.99) / 1e6, r->frag_mean, r->frag_max,
-	    r->unexpected_exhausted, r->errors, last ? "" : ",");
+	json_t *o = json_object(), *lat = json_object();
+	jo_u64(o, "requests_completed", r->requests_done);
+	jo_u64(o, "requests_rejected", r->rejected);
+	jo_u64(o, "prompt_tokens", r->prompt_tokens);
+	jo_u64(o, "output_tokens", r->output_tokens);
+	jo_f64(o, "wall_s", secs(r->wall_ns));
+	jo_f64(o, "tokens_per_s", per_s(tok, r->wall_ns));
+	jo_u64(o, "alloc_calls", r->alloc_calls);
+	jo_u64(o, "free_calls", r->free_calls);
+	jo_f64(o, "alloc_free_calls_per_s", per_s(r->alloc_calls + r->free_calls, r->wall_ns));
+	jo_u64(o, "set_used_calls", r->set_used_calls);
+	jo_u64(o, "row_writes", r->row_writes);
+	jo_u64(lat, "samples", r->alloc_lat.count);
+	jo_u64(lat, "p50", hist_percentile(&r->alloc_lat, 0.5));
+	jo_u64(lat, "p99", hist_percentile(&r->alloc_lat, 0.99));
+	jo_u64(lat, "p999", hist_percentile(&r->alloc_lat, 0.999));
+	jo_u64(lat, "max", r->alloc_lat.max);
+	jo_f64(lat, "mean", hist_mean(&r->alloc_lat));
+	json_object_set_new(o, "alloc_latency_ns", lat);
+	jo_u64(o, "blocks_allocated", r->blocks_allocated);
+	jo_u64(o, "peak_blocks_sampled", r->peak_blocks);
+	jo_u64(o, "peak_bytes_sampled", pool ? r->peak_blocks * block_bytes : r->peak_bytes);
+	jo_u64(o, "exhaustion_waits", r->waits);
+	jo_f64(o, "wait_ms_total", (double)r->wait_ns_total / 1e6);
+	jo_f64(o, "wait_ms_max", (double)r->wait_ns_max / 1e6);
+	jo_u64(o, "slot_waits", r->slot_waits);
+	jo_f64(o, "queue_delay_ms_p50", (double)hist_percentile(&r->queue_delay, 0.5) / 1e6);
+	jo_f64(o, "queue_delay_ms_p99", (double)hist_percentile(&r->queue_delay, 0.99) / 1e6);
+	jo_f64(o, "fragmentation_mean", r->frag_mean);
+	jo_f64(o, "fragmentation_max", r->frag_max);
+	jo_u64(o, "unexpected_exhausted", r->unexpected_exhausted);
+	jo_u64(o, "errors", r->errors);
+	return o;
 }
 
+static json_t *json_config(const opts *o, const summary *S)
+{
+	json_t *c = json_object();
+	jo_u64(c, "requests", S->n_req);
+	jo_u64(c, "threads", o->threads);
+	jo_u64(c, "batch", o->batch);
+	jo_u64(c, "blocks", o->blocks);
+	jo_u64(c, "block_size", o->block_size);
+	jo_f64(c, "speed", o->speed);
+	jo_f64(c, "step_ms", o->step_ms);
+	json_object_set_new(c, "storage", json_boolean(o->storage));
+	jo_u64(c, "head_dim", o->head_dim);
+	jo_u64(c, "latency_every", o->latency_every);
+	json_object_set_new(c, "prefix_cache", json_boolean(o->prefix));
+	return c;
+}
+
+static json_t *json_pool_stats(const summary *S)
+{
+	const kvp_stats *st = &S->st;
+	json_t *p = json_object();
+	jo_u64(p, "n_blocks", st->n_blocks);
+	jo_u64(p, "n_allocations", st->n_allocations);
+	jo_u64(p, "n_frees", st->n_frees);
+	jo_u64(p, "n_reused", st->n_reused);
+	jo_u64(p, "n_exhausted", st->n_exhausted);
+	jo_u64(p, "peak_blocks_in_use", st->peak_blocks_in_use);
+	jo_u64(p, "blocks_in_use", kvp_stats_blocks_in_use(st));
+	jo_f64(p, "reuse_fraction",
+	       st->n_allocations ? (double)st->n_reused / (double)st->n_allocations : 0.0);
+	jo_u64(p, "peak_kv_bytes", st->peak_blocks_in_use * S->block_bytes);
+	return p;
+}
+
+static json_t *json_prefix(const opts *o, const summary *S)
+{
+	const rp_result *r = S->p;
+	const kvp_stats *st = &S->st;
+	json_t *p = json_object();
+	jo_f64(p, "prefix_hit_rate", prefix_rate(r));
+	jo_f64(p, "prefix_ideal_hit_rate", S->prefix->ideal_hit_rate);
+	jo_u64(p, "full_prompt_blocks", r->prefix_blocks);
+	jo_u64(p, "matched_blocks", r->prefix_matched);
+	jo_u64(p, "ideal_matched_blocks", S->prefix->ideal_hits);
+	jo_u64(p, "prefill_tokens_saved", r->prefix_matched * o->block_size);
+	jo_u64(p, "published", r->prefix_published);
+	jo_u64(p, "publish_refused", r->prefix_dup);
+	jo_u64(p, "evictions", st->n_evictions);
+	jo_u64(p, "cached_blocks_end", st->n_cached);
+	jo_u64(p, "prefix_queries", st->n_prefix_queries);
+	jo_u64(p, "prefix_hits", st->n_prefix_hits);
+	jo_f64(p, "remote_hit_rate", remote_rate(r));
+	jo_u64(p, "remote_hits", r->remote_hits);
+	jo_u64(p, "remote_bytes_read", S->rs.bytes_read);
+	jo_u64(p, "remote_errors", S->rs.errors);
+	jo_u64(p, "remote_writes", S->rs.writes_done);
+	jo_u64(p, "remote_reconnects", S->rs.reconnects);
+	jo_f64(p, "remote_fetch_max_ms", (double)r->remote_fetch_max_ns / 1e6);
+	jo_u64(p, "row_checks", r->row_checks);
+	jo_u64(p, "row_checks_failed", r->row_check_failed);
+	return p;
+}
+
+/* The --json file (docs/REPLAY.md): every figure of the summary, through jansson. */
 static int write_json(const char *path, const app *A, const summary *S, const char *source,
                       const checks *k)
 {
-	FILE *f = fopen(path, "w");
-	if (f == NULL) {
-		fprintf(stderr, "kvpool_replay: cannot write %s: %s\n", path, strerror(errno));
-		return -1;
-	}
-	const opts *o = &A->o;
-	const kvp_stats *st = &S->st;
-	fprintf(f, "{\n  \"source\": \"");
-	for (const char *c = source; *c; c++) {
-		if (*c == '"' || *c == '\\')
-			fprintf(f, "\\%c", *c);
-		else if ((unsigned char)*c < 0x20)
-			fprintf(f, "\\u%04x", (unsigned char)*c);
-		else
-			fputc(*c, f);
-	}
-	fprintf(f, "\",\n");
-	fprintf(f,
-	        "  \"config\": {\"requests\": %" PRIu64 ", \"threads\": %" PRIu64
-	        ", \"batch\": %" PRIu64 ", \"blocks\": %" PRIu64 ", \"block_size\": %" PRIu64
-	        ", \"speed\": %g, \"step_ms\": %g, \"storage\": %s, \"head_dim\": %" PRIu64
-	        ", \"latency_every\": %" PRIu64 ", \"prefix_cache\": %s},\n",
-	        S->n_req, o->threads, o->batch, o->blocks, o->block_size, o->speed, o->step_ms,
-	        o->storage ? "true" : "false", o->head_dim, o->latency_every,
-	        o->prefix ? "true" : "false");
-	fprintf(f,
-	        "  \"pool_stats\": {\"n_blocks\": %" PRIu64 ", \"n_allocations\": %" PRIu64
-	        ", \"n_frees\": %" PRIu64 ", \"n_reused\": %" PRIu64 ", \"n_exhausted\": %" PRIu64
-	        ", \"peak_blocks_in_use\": %" PRIu64 ", \"blocks_in_use\": %" PRIu64
-	        ", \"reuse_fraction\": %.6f, \"peak_kv_bytes\": %" PRIu64 "},\n",
-	        st->n_blocks, st->n_allocations, st->n_frees, st->n_reused, st->n_exhausted,
-	        st->peak_blocks_in_use, kvp_stats_blocks_in_use(st),
-	        st->n_allocations ? (double)st->n_reused / (double)st->n_allocations : 0.0,
-	        st->peak_blocks_in_use * S->block_bytes);
-	if (S->prefix) {
-		const rp_result *p = S->p;
-		fprintf(f,
-		        "  \"prefix\": {\"prefix_hit_rate\": %.6f, \"prefix_ideal_hit_rate\": %.6f"
-		        ", \"full_prompt_blocks\": %" PRIu64 ", \"matched_blocks\": %" PRIu64
-		        ", \"ideal_matched_blocks\": %" PRIu64
-		        ", \"prefill_tokens_saved\": %" PRIu64 ", \"published\": %" PRIu64
-		        ", \"publish_refused\": %" PRIu64 ", \"evictions\": %" PRIu64
-		        ", \"cached_blocks_end\": %" PRIu64 ", \"prefix_queries\": %" PRIu64
-		        ", \"prefix_hits\": %" PRIu64 ", \"remote_hit_rate\": %.6f"
-		        ", \"remote_hits\": %" PRIu64 ", \"remote_bytes_read\": %" PRIu64
-		        ", \"remote_errors\": %" PRIu64 ", \"remote_writes\": %" PRIu64
-		        ", \"remote_reconnects\": %" PRIu64 ", \"remote_fetch_max_ms\": %.3f"
-		        ", \"row_checks\": %" PRIu64 ", \"row_checks_failed\": %" PRIu64 "},\n",
-		        prefix_rate(p), S->prefix->ideal_hit_rate, p->prefix_blocks,
-		        p->prefix_matched, S->prefix->ideal_hits, p->prefix_matched * o->block_size,
-		        p->prefix_published, p->prefix_dup, st->n_evictions, st->n_cached,
-		        st->n_prefix_queries, st->n_prefix_hits, remote_rate(p), p->remote_hits,
-		        S->rs.bytes_read, S->rs.errors, S->rs.writes_done, S->rs.reconnects,
-		        (double)p->remote_fetch_max_ns / 1e6, p->row_checks, p->row_check_failed);
-	}
-	fprintf(f, "  \"checks\": {\"run\": %d, \"failed\": %d},\n", k->run, k->failed);
-	json_result(f, "kvpool", S->p, S->n == NULL);
+	json_t *root = json_object(), *chk = json_object();
+	json_object_set_new(root, "program", json_string("kvpool_replay"));
+	json_object_set_new(root, "version", json_string(kvp_version()));
+	json_object_set_new(root, "source", jo_text(source));
+	json_object_set_new(root, "config", json_config(&A->o, S));
+	json_object_set_new(root, "pool_stats", json_pool_stats(S));
+	if (S->prefix)
+		json_object_set_new(root, "prefix", json_prefix(&A->o, S));
+	json_object_set_new(chk, "run", json_integer(k->run));
+	json_object_set_new(chk, "failed", json_integer(k->failed));
+	json_object_set_new(root, "checks", chk);
+	json_object_set_new(root, "kvpool", json_result(S->p, S->block_bytes, true));
 	if (S->n != NULL)
-		json_result(f, "naive", S->n, true);
-	fprintf(f, "}\n");
-	return fclose(f) == 0 ? 0 : -1;
+		json_object_set_new(root, "naive", json_result(S->n, S->block_bytes, false));
+	int rc = jo_write(root, path, "kvpool_replay");
+	json_decref(root);
+	return rc;
 }
 
 /* --- main ------------------------------------------------------------------------------- */

@@ -24,6 +24,7 @@
 
 #include "lib/testing/fault.h"
 #include "stress/cli.h"
+#include "stress/jsonout.h"
 #include "stress/metrics_http.h"
 #include "stress/progress.h"
 #include "stress/stress.h"
@@ -234,8 +235,8 @@ static void *worker_main(void *arg)
 static void fill_metrics(void *arg, mtext *t)
 {
 	run *r = arg;
-	mtext_pool_live(t, r->pool);
-	mtext_promhist(t, "kvpool_block_pool_allocate_duration_seconds",
+	mtext_pool_live(t, r->pool, "stress");
+	mtext_promhist(t, "kvpool_stress_allocate_duration_seconds",
 	               "Duration of the stress harness's kvp_allocate calls.", &r->alloc_lat);
 	mtext_metric(t, "kvpool_stress_operations_total", "counter",
 	             "Pool operations the stress harness has run.", (double)ops_now(r));
@@ -261,32 +262,39 @@ static void print_counts(const st_counts *c, double secs, const st_world *w)
 		printf("  %-48s %6" PRIu64 "\n", st_check_names[k], w->check_kinds[k]);
 }
 
+/* The --json file (docs/STRESS.md), through jansson. */
 static int write_json(const char *path, const run *r, const st_counts *c, double secs,
                       uint64_t phases, uint64_t fault_phases, uint64_t violations)
 {
-	FILE *f = fopen(path, "w");
-	if (f == NULL)
-		return -1;
 	uint64_t total = 0;
 	for (int k = 0; k < OP_N; k++)
 		total += c->ops[k];
-	fprintf(f,
-	        "{\n  \"seed\": %" PRIu64 ", \"threads\": %" PRIu64 ", \"seconds\": %.3f"
-	        ", \"phases\": %" PRIu64 ", \"fault_phases\": %" PRIu64
-	        ", \"faults_injected\": %lu,\n  \"operations\": %" PRIu64
-	        ", \"ops_per_s\": %.1f, \"ops\": {",
-	        r->o.seed, r->o.threads, secs, phases, fault_phases, kvpi_fault_injected(), total,
-	        secs > 0 ? (double)total / secs : 0.0);
+	json_t *o = json_object(), *ops = json_object();
+	json_object_set_new(o, "program", json_string("kvpool_stress"));
+	json_object_set_new(o, "version", json_string(kvp_version()));
+	jo_u64(o, "seed", r->o.seed);
+	jo_u64(o, "threads", r->o.threads);
+	jo_f64(o, "seconds", secs);
+	jo_u64(o, "phases", phases);
+	jo_u64(o, "fault_phases", fault_phases);
+	jo_u64(o, "faults_injected", kvpi_fault_injected());
+	jo_u64(o, "operations", total);
+	jo_f64(o, "ops_per_s", secs > 0 ? (double)total / secs : 0.0);
 	for (int k = 0; k < OP_N; k++)
-		fprintf(f, "%s\"%s\": %" PRIu64, k ? ", " : "", st_op_names[k], c->ops[k]);
-	fprintf(f,
-	        "},\n  \"blocks_allocated\": %" PRIu64 ", \"blocks_freed\": %" PRIu64
-	        ", \"stale_frees\": %" PRIu64 ", \"exhausted\": %" PRIu64 ", \"retired\": %" PRIu64
-	        ", \"enomem\": %" PRIu64 ",\n  \"checks_run\": %" PRIu64
-	        ", \"checks_failed\": %" PRIu64 ", \"violations\": %" PRIu64 "\n}\n",
-	        c->allocated, c->freed, c->stale_frees, c->exhausted, c->retired, c->enomem,
-	        r->w.checks_run, r->w.checks_failed, violations);
-	return fclose(f);
+		jo_u64(ops, st_op_names[k], c->ops[k]);
+	json_object_set_new(o, "ops", ops);
+	jo_u64(o, "blocks_allocated", c->allocated);
+	jo_u64(o, "blocks_freed", c->freed);
+	jo_u64(o, "stale_frees", c->stale_frees);
+	jo_u64(o, "exhausted", c->exhausted);
+	jo_u64(o, "retired", c->retired);
+	jo_u64(o, "enomem", c->enomem);
+	jo_u64(o, "checks_run", r->w.checks_run);
+	jo_u64(o, "checks_failed", r->w.checks_failed);
+	jo_u64(o, "violations", violations);
+	int rc = jo_write(o, path, "kvpool_stress");
+	json_decref(o);
+	return rc;
 }
 
 /* A seed from the clock and the pid, below 1e9 so that it is easy to retype. */
@@ -503,11 +511,12 @@ int main(int argc, char **argv)
 	int status = v ? 1 : 0;
 	if (o->json_path != NULL) {
 		char *path = su_resolve_path(o->json_path);
+		if (path == NULL)
+			fprintf(stderr, "kvpool_stress: cannot write %s: out of memory\n",
+			        o->json_path);
 		if (path == NULL ||
-		    write_json(path, r, &c, t.secs, t.phases, t.fault_phases, v) != 0) {
-			fprintf(stderr, "kvpool_stress: cannot write %s\n", o->json_path);
-			status = status ? status : 2;
-		}
+		    write_json(path, r, &c, t.secs, t.phases, t.fault_phases, v) != 0)
+			status = status ? status : 2; /* jo_write said why */
 		free(path);
 	}
 	teardown(r);

@@ -6,10 +6,11 @@
 #   a missing value exits 2 with one line;
 #   --opt=value works as --opt value (a short replay and stress run).
 #
-#   cli_test.sh VERSION PROGRAM...
+#   cli_test.sh VERSION_H PROGRAM...     (VERSION_H: include/kvpool/version.h)
 set -uo pipefail
-version=$1
+version=$(sed -n 's/^#define KVP_VERSION[[:space:]]*"\(.*\)"$/\1/p' "$1")
 shift
+[ -n "$version" ] || { echo "FAIL: no KVP_VERSION in the header given" >&2; exit 1; }
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() {
 	echo "FAIL: $*" >&2

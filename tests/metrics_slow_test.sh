@@ -61,7 +61,7 @@ PY
 
 scrape_once() {
 	curl -sS -f --max-time 10 "http://127.0.0.1:$port/metrics" >"$tmp/m.txt" &&
-		grep -q '^kvpool_block_pool_allocations_total ' "$tmp/m.txt"
+		grep -q '^kvpool_allocations_total{pool="stress"} ' "$tmp/m.txt"
 }
 
 # scrape_round ADDR TRIES: 3 scrapes with N slow clients on ADDR; each may

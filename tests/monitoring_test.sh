@@ -28,25 +28,25 @@ evaluation_interval: 1m
 tests:
   - interval: 1m
     input_series:
-      - series: 'kvpool_block_pool_exhausted_total{instance="busy"}'
+      - series: 'kvpool_exhausted_total{instance="busy",pool="main"}'
         values: '0 0 0 5 10 15 20'
-      - series: 'kvpool_block_pool_exhausted_total{instance="calm"}'
+      - series: 'kvpool_exhausted_total{instance="calm",pool="main"}'
         values: '0x6'
-      - series: 'kvpool_block_pool_usage_ratio{instance="busy"}'
+      - series: 'kvpool_usage_ratio{instance="busy",pool="main"}'
         values: '0.95x10'
-      - series: 'kvpool_block_pool_usage_ratio{instance="calm"}'
+      - series: 'kvpool_usage_ratio{instance="calm",pool="main"}'
         values: '0.95 0.95 0.5 0.95 0.95 0.95 0.95 0.95 0.5 0.5 0.5'
-      - series: 'kvpool_block_pool_stale_frees_total{instance="busy"}'
+      - series: 'kvpool_stale_frees_total{instance="busy",pool="main"}'
         values: '0+3x30'
-      - series: 'kvpool_block_pool_stale_frees_total{instance="calm"}'
+      - series: 'kvpool_stale_frees_total{instance="calm",pool="main"}'
         values: '7x30'
     alert_rule_test:
       - eval_time: 6m
         alertname: KvpoolExhausted
         exp_alerts:
-          - exp_labels: {severity: warning, instance: busy}
+          - exp_labels: {severity: warning, instance: busy, pool: main}
             exp_annotations:
-              summary: "kvpool on busy refuses allocations"
+              summary: "kvpool pool main on busy refuses allocations"
               description: "66.67m allocate calls/s failed with KVP_EEXHAUSTED over the last 5 minutes. Add blocks (n_blocks, grow_on_exhaustion/max_blocks) or admit fewer requests."
       - eval_time: 2m
         alertname: KvpoolExhausted
@@ -54,9 +54,9 @@ tests:
       - eval_time: 6m
         alertname: KvpoolUsageHigh
         exp_alerts:
-          - exp_labels: {severity: warning, instance: busy}
+          - exp_labels: {severity: warning, instance: busy, pool: main}
             exp_annotations:
-              summary: "kvpool on busy is over 90% used"
+              summary: "kvpool pool main on busy is over 90% used"
               description: "95% of the managed blocks have been in use for 5 minutes; exhaustion is near."
       - eval_time: 4m
         alertname: KvpoolUsageHigh
@@ -64,9 +64,9 @@ tests:
       - eval_time: 25m
         alertname: KvpoolStaleFreesRising
         exp_alerts:
-          - exp_labels: {severity: info, instance: busy}
+          - exp_labels: {severity: info, instance: busy, pool: main}
             exp_annotations:
-              summary: "kvpool on busy keeps receiving stale frees"
+              summary: "kvpool pool main on busy keeps receiving stale frees"
               description: "50m frees/s skipped as stale (double free or a ref older than its block's generation) for 10 minutes: a caller frees blocks it no longer owns."
       - eval_time: 8m
         alertname: KvpoolStaleFreesRising
@@ -83,9 +83,15 @@ exprs = [t["expr"] for p in panels for t in p["targets"]]
 assert all(p["targets"] for p in panels), "a panel without a query"
 for want in ("usage_ratio", "allocations_total", "frees_total", "exhausted_total",
              "fragmentation", "allocate_duration_seconds_bucket", "prefix_hits_total",
-             "stream_blocks_in_use", "build_info", "kvpool_remote_hits_total",
+             "stream_blocks_in_use", "build_info", "config_info", "kvpool_remote_hits_total",
              "kvpool_remote_fetch_seconds_bucket", "kvpool_remote_writes_dropped_total"):
     assert any(want in e for e in exprs), want
+# One set of family names: every query reads kvpool_* families, none the old per-prefix ones,
+# and every pool query can be narrowed to a pool.
+assert not any("kvpool_block_pool_" in e for e in exprs), "an old kvpool_block_pool_* name"
+# (The remote tier's families belong to a tier, not a pool: no pool label.)
+assert all('pool=~"$pool"' in e for e in exprs
+           if "build_info" not in e and "kvpool_remote_" not in e), "no pool selector"
 print(f"ok dashboard: {len(panels)} panels, {len(exprs)} queries")
 PY
 echo PASS

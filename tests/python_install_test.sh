@@ -11,6 +11,9 @@
 #   - every pool example of python/README.md runs and prints its text block in
 #     both; the storage examples run in A and fail naming numpy in B
 #     (tests/readme_examples.py).
+# C: install.sh --prefix VENV, then pip install with no variable set; the
+# Python text of two pools passes promtool.  D: a wheel bundling
+# libkvpool.so.0 loads its own copy.
 # Plain configuration only: a sanitized libkvpool.so cannot be loaded by an
 # uninstrumented python3 (the sanitizer runs cover the package through
 # //python:pytest).
@@ -62,3 +65,49 @@ print(kvpool.__version__, importlib.metadata.version("kvpool"), kvpool.library_p
 	(cd "$work/cwd" && "$v/bin/python" "$R/tests/readme_examples.py" "$R/python/README.md" $numpy) ||
 		fail "venv $venv: README examples"
 done
+
+# C: a virtual environment used as the install prefix (install.sh --prefix VENV),
+# then pip install with no variable set: the build finds VENV/lib by itself.
+v="$work/venvC"
+"$py" -m venv --system-site-packages "$v"
+"$R/tools/install.sh" --prefix "$v" --archive "$R/tools/libkvpool.a" \
+	--shared "$R/tools/libkvpool.so" --headers "$R/include/kvpool" --no-python >/dev/null
+env -u PKG_CONFIG_PATH "$v/bin/pip" install -q --no-build-isolation --no-index "$work/src" \
+	>"$work/pipC.log" 2>&1 || { cat "$work/pipC.log" >&2; fail "pip install in venv C"; }
+got=$(cd "$work/cwd" && env -u PKG_CONFIG_PATH "$v/bin/python" -c '
+import kvpool; print(kvpool.__version__, kvpool.library_path)')
+[ "$got" = "$want $v/lib/libkvpool.so.0" ] || fail "venv C: '$got'"
+echo "ok venv C (the prefix): pip install with no variable set; kvpool $want from $v/lib"
+# Its Prometheus text (two pools, per-stream, config and build families) passes promtool.
+(cd "$work/cwd" && "$v/bin/python" -c '
+import kvpool
+a = kvpool.BlockPoolAllocator(kvpool.PoolConfig(block_size=16, n_blocks=64))
+b = kvpool.BlockPoolAllocator(kvpool.PoolConfig(block_size=16, n_blocks=32, separate_kv=False))
+a.allocate("k", 40, 1)
+print(kvpool.to_prometheus({"a": a, "b": b}), end="")') >"$work/two.prom"
+promtool check metrics <"$work/two.prom" || fail "promtool rejects the Python text"
+for fam in 'kvpool_stream_blocks_in_use{pool="a",stream="k"} 3' 'kvpool_config_info{pool="b",' \
+	"kvpool_build_info{version=\"$want\"} 1"; do
+	grep -qF "$fam" "$work/two.prom" || fail "the Python text lacks $fam"
+done
+echo "ok venv C: kvpool.to_prometheus of two pools passes promtool check metrics"
+
+# D: a wheel that bundles libkvpool.so.0, installed where no library is.
+cp -r "$work/src" "$work/srcD"
+cp -L "$R/tools/libkvpool.so" "$work/srcD/kvpool/libkvpool.so.0"
+v="$work/venvD"
+"$py" -m venv "$v"
+env -u PKG_CONFIG_PATH "$v/bin/pip" wheel -q --no-build-isolation --no-index -w "$work/wheels" \
+	"$work/srcD" >"$work/pipD.log" 2>&1 || { cat "$work/pipD.log" >&2; fail "pip wheel (D)"; }
+"$py" -c 'import sys, zipfile; sys.exit("kvpool/libkvpool.so.0" not in zipfile.ZipFile(sys.argv[1]).namelist())' \
+	"$work"/wheels/kvpool-*.whl ||
+	fail "the wheel does not carry kvpool/libkvpool.so.0"
+"$v/bin/pip" install -q --no-index "$work"/wheels/kvpool-*.whl >>"$work/pipD.log" 2>&1 ||
+	{ cat "$work/pipD.log" >&2; fail "pip install of the wheel (D)"; }
+got=$(cd "$work/cwd" && env -u PKG_CONFIG_PATH "$v/bin/python" -c '
+import kvpool; print(kvpool.__version__, kvpool.library_path)')
+case "$got" in
+"$want $v/lib/python3."*"/site-packages/kvpool/libkvpool.so.0") ;;
+*) fail "venv D (bundled wheel): '$got'" ;;
+esac
+echo "ok venv D: a wheel bundling libkvpool.so.0 loads its own copy: $got"

@@ -126,11 +126,11 @@ ln -s libkvpool.so.0 "$lib/libkvpool.so"
 
 rpath_flag=
 [ "$rpath" = 1 ] && rpath_flag="-Wl,-rpath,\${libdir} "
-sed -e "s|@PREFIX@|$prefix|g" -e "s|@VERSION@|$version|g" -e "s|@RPATH@|$rpath_flag|g" \
+sed -e "s|@PREFIX@|$prefix|g" -e "s|@VERSION@|$version|g" -e "s|@RPATH@|$rpath_flag|g" -e "s|@HIREDIS@|-lhiredis |g" \
 	"$here/kvpool.pc.in" >"$lib/pkgconfig/kvpool.pc"
 chmod 0644 "$lib/pkgconfig/kvpool.pc"
 for f in kvpoolConfig kvpoolConfigVersion; do
-	sed -e "s|@VERSION@|$version|g" "$root/cmake/$f.cmake.in" >"$lib/cmake/kvpool/$f.cmake"
+	sed -e "s|@VERSION@|$version|g" -e "s|@HIREDIS_LINK@|hiredis;|g" "$root/cmake/$f.cmake.in" >"$lib/cmake/kvpool/$f.cmake"
 	chmod 0644 "$lib/cmake/kvpool/$f.cmake"
 done
 

@@ -7,7 +7,22 @@
 #
 # Everything the project needs from Debian goes into PACKAGES below (one per
 # line, a comment saying who needs it).
+#
+#   tools/setup.sh             everything: Bazel, clang, the benchmarks' peers, ...
+#   tools/setup.sh --minimal   only what the CMake build of the library needs
+#                              (CMakeLists.txt): MINIMAL below
 set -euo pipefail
+
+# The CMake build of the library: a C compiler, cmake, pkg-config, liburcu
+# and OpenSSL's libcrypto.  libkvpool.so needs nothing else at run time
+# (liburcu-bp, liburcu-cds, libcrypto, libm, libc).
+MINIMAL="
+build-essential
+cmake
+pkg-config
+liburcu-dev
+libssl-dev
+"
 
 PACKAGES="
 bazel-bootstrap         # Bazel 4.2.3: the build
@@ -46,6 +61,19 @@ man-db                  # man -l on the generated man pages
 groff-base
 tree                    # tree lib: the module layout at a glance (lib/README.md)
 "
+
+case "${1:-}" in
+"") ;;
+--minimal) PACKAGES=$MINIMAL ;;
+-h | --help)
+	sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+	exit 0
+	;;
+*)
+	echo "setup: unknown option '$1' (--minimal, --help)" >&2
+	exit 2
+	;;
+esac
 
 # Strip comments and blank lines: one package name per word.
 want=$(sed -e 's/#.*//' <<<"$PACKAGES" | tr -s ' \t\n' '\n' | sed '/^$/d')

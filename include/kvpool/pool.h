@@ -178,7 +178,11 @@ typedef struct kvp_pool_config {
 	bool prefix_cache;     /* default false: blocks shared by content (kvpool/prefix.h) */
 } kvp_pool_config;
 
+/* Declared once for C99 too (a repeated typedef is C11 only): stats.h and pool.h both need it. */
+#ifndef KVP_POOL_TYPEDEF
+#define KVP_POOL_TYPEDEF
 typedef struct kvp_pool kvp_pool;
+#endif
 
 /** kvp_pool_config_init - fill @cfg with the defaults above (no-op on NULL) */
 void kvp_pool_config_init(kvp_pool_config *cfg);

@@ -26,7 +26,11 @@
 extern "C" {
 #endif
 
+/* Declared once for C99 too (a repeated typedef is C11 only): stats.h and pool.h both need it. */
+#ifndef KVP_POOL_TYPEDEF
+#define KVP_POOL_TYPEDEF
 typedef struct kvp_pool kvp_pool;
+#endif
 
 typedef struct kvp_stats {
 	uint64_t n_blocks;           /* blocks the pool manages now */

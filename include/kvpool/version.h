@@ -6,6 +6,12 @@
  * differ when a program built against one release loads another
  * libkvpool.so.0 (same ABI, KVPOOL_0 symbol version).
  *
+ * This header is the one place the version is written.  CMakeLists.txt,
+ * tools/install.sh (kvpool.pc, the CMake package, the .so's file name) and
+ * the tests read KVP_VERSION from here; python/pyproject.toml repeats it
+ * and python/tests/test_loading.py fails when the two disagree.  The
+ * string must stay the MAJOR.MINOR.PATCH macros spelled out.
+ *
  * Synchronization: kvp_version is pure and thread-safe.
  */
 #ifndef KVPOOL_VERSION_H
@@ -16,9 +22,9 @@ extern "C" {
 #endif
 
 #define KVP_VERSION_MAJOR 0
-#define KVP_VERSION_MINOR 1
+#define KVP_VERSION_MINOR 2
 #define KVP_VERSION_PATCH 0
-#define KVP_VERSION       "0.1.0"
+#define KVP_VERSION       "0.2.0"
 /* One comparable number: MAJOR * 10000 + MINOR * 100 + PATCH. */
 #define KVP_VERSION_NUMBER (KVP_VERSION_MAJOR * 10000 + KVP_VERSION_MINOR * 100 + KVP_VERSION_PATCH)
 

@@ -87,7 +87,7 @@ void *kvpi_sys_calloc(size_t n, size_t size, size_t align)
 		return NULL;
 	p = kvpi_sys_alloc(n * size, align);
 	if (p)
-		memset(p, 0, n * size ? n * size : 1);
+		memset(p, 0, n * size != 0 ? n * size : 1);
 	return p;
 }
 

@@ -131,6 +131,7 @@ int kvpi_pool_create(const kvp_pool_config *cfg, struct kvp_pool **out)
 	p->si_of[KVP_KV] = cfg->separate_kv ? -1 : 0;
 	p->si_of[3] = -1;
 	p->grow = cfg->grow_on_exhaustion;
+	p->n_blocks_initial = cfg->n_blocks;
 	p->uid = atomic_fetch_add_explicit(&next_uid, 1, memory_order_relaxed);
 	pthread_mutex_init(&p->grow_lock, NULL);
 	pthread_mutex_init(&p->hist_lock, NULL);
@@ -163,6 +164,7 @@ int kvpi_pool_create(const kvp_pool_config *cfg, struct kvp_pool **out)
 	 * needs its own synchronisation; this orders our init before it. */
 	atomic_store_explicit(&p->n_ids, cfg->n_blocks, memory_order_release);
 	kvpi_registry_add(p);
+	kvpi_pool_report_at_create(p); /* KVPOOL_SHOW_STATS at exit */
 	*out = p;
 	return KVP_OK;
 }

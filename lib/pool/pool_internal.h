@@ -35,6 +35,7 @@
 #include "lib/pool/blocktable.h"
 #include "lib/pool/freestack.h"
 #include "lib/pool/owner.h"
+#include "lib/pool/pool_latency.h"
 #include "lib/pool/tslot.h"
 
 struct kvp_prefix; /* opaque here: the mode's own state (lib/prefix) */
@@ -128,6 +129,11 @@ struct kvp_pool {
 	_Atomic int hist_started;
 
 	struct kvp_pool *reg_next; /* registry of live pools (lib/pool/tslot.c) */
+
+	/* Reports (lib/pool/pool_report.c, pool_prom.c, pool_latency.h). */
+	uint32_t n_blocks_initial;       /* the config's n_blocks */
+	struct kvp_pool *show_next;      /* KVPOOL_SHOW_STATS exit list; its lock */
+	struct kvpi_alloc_lat alloc_lat; /* sampled kvp_allocate durations */
 };
 
 /*

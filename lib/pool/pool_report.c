@@ -1,7 +1,7 @@
 /*
  * lib/pool/pool_report.c - a live pool's figures for people and monitoring:
  * per-stream counts, the Prometheus exposition of a pool, kvp_pool_dump and
- * the KVPOOL_SHOW_STATS report at kvp_pool_destroy.
+ * the KVPOOL_SHOW_STATS report at kvp_pool_destroy and at exit.
  *
  * Everything here reads what kvp_pool_stats and kvp_n_free read, plus the
  * per-stream managed counters (relaxed loads: each is a statistic exact at
@@ -10,6 +10,7 @@
 #include <kvpool/report.h>
 #include <kvpool/version.h>
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -30,13 +31,7 @@ size_t kvp_pool_n_managed(kvp_pool *p, kvp_stream stream)
 	return (size_t)atomic_load_explicit(&p->managed_stream[si], memory_order_relaxed);
 }
 
-/* The pool's streams as reported: names and kvp_stream values. */
-struct stream_fig {
-	const char *name;
-	size_t managed, free, in_use;
-};
-
-static size_t stream_figs(kvp_pool *p, struct stream_fig out[2])
+size_t kvpi_stream_figs(kvp_pool *p, struct kvpi_stream_fig out[2])
 {
 	static const kvp_stream sep[2] = {KVP_K, KVP_V};
 	size_t n = p->separate_kv ? 2 : 1; /* the field: no call back into pool.c */
@@ -66,8 +61,8 @@ int kvp_pool_to_prometheus(kvp_pool *p, const char *prefix, char *buf, size_t ca
 	if (rc != KVP_OK && rc != KVP_ERANGE)
 		return rc; /* an invalid prefix */
 	struct kvpi_text t = {buf, cap, n};
-	struct stream_fig f[2];
-	size_t ns = stream_figs(p, f);
+	struct kvpi_stream_fig f[2];
+	size_t ns = kvpi_stream_figs(p, f);
 	kvpi_text_printf(
 	    &t,
 	    "# HELP %s_stream_blocks_in_use Blocks of a stream handed out and not yet freed.\n"
@@ -84,6 +79,16 @@ int kvp_pool_to_prometheus(kvp_pool *p, const char *prefix, char *buf, size_t ca
 	for (size_t i = 0; i < ns; i++)
 		kvpi_text_printf(&t, "%s_stream_blocks_free{stream=\"%s\"} %zu\n", prefix,
 		                 f[i].name, f[i].free);
+	char max_blocks[16] = "unbounded";
+	if (p->max_blocks < KVP_MAX_BLOCKS)
+		snprintf(max_blocks, sizeof max_blocks, "%u", p->max_blocks);
+	kvpi_text_printf(&t,
+	                 "# HELP %s_config_info A pool's configuration in labels (max_blocks: the "
+	                 "growth cap, or unbounded); value 1.\n# TYPE %s_config_info gauge\n"
+	                 "%s_config_info{block_size=\"%u\",n_blocks=\"%u\",max_blocks=\"%s\","
+	                 "prefix_cache=\"%s\"} 1\n",
+	                 prefix, prefix, prefix, p->block_size, p->n_blocks_initial, max_blocks,
+	                 p->prefix ? "true" : "false");
 	kvpi_text_printf(&t,
 	                 "# HELP %s_build_info The kvpool library serving these figures.\n"
 	                 "# TYPE %s_build_info gauge\n%s_build_info{version=\"%s\"} 1\n",
@@ -97,15 +102,18 @@ static double ratio(uint64_t a, uint64_t b)
 }
 
 static void dump_text(struct kvpi_text *t, kvp_pool *p, const kvp_stats *s,
-                      const struct stream_fig *f, size_t ns)
+                      const struct kvpi_stream_fig *f, size_t ns)
 {
 	uint64_t in_use = kvp_stats_blocks_in_use(s);
 	kvpi_text_printf(t, "kvpool %s pool report\n", kvp_version());
 	kvpi_text_printf(t, "  layout            %s, block_size %u, thread_cache %u\n",
 	                 ns == 2 ? "separate K/V streams" : "one K+V stream", p->block_size,
 	                 p->thread_cache);
-	kvpi_text_printf(t, "  growth            %s, max_blocks %u\n", p->grow ? "on" : "off",
-	                 p->max_blocks);
+	kvpi_text_printf(t, "  growth            %s, max_blocks ", p->grow ? "on" : "off");
+	if (p->max_blocks >= KVP_MAX_BLOCKS) /* max_blocks 0 in the config: no cap */
+		kvpi_text_printf(t, "unbounded\n");
+	else
+		kvpi_text_printf(t, "%u\n", p->max_blocks);
 	kvpi_text_printf(t, "  blocks managed    %llu", (unsigned long long)s->n_blocks);
 	for (size_t i = 0; i < ns; i++)
 		kvpi_text_printf(t, "%s%s %zu", i ? ", " : " (", f[i].name, f[i].managed);
@@ -132,19 +140,22 @@ static void dump_text(struct kvpi_text *t, kvp_pool *p, const kvp_stats *s,
 }
 
 static void dump_json(struct kvpi_text *t, kvp_pool *p, const kvp_stats *s,
-                      const struct stream_fig *f, size_t ns)
+                      const struct kvpi_stream_fig *f, size_t ns)
 {
 	uint64_t in_use = kvp_stats_blocks_in_use(s);
+	char max_blocks[16] = "null"; /* null: no cap (max_blocks 0 in the config) */
+	if (p->max_blocks < KVP_MAX_BLOCKS)
+		snprintf(max_blocks, sizeof max_blocks, "%u", p->max_blocks);
 	kvpi_text_printf(
 	    t,
 	    "{\"version\":\"%s\",\"block_size\":%u,\"separate_kv\":%s,"
-	    "\"thread_cache\":%u,\"grow_on_exhaustion\":%s,\"max_blocks\":%u,"
+	    "\"thread_cache\":%u,\"grow_on_exhaustion\":%s,\"max_blocks\":%s,"
 	    "\"blocks_managed\":%llu,\"blocks_in_use\":%llu,\"peak_blocks_in_use\":%llu,"
 	    "\"usage_ratio\":%.6f,\"fragmentation\":%.6f,\"allocations\":%llu,"
 	    "\"frees\":%llu,\"reused\":%llu,\"exhausted\":%llu,\"grown\":%llu,"
 	    "\"retired\":%llu,\"stale_frees\":%llu,\"streams\":{",
 	    kvp_version(), p->block_size, ns == 2 ? "true" : "false", p->thread_cache,
-	    p->grow ? "true" : "false", p->max_blocks, (unsigned long long)s->n_blocks,
+	    p->grow ? "true" : "false", max_blocks, (unsigned long long)s->n_blocks,
 	    (unsigned long long)in_use, (unsigned long long)s->peak_blocks_in_use,
 	    ratio(in_use, s->n_blocks), kvp_stats_fragmentation(s),
 	    (unsigned long long)s->n_allocations, (unsigned long long)s->n_frees,
@@ -165,8 +176,8 @@ int kvp_pool_dump(kvp_pool *p, FILE *f, unsigned flags)
 	int rc = kvp_pool_stats(p, &s);
 	if (rc != KVP_OK)
 		return rc;
-	struct stream_fig fig[2];
-	size_t ns = stream_figs(p, fig);
+	struct kvpi_stream_fig fig[2];
+	size_t ns = kvpi_stream_figs(p, fig);
 	char buf[2048]; /* either report of the largest figures is under 1 KiB */
 	struct kvpi_text t = {buf, sizeof buf, 0};
 	if (flags & KVP_DUMP_JSON)
@@ -180,10 +191,59 @@ int kvp_pool_dump(kvp_pool *p, FILE *f, unsigned flags)
 	return KVP_OK;
 }
 
-void kvpi_pool_report_at_destroy(kvp_pool *p)
+/*
+ * KVPOOL_SHOW_STATS: the report of each pool at kvp_pool_destroy, and at
+ * exit of each pool still alive then (a program that never destroys its
+ * pools, as mimalloc's MIMALLOC_SHOW_STATS prints at exit).  Pools made
+ * while the variable is set go on a list (show_lock); the first one
+ * registers the exit handler.  Without the variable nothing is listed.
+ */
+static pthread_mutex_t show_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kvp_pool *show_head; /* show_lock */
+static bool show_registered;       /* show_lock */
+
+static int show_flags(void)
 {
 	const char *v = getenv("KVPOOL_SHOW_STATS");
-	if (!p || !v || !*v || strcmp(v, "0") == 0)
+	if (!v || !*v || strcmp(v, "0") == 0)
+		return -1;
+	return strcmp(v, "json") == 0 ? (int)KVP_DUMP_JSON : 0;
+}
+
+static void show_at_exit(void)
+{
+	int flags = show_flags();
+	pthread_mutex_lock(&show_lock);
+	for (struct kvp_pool *p = show_head; p && flags >= 0; p = p->show_next)
+		(void)kvp_pool_dump(p, stderr, (unsigned)flags);
+	show_head = NULL; /* printed once: a later destroy prints its own report only */
+	pthread_mutex_unlock(&show_lock);
+}
+
+void kvpi_pool_report_at_create(kvp_pool *p)
+{
+	if (show_flags() < 0)
 		return;
-	(void)kvp_pool_dump(p, stderr, strcmp(v, "json") == 0 ? KVP_DUMP_JSON : 0);
+	pthread_mutex_lock(&show_lock);
+	if (!show_registered)
+		show_registered = atexit(show_at_exit) == 0;
+	p->show_next = show_head;
+	show_head = p;
+	pthread_mutex_unlock(&show_lock);
+}
+
+void kvpi_pool_report_at_destroy(kvp_pool *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&show_lock);
+	struct kvp_pool **pp = &show_head;
+	while (*pp && *pp != p)
+		pp = &(*pp)->show_next;
+	if (*pp)
+		*pp = p->show_next;
+	pthread_mutex_unlock(&show_lock);
+	int flags = show_flags();
+	if (flags >= 0)
+		(void)kvp_pool_dump(p, stderr, (unsigned)flags);
 }

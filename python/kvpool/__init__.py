@@ -37,7 +37,7 @@ from .errors import (
     strerror,
 )
 from .kvcache import AccountedKVCache, PooledKVCache, PooledKVCacheLayer, build_pooled_caches
-from .pool import FORMATS, Block, BlockPoolAllocator, PoolConfig
+from .pool import FORMATS, Block, BlockPoolAllocator, PoolConfig, to_prometheus
 from .prefix import PrefixKey, prefix_hash
 from .stats import AllocationStats
 from .storage import BlockStorage
@@ -73,4 +73,5 @@ __all__ = [
     "library_path",
     "prefix_hash",
     "strerror",
+    "to_prometheus",
 ]

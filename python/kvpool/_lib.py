@@ -6,7 +6,8 @@ Where the library comes from, first match wins (python/README.md):
    shared object, or of a directory holding ``libkvpool.so.0`` or
    ``libkvpool.so``.  If it is set and wrong, the import fails naming it.
 2. The install prefix:
-   a. ``kvpool/libkvpool.so``, a copy shipped inside the package;
+   a. ``kvpool/libkvpool.so.0`` or ``kvpool/libkvpool.so``, a copy shipped
+      inside the package (a wheel that bundles the library);
    b. the library directory recorded when the package was built by pip
       (``kvpool/_build_config.py``: ``$KVPOOL_PREFIX/lib`` or
       ``pkg-config --variable=libdir kvpool`` at build time);
@@ -17,7 +18,11 @@ Where the library comes from, first match wins (python/README.md):
    d. in a source tree, ``python/kvpool`` loads the tree's
       ``bazel-bin/tools/libkvpool.so``;
    e. Bazel runfiles: ``$RUNFILES_DIR`` / ``$TEST_SRCDIR`` +
-      ``kvpool/tools/libkvpool.so``.
+      ``kvpool/tools/libkvpool.so``;
+   f. the interpreter's own prefix (``sys.prefix/lib``: a virtual
+      environment used as the install prefix) and ``/usr/local/lib``, the
+      default prefix of ``cmake --install`` and ``tools/install.sh`` (found
+      even before ``ldconfig`` has run).
 3. The system's loader: ``libkvpool.so.0`` by name (``LD_LIBRARY_PATH``, the
    ``ldconfig`` cache, the default directories), then
    ``ctypes.util.find_library("kvpool")``.
@@ -43,6 +48,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import sys
 from ctypes import (
     POINTER,
     Structure,
@@ -233,6 +239,14 @@ PROTOTYPES = {
         c_int,
         [P(StatsC), c_char_p, c_char_p, c_size_t, P(c_size_t)],
     ),
+    # report.h
+    "kvp_pool_n_managed": (c_size_t, [c_void_p, c_int]),
+    "kvp_pool_to_prometheus": (c_int, [c_void_p, c_char_p, c_char_p, c_size_t, P(c_size_t)]),
+    "kvp_pools_to_prometheus": (
+        c_int,
+        [P(c_void_p), P(c_char_p), c_size_t, c_char_p, c_size_t, P(c_size_t)],
+    ),
+    "kvp_pool_dump": (c_int, [c_void_p, c_void_p, c_uint32]),
     # prefix.h
     "kvp_prefix_hash": (c_int, [P(HashC), c_uint64, c_void_p, c_size_t, P(HashC)]),
     "kvp_prefix_match": (
@@ -301,7 +315,7 @@ def _recorded_libdir() -> list[Path]:
 
 def _package_candidates() -> list[Path]:
     here = Path(os.path.abspath(__file__)).parent  # .../kvpool (symlinks kept)
-    out = [here / LIBNAME]
+    out = [here / SONAME, here / LIBNAME]
     out += _recorded_libdir()
     # DIR/lib/python3[.X]/{dist,site}-packages/kvpool -> DIR/lib/libkvpool.so.0
     if len(here.parents) >= 3 and here.parents[1].name.startswith("python3"):
@@ -318,6 +332,10 @@ def _runfiles_candidates() -> list[Path]:
         if root:
             out.append(Path(root) / "kvpool" / "tools" / LIBNAME)
     return out
+
+
+def _prefix_candidates() -> list[Path]:
+    return _in_dir(Path(sys.prefix) / "lib") + _in_dir(Path("/usr/local/lib"))
 
 
 def _env_setting() -> tuple[str, str] | None:
@@ -339,7 +357,7 @@ def candidates() -> list[str]:
         else:
             out.append(str(p))
     seen = set(out)
-    for p in _package_candidates() + _runfiles_candidates():
+    for p in _package_candidates() + _runfiles_candidates() + _prefix_candidates():
         if str(p) not in seen:
             seen.add(str(p))
             out.append(str(p))
@@ -402,8 +420,13 @@ def _load() -> tuple[ctypes.CDLL, str]:
     elif env:
         msg += f"; {env[0]}={env[1]} does not name a loadable library."
     else:
-        msg += "; set KVPOOL_LIBRARY to its path."
-    raise ImportError(msg + " Tried: " + "; ".join(tried))
+        msg += (
+            ": not found. Install it (`cmake -B build && cmake --build build && "
+            "cmake --install build`, or `tools/install.sh --prefix DIR`), then reinstall "
+            "this package (`pip install ./python`) so that it records where the library is; "
+            "or set KVPOOL_LIBRARY to the path of libkvpool.so.0."
+        )
+    raise ImportError(msg + " Looked in, in order: " + "; ".join(tried))
 
 
 lib, path = _load()
@@ -455,3 +478,49 @@ def version() -> str:
     f.restype = c_char_p
     f.argtypes = []
     return f().decode()
+
+
+def text_call(call, what: str, cap: int = 4096) -> str:
+    """The text a kvp_*_to_prometheus-style function writes: ``call(buf, cap,
+    byref(len))`` is retried with the length it asked for."""
+    from .errors import check
+
+    need = c_size_t(0)
+    while True:
+        buf = ctypes.create_string_buffer(cap)
+        rc = call(buf, cap, ctypes.byref(need))
+        if rc == KVP_ERANGE and need.value + 1 > cap:
+            cap = need.value + 1
+            continue
+        check(rc, what)
+        return buf.raw[: need.value].decode()
+
+
+_libc = None
+
+
+def memstream_call(call, what: str) -> str:
+    """What ``call(FILE *)`` writes, through the C library's open_memstream."""
+    global _libc
+    from .errors import check
+
+    if _libc is None:
+        libc = ctypes.CDLL(None)
+        libc.open_memstream.restype = c_void_p
+        libc.open_memstream.argtypes = [P(c_void_p), P(c_size_t)]
+        libc.fclose.argtypes = [c_void_p]
+        libc.free.argtypes = [c_void_p]
+        _libc = libc
+    ptr, size = c_void_p(), c_size_t()
+    f = _libc.open_memstream(ctypes.byref(ptr), ctypes.byref(size))
+    if not f:
+        raise MemoryError(f"{what}: open_memstream failed")
+    try:
+        rc = call(f)
+    finally:
+        _libc.fclose(f)  # sets ptr and size
+    try:
+        check(rc, what)
+        return ctypes.string_at(ptr, size.value).decode() if ptr.value else ""
+    finally:
+        _libc.free(ptr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import operator
@@ -14,7 +15,7 @@ from . import _lib
 from ._handle import Handle
 from .errors import InvalidArgumentError, check
 from .prefix import key_to_c
-from .stats import AllocationStats
+from .stats import AllocationStats, check_metric_prefix
 
 fn = _lib.fn
 
@@ -60,7 +61,9 @@ def format_to_c(format) -> int:
     if "\x00" in format:  # C would read only up to the NUL
         raise InvalidArgumentError(f"format {format!r} contains a NUL character")
     out = ctypes.c_int()
-    check(fn.kvp_format_parse(format.encode(), ctypes.byref(out)), f"format {format!r}")
+    if fn.kvp_format_parse(format.encode(), ctypes.byref(out)) != _lib.KVP_OK:
+        raise InvalidArgumentError(
+            f"format {format!r} is not one of {', '.join(FORMATS)}", _lib.KVP_EINVAL)
     return out.value
 
 
@@ -589,11 +592,65 @@ class BlockPoolAllocator:
 
     @property
     def stats(self) -> AllocationStats:
-        """A fresh snapshot of the pool's counters, taken on each access."""
+        """A fresh snapshot of the pool's counters, taken on each access.
+
+        Besides the counters it carries what the pool's Prometheus text
+        shows: blocks managed, free and in use per stream (``streams``), the
+        configuration (``config``) and the library's version (``version``),
+        so that ``stats.to_prometheus()`` writes the same families as
+        ``pool.to_prometheus(prefix=...)``."""
         s = _lib.StatsC()
+        streams = {}
         with self._handle.use() as p:
             check(fn.kvp_pool_stats(p, ctypes.byref(s)), "stats")
-        return AllocationStats._from_c(s)
+            names = ("k", "v") if self.config.separate_kv else ("kv",)
+            for name in names:
+                st = STREAMS[name]
+                managed = fn.kvp_pool_n_managed(p, st)
+                free = fn.kvp_n_free(p, st)
+                streams[name] = {"managed": managed, "free": free,
+                                 "in_use": max(managed - free, 0)}
+        out = AllocationStats._from_c(s)
+        out.streams = streams
+        out.config = self._config_labels()
+        out.version = _lib.version()
+        return out
+
+    def _config_labels(self) -> dict:
+        c = self.config
+        unbounded = not c.max_blocks or c.max_blocks >= _lib.KVP_MAX_BLOCKS
+        return {"block_size": str(c.block_size), "n_blocks": str(c.n_blocks),
+                "max_blocks": "unbounded" if unbounded else str(c.max_blocks),
+                "prefix_cache": "true" if c.prefix_cache else "false"}
+
+    def to_prometheus(self, name: str = "default", prefix: Optional[str] = None) -> str:
+        """The pool's Prometheus text exposition, read live.
+
+        By default the families are the ``kvpool_*`` ones of
+        ``kvp_pools_to_prometheus`` with the label ``pool=name``: counters,
+        gauges, per-stream ``kvpool_stream_blocks_in_use`` /
+        ``_free{stream=...}``, ``kvpool_config_info{block_size, n_blocks,
+        max_blocks, prefix_cache}``, the sampled
+        ``kvpool_allocate_duration_seconds`` histogram and
+        ``kvpool_build_info{version}``.  Several pools in one scrape:
+        :func:`kvpool.to_prometheus`.  With ``prefix`` the older form of
+        ``kvp_pool_to_prometheus``: the pool's figures under
+        ``<prefix>_*`` names, no pool label.  An invalid prefix raises
+        InvalidArgumentError."""
+        if prefix is not None:
+            pb = check_metric_prefix(prefix).encode()
+            with self._handle.use() as p:
+                return _lib.text_call(
+                    lambda b, cap, n: fn.kvp_pool_to_prometheus(p, pb, b, cap, n),
+                    "to_prometheus")
+        return to_prometheus({name: self})
+
+    def dump(self, json: bool = False) -> str:
+        """kvp_pool_dump's report of the pool: several lines for people, or
+        with ``json=True`` one JSON object on one line."""
+        flags = 1 if json else 0  # KVP_DUMP_JSON
+        with self._handle.use() as p:
+            return _lib.memstream_call(lambda f: fn.kvp_pool_dump(p, f, flags), "dump")
 
     @property
     def history(self) -> tuple:
@@ -631,3 +688,30 @@ class BlockPoolAllocator:
         if self.closed:
             return "BlockPoolAllocator(closed)"
         return f"BlockPoolAllocator({self.stats!r})"
+
+
+def to_prometheus(pools) -> str:
+    """Prometheus text of several pools in one exposition
+    (kvp_pools_to_prometheus): each ``kvpool_*`` family once, a sample per
+    pool told apart by the label ``pool``.  ``pools`` maps each pool's label
+    value (a str, distinct) to its BlockPoolAllocator; a list of pools is
+    labelled by position ("0", "1", ...)."""
+    items = list(pools.items()) if hasattr(pools, "items") else [(str(i), p) for i, p in
+                                                                 enumerate(pools)]
+    if not items:
+        raise InvalidArgumentError("to_prometheus: no pools")
+    for name, pool in items:
+        if not isinstance(name, str):
+            raise TypeError(f"a pool's label must be a str, not {type(name).__name__}")
+        if not isinstance(pool, BlockPoolAllocator):
+            raise TypeError(f"expected BlockPoolAllocator, got {type(pool).__name__}")
+    if len({name for name, _ in items}) != len(items):
+        raise InvalidArgumentError("to_prometheus: two pools with the same label")
+    n = len(items)
+    names = (ctypes.c_char_p * n)(*(name.encode() for name, _ in items))
+    with contextlib.ExitStack() as stack:
+        ptrs = (ctypes.c_void_p * n)(*(stack.enter_context(pool._handle.use())
+                                       for _, pool in items))
+        return _lib.text_call(
+            lambda b, cap, ln: fn.kvp_pools_to_prometheus(ptrs, names, n, b, cap, ln),
+            "to_prometheus")

@@ -4,10 +4,31 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import re
 from dataclasses import dataclass
+from typing import Optional
 
 from . import _lib
-from .errors import check
+from .errors import InvalidArgumentError, check
+
+
+METRIC_PREFIX = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
+
+
+def check_metric_prefix(prefix) -> str:
+    """``prefix`` if it is a Prometheus metric name, else TypeError or
+    InvalidArgumentError saying what a metric name is."""
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
+    if not METRIC_PREFIX.match(prefix):
+        raise InvalidArgumentError(
+            f"prefix {prefix!r} is not a Prometheus metric name: a letter, '_' or ':', "
+            "then letters, digits, '_' or ':' ([a-zA-Z_:][a-zA-Z0-9_:]*)", _lib.KVP_EINVAL)
+    return prefix
+
+
+CONFIG_HELP = ("A pool's configuration in labels (max_blocks: the growth cap, or unbounded); "
+               "value 1.")
 
 
 @dataclass(repr=False)
@@ -39,6 +60,12 @@ class AllocationStats:
     n_prefix_queries: int = 0  # prefix cache: keys asked for by match calls
     n_prefix_hits: int = 0  # prefix cache: blocks matched
     n_evictions: int = 0  # prefix cache: cached blocks evicted
+    # Set by pool.stats (None for a snapshot from history or made by hand):
+    # per stream {"managed", "free", "in_use"}, the configuration's labels of
+    # <prefix>_config_info, the library's version.
+    streams: Optional[dict] = dataclasses.field(default=None, compare=False)
+    config: Optional[dict] = dataclasses.field(default=None, compare=False)
+    version: Optional[str] = dataclasses.field(default=None, compare=False)
 
     @classmethod
     def _from_c(cls, s: _lib.StatsC) -> "AllocationStats":
@@ -63,25 +90,44 @@ class AllocationStats:
         """Prometheus text exposition of this snapshot (kvp_stats_to_prometheus).
 
         Gauges ``<prefix>_blocks_in_use``, ``_blocks_managed``,
-        ``_fragmentation``, ``_peak_blocks_in_use``; counters
-        ``<prefix>_allocations_total``, ``_frees_total``, ``_reused_total``,
-        ``_exhausted_total``, ``_grown_total``, ``_retired_total``,
-        ``_stale_frees_total``; each with ``# HELP`` and ``# TYPE`` lines.
+        ``_fragmentation``, ``_usage_ratio``, ``_peak_blocks_in_use``;
+        counters ``<prefix>_allocations_total``, ``_frees_total``,
+        ``_reused_total``, ``_exhausted_total``, ``_grown_total``,
+        ``_retired_total``, ``_stale_frees_total``, and the prefix cache's
+        families; each with ``# HELP`` and ``# TYPE`` lines.  A snapshot
+        from ``pool.stats`` adds what kvp_pool_to_prometheus adds: per-stream
+        ``<prefix>_stream_blocks_in_use`` / ``_stream_blocks_free``,
+        ``<prefix>_config_info`` and ``<prefix>_build_info``, the same text
+        as ``pool.to_prometheus(prefix=...)`` of a pool at rest.
         ``prefix=None`` means ``"kvpool_block_pool"``; an invalid metric
-        name prefix raises ValueError.
+        name prefix raises InvalidArgumentError naming the rule.
         """
         s = self._to_c()
-        p = None if prefix is None else prefix.encode()
-        need = ctypes.c_size_t(0)
-        cap = 2048
-        while True:
-            buf = ctypes.create_string_buffer(cap)
-            rc = _lib.fn.kvp_stats_to_prometheus(ctypes.byref(s), p, buf, cap, ctypes.byref(need))
-            if rc == _lib.KVP_ERANGE and need.value + 1 > cap:
-                cap = need.value + 1
-                continue
-            check(rc, "AllocationStats.to_prometheus")
-            return buf.raw[: need.value].decode()
+        p = None if prefix is None else check_metric_prefix(prefix).encode()
+        text = _lib.text_call(
+            lambda b, cap, n: _lib.fn.kvp_stats_to_prometheus(ctypes.byref(s), p, b, cap, n),
+            "AllocationStats.to_prometheus")
+        if self.streams is None:
+            return text
+        pre = prefix or "kvpool_block_pool"
+        out = [text]
+        out.append(f"# HELP {pre}_stream_blocks_in_use Blocks of a stream handed out and not "
+                   f"yet freed.\n# TYPE {pre}_stream_blocks_in_use gauge\n")
+        out += [f'{pre}_stream_blocks_in_use{{stream="{k}"}} {v["in_use"]}\n'
+                for k, v in self.streams.items()]
+        out.append(f"# HELP {pre}_stream_blocks_free Free blocks of a stream, thread caches "
+                   f"included.\n# TYPE {pre}_stream_blocks_free gauge\n")
+        out += [f'{pre}_stream_blocks_free{{stream="{k}"}} {v["free"]}\n'
+                for k, v in self.streams.items()]
+        if self.config is not None:
+            labels = ",".join(f'{k}="{v}"' for k, v in self.config.items())
+            out.append(f"# HELP {pre}_config_info {CONFIG_HELP}\n"
+                       f"# TYPE {pre}_config_info gauge\n{pre}_config_info{{{labels}}} 1\n")
+        if self.version is not None:
+            out.append(f"# HELP {pre}_build_info The kvpool library serving these figures.\n"
+                       f"# TYPE {pre}_build_info gauge\n"
+                       f'{pre}_build_info{{version="{self.version}"}} 1\n')
+        return "".join(out)
 
     def __repr__(self) -> str:
         s = self._to_c()

@@ -107,7 +107,23 @@ class BlockStorage:
         a = as_f32(values, (self.head_dim,), "values").reshape(-1, self.head_dim)
         with self._handle.use() as s:
             rc = fn.kvp_storage_write(s, ref, off, f32_ptr(a), a.shape[0])
-        check(rc, f"BlockStorage.write(block {block.block_id}, offset {off}, {a.shape[0]} rows)")
+        what = f"BlockStorage.write(block {block.block_id}, offset {off}, {a.shape[0]} rows)"
+        if rc == _lib.KVP_EINVAL:
+            raise InvalidArgumentError(f"{what}: {self._write_refusal(block, a)}", rc)
+        check(rc, what)
+
+    @staticmethod
+    def _write_refusal(block: Block, a) -> str:
+        """Why kvp_storage_write refused (KVP_EINVAL) rows for this block."""
+        fmt = block.format
+        if fmt in ("int2", "int1"):
+            return (f"format {fmt} is a tag only, with no codec: rows can be written to "
+                    "fp32, fp16, bf16, int8 and int4 blocks")
+        if fmt in ("int8", "int4") and not np.isfinite(a).all():
+            return f"format {fmt} cannot hold inf or NaN"
+        if block.published:
+            return "the block is published under a prefix key: its rows are fixed"
+        return "invalid argument"
 
     def read(self, block: Block) -> np.ndarray:
         ref = self._ref(block)

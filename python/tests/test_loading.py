@@ -72,7 +72,36 @@ def test_the_search_order():
     if env:
         assert c[0] in (env, os.path.join(env, "libkvpool.so"))
         c = c[1:]
-    assert c[0] == os.path.join(os.path.abspath(PKG_DIR), "libkvpool.so")
+    here = os.path.abspath(PKG_DIR)
+    # A bundled copy first (a wheel carries libkvpool.so.0), ...
+    assert c[:2] == [os.path.join(here, "libkvpool.so.0"), os.path.join(here, "libkvpool.so")]
+    # ... the interpreter's prefix and /usr/local/lib (cmake --install's default) before
+    # the system's loader by name, last.
+    assert c.index(os.path.join(sys.prefix, "lib", "libkvpool.so.0")) < c.index("libkvpool.so.0")
+    assert "/usr/local/lib/libkvpool.so.0" in c
+
+
+def test_a_wheel_bundling_libkvpool_so_0_loads_it(tmp_path):
+    pkgs = tmp_path / "pkgs"
+    shutil.copytree(PKG_DIR, pkgs / "kvpool", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(kvpool.library_path, pkgs / "kvpool" / "libkvpool.so.0")
+    r = run_import({}, str(pkgs), tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(pkgs / "kvpool" / "libkvpool.so.0")
+
+
+def test_a_failed_lookup_says_where_it_looked_and_what_to_set(tmp_path):
+    pkgs = tmp_path / "pkgs"
+    shutil.copytree(PKG_DIR, pkgs / "kvpool", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {"KVPOOL_LIBRARY": "", "RUNFILES_DIR": "", "TEST_SRCDIR": ""}
+    r = run_import(env, str(pkgs), tmp_path)
+    if r.returncode == 0:
+        pytest.skip(f"this machine has an installed libkvpool: {r.stdout.strip()}")
+    msg = r.stderr
+    assert "ImportError: kvpool: cannot load libkvpool.so: not found." in msg
+    assert "KVPOOL_LIBRARY" in msg and "cmake --install" in msg and "pip install ./python" in msg
+    assert str(pkgs / "kvpool" / "libkvpool.so.0") + " (absent)" in msg
+    assert "/usr/local/lib/libkvpool.so.0" in msg
 
 
 def test_kvpool_library_is_read_before_kvpool_lib(tmp_path):
