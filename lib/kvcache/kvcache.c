@@ -123,12 +123,15 @@ static bool block_ours(const kvp_kvcache *c, kvp_ref ref)
 {
 	kvp_block_info info;
 
-	/* A published block may have several holders, and kvp_block_get names
-	 * only one of them: for it, a current generation and in_use prove that
-	 * someone still holds it, so its buffer is live and its rows are fixed
-	 * (the published contents this kvcache adopted or wrote). */
+	/* A shared block (published, or held by two or more owners, also once
+	 * a reset unpublished it) may have several holders, and kvp_block_get
+	 * names only one of them: for it, a current generation and in_use
+	 * prove that someone still holds it, so its buffer is live and its
+	 * rows are fixed (the published contents this kvcache adopted or
+	 * wrote; kvpool/storage.h). */
 	return kvp_block_get(c->pool, ref, &info) == KVP_OK && info.in_use &&
-	       (info.owner == c->cfg.owner || info.published) && info.format == c->cfg.format;
+	       (info.owner == c->cfg.owner || info.published || info.n_holders >= 2) &&
+	       info.format == c->cfg.format;
 }
 
 static int layer_check_block(const kvp_kvcache *c, const struct layer *L, uint32_t b)

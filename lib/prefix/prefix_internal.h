@@ -102,6 +102,9 @@
  *                                                             after acquire of the state
  *   pside.pos_hint             any (relaxed): a hint, always  owner shard mutex, checked
  *                              checked against the array      against the array
+ *   pside.epoch                the fresh hand-out (exclusive, kvpi_block_get_epoch: no lock,
+ *                              release, before the state's    validated by the state word
+ *                              release store)                 (seqlock, acquire fence)
  *   lru.head_seq               LRU shard mutex (atomic)       evictors' scans (hint)
  *   prefix.resets              kvp_prefix_reset (seq_cst     claims (acquire), unclaim
  *                              add and fence; release sub)   (seq_cst fence, relaxed)
@@ -181,6 +184,11 @@ struct kvp_pside {
 	_Atomic uint32_t holders;
 	_Atomic uint32_t version; /* bumped by every locker that changes holders or owner */
 	_Atomic uint32_t pos_hint;
+	/* The generation of the block's latest fresh hand-out (allocation,
+	 * growth, eviction), kept when a match revives it: the hand-out its
+	 * storage rows belong to (lib/prefix/prefix_epoch.c).  Written only by
+	 * the hand-out, while it holds the block exclusively. */
+	_Atomic uint32_t epoch;
 	_Atomic uint64_t owner_xor;
 	struct kvp_pnode *pub; /* the node the block is published under, or NULL */
 	uint64_t lru_seq;

@@ -41,6 +41,11 @@ static uint32_t stamp(struct kvp_pool *p, uint32_t id, uint32_t used, uint64_t f
 	if (gen == 0)
 		gen = 1;
 	*reused = (old & KVP_ST_EVER) != 0;
+	/* A fresh hand-out: the rows of earlier ones are not this holder's
+	 * (kvpool/storage.h).  release: kvpi_block_get_epoch reads it with no
+	 * lock; a reader that sees it (then an acquire fence) sees the block
+	 * left its previous hand-out, so its state re-check fails. */
+	atomic_store_explicit(&e->epoch, gen, memory_order_release);
 	/* relaxed: published by the release store of the state below. */
 	atomic_store_explicit(&e->holders, 1, memory_order_relaxed);
 	atomic_store_explicit(&e->owner_xor, owner, memory_order_relaxed);
