@@ -108,9 +108,13 @@
  *   lru.head_seq               LRU shard mutex (atomic)       evictors' scans (hint)
  *   prefix.resets              kvp_prefix_reset (seq_cst     claims (acquire), unclaim
  *                              add and fence; release sub)   (seq_cst fence, relaxed)
- *   prefix.cached (stripes)    atomic add of a call's net     n_free, stats, admission:
- *                              change, at its end, to its     the sum (relaxed; exact
- *                              thread's stripe                when quiet)
+ *   prefix.cached              atomic add per block, at once: n_free, stats, and the
+ *                              +1 before a block becomes      exhaustion decision (one
+ *                              claimable, -1 after it stops   load: never below the
+ *                              being available                blocks cached and unheld)
+ *   prefix.pend                allocations (kvpi_pfx_get_    the exhaustion decision
+ *                              blocks): RMW before a partial  (kvpi_pfx_get_blocks)
+ *                              reserve, after a give-back
  *   index (cds_lfht)           add/del with the block locked  lookups in a read-side
  *                              or EVICTING, in a read-side    section, no lock
  *                              section
@@ -256,11 +260,16 @@ struct kvp_prefix {
 	 * period, and every slab made. */
 	_Atomic(struct kvp_pnode *) ready __attribute__((aligned(64)));
 	_Atomic(struct kvp_pslab *) slabs;
-	/* Cached blocks per stream, in stripes chosen by the calling thread's
-	 * slot so that threads do not share a line: each call adds what it
-	 * changed once, at its end (relaxed: a count; the sum is exact when
-	 * no call runs). */
+	/* Cached blocks per stream: one counter, changed per block at once
+	 * (kvpi_pfx_count_one).  Not striped: the exhaustion decision needs
+	 * the count of one instant, and a sum of stripes read one by one is
+	 * no instant's count (a block counted in a stripe read late and
+	 * uncounted in one read early is missed).  Only cached[0] is used. */
 	struct kvp_pcount cached[KVP_PFX_COUNT_STRIPES] __attribute__((aligned(64)));
+	/* Per stream: blocks reserved from the free stack by allocations that
+	 * may still give them back (low 32 bits), and how many give-backs
+	 * there were (high 32 bits): lib/prefix/prefix_pool.c, "Exhaustion". */
+	struct kvp_pcount pend __attribute__((aligned(64)));
 	_Atomic(_Atomic(struct kvp_pside *) *) top[KVP_PFX_TOP];
 	struct kvp_plru lru[2][KVP_PFX_LRU_SHARDS];
 	struct kvp_poshard osh[KVP_PFX_OWNER_SHARDS];
@@ -373,15 +382,18 @@ static inline uint32_t kvpi_pfx_home(const struct kvp_tslot *s)
 	return s->idx % KVP_PFX_LRU_SHARDS;
 }
 
-/* Add a call's changes @d[si] to the cached counts (relaxed: a count, exact
- * when no call runs, and only ever a hint to concurrent readers). */
-static inline void kvpi_pfx_count_cached(struct kvp_prefix *pf, const struct kvp_tslot *s,
-                                         const int64_t d[2])
+/*
+ * Add @d to stream @si's cached count, at once: +1 before a block becomes
+ * claimable (under its lock, before the unlock), -1 after it stopped being
+ * available (revived, evicted and pushed).  So the count never falls below
+ * the blocks cached and unheld.  release: a reader that sees the change
+ * (acquire) sees what the caller did before (an evicted block's push onto
+ * the free stack, lib/prefix/prefix_pool.c "Exhaustion").
+ */
+static inline void kvpi_pfx_count_one(struct kvp_prefix *pf, int si, int64_t d)
 {
-	struct kvp_pcount *c = &pf->cached[kvpi_pfx_home(s)];
-	for (int si = 0; si < 2; si++)
-		if (d[si])
-			atomic_fetch_add_explicit(&c->n[si], d[si], memory_order_relaxed);
+	if (d)
+		atomic_fetch_add_explicit(&pf->cached[0].n[si], d, memory_order_release);
 }
 
 /* Bring block @id's state word (to be CASed) and side entry into the cache. */
@@ -453,6 +465,14 @@ uint32_t kvpi_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_
 uint32_t kvpi_pfx_claim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n);
 void kvpi_pfx_commit(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
                      uint32_t n);
+/* Commit without the cached count: the caller takes @n off it
+ * (kvpi_pfx_count_one) once the blocks are pushed on the free stack. */
+void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvp_tslot *s, const uint32_t *ids,
+                               uint32_t n);
+/* Evict up to @n cached blocks onto the free stack (reset, shrink): pushed
+ * before the cached count drops.  Returns how many. */
+uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
+                                 uint32_t n);
 /*
  * Unclaim: @resets0 is prefix.resets as read (acquire) before the claim.  If
  * a reset ran or began since then, it may have passed the claimed blocks
