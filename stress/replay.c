@@ -612,13 +612,16 @@ static uint64_t wall_ns(double ns, double speed)
 	return w >= 0x1p62 || w != w ? (uint64_t)1 << 62 : w <= 0 ? 0 : (uint64_t)w;
 }
 
-/* Prefix: match request @i's keyed prompt blocks in K and V for owner @i;
- * keeps the shorter match in both streams and returns its length. */
-static uint32_t admit_match(rp_engine *e, size_t i, rp_result *res)
+/* Prefix: match at most @limit of request @i's keyed prompt blocks in K
+ * and V for owner @i; keeps the shorter match in both streams and returns
+ * its length (the refs in e->mrefs[0] and [1]). */
+static uint32_t admit_match(rp_engine *e, size_t i, uint64_t limit, rp_result *res)
 {
 	const rp_config *c = e->c;
 	uint32_t nk = c->n_keys[i], m;
 	size_t got[2] = {0, 0};
+	if (nk > limit)
+		nk = (uint32_t)limit;
 	if (nk == 0)
 		return 0;
 	for (int si = 0; si < 2; si++) {
@@ -640,46 +643,53 @@ static uint32_t admit_match(rp_engine *e, size_t i, rp_result *res)
 	return m;
 }
 
-/* Prefix: do @newb more blocks per stream fit?  Free blocks (cached ones
- * count: allocation evicts them) minus what admitted requests have still
- * to allocate. */
-static bool prefix_fits(rp_engine *e, uint64_t newb)
+/* Prefix: the slack, the fewest per stream of free blocks (cached ones
+ * count: allocation evicts them) beyond what admitted requests have still
+ * to allocate; 0 when none. */
+static uint64_t prefix_slack(rp_engine *e)
 {
+	uint64_t slack = UINT64_MAX;
 	for (int si = 0; si < 2; si++) {
 		/* acquire, and before kvp_n_free: see rp_engine.pending */
 		uint64_t p = atomic_load_explicit(&e->pending[si], memory_order_acquire);
 		uint64_t f = kvp_n_free(e->c->pool, (kvp_stream)si);
-		if (f < p || f - p < newb)
-			return false;
+		uint64_t s = f > p ? f - p : 0;
+		slack = s < slack ? s : slack;
 	}
-	return true;
+	return slack;
 }
 
 /* The scheduler's view of the request at the head of the queue. */
 typedef struct head_state {
 	bool blocked;      /* waiting for blocks (counted once in res->waits) */
 	bool slot_blocked; /* waiting for a batch slot (counted once in res->slot_waits) */
-	bool matched;      /* its prefix matched (once: its holds wait with it) */
 	uint64_t blocked_since;
 } head_state;
 
 /*
  * Whether the head request @next, @need blocks per stream, fits now; *@newb
  * is what it still has to allocate (less the blocks its prefix matched).
+ *
+ * Prefix cache: the promise to admitted requests is that the slack never
+ * goes below 0, so the blocks they have still to allocate stay free.  A
+ * match may revive cached blocks, which then stop being free, so the head
+ * matches at most slack keys per stream: the slack after the match is at
+ * least 0.  A head that then does not fit drops its holds at once (the
+ * revived blocks are cached again) and waits holding nothing: it matches
+ * again when it is looked at next.  So a waiting head never holds a block
+ * an admitted request was promised.
  */
-static bool head_fits(rp_engine *e, size_t next, uint64_t need, head_state *h, rp_result *res,
-                      uint64_t *newb)
+static bool head_fits(rp_engine *e, size_t next, uint64_t need, rp_result *res, uint64_t *newb)
 {
 	const rp_config *c = e->c;
 	if (!c->prefix) {
 		*newb = need;
 		return e->reserved + need <= c->capacity;
 	}
-	if (!h->matched) /* once: its holds wait with it */
-		e->matched[next] = admit_match(e, next, res);
-	h->matched = true;
-	*newb = need - e->matched[next];
-	bool fits = prefix_fits(e, *newb);
+	uint32_t m = admit_match(e, next, prefix_slack(e), res);
+	e->matched[next] = m;
+	*newb = need - m;
+	bool fits = prefix_slack(e) >= *newb;
 	if (!fits && e->in_system == 0) {
 		/* cannot happen if the pool counts right: say so, never hang */
 		if (res->errors++ == 0)
@@ -688,6 +698,11 @@ static bool head_fits(rp_engine *e, size_t next, uint64_t need, head_state *h, r
 			         " blocks do not fit with nothing in flight",
 			         next, *newb);
 		fits = true;
+	}
+	if (!fits && m > 0) {
+		for (int si = 0; si < 2; si++)
+			kvp_free_owned(c->pool, next, e->mrefs[si], m);
+		e->matched[next] = 0;
 	}
 	return fits;
 }
@@ -714,7 +729,6 @@ static void wait_end(head_state *h, uint64_t now, rp_result *res)
 		h->blocked = false;
 	}
 	h->slot_blocked = false;
-	h->matched = false;
 }
 
 /* Admit request @next: reserve its @newb blocks, hand it to the workers. */
@@ -772,7 +786,7 @@ static void schedule(rp_engine *e, rp_result *res)
 			pthread_cond_wait(&e->sched_cv, &e->mu);
 			continue;
 		}
-		if (!head_fits(e, next, need, &h, res, &newb)) {
+		if (!head_fits(e, next, need, res, &newb)) {
 			wait_begin(e, &h, now, res);
 			pthread_cond_wait(&e->sched_cv, &e->mu);
 			continue;
