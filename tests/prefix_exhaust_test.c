@@ -23,8 +23,9 @@
  * return a block not published under the key asked for.  All three must
  * be 0.
  *
- * KVP_SOAK_SECONDS=N runs each phase N seconds (a soak) instead of the
- * default fraction of a second.
+ * KVP_SOAK_SECONDS=N runs each bystander phase N seconds and the race 2N
+ * (a soak) instead of a fraction of a second; an argument "race" or
+ * "bystander" runs only those.
  */
 #include <kvpool/kvpool.h>
 
@@ -280,10 +281,17 @@ static void test_race_ledger(void)
 	kvp_pool_destroy(r.p);
 }
 
-int main(void)
+/* No argument: every test.  "race" or "bystander": those only (a soak of one). */
+int main(int argc, char **argv)
 {
-	RUN(test_bystander_plain);
-	RUN(test_bystander_cached);
-	RUN(test_race_ledger);
+	bool race = argc < 2 || strcmp(argv[1], "race") == 0;
+	bool by = argc < 2 || strcmp(argv[1], "bystander") == 0;
+
+	if (by) {
+		RUN(test_bystander_plain);
+		RUN(test_bystander_cached);
+	}
+	if (race)
+		RUN(test_race_ledger);
 	return 0;
 }
