@@ -34,8 +34,9 @@
  *     meets a held block drops it from the list, and one that meets a stale
  *     cached block moves it to the tail (new sequence number); only the last
  *     release of a block that is on no list takes a shard mutex.  The
- *     number of cached blocks per stream is kept apart, in striped
- *     counters to which each call adds its net change once;
+ *     number of cached blocks per stream is kept apart, in one counter
+ *     changed per block at once (the exhaustion decision reads it:
+ *     lib/prefix/prefix_pool.c, "Exhaustion");
  *   - its own owner table (KVP_PFX_OWNER_SHARDS shards, mutex each): an
  *     owner record holds the ids it holds in an array, in hold order, with
  *     tombstones (KVP_NO_ID) compacted when they outnumber the live ids.
