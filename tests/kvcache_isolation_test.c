@@ -206,8 +206,15 @@ static void test_two_adopters_survive_reset(void)
 	CHECK(memcmp(before, after, sizeof before) == 0);
 	attend_all(b, after);
 	CHECK(memcmp(before, after, sizeof before) == 0);
+	/* a trim that would cut inside a shared block changes nothing */
+	CHECK_EQ(kvp_kvcache_trim(b, 1), KVP_EINVAL);
+	gathers_prompt(b);
+	gathers_prompt(c);
 	kvp_kvcache_destroy(b);
 	gathers_prompt(c);
+	/* C is the one holder now: its trim works */
+	CHECK_EQ(kvp_kvcache_trim(c, 1), KVP_OK);
+	CHECK_EQ(kvp_kvcache_len(c, 0), PROMPT - 1);
 	kvp_kvcache_destroy(c);
 	env_free(&e);
 }

@@ -389,8 +389,9 @@ static int drop(kvp_kvcache *c, const kvp_ref *refs, size_t n)
 	return rc;
 }
 
-/* Would trimming @n_tokens leave a published block partly used (its n_used
- * cannot change)?  Checked for every layer before anything changes. */
+/* Would trimming @n_tokens leave a shared block (published, or held by two
+ * or more owners) partly used (its n_used cannot change)?  Checked for
+ * every layer before anything changes. */
 static bool trim_cuts_published(const kvp_kvcache *c, uint32_t n_tokens)
 {
 	uint32_t i, bs = c->block_size;
@@ -401,9 +402,11 @@ static bool trim_cuts_published(const kvp_kvcache *c, uint32_t n_tokens)
 		kvp_block_info info;
 		if (!cut || !(len % bs))
 			continue;
-		if (kvp_block_get(c->pool, L->kref[len / bs], &info) == KVP_OK && info.published)
+		if (kvp_block_get(c->pool, L->kref[len / bs], &info) == KVP_OK &&
+		    (info.published || info.n_holders >= 2))
 			return true;
-		if (kvp_block_get(c->pool, L->vref[len / bs], &info) == KVP_OK && info.published)
+		if (kvp_block_get(c->pool, L->vref[len / bs], &info) == KVP_OK &&
+		    (info.published || info.n_holders >= 2))
 			return true;
 	}
 	return false;
