@@ -714,13 +714,18 @@ static void check_matched_rows(rp_engine *e, size_t i, uint32_t m, rp_result *re
 	}
 }
 
-/* Prefix: match request @i's keyed prompt blocks in K and V for owner @i;
- * keeps the shorter match in both streams and returns its length. */
-static uint32_t admit_match(rp_engine *e, size_t i, rp_result *res)
+/* Prefix: match at most @limit of request @i's keyed prompt blocks in K
+ * and V for owner @i, then (with a remote tier) fetch what the local match
+ * missed; keeps the shorter match in both streams and returns its length
+ * (the refs in e->mrefs[0] and [1]), *@remote of them fetched. */
+static uint32_t admit_match(rp_engine *e, size_t i, uint64_t limit, uint32_t *remote,
+                            rp_result *res)
 {
 	const rp_config *c = e->c;
 	uint32_t nk = c->n_keys[i], m;
 	size_t got[2] = {0, 0};
+	if (nk > limit)
+		nk = (uint32_t)limit;
 	if (nk == 0)
 		return 0;
 	for (int si = 0; si < 2; si++) {
@@ -742,42 +747,47 @@ static uint32_t admit_match(rp_engine *e, size_t i, rp_result *res)
 	for (int si = 0; si < 2; si++)
 		if (got[si] > m)
 			kvp_free_owned(c->pool, i, e->mrefs[si] + m, got[si] - m);
-	if (m > local)
-		res->remote_hits += m - local;
-	if (c->check_rows)
-		check_matched_rows(e, i, m, res);
+	*remote = m > local ? (uint32_t)(m - local) : 0;
 	return m;
 }
 
-/* Prefix: do @newb more blocks per stream fit?  Free blocks (cached ones
- * count: allocation evicts them) minus what admitted requests have still
- * to allocate. */
-static bool prefix_fits(rp_engine *e, uint64_t newb)
+/* Prefix: the slack, the fewest per stream of free blocks (cached ones
+ * count: allocation evicts them) beyond what admitted requests have still
+ * to allocate; 0 when none. */
+static uint64_t prefix_slack(rp_engine *e)
 {
+	uint64_t slack = UINT64_MAX;
 	for (int si = 0; si < 2; si++) {
 		/* acquire, and before kvp_n_free: see rp_engine.pending */
 		uint64_t p = atomic_load_explicit(&e->pending[si], memory_order_acquire);
 		uint64_t f = kvp_n_free(e->c->pool, (kvp_stream)si);
-		if (f < p || f - p < newb)
-			return false;
+		uint64_t s = f > p ? f - p : 0;
+		slack = s < slack ? s : slack;
 	}
-	return true;
+	return slack;
 }
 
 /* The scheduler's view of the request at the head of the queue. */
 typedef struct head_state {
 	bool blocked;      /* waiting for blocks (counted once in res->waits) */
 	bool slot_blocked; /* waiting for a batch slot (counted once in res->slot_waits) */
-	bool matched;      /* its prefix matched (once: its holds wait with it) */
 	uint64_t blocked_since;
 } head_state;
 
 /*
  * Whether the head request @next, @need blocks per stream, fits now; *@newb
  * is what it still has to allocate (less the blocks its prefix matched).
+ *
+ * Prefix cache: the promise to admitted requests is that the slack never
+ * goes below 0, so the blocks they have still to allocate stay free.  A
+ * match may revive cached blocks, which then stop being free, so the head
+ * matches at most slack keys per stream: the slack after the match is at
+ * least 0.  A head that then does not fit drops its holds at once (the
+ * revived blocks are cached again) and waits holding nothing: it matches
+ * again when it is looked at next.  So a waiting head never holds a block
+ * an admitted request was promised.
  */
-static bool head_fits(rp_engine *e, size_t next, uint64_t need, head_state *h, rp_result *res,
-                      uint64_t *newb)
+static bool head_fits(rp_engine *e, size_t next, uint64_t need, rp_result *res, uint64_t *newb)
 {
 	const rp_config *c = e->c;
 	if (!c->prefix) {
@@ -786,13 +796,13 @@ static bool head_fits(rp_engine *e, size_t next, uint64_t need, head_state *h, r
 	}
 	/* Remote tier: match once the whole request would fit, so the blocks a
 	 * fetch takes are not cut short by what admitted requests still need. */
-	if (!h->matched && c->remote[0] != NULL && e->in_system > 0 && !prefix_fits(e, need))
+	if (c->remote[0] != NULL && e->in_system > 0 && prefix_slack(e) < need)
 		return false;
-	if (!h->matched) /* once: its holds wait with it */
-		e->matched[next] = admit_match(e, next, res);
-	h->matched = true;
-	*newb = need - e->matched[next];
-	bool fits = prefix_fits(e, *newb);
+	uint32_t remote = 0;
+	uint32_t m = admit_match(e, next, prefix_slack(e), &remote, res);
+	e->matched[next] = m;
+	*newb = need - m;
+	bool fits = prefix_slack(e) >= *newb;
 	if (!fits && e->in_system == 0) {
 		/* cannot happen if the pool counts right: say so, never hang */
 		if (res->errors++ == 0)
@@ -801,6 +811,16 @@ static bool head_fits(rp_engine *e, size_t next, uint64_t need, head_state *h, r
 			         " blocks do not fit with nothing in flight",
 			         next, *newb);
 		fits = true;
+	}
+	if (!fits && m > 0) {
+		for (int si = 0; si < 2; si++)
+			kvp_free_owned(c->pool, next, e->mrefs[si], m);
+		e->matched[next] = 0;
+	}
+	if (fits) { /* counted once, for the match the request is admitted with */
+		res->remote_hits += remote;
+		if (c->check_rows)
+			check_matched_rows(e, next, m, res);
 	}
 	return fits;
 }
@@ -827,7 +847,6 @@ static void wait_end(head_state *h, uint64_t now, rp_result *res)
 		h->blocked = false;
 	}
 	h->slot_blocked = false;
-	h->matched = false;
 }
 
 /* Admit request @next: reserve its @newb blocks, hand it to the workers. */
@@ -885,7 +904,7 @@ static void schedule(rp_engine *e, rp_result *res)
 			pthread_cond_wait(&e->sched_cv, &e->mu);
 			continue;
 		}
-		if (!head_fits(e, next, need, &h, res, &newb)) {
+		if (!head_fits(e, next, need, res, &newb)) {
 			wait_begin(e, &h, now, res);
 			pthread_cond_wait(&e->sched_cv, &e->mu);
 			continue;

@@ -155,8 +155,8 @@ int kvp_kvcache_gather(const kvp_kvcache *c, uint32_t layer, float *k_out, float
  * block shared with other holders); the new last block's n_used is lowered
  * to what it still holds (kvp_block_set_used).  Trimming 0 tokens does
  * nothing.  Returns KVP_OK, KVP_EINVAL (NULL @c; or the cut falls inside a
- * block published under a prefix key, whose rows are fixed: then nothing
- * changed), or the first
+ * shared block, published under a prefix key or held by two or more
+ * owners, whose rows are fixed: then nothing changed), or the first
  * error the pool reported (only when someone else freed this kvcache's
  * blocks behind its back).
  */

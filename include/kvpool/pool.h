@@ -378,7 +378,8 @@ int kvp_block_get(kvp_pool *pool, kvp_ref ref, kvp_block_info *out);
  *
  * Returns KVP_OK; KVP_ERANGE when @n_used > block_size; KVP_ENOENT when the
  * ref is stale or its block not in use (nothing changes); KVP_EINVAL for a
- * NULL pool.  Thread-safe.  An owned block is changed under its owner's
+ * NULL pool, or (prefix cache, kvpool/prefix.h) a block that is published
+ * or has two or more holders.  Thread-safe.  An owned block is changed under its owner's
  * exclusion, as kvp_free changes it: no lock when the owner is biased to the
  * calling thread, else the owner's shard mutex (and, for an owner biased to
  * another thread, a revocation of that bias).  A raw block (kvp_alloc_block)

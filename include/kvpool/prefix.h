@@ -37,9 +37,16 @@
  * below (see kvp_prefix_match) exactly which eviction order holds when
  * several threads cache and evict at once.
  *
- * Storage.  Once published a block's contents are fixed: kvp_block_set_used
- * and kvp_storage_write on it are KVP_EINVAL.  A cached block keeps its
- * storage buffer and rows; a match that takes it again shares those rows.
+ * Storage.  Rows follow the holder, not the block's history.  A block
+ * publishes what its holder wrote since it was handed out afresh (by
+ * kvp_allocate, kvp_alloc_block, growth or an eviction), with zeros for
+ * rows not written since; never an earlier owner's rows.  A published
+ * block, and a block with two or more holders (also once kvp_prefix_reset
+ * unpublished it), is fixed: kvp_block_set_used and kvp_storage_write on
+ * it are KVP_EINVAL.  A cached block keeps its storage buffer and rows; a
+ * match that takes it again shares exactly those rows.  kvp_prefix_reset,
+ * evictions of other blocks, kvp_shrink and growth never change what a
+ * holder reads (docs/PREFIX.md, "Rows follow the holder").
  *
  * Eviction order with several threads: exact least recently cached first
  * within a shard, approximate across shards.  Cached blocks sit on

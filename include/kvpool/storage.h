@@ -45,10 +45,21 @@
  * that finds n_used above the mark (n_used raised by kvp_block_set_used
  * without writes) zeroes the rows between, once per hand-out, under the
  * block's slot lock (read_f32 returns zeros without touching the buffer).
- * A published block (kvpool/prefix.h) revived by a prefix match keeps the
- * rows its writer wrote, which are what the match shares: for it the mark
- * is not reset by the new holder's generation.  A block in use that was
- * never written has no buffer, and reads return 0 rows.
+ * A block in use that was never written has no buffer, and reads return
+ * 0 rows.
+ *
+ * Rows follow the holder, not the block's history (prefix cache,
+ * kvpool/prefix.h).  What a holder reads is what the block's holders
+ * wrote since kvp_allocate (or kvp_alloc_block, growth, an eviction) last
+ * handed it out afresh, and zeros for rows not written since.  A prefix
+ * match that takes a block, held or cached, is not a fresh hand-out: it
+ * shares exactly those rows.  So a block published without a write reads
+ * zeros, never a previous owner's rows.  A block that is published, or
+ * that has two or more holders (also after kvp_prefix_reset unpublished
+ * it), takes no write: kvp_storage_write and kvp_block_set_used on it are
+ * KVP_EINVAL.  kvp_prefix_reset, an eviction of other blocks, kvp_shrink
+ * and growth never change what a holder reads, and no read changes a
+ * shared buffer's valid rows.  docs/PREFIX.md has the argument.
  *
  * Synchronization:
  *
@@ -158,8 +169,9 @@ void kvp_storage_destroy(kvp_storage *s);
  * was lower.
  *
  * Returns KVP_OK; KVP_EINVAL (NULL @s or @rows, @n_rows 0, a format without
- * codec, inf/NaN for int8/int4, or the block is published under a prefix
- * key, kvpool/prefix.h: its rows are fixed); KVP_ERANGE (@offset + @n_rows > block_size);
+ * codec, inf/NaN for int8/int4, or the block is shared: published under a
+ * prefix key, or held by two or more owners, kvpool/prefix.h: its rows are
+ * fixed); KVP_ERANGE (@offset + @n_rows > block_size);
  * KVP_ENOENT (stale ref, block not in use when the call checks it);
  * KVP_ENOMEM (no buffer).  On failure nothing changed.  A block freed by
  * another thread while the call runs, after its check: KVP_OK, the rows

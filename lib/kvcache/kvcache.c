@@ -123,12 +123,15 @@ static bool block_ours(const kvp_kvcache *c, kvp_ref ref)
 {
 	kvp_block_info info;
 
-	/* A published block may have several holders, and kvp_block_get names
-	 * only one of them: for it, a current generation and in_use prove that
-	 * someone still holds it, so its buffer is live and its rows are fixed
-	 * (the published contents this kvcache adopted or wrote). */
+	/* A shared block (published, or held by two or more owners, also once
+	 * a reset unpublished it) may have several holders, and kvp_block_get
+	 * names only one of them: for it, a current generation and in_use
+	 * prove that someone still holds it, so its buffer is live and its
+	 * rows are fixed (the published contents this kvcache adopted or
+	 * wrote; kvpool/storage.h). */
 	return kvp_block_get(c->pool, ref, &info) == KVP_OK && info.in_use &&
-	       (info.owner == c->cfg.owner || info.published) && info.format == c->cfg.format;
+	       (info.owner == c->cfg.owner || info.published || info.n_holders >= 2) &&
+	       info.format == c->cfg.format;
 }
 
 static int layer_check_block(const kvp_kvcache *c, const struct layer *L, uint32_t b)
@@ -386,8 +389,9 @@ static int drop(kvp_kvcache *c, const kvp_ref *refs, size_t n)
 	return rc;
 }
 
-/* Would trimming @n_tokens leave a published block partly used (its n_used
- * cannot change)?  Checked for every layer before anything changes. */
+/* Would trimming @n_tokens leave a shared block (published, or held by two
+ * or more owners) partly used (its n_used cannot change)?  Checked for
+ * every layer before anything changes. */
 static bool trim_cuts_published(const kvp_kvcache *c, uint32_t n_tokens)
 {
 	uint32_t i, bs = c->block_size;
@@ -398,9 +402,11 @@ static bool trim_cuts_published(const kvp_kvcache *c, uint32_t n_tokens)
 		kvp_block_info info;
 		if (!cut || !(len % bs))
 			continue;
-		if (kvp_block_get(c->pool, L->kref[len / bs], &info) == KVP_OK && info.published)
+		if (kvp_block_get(c->pool, L->kref[len / bs], &info) == KVP_OK &&
+		    (info.published || info.n_holders >= 2))
 			return true;
-		if (kvp_block_get(c->pool, L->vref[len / bs], &info) == KVP_OK && info.published)
+		if (kvp_block_get(c->pool, L->vref[len / bs], &info) == KVP_OK &&
+		    (info.published || info.n_holders >= 2))
 			return true;
 	}
 	return false;

@@ -214,7 +214,7 @@ static int take(kvp_pool *p, const char *name, size_t i, struct snap *s)
 	s->block_size = p->block_size;
 	s->n_blocks = p->n_blocks_initial;
 	s->max_blocks = p->max_blocks;
-	s->prefix_cache = p->prefix != NULL;
+	s->prefix_cache = p->mode != NULL;
 	return KVP_OK;
 }
 

@@ -268,6 +268,13 @@ int kvp_block_set_used(kvp_pool *p, kvp_ref ref, uint32_t n_used)
 		return KVP_EINVAL;
 	if (n_used > p->block_size)
 		return KVP_ERANGE;
+	/* prefix mode: a block with two or more holders (a reset unpublished
+	 * it) is fixed too; it gains no holder unless published again, which
+	 * the CAS below would see (kvpool/prefix.h, "Storage"). */
+	kvp_block_info info;
+	if (p->mode && p->mode->block_get(p, ref, &info) == KVP_OK && info.in_use &&
+	    info.n_holders >= 2)
+		return KVP_EINVAL;
 	struct kvp_tslot *s = kvpi_tslot_get(p);
 	int rc = p->mode || (st & KVP_ST_RAW) ? set_used_cas(p, s, b, st, gen, n_used)
 	                                      : set_used_exclusive(p, s, b, gen, n_used);

@@ -88,7 +88,7 @@ int kvp_pool_to_prometheus(kvp_pool *p, const char *prefix, char *buf, size_t ca
 	                 "%s_config_info{block_size=\"%u\",n_blocks=\"%u\",max_blocks=\"%s\","
 	                 "prefix_cache=\"%s\"} 1\n",
 	                 prefix, prefix, prefix, p->block_size, p->n_blocks_initial, max_blocks,
-	                 p->prefix ? "true" : "false");
+	                 p->mode ? "true" : "false");
 	kvpi_text_printf(&t,
 	                 "# HELP %s_build_info The kvpool library serving these figures.\n"
 	                 "# TYPE %s_build_info gauge\n%s_build_info{version=\"%s\"} 1\n",

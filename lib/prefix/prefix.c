@@ -168,6 +168,8 @@ static bool take_hold(struct kvp_pool *p, struct kvp_porec *r, struct kvp_pnode 
 	kvpi_pfx_unlock(b, kvpi_st_make(gen, p->block_size,
 	                                KVP_ST_IN_USE | KVP_ST_EVER | KVP_ST_PUBLISHED,
 	                                kvpi_st_stream(st), format));
+	/* after it stopped being available: the count never runs low */
+	kvpi_pfx_count_one(pf, si, -1);
 	*out = KVP_MAKE_REF(id, gen);
 	return true;
 }
@@ -246,9 +248,6 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 	kvpi_ctr_add(s, KVP_C_REUSED, nrev);
 	if (nrev)
 		kvpi_account_in_use(p, s, (int64_t)nrev);
-	revived[0] = -revived[0];
-	revived[1] = -revived[1];
-	kvpi_pfx_count_cached(pf, s, revived);
 	kvpi_rcu_read_unlock();
 	if (i)
 		kvpi_history_tick(p, s);
@@ -377,8 +376,7 @@ size_t kvp_prefix_reset(kvp_pool *p)
 	for (uint32_t si = 0; si < p->n_streams; si++) {
 		for (;;) {
 			kvpi_rcu_read_lock();
-			uint32_t e = kvpi_pfx_evict(p, s, (int)si, ids, 64);
-			kvpi_put_blocks(p, s, (int)si, ids, e);
+			uint32_t e = kvpi_pfx_evict_to_stack(p, s, (int)si, ids, 64);
 			kvpi_rcu_read_unlock();
 			dropped += e;
 			if (e < 64)

@@ -34,8 +34,9 @@
  *     meets a held block drops it from the list, and one that meets a stale
  *     cached block moves it to the tail (new sequence number); only the last
  *     release of a block that is on no list takes a shard mutex.  The
- *     number of cached blocks per stream is kept apart, in striped
- *     counters to which each call adds its net change once;
+ *     number of cached blocks per stream is kept apart, in one counter
+ *     changed per block at once (the exhaustion decision reads it:
+ *     lib/prefix/prefix_pool.c, "Exhaustion");
  *   - its own owner table (KVP_PFX_OWNER_SHARDS shards, mutex each): an
  *     owner record holds the ids it holds in an array, in hold order, with
  *     tombstones (KVP_NO_ID) compacted when they outnumber the live ids.
@@ -102,12 +103,19 @@
  *                                                             after acquire of the state
  *   pside.pos_hint             any (relaxed): a hint, always  owner shard mutex, checked
  *                              checked against the array      against the array
+ *   pside.epoch                the fresh hand-out (exclusive, kvpi_block_get_epoch: no lock,
+ *                              release, before the state's    validated by the state word
+ *                              release store)                 (seqlock, acquire fence)
  *   lru.head_seq               LRU shard mutex (atomic)       evictors' scans (hint)
  *   prefix.resets              kvp_prefix_reset (seq_cst     claims (acquire), unclaim
  *                              add and fence; release sub)   (seq_cst fence, relaxed)
- *   prefix.cached (stripes)    atomic add of a call's net     n_free, stats, admission:
- *                              change, at its end, to its     the sum (relaxed; exact
- *                              thread's stripe                when quiet)
+ *   prefix.cached              atomic add per block, at once: n_free, stats, and the
+ *                              +1 before a block becomes      exhaustion decision (one
+ *                              claimable, -1 after it stops   load: never below the
+ *                              being available                blocks cached and unheld)
+ *   prefix.pend                allocations (kvpi_pfx_get_    the exhaustion decision
+ *                              blocks): RMW before a partial  (kvpi_pfx_get_blocks)
+ *                              reserve, after a give-back
  *   index (cds_lfht)           add/del with the block locked  lookups in a read-side
  *                              or EVICTING, in a read-side    section, no lock
  *                              section
@@ -181,6 +189,11 @@ struct kvp_pside {
 	_Atomic uint32_t holders;
 	_Atomic uint32_t version; /* bumped by every locker that changes holders or owner */
 	_Atomic uint32_t pos_hint;
+	/* The generation of the block's latest fresh hand-out (allocation,
+	 * growth, eviction), kept when a match revives it: the hand-out its
+	 * storage rows belong to (lib/prefix/prefix_epoch.c).  Written only by
+	 * the hand-out, while it holds the block exclusively. */
+	_Atomic uint32_t epoch;
 	_Atomic uint64_t owner_xor;
 	struct kvp_pnode *pub; /* the node the block is published under, or NULL */
 	uint64_t lru_seq;
@@ -248,11 +261,16 @@ struct kvp_prefix {
 	 * period, and every slab made. */
 	_Atomic(struct kvp_pnode *) ready __attribute__((aligned(64)));
 	_Atomic(struct kvp_pslab *) slabs;
-	/* Cached blocks per stream, in stripes chosen by the calling thread's
-	 * slot so that threads do not share a line: each call adds what it
-	 * changed once, at its end (relaxed: a count; the sum is exact when
-	 * no call runs). */
+	/* Cached blocks per stream: one counter, changed per block at once
+	 * (kvpi_pfx_count_one).  Not striped: the exhaustion decision needs
+	 * the count of one instant, and a sum of stripes read one by one is
+	 * no instant's count (a block counted in a stripe read late and
+	 * uncounted in one read early is missed).  Only cached[0] is used. */
 	struct kvp_pcount cached[KVP_PFX_COUNT_STRIPES] __attribute__((aligned(64)));
+	/* Per stream: blocks reserved from the free stack by allocations that
+	 * may still give them back (low 32 bits), and how many give-backs
+	 * there were (high 32 bits): lib/prefix/prefix_pool.c, "Exhaustion". */
+	struct kvp_pcount pend __attribute__((aligned(64)));
 	_Atomic(_Atomic(struct kvp_pside *) *) top[KVP_PFX_TOP];
 	struct kvp_plru lru[2][KVP_PFX_LRU_SHARDS];
 	struct kvp_poshard osh[KVP_PFX_OWNER_SHARDS];
@@ -365,15 +383,18 @@ static inline uint32_t kvpi_pfx_home(const struct kvp_tslot *s)
 	return s->idx % KVP_PFX_LRU_SHARDS;
 }
 
-/* Add a call's changes @d[si] to the cached counts (relaxed: a count, exact
- * when no call runs, and only ever a hint to concurrent readers). */
-static inline void kvpi_pfx_count_cached(struct kvp_prefix *pf, const struct kvp_tslot *s,
-                                         const int64_t d[2])
+/*
+ * Add @d to stream @si's cached count, at once: +1 before a block becomes
+ * claimable (under its lock, before the unlock), -1 after it stopped being
+ * available (revived, evicted and pushed).  So the count never falls below
+ * the blocks cached and unheld.  release: a reader that sees the change
+ * (acquire) sees what the caller did before (an evicted block's push onto
+ * the free stack, lib/prefix/prefix_pool.c "Exhaustion").
+ */
+static inline void kvpi_pfx_count_one(struct kvp_prefix *pf, int si, int64_t d)
 {
-	struct kvp_pcount *c = &pf->cached[kvpi_pfx_home(s)];
-	for (int si = 0; si < 2; si++)
-		if (d[si])
-			atomic_fetch_add_explicit(&c->n[si], d[si], memory_order_relaxed);
+	if (d)
+		atomic_fetch_add_explicit(&pf->cached[0].n[si], d, memory_order_release);
 }
 
 /* Bring block @id's state word (to be CASed) and side entry into the cache. */
@@ -445,6 +466,14 @@ uint32_t kvpi_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_
 uint32_t kvpi_pfx_claim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n);
 void kvpi_pfx_commit(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
                      uint32_t n);
+/* Commit without the cached count: the caller takes @n off it
+ * (kvpi_pfx_count_one) once the blocks are pushed on the free stack. */
+void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvp_tslot *s, const uint32_t *ids,
+                               uint32_t n);
+/* Evict up to @n cached blocks onto the free stack (reset, shrink): pushed
+ * before the cached count drops.  Returns how many. */
+uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
+                                 uint32_t n);
 /*
  * Unclaim: @resets0 is prefix.resets as read (acquire) before the claim.  If
  * a reset ran or began since then, it may have passed the claimed blocks

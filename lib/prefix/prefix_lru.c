@@ -227,11 +227,9 @@ void kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id)
 
 uint64_t kvpi_pfx_n_cached(struct kvp_prefix *pf, int si)
 {
-	/* relaxed: a count, exact when no call runs (below 0 for a moment
-	 * when a revive's call ends before the caching call's). */
-	int64_t n = 0;
-	for (uint32_t i = 0; i < KVP_PFX_COUNT_STRIPES; i++)
-		n += atomic_load_explicit(&pf->cached[i].n[si], memory_order_relaxed);
+	/* acquire: pairs with kvpi_pfx_count_one's release (one counter: the
+	 * count of one instant, never below the blocks cached and unheld). */
+	int64_t n = atomic_load_explicit(&pf->cached[0].n[si], memory_order_acquire);
 	return n > 0 ? (uint64_t)n : 0;
 }
 
@@ -384,6 +382,14 @@ uint32_t kvpi_pfx_claim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_
 void kvpi_pfx_commit(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
                      uint32_t n)
 {
+	kvpi_pfx_commit_uncounted(p, s, ids, n);
+	/* after the blocks left the cache: the count never runs low */
+	kvpi_pfx_count_one(p->prefix, si, -(int64_t)n);
+}
+
+void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvp_tslot *s, const uint32_t *ids,
+                               uint32_t n)
+{
 	struct kvp_prefix *pf = p->prefix;
 	for (uint32_t i = 0; i < n; i++) {
 		struct kvp_block *b = kvpi_bt_block(&p->bt, ids[i]);
@@ -397,9 +403,6 @@ void kvpi_pfx_commit(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint
 		atomic_store_explicit(&b->state, st & ~(KVP_ST_EVICTING | KVP_ST_PUBLISHED),
 		                      memory_order_release);
 	}
-	int64_t d[2] = {0, 0};
-	d[si] = -(int64_t)n;
-	kvpi_pfx_count_cached(pf, s, d);
 	kvpi_ctr_add(s, KVP_C_EVICTIONS, n);
 }
 
@@ -452,8 +455,9 @@ void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t 
 			unlink_locked(pf, l, ids[i]);
 			pthread_mutex_unlock(&l->lock);
 		}
-		kvpi_pfx_commit(p, s, si, ids, n);
+		kvpi_pfx_commit_uncounted(p, s, ids, n);
 		kvpi_fs_push_ids(&p->fs[si], &p->bt, ids, n);
+		kvpi_pfx_count_one(pf, si, -(int64_t)n); /* pushed first: never low */
 		return;
 	}
 	for (uint32_t i = 0; i < n; i++) {
@@ -470,5 +474,18 @@ uint32_t kvpi_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_
 {
 	uint32_t got = kvpi_pfx_claim(p, s, si, ids, n);
 	kvpi_pfx_commit(p, s, si, ids, got);
+	return got;
+}
+
+uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
+                                 uint32_t n)
+{
+	uint32_t got = kvpi_pfx_claim(p, s, si, ids, n);
+	kvpi_pfx_commit_uncounted(p, s, ids, got);
+	/* a prefix pool has no magazines: the stream's global stack */
+	kvpi_fs_push_ids(&p->fs[si], &p->bt, ids, got);
+	/* after the push: an allocation that sees the count drop (acquire)
+	 * sees the blocks on the free stack */
+	kvpi_pfx_count_one(p->prefix, si, -(int64_t)got);
 	return got;
 }

@@ -41,6 +41,11 @@ static uint32_t stamp(struct kvp_pool *p, uint32_t id, uint32_t used, uint64_t f
 	if (gen == 0)
 		gen = 1;
 	*reused = (old & KVP_ST_EVER) != 0;
+	/* A fresh hand-out: the rows of earlier ones are not this holder's
+	 * (kvpool/storage.h).  release: kvpi_block_get_epoch reads it with no
+	 * lock; a reader that sees it (then an acquire fence) sees the block
+	 * left its previous hand-out, so its state re-check fails. */
+	atomic_store_explicit(&e->epoch, gen, memory_order_release);
 	/* relaxed: published by the release store of the state below. */
 	atomic_store_explicit(&e->holders, 1, memory_order_relaxed);
 	atomic_store_explicit(&e->owner_xor, owner, memory_order_relaxed);
@@ -54,11 +59,52 @@ static uint32_t stamp(struct kvp_pool *p, uint32_t id, uint32_t used, uint64_t f
 	return gen;
 }
 
-int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
-                        uint32_t k)
+/*
+ * Exhaustion.  kvpool/pool.h: KVP_EEXHAUSTED means that at some instant
+ * during the call fewer blocks were free (or cached and unheld) than the
+ * request needed.  The rule here: a request fails only on a count of one
+ * instant (available_now) that is below its need, read after it gave back
+ * everything it took.  Whatever another request holds for the moment (a
+ * partial reservation, claimed cached blocks) is in that count, so a
+ * request bound to fail never makes one that fits fail: the latter sees
+ * the shortfall is held, not gone, and tries again.  docs/PREFIX.md has
+ * the argument.
+ *
+ * The counts: the free stack's avail (exact), the cached count (one
+ * counter, never below the blocks cached and unheld: kvpi_pfx_count_one),
+ * and prefix.pend, the blocks reserved by allocations that may still give
+ * them back.  A claimed block stays in the cached count until committed.
+ */
+#define PEND_GIVEBACK ((uint64_t)1 << 32)
+
+/* Free, cached and unheld, or held by an undecided allocation, at one
+ * instant: see "Exhaustion" above. */
+static uint64_t available_now(struct kvp_pool *p, int si)
+{
+	struct kvp_prefix *pf = p->prefix;
+	struct kvpi_spin spin = {0};
+	for (;;) {
+		/* acquire (all): pair with the release of each update, so a
+		 * block a load sees gone from one count is seen in the next. */
+		uint64_t w1 = atomic_load_explicit(&pf->pend.n[si], memory_order_acquire);
+		uint64_t c = kvpi_pfx_n_cached(pf, si);
+		int64_t a = atomic_load_explicit(&p->fs[si].avail, memory_order_acquire);
+		uint64_t w2 = atomic_load_explicit(&pf->pend.n[si], memory_order_acquire);
+		/* A give-back between the loads could hide its blocks from
+		 * both avail and pend: read again. */
+		if ((w1 >> 32) == (w2 >> 32))
+			return c + (a > 0 ? (uint64_t)a : 0) + (uint32_t)w2;
+		kvpi_spin_wait(&spin);
+	}
+}
+
+/* One try: KVP_OK with @k blocks, or a failure after giving back all. */
+static int get_blocks_once(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
+                           uint32_t k)
 {
 	struct kvp_prefix *pf = p->prefix;
 	struct kvp_freestack *fs = &p->fs[si];
+	_Atomic int64_t *pend = &pf->pend.n[si];
 	int rc = KVP_OK;
 	/*
 	 * A prefix pool has no per-thread magazines (kvpi_pfx_create), so every
@@ -70,15 +116,20 @@ int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32
 	 * if matches took some of those counted meanwhile, or growth fails,
 	 * the claimed ones go back to the cache as they were.
 	 */
-	uint32_t r = kvpi_fs_reserve(fs, 1, k), e = 0;
+	uint32_t r = kvpi_fs_reserve(fs, k, k), e = 0;
 	if (r == k) {
 		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);
 		return KVP_OK;
 	}
-	/* One block short: an eviction either finds it or evicts nothing, so
-	 * the count (a read of every thread's stripe) is needed only to keep
-	 * a larger request from evicting blocks it then gives back. */
-	uint64_t c = k - r == 1 ? 1 : kvpi_pfx_n_cached(pf, si);
+	/* A partial reservation we may give back: in pend before it leaves
+	 * avail.  acq_rel, then a release fence before the reserve's CAS: a
+	 * reader that sees avail lowered (acquire) sees pend raised. */
+	atomic_fetch_add_explicit(pend, k, memory_order_acq_rel);
+	atomic_thread_fence(memory_order_release);
+	r = kvpi_fs_reserve(fs, 1, k);
+	if (r < k) /* relaxed: lowers only what no block backs */
+		atomic_fetch_sub_explicit(pend, k - r, memory_order_relaxed);
+	uint64_t c = kvpi_pfx_n_cached(pf, si);
 	if ((uint64_t)r + c < k) {
 		uint64_t shortfall = k - r - c;
 		/* relaxed: a pre-check; growth checks again under grow_lock. */
@@ -116,16 +167,45 @@ int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32
 	}
 	if (rc != KVP_OK) {
 		/* Lost a race for the cached blocks, or no room to grow: give
-		 * back what we took, the claimed blocks to the cache. */
+		 * back what we took, the claimed blocks to the cache.  avail
+		 * first, then pend with a give-back counted (release: a reader
+		 * that sees it sees avail raised). */
 		if (r)
 			kvpi_fs_unreserve(fs, r);
+		atomic_fetch_add_explicit(pend, PEND_GIVEBACK - r, memory_order_release);
 		kvpi_pfx_unclaim(p, s, si, ids + r, e, resets0);
 		return rc;
 	}
 	kvpi_pfx_commit(p, s, si, ids + r, e);
 	if (r)
 		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);
+	/* relaxed: the blocks are ours now, a drop no reader must see first */
+	atomic_fetch_sub_explicit(pend, r, memory_order_relaxed);
 	return KVP_OK;
+}
+
+int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
+                        uint32_t k)
+{
+	struct kvpi_spin spin = {0};
+	for (;;) {
+		int rc = get_blocks_once(p, s, si, ids, k);
+		if (rc != KVP_EEXHAUSTED)
+			return rc;
+		/* Exhausted only if, at one instant after our give-back, the
+		 * free, cached and undecided blocks and the room to grow fall
+		 * short.  Otherwise another request held what we lacked:
+		 * try again once it had time to decide. */
+		uint64_t room = 0;
+		if (p->prefix->grow) {
+			/* relaxed: as the pre-check in get_blocks_once */
+			uint64_t managed = atomic_load_explicit(&p->managed, memory_order_relaxed);
+			room = managed < p->max_blocks ? p->max_blocks - managed : 0;
+		}
+		if (available_now(p, si) + room < k)
+			return KVP_EEXHAUSTED;
+		kvpi_spin_wait(&spin);
+	}
 }
 
 int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner owner,
@@ -207,7 +287,6 @@ int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref 
 struct acc {
 	uint32_t ids[2][FREE_BATCH];
 	uint32_t n[2];
-	int64_t cached[2]; /* blocks cached, per stream */
 	uint64_t stale, not_full;
 	bool changed;
 };
@@ -272,6 +351,9 @@ static enum drop drop_hold(struct kvp_pool *p, struct kvp_tslot *s, uint32_t id,
 		 * there): stays; the evictor moves it to the tail. */
 		if (!kvpi_pfx_flag(&e->listed))
 			kvpi_pfx_lru_insert(pf, s, si, id);
+		/* counted before the unlock makes it claimable: the count
+		 * never runs below the blocks cached and unheld */
+		kvpi_pfx_count_one(pf, si, 1);
 		*st_out = st;
 		kvpi_pfx_unlock(b, (st & ~(KVP_ST_IN_USE | KVP_ST_RAW)) | KVP_ST_CACHED);
 		return D_CACHED;
@@ -293,8 +375,6 @@ static void note(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a, enum dr
 	}
 	a->changed = true;
 	int si = kvpi_pfx_si(p, st);
-	if (d == D_CACHED)
-		a->cached[si]++;
 	if (d != D_FREED)
 		return;
 	a->not_full += kvpi_st_used(st) < p->block_size;
@@ -307,7 +387,6 @@ static void acc_finish(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a)
 {
 	for (int si = 0; si < 2; si++)
 		acc_flush(p, s, a, si);
-	kvpi_pfx_count_cached(p->prefix, s, a->cached);
 	kvpi_ctr_add(s, KVP_C_STALE, a->stale);
 	kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - a->not_full);
 }
@@ -315,7 +394,6 @@ static void acc_finish(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a)
 static void acc_init(struct acc *a)
 {
 	a->n[0] = a->n[1] = 0;
-	a->cached[0] = a->cached[1] = 0;
 	a->stale = a->not_full = 0;
 	a->changed = false;
 }
@@ -524,8 +602,7 @@ static uint64_t evict_to_free(struct kvp_pool *p, int si, uint64_t n)
 	while (done < n) {
 		uint32_t want = n - done < FREE_BATCH ? (uint32_t)(n - done) : FREE_BATCH;
 		kvpi_rcu_read_lock();
-		uint32_t e = kvpi_pfx_evict(p, s, si, ids, want);
-		kvpi_fs_push_ids(&p->fs[si], &p->bt, ids, e);
+		uint32_t e = kvpi_pfx_evict_to_stack(p, s, si, ids, want);
 		kvpi_rcu_read_unlock();
 		done += e;
 		if (e < want)

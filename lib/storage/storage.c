@@ -33,12 +33,21 @@
  * loaded the pointer may read it.  A buffer is replaced, never re-formatted
  * in place, when the block's format changes.
  *
- * Prefix cache: a block published under a prefix key (kvpool/prefix.h)
- * has fixed rows, shared by every holder: write checks `published` in the
- * same kvp_block_get it already makes under the slot lock, so the check
- * costs nothing more.  A cached block (published and free) keeps its
- * buffer: release refuses it, and when eviction hands the block out again
- * the next write reuses the buffer in place like any free block's.
+ * Prefix cache: rows follow the holder, not the block's history.  The
+ * written-rows mark is keyed by the block's epoch (lib/prefix/prefix_epoch.h):
+ * the generation of its latest fresh hand-out, which a match that revives
+ * a cached block keeps and nothing but a fresh hand-out changes.  So a
+ * published block shows what its publisher wrote since the hand-out
+ * (zeros elsewhere), a match shares exactly that, and a reset, an
+ * eviction of other blocks, a shrink or a growth leaves it alone.  A
+ * block that is published or has two or more holders takes no write: the
+ * check reads `published` and `n_holders` in the same snapshot the write
+ * already makes under the slot lock.  Holders are added only by a match,
+ * and a match needs the block published, so a block that passed the check
+ * gets no new holder before the write ends (publishing it meanwhile is
+ * the caller's race, like two writes).  A cached block (published and
+ * free) keeps its buffer: release refuses it, and when eviction hands the
+ * block out again the next write reuses the buffer in place.
  *
  * Reclamation: an unpublished buffer (release, retire, format change) is
  * freed only when no reader protects it with its hazard pointer
@@ -61,6 +70,7 @@
 
 #include "lib/base/segtable.h"
 #include "lib/base/spin.h"
+#include "lib/prefix/prefix_epoch.h"
 #include "lib/storage/codec.h"
 #include "lib/storage/storage_hazard.h"
 #include "lib/base/sysmem.h"
@@ -73,12 +83,12 @@ struct sbuf {
 	kvp_format format;
 	uint32_t row_bytes;
 	size_t capacity; /* bytes of the allocation, header included */
-	/* Written-rows mark: (key << 32) | rows.  Rows [0, rows) hold what the
-	 * block's holder wrote, or zeros, since the hand-out named by key
-	 * (mark_key); every other row is stale and reads as zeros.  Changed
-	 * only under the slot lock; relaxed: the slot lock's acquire/release
-	 * (and, for the holder's own reads, program order) orders it with the
-	 * rows it describes. */
+	/* Written-rows mark: (epoch << 32) | rows.  Rows [0, rows) hold what
+	 * the block's holders wrote, or zeros, since the fresh hand-out named
+	 * by epoch; every other row is stale and reads as zeros.  Changed
+	 * only under the slot lock, after the rows it covers are stored:
+	 * release, so a lock-free reader of a shared block that sees a mark
+	 * (acquire) sees the rows (zeros) a concurrent read_fill stored. */
 	_Atomic uint64_t mark;
 };
 _Static_assert(sizeof(struct sbuf) <= KVP_STORAGE_HEADER_BYTES, "header fits");
@@ -152,46 +162,36 @@ static inline uint8_t *buf_rows(struct sbuf *b)
 
 /* --- written-rows mark ------------------------------------------------------ */
 
-/* mark_key's answer for a published block: the mark holds whatever key */
-#define MARK_ANY ((uint64_t)1 << 32)
-
 /*
- * mark_key - which hand-out of the block a mark belongs to
- *
- * The mark is reset whenever kvp_allocate (or kvp_alloc_block) hands the
- * block out afresh: its generation changes then, so the generation is the
- * key.  A published block (kvpool/prefix.h) is different: a prefix match
- * hands it to a new holder with a new generation, but its rows are what
- * the match shares, so for it the mark counts whatever hand-out wrote it
- * (MARK_ANY).  Once the pool evicts it and hands the id out afresh, it is
- * no longer published and the generation rules again.
+ * The mark's key is the block's epoch (kvpi_block_get_epoch): the
+ * generation of its latest fresh hand-out (kvp_allocate, kvp_alloc_block,
+ * growth, eviction).  A prefix match that revives a cached block gives
+ * it a new generation but keeps its epoch, so the rows its publisher
+ * wrote stay valid for every later holder, and rows the publisher did not
+ * write stay zeros: never an earlier hand-out's.  The rule is never "any
+ * key": a published block trusts only its own hand-out's rows.
  */
-static inline uint64_t mark_key(kvp_ref ref, const kvp_block_info *info)
+
+/* Rows of @b valid for epoch @key: written or zeroed since, the rest stale. */
+static inline uint32_t mark_rows(const struct sbuf *b, uint32_t key)
 {
-	return info->published ? MARK_ANY : KVP_REF_GEN(ref);
+	/* acquire: pairs with mark_set's release (rows before the mark) */
+	uint64_t m = atomic_load_explicit(&((struct sbuf *)b)->mark, memory_order_acquire);
+
+	return (m >> 32) == key ? (uint32_t)m : 0;
 }
 
-/* Rows of @b valid for hand-out @key: written or zeroed since, the rest stale. */
-static inline uint32_t mark_rows(const struct sbuf *b, uint64_t key)
+/* Under the slot lock, after storing the rows it covers. */
+static inline void mark_set(struct sbuf *b, uint32_t key, uint32_t rows)
 {
-	uint64_t m = atomic_load_explicit(&((struct sbuf *)b)->mark, memory_order_relaxed);
-
-	return key == MARK_ANY || (m >> 32) == key ? (uint32_t)m : 0;
-}
-
-static inline void mark_set(struct sbuf *b, uint64_t key, uint32_t rows)
-{
-	uint64_t m = atomic_load_explicit(&b->mark, memory_order_relaxed);
-
-	if (key == MARK_ANY)
-		key = m >> 32; /* a published block keeps its writer's key */
-	atomic_store_explicit(&b->mark, (key << 32) | rows, memory_order_relaxed);
+	/* release: a reader that sees the mark sees the rows (above) */
+	atomic_store_explicit(&b->mark, ((uint64_t)key << 32) | rows, memory_order_release);
 }
 
 /* Under the slot lock: zero the stale rows [valid, to) of @b and mark
  * [0, to) valid for @key.  O(rows zeroed): only rows never written since
  * the hand-out, each at most once per hand-out. */
-static void mark_fill(struct sbuf *b, uint64_t key, uint32_t to)
+static void mark_fill(struct sbuf *b, uint32_t key, uint32_t to)
 {
 	uint32_t valid = mark_rows(b, key);
 
@@ -322,7 +322,7 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
 	kvp_block_info info;
 	_Atomic uintptr_t *slot;
 	struct sbuf *cur, *fresh = NULL, *dst;
-	uint32_t end;
+	uint32_t end, epoch;
 	int rc;
 
 	if (!s || !rows || n_rows == 0)
@@ -339,10 +339,12 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
 
 	cur = (struct sbuf *)slot_lock(slot);
 	/* validated under the slot lock: see "Slot word" above */
-	rc = kvp_block_get(s->pool, ref, &info);
+	rc = kvpi_block_get_epoch(s->pool, ref, &info, &epoch);
 	if (rc == KVP_OK && !info.in_use)
 		rc = KVP_ENOENT;
-	if (rc == KVP_OK && info.published) /* its rows are shared: fixed */
+	/* shared rows are fixed: published, or two or more holders (see
+	 * "Prefix cache" above for why no holder joins before we finish) */
+	if (rc == KVP_OK && (info.published || info.n_holders >= 2))
 		rc = KVP_EINVAL;
 	if (rc == KVP_OK)
 		rc = kvpi_codec_check(info.format, rows, n_rows, s->row_dim);
@@ -357,12 +359,12 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
 	}
 	dst = fresh ? fresh : cur;
 	/* rows below @offset not written since the hand-out become zeros, and
-	 * every row up to @end is valid afterwards */
-	mark_fill(dst, mark_key(ref, &info), offset);
-	if (mark_rows(dst, mark_key(ref, &info)) < end)
-		mark_set(dst, mark_key(ref, &info), end);
+	 * every row up to @end is valid once stored */
+	mark_fill(dst, epoch, offset);
 	kvpi_codec_encode(info.format, buf_rows(dst) + (size_t)offset * dst->row_bytes, rows,
 	                  n_rows, s->row_dim);
+	if (mark_rows(dst, epoch) < end)
+		mark_set(dst, epoch, end);
 	if (fresh && cur)
 		slot_unpublish(slot, (uintptr_t)dst);
 	else
@@ -387,7 +389,7 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
 /* Validate @ref and protect its buffer: *@buf is NULL when the block has
  * no buffer of its format.  On KVP_OK the caller must kvpi_hazard_clear. */
 static int read_lookup(kvp_storage *s, kvp_ref ref, struct kvp_hazard_rec *rec,
-                       kvp_block_info *info, struct sbuf **buf)
+                       kvp_block_info *info, uint32_t *epoch, struct sbuf **buf)
 {
 	_Atomic uintptr_t *slot;
 	struct sbuf *b = NULL;
@@ -400,7 +402,7 @@ static int read_lookup(kvp_storage *s, kvp_ref ref, struct kvp_hazard_rec *rec,
 	 * validation (block freed, then released or retired) stays readable */
 	if (slot)
 		b = kvpi_hazard_protect(rec, slot, SLOT_LOCK);
-	rc = kvp_block_get(s->pool, ref, info);
+	rc = kvpi_block_get_epoch(s->pool, ref, info, epoch);
 	if (rc == KVP_OK && !info->in_use)
 		rc = KVP_ENOENT;
 	if (rc != KVP_OK) {
@@ -424,16 +426,17 @@ static int read_fill(kvp_storage *s, kvp_ref ref, struct sbuf *b, uint32_t n)
 	_Atomic uintptr_t *slot = slot_of(s, KVP_REF_ID(ref), false);
 	kvp_block_info info;
 	uintptr_t cur;
+	uint32_t epoch;
 	int rc;
 
 	if (!slot)
 		return KVP_ENOENT;
 	cur = slot_lock(slot);
-	rc = kvp_block_get(s->pool, ref, &info);
+	rc = kvpi_block_get_epoch(s->pool, ref, &info, &epoch);
 	if (rc == KVP_OK && (!info.in_use || (struct sbuf *)cur != b))
 		rc = KVP_ENOENT;
 	if (rc == KVP_OK)
-		mark_fill(b, mark_key(ref, &info), n);
+		mark_fill(b, epoch, n);
 	slot_unlock(slot, cur);
 	return rc;
 }
@@ -443,16 +446,17 @@ int kvp_storage_read(kvp_storage *s, kvp_ref ref, const void **data, uint32_t *n
 	struct kvp_hazard_rec *rec;
 	kvp_block_info info;
 	struct sbuf *b;
+	uint32_t epoch;
 	int rc;
 
 	if (!s || !data || !n_rows)
 		return KVP_EINVAL;
 	if (!(rec = kvpi_hazard_record()))
 		return KVP_ENOMEM;
-	rc = read_lookup(s, ref, rec, &info, &b);
+	rc = read_lookup(s, ref, rec, &info, &epoch, &b);
 	if (rc != KVP_OK)
 		return rc;
-	if (b && mark_rows(b, mark_key(ref, &info)) < info.n_used)
+	if (b && mark_rows(b, epoch) < info.n_used)
 		rc = read_fill(s, ref, b, info.n_used);
 	if (rc != KVP_OK) {
 		kvpi_hazard_clear(rec);
@@ -470,14 +474,14 @@ int kvp_storage_read_f32(kvp_storage *s, kvp_ref ref, float *rows, uint32_t cap_
 	struct kvp_hazard_rec *rec;
 	kvp_block_info info, again;
 	struct sbuf *b;
-	uint32_t n;
+	uint32_t n, epoch;
 	int rc;
 
 	if (!s || !rows || !n_rows)
 		return KVP_EINVAL;
 	if (!(rec = kvpi_hazard_record()))
 		return KVP_ENOMEM;
-	rc = read_lookup(s, ref, rec, &info, &b);
+	rc = read_lookup(s, ref, rec, &info, &epoch, &b);
 	if (rc != KVP_OK)
 		return rc;
 	n = b ? info.n_used : 0;
@@ -486,7 +490,7 @@ int kvp_storage_read_f32(kvp_storage *s, kvp_ref ref, float *rows, uint32_t cap_
 		rc = KVP_ERANGE;
 	} else if (n) {
 		/* rows not written since the hand-out read as zeros */
-		uint32_t valid = mark_rows(b, mark_key(ref, &info));
+		uint32_t valid = mark_rows(b, epoch);
 		if (valid > n)
 			valid = n;
 		kvpi_codec_decode(info.format, rows, buf_rows(b), valid, s->row_dim);

@@ -241,3 +241,81 @@ def test_storage_refuses_writes_to_published_blocks(make_pool):
         assert np.array_equal(st.read(b), rows)
     finally:
         st.close()
+
+
+# --- rows follow the holder (kvpool/storage.h) ------------------------------------------
+
+
+def _rows(base):
+    import numpy as np
+
+    return (np.arange(8, dtype=np.float32) + base).reshape(2, 4)
+
+
+def test_publishing_an_unwritten_block_shows_zeros_not_the_last_owners_rows(make_pool):
+    import numpy as np
+
+    pool = make_pool(block_size=2, n_blocks=8, prefix_cache=True)  # 4 per stream
+    st = kvpool.BlockStorage(pool, 4)
+    try:
+        (a,) = pool.allocate("k", 2, owner=1, format="fp32")
+        st.write(a, 0, _rows(1))
+        pool.free_all(1)
+        mine = [b for b in pool.allocate("k", 8, owner=2, format="fp32") if b.block_id == a.block_id]
+        assert len(mine) == 1
+        (b,) = mine
+        assert np.array_equal(st.read(b), np.zeros((2, 4), np.float32))
+        key = chain(1, base=70)[0]
+        pool.publish(b, key)
+        assert np.array_equal(st.read(b), np.zeros((2, 4), np.float32))
+        (c,) = pool.match_prefix("k", [key], owner=3, format="fp32")
+        assert np.array_equal(st.read(c), np.zeros((2, 4), np.float32))
+        pool.free_all(2)
+        pool.free_all(3)
+    finally:
+        st.close()
+
+
+def test_after_a_reset_two_holders_cannot_write_and_read_the_published_rows(make_pool):
+    import numpy as np
+
+    pool = make_pool(block_size=2, n_blocks=8, prefix_cache=True)
+    st = kvpool.BlockStorage(pool, 4)
+    try:
+        (a,) = pool.allocate("k", 2, owner=1, format="fp32")
+        st.write(a, 0, _rows(1))
+        key = chain(1, base=80)[0]
+        pool.publish(a, key)
+        pool.free_all(1)  # cached
+        (b,) = pool.match_prefix("k", [key], owner=2, format="fp32")
+        (c,) = pool.match_prefix("k", [key], owner=3, format="fp32")
+        assert pool.reset_prefix_cache() == 1
+        assert not b.published and b.n_holders == 2
+        with pytest.raises(InvalidArgumentError):
+            st.write(b, 0, _rows(500))
+        assert np.array_equal(st.read(c), _rows(1))
+        assert np.array_equal(st.read(b), _rows(1))
+        pool.free_all(2)
+        pool.free_all(3)
+    finally:
+        st.close()
+
+
+def test_a_reset_leaves_a_holders_rows_unchanged(make_pool):
+    import numpy as np
+
+    pool = make_pool(block_size=2, n_blocks=8, prefix_cache=True)
+    st = kvpool.BlockStorage(pool, 4)
+    try:
+        (a,) = pool.allocate("k", 2, owner=1, format="fp32")
+        st.write(a, 0, _rows(1))
+        key = chain(1, base=90)[0]
+        pool.publish(a, key)
+        pool.free_all(1)
+        (b,) = pool.match_prefix("k", [key], owner=2, format="fp32")
+        assert np.array_equal(st.read(b), _rows(1))
+        assert pool.reset_prefix_cache() == 1
+        assert np.array_equal(st.read(b), _rows(1))
+        pool.free_all(2)
+    finally:
+        st.close()
