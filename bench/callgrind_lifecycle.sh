@@ -32,42 +32,9 @@ for mode in plain prefix; do
 			--toggle-collect=$fn "$out/lc" --only lifecycle --modes $mode --threads 1 \
 			--runs 1 --quick --limit "$n" --trace "$trace" >"$out/log" 2>/dev/null
 		blocks=$(sed -n 's/^blocks of [0-9]* tokens: \([0-9]*\) in all.*/\1/p' "$out/log")
-		/usr/bin/python3 - "$out/cg" "$out/dis" "$blocks" "$mode" "$fn" <<'PY'
-import re, sys
-cg, dis, n, mode, fn = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
-locks = set()
-for line in open(dis):
-    m = re.match(r'^\s+([0-9a-f]+):\s+(lock |xchg\s+(\S+))', line)
-    # xchg %ax,%ax is the two-byte nop the assembler pads with: not locked.
-    if m and not (m.group(3) and m.group(3) == '%ax,%ax'):
-        locks.add(int(m.group(1), 16))
-total = locked = cur = 0
-skip = False
-for line in open(cg):
-    line = line.rstrip('\n')
-    if line.startswith('summary:'):
-        total = int(line.split()[1])
-    if line.startswith('calls='):
-        skip = True  # the next cost line is a call's inclusive cost
-        continue
-    m = re.match(r'^(0x[0-9a-f]+|\+\d+|-\d+|\*)\s+\S+\s+(\d+)$', line)
-    if not m:
-        continue
-    pos, c = m.group(1), int(m.group(2))
-    if pos.startswith('0x'):
-        cur = int(pos, 16)
-    elif pos[0] == '+':
-        cur += int(pos[1:])
-    elif pos[0] == '-':
-        cur -= int(pos[1:])
-    if skip:
-        skip = False
-        continue
-    if cur in locks:
-        locked += c
-side = 'kvpool' if fn == 'one_kv' else 'mutex_blockpool'
-print("%-6s %-16s %8.1f instructions, %6.3f locked (own code) per block (%d blocks)"
-      % (mode, side, total / n, locked / n, n))
-PY
+		read -r total locked < <(/usr/bin/python3 "$here/bench/callgrind_locked.py" "$out/cg" "$out/dis")
+		side=mutex_blockpool; [ "$fn" = one_kv ] && side=kvpool
+		awk -v t="$total" -v l="$locked" -v n="$blocks" -v m="$mode" -v s="$side" \
+			'BEGIN { printf "%-6s %-16s %8.1f instructions, %6.3f locked (own code) per block (%d blocks)\n", m, s, t / n, l / n, n }'
 	done
 done

@@ -20,47 +20,13 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 (cd "$tree" && clang -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -D_FORTIFY_SOURCE=2 \
 	-fstack-protector -fno-omit-frame-pointer -Iinclude -I. $(find lib -name "*.c") "$here/bench/pair_count.c" \
-	-o "$out/pc" -lurcu-bp -lurcu-cds -lurcu-common -lcrypto -lpthread -lm)
+	-o "$out/pc" -lurcu-bp -lurcu-cds -lurcu-common -lcrypto -lhiredis -lpthread -lm)
 n=100000
 for mode in full raw newowner; do
 	valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$out/cg.$mode" \
 		--toggle-collect=pair_loop "$out/pc" "$mode" "$n" >/dev/null 2>&1
 	objdump -d --no-show-raw-insn "$out/pc" >"$out/dis"
-	/usr/bin/python3 - "$out/cg.$mode" "$out/dis" "$n" "$mode" <<'PY'
-import re, sys
-cg, dis, n, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-locks = set()
-for line in open(dis):
-    m = re.match(r'^\s+([0-9a-f]+):\s+(lock |xchg\s+(\S+))', line)
-    # xchg %ax,%ax is the two-byte nop the assembler pads with: not locked.
-    if m and not (m.group(3) and m.group(3) == '%ax,%ax'):
-        locks.add(int(m.group(1), 16))
-total = locked = 0
-cur = 0
-skip = False
-for line in open(cg):
-    line = line.rstrip('\n')
-    if line.startswith('summary:'):
-        total = int(line.split()[1])
-    if line.startswith('calls='):
-        skip = True  # the next cost line is a call's inclusive cost
-        continue
-    m = re.match(r'^(0x[0-9a-f]+|\+\d+|-\d+|\*)\s+\S+\s+(\d+)$', line)
-    if not m:
-        continue
-    pos, c = m.group(1), int(m.group(2))
-    if pos.startswith('0x'):
-        cur = int(pos, 16)
-    elif pos[0] == '+':
-        cur += int(pos[1:])
-    elif pos[0] == '-':
-        cur -= int(pos[1:])
-    if skip:
-        skip = False
-        continue
-    if cur in locks:
-        locked += c
-print("%-8s pair: %.0f instructions, %.2f locked instructions (own code) per pair"
-      % (mode, total / n, locked / n))
-PY
+	read -r total locked < <(/usr/bin/python3 "$here/bench/callgrind_locked.py" "$out/cg.$mode" "$out/dis")
+	awk -v t="$total" -v l="$locked" -v n="$n" -v m="$mode" \
+		'BEGIN { printf "%-8s pair: %.0f instructions, %.2f locked instructions (own code) per pair\n", m, t / n, l / n }'
 done

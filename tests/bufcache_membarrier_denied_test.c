@@ -29,6 +29,7 @@
 
 #include "lib/testing/barrier.h"
 #include "lib/testing/fault.h"
+#include "tests/seccomp_testutil.h"
 #include "tests/testutil.h"
 
 #define N_PARKED 24 /* buffers an idle thread keeps in its front */
@@ -38,24 +39,6 @@ static kvp_bufcache *C;
 static _Atomic int stage;    /* 1: parked thread ready; 2: let it refill; 3: done */
 static _Atomic int refilled; /* the parked thread refilled its front (count of rounds) */
 static _Atomic int churn_stop;
-
-/* Make membarrier fail with EPERM in every thread of the process. */
-static void deny_membarrier(void)
-{
-	struct sock_filter f[] = {
-	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_membarrier, 0, 1),
-	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-	};
-	struct sock_fprog prog = {sizeof f / sizeof f[0], f};
-	CHECK_EQ(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-	CHECK_EQ(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog),
-	         0);
-	errno = 0;
-	CHECK_EQ(syscall(SYS_membarrier, 0 /* MEMBARRIER_CMD_QUERY */, 0, 0), -1);
-	CHECK_EQ(errno, EPERM);
-}
 
 /* Fill the calling thread's front with N_PARKED buffers of 1000..24000 bytes. */
 static void fill_front(void)
@@ -121,7 +104,7 @@ static void test_claims_return_after_membarrier_denied(void)
 		CHECK_EQ(pthread_create(&churn[i], NULL, churn_thread, (void *)(i + 1)), 0);
 	usleep(20000); /* the cache in use by every thread */
 
-	deny_membarrier();
+	tu_deny_membarrier();
 	alarm(60); /* a hang (the bug) kills the test */
 
 	/* clear claims every front, the churning ones inside their calls included. */

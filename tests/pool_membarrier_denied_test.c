@@ -23,6 +23,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "tests/seccomp_testutil.h"
 #include "tests/testutil.h"
 
 #define N_BLOCKS 64
@@ -30,24 +31,6 @@
 
 static kvp_pool *P;
 static _Atomic int stage;
-
-/* Make membarrier fail with EPERM in every thread of the process. */
-static void deny_membarrier(void)
-{
-	struct sock_filter f[] = {
-	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_membarrier, 0, 1),
-	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-	};
-	struct sock_fprog prog = {sizeof f / sizeof f[0], f};
-	CHECK_EQ(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-	CHECK_EQ(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog),
-	         0);
-	errno = 0;
-	CHECK_EQ(syscall(SYS_membarrier, 0 /* MEMBARRIER_CMD_QUERY */, 0, 0), -1);
-	CHECK_EQ(errno, EPERM);
-}
 
 /* Owns OWNER (its record is biased to this thread) and keeps freed blocks
  * in its magazine, then idles until main is done. */
@@ -98,7 +81,7 @@ static void test_calls_return_after_membarrier_denied(void)
 	while (atomic_load(&stage) != 1)
 		usleep(1000);
 
-	deny_membarrier();
+	tu_deny_membarrier();
 	alarm(60); /* a hang (the bug) kills the test */
 
 	/* A revocation: the record is biased to the other thread. */

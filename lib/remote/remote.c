@@ -18,25 +18,6 @@
 
 #ifndef KVP_NO_HIREDIS
 
-int kvp_remote_config_init(kvp_remote_config *c)
-{
-	if (c == NULL)
-		return KVP_EINVAL;
-	*c = (kvp_remote_config){.url = NULL,
-	                         .key_namespace = "kvp",
-	                         .timeout_ms = 50,
-	                         .write_timeout_ms = 500,
-	                         .queue_cap = 4096,
-	                         .expire_s = 0,
-	                         .backoff_min_ms = 10,
-	                         .backoff_max_ms = 1000,
-	                         .max_fetch = 256,
-	                         .fetch_conns = 4,
-	                         .copy_rows = false,
-	                         .writer_owner = UINT64_MAX};
-	return KVP_OK;
-}
-
 static bool ns_ok(const char *ns)
 {
 	size_t n = strlen(ns);

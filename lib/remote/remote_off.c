@@ -11,23 +11,6 @@
 
 #ifdef KVP_NO_HIREDIS
 
-int kvp_remote_config_init(kvp_remote_config *c)
-{
-	if (c == NULL)
-		return KVP_EINVAL;
-	*c = (kvp_remote_config){.key_namespace = "kvp",
-	                         .timeout_ms = 50,
-	                         .write_timeout_ms = 500,
-	                         .queue_cap = 4096,
-	                         .backoff_min_ms = 10,
-	                         .backoff_max_ms = 1000,
-	                         .max_fetch = 256,
-	                         .fetch_conns = 4,
-	                         .copy_rows = false,
-	                         .writer_owner = UINT64_MAX};
-	return KVP_OK;
-}
-
 int kvp_remote_create(kvp_storage *storage, const kvp_remote_config *c, kvp_remote **out)
 {
 	if (storage == NULL || c == NULL || out == NULL)

@@ -111,3 +111,23 @@ int kvpi_remote_parse_url(const char *url, struct kvpi_remote_endpoint *ep)
 		return parse_tcp(url + 8, ep);
 	return KVP_EINVAL;
 }
+
+/* The defaults (kvpool/remote.h); the same with or without hiredis. */
+int kvp_remote_config_init(kvp_remote_config *c)
+{
+	if (c == NULL)
+		return KVP_EINVAL;
+	*c = (kvp_remote_config){.url = NULL,
+	                         .key_namespace = "kvp",
+	                         .timeout_ms = 50,
+	                         .write_timeout_ms = 500,
+	                         .queue_cap = 4096,
+	                         .expire_s = 0,
+	                         .backoff_min_ms = 10,
+	                         .backoff_max_ms = 1000,
+	                         .max_fetch = 256,
+	                         .fetch_conns = 4,
+	                         .copy_rows = false,
+	                         .writer_owner = UINT64_MAX};
+	return KVP_OK;
+}
