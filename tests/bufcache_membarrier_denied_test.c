@@ -74,7 +74,10 @@ static void *churn_thread(void *arg)
 {
 	uint64_t seed = (uint64_t)(uintptr_t)arg * 0x9e3779b97f4a7c15ull + 1;
 	while (!atomic_load(&churn_stop)) {
-		size_t a, n = 1 + tu_rand(&seed) % 20000;
+		/* Larger than any of the idle thread's buffers (at most 27 KiB):
+		 * what the clear moves out of that front is never a fit here, so
+		 * it can only go back to the system. */
+		size_t a, n = 30000 + tu_rand(&seed) % 20000;
 		void *p = kvp_bufcache_alloc(C, n, &a);
 		CHECK(p != NULL);
 		memset(p, 0xab, 64);
@@ -94,7 +97,10 @@ static void test_claims_return_after_membarrier_denied(void)
 {
 	pthread_t idle, churn[N_CHURN];
 
-	CHECK_EQ(kvp_bufcache_create(4u << 20, &C), KVP_OK);
+	/* A budget the churn never reaches: an eviction would take the idle
+	 * thread's small buffers first, before the clear this test counts
+	 * (it did on a quiet machine, where the churn runs fastest). */
+	CHECK_EQ(kvp_bufcache_create(1u << 30, &C), KVP_OK);
 	/* What the cache was made with: the asymmetric protocol, except under TSan. */
 	bool asym = kvpi_barrier_asym_ok();
 	CHECK_EQ(pthread_create(&idle, NULL, idle_thread, NULL), 0);
