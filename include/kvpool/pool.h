@@ -13,8 +13,10 @@
  *   - per stream, a global lock-free Treiber stack of free block ids
  *     (64-bit head: 32-bit ABA tag, 32-bit id) and an exact count of what it
  *     holds, used for all-or-nothing reservation;
- *   - in front of it, per-thread magazines of free ids (thread_cache per
- *     stream), which their thread enters with plain stores.  A thread that
+ *   - in front of it, per-thread magazines of free ids (up to thread_cache
+ *     per stream, grown by demand so that a thread keeps the blocks of the
+ *     request it freed for its next one), which their thread enters with
+ *     plain stores.  A thread that
  *     cannot find enough blocks claims the other threads' magazines itself
  *     (after a membarrier, one CAS each), so blocks parked in a cache of an
  *     idle, blocked or exited thread are never lost to exhaustion;
