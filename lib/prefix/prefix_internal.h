@@ -450,18 +450,14 @@ void kvpi_pfx_lru_insert(struct kvp_prefix *pf, const struct kvp_tslot *s, int s
 void kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
 uint64_t kvpi_pfx_n_cached(struct kvp_prefix *pf, int si);
 /*
- * Evict up to @n cached blocks of stream @si, each the least recently cached
- * of the calling thread's shard or of the stream (kvpool/prefix.h), into @ids; their keys are
- * forgotten and their state words are plain free (held exclusively by the caller, on no list).  In
+ * Evict cached blocks of stream @si in two steps, each block the least
+ * recently cached of the calling thread's shard or of the stream
+ * (kvpool/prefix.h), for a request that may still fail: claim up to @n
+ * blocks (EVICTING, off their lists, keys kept: a match that finds one
+ * meanwhile misses), then either commit them (keys forgotten, state words
+ * plain free, held by the caller on no list) or give them back to the cache
+ * as they were (unclaim: same list, same caching time, findable again).  In
  * a read-side section.
- */
-uint32_t kvpi_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n);
-/*
- * kvpi_pfx_evict in two steps, for a request that may still fail: claim up
- * to @n blocks (EVICTING, off their lists, keys kept: a match that finds one
- * meanwhile misses), then either commit them (as kvpi_pfx_evict) or give
- * them back to the cache as they were (unclaim: same list, same caching
- * time, findable again).  In a read-side section.
  */
 uint32_t kvpi_pfx_claim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n);
 void kvpi_pfx_commit(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,

@@ -470,13 +470,6 @@ void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t 
 	}
 }
 
-uint32_t kvpi_pfx_evict(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n)
-{
-	uint32_t got = kvpi_pfx_claim(p, s, si, ids, n);
-	kvpi_pfx_commit(p, s, si, ids, got);
-	return got;
-}
-
 uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
                                  uint32_t n)
 {
