@@ -84,7 +84,7 @@ static int prefill(kvp_kvcache *c, uint32_t len, kvp_format fmt, size_t rb, uint
  * contiguous rows @src; the median batch time per step of each side, and
  * whether the last outputs are identical.
  */
-static void time_steps(kvp_kvcache *c, const struct kvp_attend_src *src, uint32_t len, int batches,
+static void time_steps(kvp_kvcache *c, const struct kvpi_attend_src *src, uint32_t len, int batches,
                        struct result *res)
 {
 	float q[NH * HD], out_p[NH * HD], out_c[NH * HD];
@@ -136,7 +136,7 @@ static int run_len(uint32_t len, kvp_format fmt, uint32_t bs, int quick, struct 
 	if (prefill(c, len, fmt, rb, kc, vc, chunk) != 0)
 		goto out;
 	const uint8_t *kbase = kc, *vbase = vc;
-	struct kvp_attend_src src = {&kbase, &vbase, len, len, rb, fmt, KVH, HD};
+	struct kvpi_attend_src src = {&kbase, &vbase, len, len, rb, fmt, KVH, HD};
 	time_steps(c, &src, len, quick ? 3 : MAX_BATCHES, res);
 	rc = 0;
 out:

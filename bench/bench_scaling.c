@@ -578,7 +578,7 @@ static int cmp_dbl(const void *a, const void *b)
  * empty the global stack and this thread's magazine into @held, then time
  * one kvp_alloc_block, which must drain a parker.  Returns 0, or 1.
  */
-static int drain_round(kvp_pool *kv, pthread_barrier_t *bar, kvp_ref *held, struct kvp_tslot **me,
+static int drain_round(kvp_pool *kv, pthread_barrier_t *bar, kvp_ref *held, struct kvpi_tslot **me,
                        double *lat_ns, double *parked)
 {
 	size_t nh = 0;
@@ -654,7 +654,7 @@ static int drain_mode(bool fallback, int rounds, double *p50, double *p99, doubl
 		pk[t] = (parker){.kv = kv, .bar = &bar, .stop = &stop};
 		pthread_create(&pk[t].th, NULL, park_main, &pk[t]);
 	}
-	struct kvp_tslot *me = NULL;
+	struct kvpi_tslot *me = NULL;
 	for (int i = 0; i < rounds && !bad; i++)
 		bad = drain_round(kv, &bar, held, &me, &lat[i], &parked);
 	atomic_store(&stop, 1);

@@ -282,7 +282,7 @@ static void test_quant_bounds(void)
 	struct {
 		kvp_format f;
 		int qmax;
-	} fmts[] = {{KVP_INT8, KVP_INT8_QMAX}, {KVP_INT4, KVP_INT4_QMAX}};
+	} fmts[] = {{KVP_INT8, KVPI_INT8_QMAX}, {KVP_INT4, KVPI_INT4_QMAX}};
 	uint64_t s = 5;
 	size_t fi, di;
 
@@ -337,7 +337,7 @@ static void test_quant_edges(void)
 	kvpi_codec_decode(KVP_INT8, dec, enc, 1, 6);
 	CHECK(fabsf(dec[0] + 1000.0f) <= quant_bound(1000.0f, 127));
 	CHECK(fabsf(dec[2] - 1000.0f) <= quant_bound(1000.0f, 127));
-	check_quant_rows(KVP_INT4, KVP_INT4_QMAX, spikes, 1, 6);
+	check_quant_rows(KVP_INT4, KVPI_INT4_QMAX, spikes, 1, 6);
 	/* inf and NaN cannot be quantized */
 	CHECK_EQ(kvpi_codec_check(KVP_INT8, bad, 1, 3), KVP_EINVAL);
 	CHECK_EQ(kvpi_codec_check(KVP_INT4, inf, 1, 3), KVP_EINVAL);

@@ -37,9 +37,9 @@ struct bias_view {
 /* The bias and revocation count of @owner's record (which must exist). */
 static struct bias_view view(kvp_owner owner)
 {
-	struct kvp_oshard *sh = kvpi_owners_shard(&P->owners, owner);
+	struct kvpi_oshard *sh = kvpi_owners_shard(&P->owners, owner);
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvpi_oshard_find(sh, owner);
+	struct kvpi_orec *r = kvpi_oshard_find(sh, owner);
 	CHECK(r != NULL);
 	struct bias_view v = {atomic_load_explicit(&r->bias, memory_order_relaxed), r->revokes};
 	pthread_mutex_unlock(&sh->lock);
@@ -127,7 +127,7 @@ static void raw_case(void *(*foreign)(void *))
 	CHECK_EQ(kvp_pool_create(&c, &P), KVP_OK);
 	kvp_ref r;
 	CHECK_EQ(kvp_alloc_block(P, KVP_K, KVP_FP16, &r), KVP_OK);
-	struct kvp_tslot *me = kvpi_tslot_get(P);
+	struct kvpi_tslot *me = kvpi_tslot_get(P);
 	kvpi_tslot_put(P, me);
 	bool biased = P->asym;
 	CHECK_EQ(atomic_load(&me->raw_bias), biased ? KVPI_RAW_BIASED : KVPI_RAW_REVOKED);
@@ -179,7 +179,7 @@ struct drain_case {
 	pthread_barrier_t parked, release;
 	kvp_ref got[64];
 	uint32_t want; /* blocks: one more than the global stack holds */
-	struct kvp_tslot *parked_slot;
+	struct kvpi_tslot *parked_slot;
 	int rc;
 };
 
@@ -227,7 +227,7 @@ static void test_drain_holds_no_shard_lock(void)
 	pthread_barrier_wait(&d.parked);
 	/* Pretend the parked thread is inside a call, so a drainer must wait
 	 * for it to take the blocks cached in its magazine. */
-	struct kvp_tslot *ps = d.parked_slot;
+	struct kvpi_tslot *ps = d.parked_slot;
 	uint32_t cached = atomic_load(&ps->mag[0].count);
 	CHECK(cached > 0);
 	CHECK_EQ(kvp_n_free(d.pool, KVP_KV), 64);
@@ -239,7 +239,7 @@ static void test_drain_holds_no_shard_lock(void)
 		sched_yield();
 	/* ...and take the owner's shard lock meanwhile: free, since the
 	 * allocate takes it only after it has its blocks. */
-	struct kvp_oshard *sh = kvpi_owners_shard(&d.pool->owners, 77);
+	struct kvpi_oshard *sh = kvpi_owners_shard(&d.pool->owners, 77);
 	CHECK_EQ(pthread_mutex_trylock(&sh->lock), 0);
 	pthread_mutex_unlock(&sh->lock);
 	atomic_store(&ps->mag[0].in_call, 0); /* the "call" ends: the drain goes on */

@@ -19,18 +19,18 @@
 #include "lib/testing/tsan.h"
 #include "tests/testutil.h"
 
-#ifdef KVP_TSAN
-#define KVP_TEST_TSAN 1
+#ifdef KVPI_TSAN
+#define KVPI_TEST_TSAN 1
 #else
-#define KVP_TEST_TSAN 0
+#define KVPI_TEST_TSAN 0
 #endif
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define KVP_TEST_ASAN 1
+#define KVPI_TEST_ASAN 1
 #endif
 #endif
-#ifndef KVP_TEST_ASAN
-#define KVP_TEST_ASAN 0
+#ifndef KVPI_TEST_ASAN
+#define KVPI_TEST_ASAN 0
 #endif
 
 #define MAXT   16
@@ -291,7 +291,7 @@ static void test_grow_directory_race(void)
 	kvp_stats s;
 	kvp_pool_stats(p, &s);
 	/* Growth segments 0..5 (1024 << k blocks each) were added under load. */
-	CHECK(s.n_blocks > 16 + 31 * KVP_BT_BASE);
+	CHECK(s.n_blocks > 16 + 31 * KVPI_BT_BASE);
 	CHECK(atomic_load(&p->bt.seg[5]) != NULL);
 	CHECK_EQ(s.n_blocks, 16 + s.n_grown);
 	CHECK_EQ(kvp_stats_blocks_in_use(&s), 0);
@@ -470,7 +470,7 @@ static void test_no_false_exhaustion(void)
 	pthread_barrier_wait(&bar);
 	/* Most free K blocks now sit in the parked threads' magazines. */
 	size_t in_caches = 0;
-	for (struct kvp_tslot *s = atomic_load(&p->slots); s; s = s->next)
+	for (struct kvpi_tslot *s = atomic_load(&p->slots); s; s = s->next)
 		in_caches += atomic_load(&s->mag[0].count);
 	CHECK(in_caches > 0);
 	CHECK_EQ(kvp_n_free(p, KVP_K), 128);
@@ -604,7 +604,7 @@ static void lifecycle_case(int nthreads, uint32_t per_stream, int requests, bool
 
 static void test_lifecycle_race(void)
 {
-	int rq = KVP_TEST_TSAN ? 300 : KVP_TEST_ASAN ? 600 : 2000;
+	int rq = KVPI_TEST_TSAN ? 300 : KVPI_TEST_ASAN ? 600 : 2000;
 	/* 4 x (48 + 4) = 208 <= 208: never exhausted; the magazines (up to a
 	 * quarter of the stream each) park most free blocks, so threads drain. */
 	lifecycle_case(4, 208, rq, true);
@@ -751,7 +751,7 @@ static int cmp_ref_id(const void *a, const void *b)
 static int64_t raw_not_full(kvp_pool *p)
 {
 	int64_t sum = 0;
-	for (struct kvp_tslot *s = atomic_load(&p->slots); s; s = s->next)
+	for (struct kvpi_tslot *s = atomic_load(&p->slots); s; s = s->next)
 		sum += (int64_t)atomic_load(&s->ctr[KVP_C_NOT_FULL]);
 	sum += (int64_t)atomic_load(&p->fallback->ctr[KVP_C_NOT_FULL]);
 	return sum;
@@ -903,7 +903,7 @@ static void owned_double_free_case(bool raw)
 	struct odf_shared sh;
 	memset(&sh, 0, sizeof(sh));
 	sh.raw = raw;
-	sh.rounds = KVP_TEST_TSAN ? 60 : 400;
+	sh.rounds = KVPI_TEST_TSAN ? 60 : 400;
 	pthread_barrier_init(&sh.start, NULL, ODF_T);
 	pthread_barrier_init(&sh.done, NULL, ODF_T);
 	pthread_barrier_init(&sh.checked, NULL, ODF_T);
@@ -947,7 +947,7 @@ static void test_raw_double_free_race(void)
  * fresh slot's would be.  Checked: every block freed exactly once, the
  * other free counted stale, no block on the free lists twice. */
 
-#define RFF_ATTEMPTS (KVP_TEST_TSAN ? 20000 : 400000)
+#define RFF_ATTEMPTS (KVPI_TEST_TSAN ? 20000 : 400000)
 
 struct rff {
 	kvp_pool *pool;
@@ -993,7 +993,7 @@ static void test_raw_fill_free_race(void)
 	uint64_t rng = seed0 ^ 0x3ff;
 	pthread_t t;
 	CHECK_EQ(pthread_create(&t, NULL, rff_other, &x), 0);
-	struct kvp_tslot *me = kvpi_tslot_get(p);
+	struct kvpi_tslot *me = kvpi_tslot_get(p);
 	uint64_t rebiased = 0;
 	for (int a = 1; a <= RFF_ATTEMPTS; a++) {
 		if (p->asym && atomic_load(&me->raw_bias) != KVPI_RAW_BIASED) {
@@ -1197,7 +1197,7 @@ static void test_short_lived_threads(void)
 			CHECK_EQ(pthread_join(th[j], NULL), 0);
 	}
 	size_t slots = 0, cached = 0;
-	for (struct kvp_tslot *s = atomic_load(&p->slots); s; s = s->next) {
+	for (struct kvpi_tslot *s = atomic_load(&p->slots); s; s = s->next) {
 		slots++;
 		cached += atomic_load(&s->mag[0].count);
 		CHECK_EQ(atomic_load(&s->taken), 0); /* every exited thread gave its slot back */
@@ -1323,7 +1323,7 @@ int main(void)
 		printf("mode: %s\n", p->asym ? "asymmetric (membarrier)" : "fallback (seq_cst)");
 		if (ff && ff[0] == '1')
 			CHECK(!p->asym);
-		if (getenv("KVP_RACE_EXPECT_ASYM") && !KVP_TEST_TSAN)
+		if (getenv("KVP_RACE_EXPECT_ASYM") && !KVPI_TEST_TSAN)
 			CHECK(p->asym);
 		kvp_pool_destroy(p);
 	}

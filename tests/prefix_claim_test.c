@@ -41,18 +41,18 @@
 
 #define BS 4u
 
-struct kvp_prefix;
-uint64_t __real_kvpi_pfx_n_cached(struct kvp_prefix *pf, int si);
-uint64_t __wrap_kvpi_pfx_n_cached(struct kvp_prefix *pf, int si);
+struct kvpi_prefix;
+uint64_t __real_kvpi_pfx_n_cached(struct kvpi_prefix *pf, int si);
+uint64_t __wrap_kvpi_pfx_n_cached(struct kvpi_prefix *pf, int si);
 struct kvp_pool;
-struct kvp_tslot;
-uint32_t __real_kvpi_pfx_claim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
+struct kvpi_tslot;
+uint32_t __real_kvpi_pfx_claim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
                                uint32_t n);
-uint32_t __wrap_kvpi_pfx_claim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
+uint32_t __wrap_kvpi_pfx_claim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
                                uint32_t n);
-void __real_kvpi_pfx_unclaim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
+void __real_kvpi_pfx_unclaim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
                              uint32_t n, uint64_t resets0);
-void __wrap_kvpi_pfx_unclaim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
+void __wrap_kvpi_pfx_unclaim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
                              uint32_t n, uint64_t resets0);
 
 static kvp_pool *pool;
@@ -72,7 +72,7 @@ static void *take_first(void *arg)
 }
 
 /* After the count: another thread takes one of the counted blocks. */
-uint64_t __wrap_kvpi_pfx_n_cached(struct kvp_prefix *pf, int si)
+uint64_t __wrap_kvpi_pfx_n_cached(struct kvpi_prefix *pf, int si)
 {
 	uint64_t c = __real_kvpi_pfx_n_cached(pf, si);
 	if (interfere) {
@@ -96,7 +96,7 @@ static _Thread_local uint64_t wrap_rng = 88172645463325252ull;
 static _Atomic uint64_t unclaimed; /* blocks given back by failed requests */
 
 /* Count the blocks given back, after a pause now and then. */
-void __wrap_kvpi_pfx_unclaim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
+void __wrap_kvpi_pfx_unclaim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
                              uint32_t n, uint64_t resets0)
 {
 	atomic_fetch_add(&unclaimed, n);
@@ -106,7 +106,7 @@ void __wrap_kvpi_pfx_unclaim(struct kvp_pool *p, struct kvp_tslot *s, int si, ui
 }
 
 /* After the claim: another thread resets the cache (and waits for it). */
-uint32_t __wrap_kvpi_pfx_claim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
+uint32_t __wrap_kvpi_pfx_claim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
                                uint32_t n)
 {
 	uint32_t got = __real_kvpi_pfx_claim(p, s, si, ids, n);

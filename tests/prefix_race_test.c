@@ -58,7 +58,7 @@ static _Thread_local uint64_t wrap_rng = 88172645463325252ull;
 
 /* Every CAS on a block's state word (a lock, an eviction), after a pause
  * now and then: between reading the state and changing it. */
-bool __wrap_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst)
+bool __wrap_kvpi_pfx_cas(struct kvpi_block *b, uint64_t st, uint64_t nst)
 {
 	if (tu_rand(&wrap_rng) % 4 == 0)
 		sched_yield();
@@ -66,17 +66,17 @@ bool __wrap_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst)
 }
 
 /* A lookup, then a pause now and then before its block is locked. */
-struct kvp_pnode *__wrap_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
-                                               const kvp_hash *key)
+struct kvpi_pnode *__wrap_kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream,
+                                                const kvp_hash *key)
 {
-	struct kvp_pnode *n = __real_kvpi_pfx_index_lookup(pf, stream, key);
+	struct kvpi_pnode *n = __real_kvpi_pfx_index_lookup(pf, stream, key);
 	if (tu_rand(&wrap_rng) % 4 == 0)
 		sched_yield();
 	return n;
 }
 
 /* Listing a block at its last release: the block stays locked meanwhile. */
-void __wrap_kvpi_pfx_lru_insert(struct kvp_prefix *pf, const struct kvp_tslot *s, int si,
+void __wrap_kvpi_pfx_lru_insert(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int si,
                                 uint32_t id)
 {
 	if (tu_rand(&wrap_rng) % 4 == 0)

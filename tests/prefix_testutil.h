@@ -64,23 +64,23 @@ static inline uint64_t tpx_seed(void)
 	return seed;
 }
 
-struct kvp_prefix;
-struct kvp_pnode;
-struct kvp_block;
-struct kvp_tslot;
+struct kvpi_prefix;
+struct kvpi_pnode;
+struct kvpi_block;
+struct kvpi_tslot;
 
 /* The key index's lookup (lib/prefix/prefix_index.c). */
-struct kvp_pnode *__real_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
-                                               const kvp_hash *key);
-struct kvp_pnode *__wrap_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
-                                               const kvp_hash *key);
+struct kvpi_pnode *__real_kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream,
+                                                const kvp_hash *key);
+struct kvpi_pnode *__wrap_kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream,
+                                                const kvp_hash *key);
 /* Every CAS on a block's state word (lib/prefix/prefix_cas.c). */
-bool __real_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
-bool __wrap_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
+bool __real_kvpi_pfx_cas(struct kvpi_block *b, uint64_t st, uint64_t nst);
+bool __wrap_kvpi_pfx_cas(struct kvpi_block *b, uint64_t st, uint64_t nst);
 /* Listing a block at its last release (lib/prefix/prefix_lru.c). */
-void __real_kvpi_pfx_lru_insert(struct kvp_prefix *pf, const struct kvp_tslot *s, int si,
+void __real_kvpi_pfx_lru_insert(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int si,
                                 uint32_t id);
-void __wrap_kvpi_pfx_lru_insert(struct kvp_prefix *pf, const struct kvp_tslot *s, int si,
+void __wrap_kvpi_pfx_lru_insert(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int si,
                                 uint32_t id);
 
 #endif /* KVPOOL_TESTS_PREFIX_TESTUTIL_H */

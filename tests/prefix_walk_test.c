@@ -48,7 +48,7 @@ int __wrap_pthread_mutex_trylock(pthread_mutex_t *m);
 static kvp_pool *pool;
 static kvp_hash keys[2];
 /* The state word of block A and B, learnt from the CAS of their publish. */
-static struct kvp_block *words[2];
+static struct kvpi_block *words[2];
 static _Thread_local int learn = -1;   /* main thread: the block being published */
 static _Thread_local bool trap;        /* main thread: during the evicting allocation */
 static _Thread_local int walk_cas;     /* CAS calls since the last trylock */
@@ -69,10 +69,10 @@ static void wait_phase(int ph)
 		sched_yield();
 }
 
-struct kvp_pnode *__wrap_kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
-                                               const kvp_hash *key)
+struct kvpi_pnode *__wrap_kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream,
+                                                const kvp_hash *key)
 {
-	struct kvp_pnode *n = __real_kvpi_pfx_index_lookup(pf, stream, key);
+	struct kvpi_pnode *n = __real_kvpi_pfx_index_lookup(pf, stream, key);
 	if (stall_lookup && n) {
 		stall_lookup = false;
 		atomic_store(&m_phase, 1);
@@ -98,7 +98,7 @@ static void restale(int i)
 		sched_yield();
 }
 
-bool __wrap_kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst)
+bool __wrap_kvpi_pfx_cas(struct kvpi_block *b, uint64_t st, uint64_t nst)
 {
 	if (learn >= 0 && !words[learn])
 		words[learn] = b;

@@ -53,7 +53,7 @@ static long sys_membarrier(int cmd)
 
 static void setup(void)
 {
-#ifndef KVP_TSAN
+#ifndef KVPI_TSAN
 	long cmds = sys_membarrier(MEMBARRIER_CMD_QUERY);
 	if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) ||
 	    !(cmds & MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED))

@@ -16,7 +16,7 @@
 #include "lib/base/sysmem.h"
 #include "lib/base/tsan.h"
 
-_Static_assert(sizeof(struct rcu_head) <= KVP_RCU_HEAD_BYTES, "rcu_head must fit its room");
+_Static_assert(sizeof(struct rcu_head) <= KVPI_RCU_HEAD_BYTES, "rcu_head must fit its room");
 
 static char grace_sync;
 
@@ -27,14 +27,14 @@ void kvpi_rcu_read_lock(void)
 
 void kvpi_rcu_read_unlock(void)
 {
-	KVP_TSAN_RELEASE(&grace_sync);
+	KVPI_TSAN_RELEASE(&grace_sync);
 	urcu_bp_read_unlock();
 }
 
 void kvpi_rcu_synchronize(void)
 {
 	urcu_bp_synchronize_rcu();
-	KVP_TSAN_ACQUIRE(&grace_sync);
+	KVPI_TSAN_ACQUIRE(&grace_sync);
 }
 
 bool kvpi_rcu_read_ongoing(void)
@@ -46,7 +46,7 @@ bool kvpi_rcu_read_ongoing(void)
  * memory has left its section. */
 static void free_cb(struct rcu_head *head)
 {
-	KVP_TSAN_ACQUIRE(&grace_sync);
+	KVPI_TSAN_ACQUIRE(&grace_sync);
 	kvpi_sys_free(head);
 }
 
@@ -57,12 +57,12 @@ void kvpi_rcu_free_deferred(void *p)
 
 static void call_cb(struct rcu_head *head)
 {
-	struct kvp_rcu_cb *cb = (struct kvp_rcu_cb *)head;
-	KVP_TSAN_ACQUIRE(&grace_sync);
+	struct kvpi_rcu_cb *cb = (struct kvpi_rcu_cb *)head;
+	KVPI_TSAN_ACQUIRE(&grace_sync);
 	cb->fn(cb);
 }
 
-void kvpi_rcu_call(struct kvp_rcu_cb *cb, void (*fn)(struct kvp_rcu_cb *cb))
+void kvpi_rcu_call(struct kvpi_rcu_cb *cb, void (*fn)(struct kvpi_rcu_cb *cb))
 {
 	_Static_assert(sizeof(cb->head) >= sizeof(struct rcu_head), "rcu_head must fit its room");
 	cb->fn = fn;

@@ -41,15 +41,15 @@ bool kvpi_rcu_read_ongoing(void);
  * kvpi_rcu_free_deferred - free @p (from kvpi_sys_alloc) after a grace period
  *
  * Never blocks, so it may be called anywhere, a read-side section included.
- * @p must start with KVP_RCU_HEAD_BYTES bytes the callback may use.
+ * @p must start with KVPI_RCU_HEAD_BYTES bytes the callback may use.
  */
-#define KVP_RCU_HEAD_BYTES 16
+#define KVPI_RCU_HEAD_BYTES 16
 void kvpi_rcu_free_deferred(void *p);
 
 /* Room for liburcu's rcu_head and the function to run after a grace period. */
-struct kvp_rcu_cb {
-	void *head[KVP_RCU_HEAD_BYTES / sizeof(void *)];
-	void (*fn)(struct kvp_rcu_cb *cb);
+struct kvpi_rcu_cb {
+	void *head[KVPI_RCU_HEAD_BYTES / sizeof(void *)];
+	void (*fn)(struct kvpi_rcu_cb *cb);
 };
 
 /**
@@ -58,7 +58,7 @@ struct kvp_rcu_cb {
  * Never blocks.  TSan is told that every read-side section that ended
  * before the grace period happens-before @fn.
  */
-void kvpi_rcu_call(struct kvp_rcu_cb *cb, void (*fn)(struct kvp_rcu_cb *cb));
+void kvpi_rcu_call(struct kvpi_rcu_cb *cb, void (*fn)(struct kvpi_rcu_cb *cb));
 
 /**
  * kvpi_rcu_start_threads - make liburcu's call_rcu worker exist, or fail

@@ -12,20 +12,20 @@
 
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-#define KVP_TSAN 1
+#define KVPI_TSAN 1
 #endif
 #endif
 #if defined(__SANITIZE_THREAD__)
-#define KVP_TSAN 1
+#define KVPI_TSAN 1
 #endif
 
-#ifdef KVP_TSAN
+#ifdef KVPI_TSAN
 #include <sanitizer/tsan_interface.h>
-#define KVP_TSAN_RELEASE(addr) __tsan_release((void *)(addr))
-#define KVP_TSAN_ACQUIRE(addr) __tsan_acquire((void *)(addr))
+#define KVPI_TSAN_RELEASE(addr) __tsan_release((void *)(addr))
+#define KVPI_TSAN_ACQUIRE(addr) __tsan_acquire((void *)(addr))
 #else
-#define KVP_TSAN_RELEASE(addr) ((void)(addr))
-#define KVP_TSAN_ACQUIRE(addr) ((void)(addr))
+#define KVPI_TSAN_RELEASE(addr) ((void)(addr))
+#define KVPI_TSAN_ACQUIRE(addr) ((void)(addr))
 #endif
 
 #endif /* KVPOOL_LIB_TSAN_H */

@@ -121,7 +121,7 @@ struct kvpi_bc_tls_tab {
 
 extern __thread struct kvpi_bc_tls_tab *kvpi_bc_tls __attribute__((tls_model("initial-exec")));
 
-#ifdef KVP_TSAN
+#ifdef KVPI_TSAN
 #define KVPI_BC_ASYM(f) 0 /* TSan cannot model the asymmetric pair */
 #else
 #define KVPI_BC_ASYM(f) ((f)->asym)

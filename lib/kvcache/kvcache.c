@@ -453,7 +453,7 @@ int kvp_kvcache_attend(const kvp_kvcache *c, uint32_t layer, const float *q, uin
                        float scale, float *out)
 {
 	const struct layer *L;
-	struct kvp_attend_src src;
+	struct kvpi_attend_src src;
 
 	if (!c || layer >= c->cfg.n_layers || !q || !out || n_heads == 0 ||
 	    n_heads % c->cfg.n_kv_heads)

@@ -98,7 +98,7 @@ static inline const float *slice(kvp_format f, const uint8_t *row, uint32_t star
  * query slice is scaled once per chunk, not once per token.  (Zeroing the
  * scores first and accumulating keeps dot() SLP-vectorized; a conditional
  * store for the first slice kept clang 14 from vectorizing it.) */
-static void chunk_scores(const struct kvp_attend_src *src, struct cursor cur, uint32_t n_tok,
+static void chunk_scores(const struct kvpi_attend_src *src, struct cursor cur, uint32_t n_tok,
                          uint32_t kv_off, const float *const *qh, uint32_t nh, float scale,
                          float (*scores)[CHUNK])
 {
@@ -123,7 +123,7 @@ static void chunk_scores(const struct kvp_attend_src *src, struct cursor cur, ui
 }
 
 /* out_i += sum_j weights[i][j] * v_j for the chunk's tokens */
-static void chunk_values(const struct kvp_attend_src *src, struct cursor cur, uint32_t n_tok,
+static void chunk_values(const struct kvpi_attend_src *src, struct cursor cur, uint32_t n_tok,
                          uint32_t kv_off, float *const *oh, uint32_t nh,
                          const float (*weights)[CHUNK])
 {
@@ -184,7 +184,7 @@ static void chunk_softmax(float (*s)[CHUNK], uint32_t n_tok, uint32_t nh, float 
 	}
 }
 
-void kvpi_attend_rows(const struct kvp_attend_src *src, const float *q, uint32_t n_heads,
+void kvpi_attend_rows(const struct kvpi_attend_src *src, const float *q, uint32_t n_heads,
                       float scale, float *out)
 {
 	uint32_t hd = src->head_dim, group = n_heads / src->n_kv_heads, g, h0, i;

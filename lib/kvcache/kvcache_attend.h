@@ -18,7 +18,7 @@
 
 #include <kvpool/pool.h>
 
-struct kvp_attend_src {
+struct kvpi_attend_src {
 	const uint8_t *const *k_blocks; /* base of each K block's rows */
 	const uint8_t *const *v_blocks; /* base of each V block's rows */
 	uint32_t block_rows;            /* rows per block (all but maybe the last full) */
@@ -40,7 +40,7 @@ struct kvp_attend_src {
  * (running max and sum rescaled per chunk of tokens), so each row is read
  * once.  The caller has checked the arguments.
  */
-void kvpi_attend_rows(const struct kvp_attend_src *src, const float *q, uint32_t n_heads,
+void kvpi_attend_rows(const struct kvpi_attend_src *src, const float *q, uint32_t n_heads,
                       float scale, float *out);
 
 #endif /* KVPOOL_LIB_KVCACHE_ATTEND_H */

@@ -16,12 +16,13 @@
 
 #include "lib/base/sysmem.h"
 
-#define KVP_CACHELINE 64
+#define KVPI_CACHELINE 64
 
-int kvpi_bt_init(struct kvp_blocktable *bt, uint32_t n0)
+int kvpi_bt_init(struct kvpi_blocktable *bt, uint32_t n0)
 {
 	memset(bt, 0, sizeof(*bt));
-	bt->seg0 = kvpi_sys_alloc((size_t)(n0 ? n0 : 1) * sizeof(struct kvp_block), KVP_CACHELINE);
+	bt->seg0 =
+	    kvpi_sys_alloc((size_t)(n0 ? n0 : 1) * sizeof(struct kvpi_block), KVPI_CACHELINE);
 	if (!bt->seg0)
 		return -1;
 	bt->n0 = n0;
@@ -29,18 +30,19 @@ int kvpi_bt_init(struct kvp_blocktable *bt, uint32_t n0)
 	return 0;
 }
 
-int kvpi_bt_extend(struct kvp_blocktable *bt, uint32_t n_ids)
+int kvpi_bt_extend(struct kvpi_blocktable *bt, uint32_t n_ids)
 {
 	while (bt->cap < n_ids) {
 		uint32_t k = 0;
 		/* relaxed: only the grow-mutex holder stores segment pointers. */
-		while (k < KVP_BT_MAX_SEGS &&
+		while (k < KVPI_BT_MAX_SEGS &&
 		       atomic_load_explicit(&bt->seg[k], memory_order_relaxed))
 			k++;
-		if (k >= KVP_BT_MAX_SEGS - KVP_BT_BASE_SHIFT)
+		if (k >= KVPI_BT_MAX_SEGS - KVPI_BT_BASE_SHIFT)
 			return -1; /* past 2^32 ids: cannot happen below KVP_MAX_BLOCKS */
-		size_t n = (size_t)KVP_BT_BASE << k;
-		struct kvp_block *s = kvpi_sys_alloc(n * sizeof(struct kvp_block), KVP_CACHELINE);
+		size_t n = (size_t)KVPI_BT_BASE << k;
+		struct kvpi_block *s =
+		    kvpi_sys_alloc(n * sizeof(struct kvpi_block), KVPI_CACHELINE);
 		if (!s)
 			return -1;
 		/* relaxed: published by the later release of the new ids. */
@@ -51,18 +53,18 @@ int kvpi_bt_extend(struct kvp_blocktable *bt, uint32_t n_ids)
 	return 0;
 }
 
-void kvpi_bt_destroy(struct kvp_blocktable *bt)
+void kvpi_bt_destroy(struct kvpi_blocktable *bt)
 {
 	kvpi_sys_free(bt->seg0);
 	bt->seg0 = NULL;
-	for (int k = 0; k < KVP_BT_MAX_SEGS; k++) {
+	for (int k = 0; k < KVPI_BT_MAX_SEGS; k++) {
 		kvpi_sys_free(atomic_load_explicit(&bt->seg[k], memory_order_relaxed));
 		atomic_store_explicit(&bt->seg[k], NULL, memory_order_relaxed);
 	}
 	bt->n0 = bt->cap = 0;
 }
 
-uint64_t kvpi_bt_bytes(const struct kvp_blocktable *bt)
+uint64_t kvpi_bt_bytes(const struct kvpi_blocktable *bt)
 {
-	return (uint64_t)bt->cap * sizeof(struct kvp_block) + sizeof(*bt);
+	return (uint64_t)bt->cap * sizeof(struct kvpi_block) + sizeof(*bt);
 }

@@ -3,10 +3,10 @@
  *
  * Block metadata lives in segments whose addresses are fixed once made.
  * Segment 0 holds the n0 blocks the pool was created with; growth segment
- * k (k = 0 .. KVP_BT_MAX_SEGS-1) holds KVP_BT_BASE << k blocks and covers
- * the ids from n0 + KVP_BT_BASE * (2^k - 1) up.  An id finds its block in
+ * k (k = 0 .. KVPI_BT_MAX_SEGS-1) holds KVPI_BT_BASE << k blocks and covers
+ * the ids from n0 + KVPI_BT_BASE * (2^k - 1) up.  An id finds its block in
  * two loads and no read-side section: for id >= n0, v = id - n0 +
- * KVP_BT_BASE, k = floor(log2 v) - log2 KVP_BT_BASE (one clz), offset =
+ * KVPI_BT_BASE, k = floor(log2 v) - log2 KVPI_BT_BASE (one clz), offset =
  * v - 2^floor(log2 v): the geometry of lib/base/segtable.h, shared with
  * storage and the buffer cache (docs/DESIGN.md says why this table keeps
  * its own directory).  Every segment pointer sits in the table itself
@@ -54,17 +54,17 @@
 
 #include "lib/base/segtable.h"
 
-#define KVP_BT_BASE_SHIFT 10
-#define KVP_BT_BASE       (1u << KVP_BT_BASE_SHIFT)
-#define KVP_BT_MAX_SEGS   32
-#define KVP_NO_ID         UINT32_MAX
+#define KVPI_BT_BASE_SHIFT 10
+#define KVPI_BT_BASE       (1u << KVPI_BT_BASE_SHIFT)
+#define KVPI_BT_MAX_SEGS   32
+#define KVPI_NO_ID         UINT32_MAX
 /* Segment size of side tables indexed by block id (lib/prefix/prefix.c); the block
- * table itself is laid out by KVP_BT_BASE. */
-#define KVP_SEG_SHIFT  10
-#define KVP_SEG_BLOCKS (1u << KVP_SEG_SHIFT)
-#define KVP_SEG_MASK   (KVP_SEG_BLOCKS - 1)
+ * table itself is laid out by KVPI_BT_BASE. */
+#define KVPI_SEG_SHIFT  10
+#define KVPI_SEG_BLOCKS (1u << KVPI_SEG_SHIFT)
+#define KVPI_SEG_MASK   (KVPI_SEG_BLOCKS - 1)
 
-struct kvp_block {
+struct kvpi_block {
 	_Atomic uint64_t state;
 	_Atomic uint64_t owner;
 	_Atomic uint32_t free_next;
@@ -73,24 +73,24 @@ struct kvp_block {
 	uint32_t pad;
 };
 
-_Static_assert(sizeof(struct kvp_block) == 32, "block metadata must stay 32 bytes");
+_Static_assert(sizeof(struct kvpi_block) == 32, "block metadata must stay 32 bytes");
 
 /* State word layout. */
-#define KVP_ST_USED_SHIFT   32
-#define KVP_ST_USED_MASK    (0xffffull << KVP_ST_USED_SHIFT)
-#define KVP_ST_IN_USE       (1ull << 48)
-#define KVP_ST_EVER         (1ull << 49)
-#define KVP_ST_RETIRED      (1ull << 50)
-#define KVP_ST_RAW          (1ull << 51)
-#define KVP_ST_STREAM_SHIFT 52
+#define KVPI_ST_USED_SHIFT   32
+#define KVPI_ST_USED_MASK    (0xffffull << KVPI_ST_USED_SHIFT)
+#define KVPI_ST_IN_USE       (1ull << 48)
+#define KVPI_ST_EVER         (1ull << 49)
+#define KVPI_ST_RETIRED      (1ull << 50)
+#define KVPI_ST_RAW          (1ull << 51)
+#define KVPI_ST_STREAM_SHIFT 52
 /* Prefix cache only (lib/prefix/prefix_internal.h): findable by key, cached (free
  * and findable), taken by an evictor, and the block's lock bit (its prefix
  * fields are being changed: other writers of the word wait until it clears). */
-#define KVP_ST_PUBLISHED    (1ull << 54)
-#define KVP_ST_CACHED       (1ull << 55)
-#define KVP_ST_EVICTING     (1ull << 60)
-#define KVP_ST_LOCKED       (1ull << 61)
-#define KVP_ST_FORMAT_SHIFT 56
+#define KVPI_ST_PUBLISHED    (1ull << 54)
+#define KVPI_ST_CACHED       (1ull << 55)
+#define KVPI_ST_EVICTING     (1ull << 60)
+#define KVPI_ST_LOCKED       (1ull << 61)
+#define KVPI_ST_FORMAT_SHIFT 56
 
 static inline uint32_t kvpi_st_gen(uint64_t st)
 {
@@ -99,37 +99,37 @@ static inline uint32_t kvpi_st_gen(uint64_t st)
 
 static inline uint32_t kvpi_st_used(uint64_t st)
 {
-	return (uint32_t)((st & KVP_ST_USED_MASK) >> KVP_ST_USED_SHIFT);
+	return (uint32_t)((st & KVPI_ST_USED_MASK) >> KVPI_ST_USED_SHIFT);
 }
 
 static inline uint32_t kvpi_st_stream(uint64_t st)
 {
-	return (uint32_t)(st >> KVP_ST_STREAM_SHIFT) & 3u;
+	return (uint32_t)(st >> KVPI_ST_STREAM_SHIFT) & 3u;
 }
 
 static inline uint32_t kvpi_st_format(uint64_t st)
 {
-	return (uint32_t)(st >> KVP_ST_FORMAT_SHIFT) & 15u;
+	return (uint32_t)(st >> KVPI_ST_FORMAT_SHIFT) & 15u;
 }
 
 static inline uint64_t kvpi_st_with_used(uint64_t st, uint32_t used)
 {
-	return (st & ~KVP_ST_USED_MASK) | ((uint64_t)used << KVP_ST_USED_SHIFT);
+	return (st & ~KVPI_ST_USED_MASK) | ((uint64_t)used << KVPI_ST_USED_SHIFT);
 }
 
 static inline uint64_t kvpi_st_make(uint32_t gen, uint32_t used, uint64_t flags, uint32_t stream,
                                     uint32_t format)
 {
-	return (uint64_t)gen | ((uint64_t)used << KVP_ST_USED_SHIFT) | flags |
-	       ((uint64_t)stream << KVP_ST_STREAM_SHIFT) |
-	       ((uint64_t)format << KVP_ST_FORMAT_SHIFT);
+	return (uint64_t)gen | ((uint64_t)used << KVPI_ST_USED_SHIFT) | flags |
+	       ((uint64_t)stream << KVPI_ST_STREAM_SHIFT) |
+	       ((uint64_t)format << KVPI_ST_FORMAT_SHIFT);
 }
 
-struct kvp_blocktable {
-	struct kvp_block *seg0; /* ids [0, n0); set before the pool is shared */
+struct kvpi_blocktable {
+	struct kvpi_block *seg0; /* ids [0, n0); set before the pool is shared */
 	uint32_t n0;
 	uint32_t cap; /* ids covered by allocated segments; grow mutex */
-	_Atomic(struct kvp_block *) seg[KVP_BT_MAX_SEGS];
+	_Atomic(struct kvpi_block *) seg[KVPI_BT_MAX_SEGS];
 };
 
 /**
@@ -138,22 +138,22 @@ struct kvp_blocktable {
  * The caller knows @id was created (below kvp_pool_n_ids read with acquire,
  * or obtained from a free stack or a ref).  Two loads, no fence.
  */
-static inline struct kvp_block *kvpi_bt_block(struct kvp_blocktable *bt, uint32_t id)
+static inline struct kvpi_block *kvpi_bt_block(struct kvpi_blocktable *bt, uint32_t id)
 {
 	if (__builtin_expect(id < bt->n0, 1))
 		return &bt->seg0[id];
 	uint32_t i = id - bt->n0;
 	/* relaxed: see the table above (the id's publication orders it). */
-	struct kvp_block *s =
-	    atomic_load_explicit(&bt->seg[kvpi_seg_of(i, KVP_BT_BASE_SHIFT)], memory_order_relaxed);
-	return &s[kvpi_seg_off(i, KVP_BT_BASE_SHIFT)];
+	struct kvpi_block *s = atomic_load_explicit(&bt->seg[kvpi_seg_of(i, KVPI_BT_BASE_SHIFT)],
+	                                            memory_order_relaxed);
+	return &s[kvpi_seg_off(i, KVPI_BT_BASE_SHIFT)];
 }
 
 /**
  * kvpi_bt_init - a table with segment 0 of @n0 blocks (contents undefined:
  * the caller initialises every block it creates).  Returns 0 or -1 (no memory).
  */
-int kvpi_bt_init(struct kvp_blocktable *bt, uint32_t n0);
+int kvpi_bt_init(struct kvpi_blocktable *bt, uint32_t n0);
 
 /**
  * kvpi_bt_extend - make room for ids below @n_ids
@@ -162,12 +162,12 @@ int kvpi_bt_init(struct kvp_blocktable *bt, uint32_t n0);
  * or frees one, so it never waits for readers.  Returns 0, or -1 when memory
  * ran out (segments already added stay; ids they do not cover stay absent).
  */
-int kvpi_bt_extend(struct kvp_blocktable *bt, uint32_t n_ids);
+int kvpi_bt_extend(struct kvpi_blocktable *bt, uint32_t n_ids);
 
 /** kvpi_bt_destroy - free every segment (single-threaded) */
-void kvpi_bt_destroy(struct kvp_blocktable *bt);
+void kvpi_bt_destroy(struct kvpi_blocktable *bt);
 
 /** kvpi_bt_bytes - bytes of metadata the table holds (grow mutex or quiescent) */
-uint64_t kvpi_bt_bytes(const struct kvp_blocktable *bt);
+uint64_t kvpi_bt_bytes(const struct kvpi_blocktable *bt);
 
 #endif /* KVPOOL_LIB_BLOCKTABLE_H */

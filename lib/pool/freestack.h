@@ -4,7 +4,7 @@
  * The head is one tagged word (lib/base/tagged.h), {ABA tag, top id},
  * changed only by compare-and-swap; every successful change bumps the tag,
  * so a CAS that succeeds proves nothing moved since its load.  The links live in
- * the block table (kvp_block.free_next).
+ * the block table (kvpi_block.free_next).
  *
  * Beside the stack, 'avail' counts the blocks that may be reserved.  It is
  * the basis of all-or-nothing allocation: a taker first reserves k blocks
@@ -35,10 +35,10 @@
  * calls, kvpi_fs_pop_reserved) takes a may_alias pointer: C's aliasing rules
  * then allow those stores whatever gets inlined where (LTO included).
  */
-typedef uint32_t __attribute__((may_alias)) kvp_u32_alias;
+typedef uint32_t __attribute__((may_alias)) kvpi_u32_alias;
 
-struct kvp_freestack {
-	_Atomic uint64_t head; /* {tag:32, id:32}; id KVP_NO_ID when empty */
+struct kvpi_freestack {
+	_Atomic uint64_t head; /* {tag:32, id:32}; id KVPI_NO_ID when empty */
 	char pad0[56];
 	_Atomic int64_t avail; /* reservable blocks */
 	char pad1[56];
@@ -50,9 +50,9 @@ static inline uint64_t kvpi_fs_pack(uint32_t tag, uint32_t id)
 	return kvpi_tagged_pack(tag, id);
 }
 
-static inline void kvpi_fs_init(struct kvp_freestack *fs)
+static inline void kvpi_fs_init(struct kvpi_freestack *fs)
 {
-	atomic_init(&fs->head, kvpi_tagged_pack(0, KVP_NO_ID));
+	atomic_init(&fs->head, kvpi_tagged_pack(0, KVPI_NO_ID));
 	atomic_init(&fs->avail, 0);
 }
 
@@ -60,10 +60,10 @@ static inline void kvpi_fs_init(struct kvp_freestack *fs)
  * kvpi_fs_push_chain - push a chain first -> ... -> last, already linked by
  * free_next, then make its @n blocks reservable.  @first ends on top.
  */
-static inline void kvpi_fs_push_chain(struct kvp_freestack *fs, struct kvp_blocktable *bt,
+static inline void kvpi_fs_push_chain(struct kvpi_freestack *fs, struct kvpi_blocktable *bt,
                                       uint32_t first, uint32_t last, uint32_t n)
 {
-	struct kvp_block *lb = kvpi_bt_block(bt, last);
+	struct kvpi_block *lb = kvpi_bt_block(bt, last);
 	/* relaxed: the CAS below (release) publishes the link. */
 	uint64_t h = atomic_load_explicit(&fs->head, memory_order_relaxed);
 	do {
@@ -81,7 +81,7 @@ static inline void kvpi_fs_push_chain(struct kvp_freestack *fs, struct kvp_block
  * kvpi_fs_push_ids - link @ids[0..n) so that ids[n-1] ends on top (the last
  * one given is the first reused), then push them.
  */
-static inline void kvpi_fs_push_ids(struct kvp_freestack *fs, struct kvp_blocktable *bt,
+static inline void kvpi_fs_push_ids(struct kvpi_freestack *fs, struct kvpi_blocktable *bt,
                                     const uint32_t *ids, uint32_t n)
 {
 	if (n == 0)
@@ -99,7 +99,7 @@ static inline void kvpi_fs_push_ids(struct kvp_freestack *fs, struct kvp_blockta
  * Returns how many were reserved: 0 when fewer than @min are available,
  * else min(avail, @max).  All or nothing for @min.
  */
-static inline uint32_t kvpi_fs_reserve(struct kvp_freestack *fs, uint32_t min, uint32_t max)
+static inline uint32_t kvpi_fs_reserve(struct kvpi_freestack *fs, uint32_t min, uint32_t max)
 {
 	/* acquire: pairs with the release increments, so the pushes behind
 	 * the blocks we reserve are visible to our pops. */
@@ -115,7 +115,7 @@ static inline uint32_t kvpi_fs_reserve(struct kvp_freestack *fs, uint32_t min, u
 }
 
 /** kvpi_fs_unreserve - give back @n reserved but unpopped blocks */
-static inline void kvpi_fs_unreserve(struct kvp_freestack *fs, uint32_t n)
+static inline void kvpi_fs_unreserve(struct kvpi_freestack *fs, uint32_t n)
 {
 	/* release: as for a push. */
 	atomic_fetch_add_explicit(&fs->avail, n, memory_order_release);
@@ -129,8 +129,8 @@ static inline void kvpi_fs_unreserve(struct kvp_freestack *fs, uint32_t n)
  * rewritten concurrently, but the tagged CAS fails unless nothing changed
  * since the head was loaded, in which case the walk was consistent.
  */
-static inline void kvpi_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_blocktable *bt,
-                                        _Atomic uint32_t *n_ids, kvp_u32_alias *ids, uint32_t n)
+static inline void kvpi_fs_pop_reserved(struct kvpi_freestack *fs, struct kvpi_blocktable *bt,
+                                        _Atomic uint32_t *n_ids, kvpi_u32_alias *ids, uint32_t n)
 {
 	uint32_t got = 0;
 	struct kvpi_spin spin = {0};
@@ -140,7 +140,7 @@ static inline void kvpi_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_blo
 		uint64_t h = atomic_load_explicit(&fs->head, memory_order_acquire);
 		uint32_t want = n - got < 8 ? n - got : 8, k = 0;
 		uint32_t id = kvpi_tagged_index(h), next = id;
-		while (k < want && next != KVP_NO_ID) {
+		while (k < want && next != KVPI_NO_ID) {
 			/* Past the top, a link may have been written after our
 			 * head load (the CAS will then fail): only follow ids
 			 * whose segment we are sure to see (n_ids, acquire). */
@@ -151,7 +151,7 @@ static inline void kvpi_fs_pop_reserved(struct kvp_freestack *fs, struct kvp_blo
 			next = atomic_load_explicit(&kvpi_bt_block(bt, next)->free_next,
 			                            memory_order_relaxed);
 		}
-		if (id == KVP_NO_ID || k == 0) {
+		if (id == KVPI_NO_ID || k == 0) {
 			/* Our reserved blocks are being pushed right now. */
 			kvpi_spin_wait(&spin);
 			continue;

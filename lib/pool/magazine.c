@@ -13,7 +13,7 @@
  * inside a call (or another drainer); without, skip such a magazine.
  * Returns false when it skipped one that held blocks.  The caller raised
  * starving and issued the heavy barrier after it. */
-static bool drain_one(struct kvp_pool *p, int si, struct kvp_mag *m, bool wait)
+static bool drain_one(struct kvp_pool *p, int si, struct kvpi_mag *m, bool wait)
 {
 	struct kvpi_spin spin = {0};
 	for (;;) {
@@ -56,8 +56,8 @@ void kvpi_drain_magazines(struct kvp_pool *p, int si, uint32_t want)
 		bool skipped = false;
 		/* seq_cst: after our seq_cst starving store, so a slot pushed by
 		 * a thread whose first call missed the flag is on the list. */
-		for (struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_seq_cst); s;
-		     s = s->next) {
+		for (struct kvpi_tslot *s = atomic_load_explicit(&p->slots, memory_order_seq_cst);
+		     s; s = s->next) {
 			skipped |= !drain_one(p, si, &s->mag[si], pass == 1);
 			/* relaxed: a hint; the caller's reservation decides. */
 			if (want &&

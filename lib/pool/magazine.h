@@ -5,7 +5,7 @@
  * Included by lib/pool/pool_internal.h (it needs struct kvp_pool); include
  * that header, not this one.  The drain itself is in lib/pool/magazine.c.
  *
- * Protocol (one magazine per stream per slot; struct kvp_mag in lib/pool/tslot.h):
+ * Protocol (one magazine per stream per slot; struct kvpi_mag in lib/pool/tslot.h):
  *
  *   in_call   written only by the slot's thread: 1 while it is inside a
  *             block-path call that may touch the magazine, else 0;
@@ -97,7 +97,7 @@ static inline void kvpi_light_store(const struct kvp_pool *p, _Atomic uintptr_t 
  * (a drainer may hold the magazine).  On true the caller holds it until
  * kvpi_mag_leave.
  */
-static inline bool kvpi_mag_enter(struct kvp_pool *p, struct kvp_mag *m, int si)
+static inline bool kvpi_mag_enter(struct kvp_pool *p, struct kvpi_mag *m, int si)
 {
 	uint32_t st;
 	/* The mode, read once: the compiler barrier in the store would make
@@ -119,14 +119,14 @@ static inline bool kvpi_mag_enter(struct kvp_pool *p, struct kvp_mag *m, int si)
 }
 
 /** kvpi_mag_leave - the owner leaves its magazine */
-static inline void kvpi_mag_leave(struct kvp_mag *m)
+static inline void kvpi_mag_leave(struct kvpi_mag *m)
 {
 	/* release: a drainer that reads 0 (acquire) sees the ids and count. */
 	atomic_store_explicit(&m->in_call, 0, memory_order_release);
 }
 
 /* kvpi_mag_count - the count of a magazine the caller holds */
-static inline uint32_t kvpi_mag_count(struct kvp_mag *m)
+static inline uint32_t kvpi_mag_count(struct kvpi_mag *m)
 {
 	/* relaxed: we hold the magazine; the holder's release/acquire on
 	 * in_call or claimed orders count between holders. */
@@ -134,14 +134,14 @@ static inline uint32_t kvpi_mag_count(struct kvp_mag *m)
 }
 
 /* kvpi_mag_set_count - set the count of a magazine the caller holds */
-static inline void kvpi_mag_set_count(struct kvp_mag *m, uint32_t n)
+static inline void kvpi_mag_set_count(struct kvpi_mag *m, uint32_t n)
 {
 	/* relaxed: as in kvpi_mag_count. */
 	atomic_store_explicit(&m->count, n, memory_order_relaxed);
 }
 
 /* kvpi_mag_flush_all - move every id of held magazine @m to stream @si's stack */
-static inline void kvpi_mag_flush_all(struct kvp_pool *p, int si, struct kvp_mag *m)
+static inline void kvpi_mag_flush_all(struct kvp_pool *p, int si, struct kvpi_mag *m)
 {
 	uint32_t cnt = kvpi_mag_count(m);
 	kvpi_fs_push_ids(&p->fs[si], &p->bt, m->ids, cnt);
@@ -149,7 +149,7 @@ static inline void kvpi_mag_flush_all(struct kvp_pool *p, int si, struct kvp_mag
 }
 
 /** kvpi_use_magazine - whether slot @s caches free blocks */
-static inline bool kvpi_use_magazine(const struct kvp_pool *p, const struct kvp_tslot *s)
+static inline bool kvpi_use_magazine(const struct kvp_pool *p, const struct kvpi_tslot *s)
 {
 	return p->thread_cache != 0 && !kvpi_tslot_is_fallback(p, s);
 }
@@ -161,9 +161,9 @@ static inline bool kvpi_use_magazine(const struct kvp_pool *p, const struct kvp_
  * pool with thread_cache 0 stay empty (nothing is ever pushed to them).
  */
 static inline __attribute__((always_inline)) bool
-kvpi_mag_pop(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id)
+kvpi_mag_pop(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *id)
 {
-	struct kvp_mag *m = &s->mag[si];
+	struct kvpi_mag *m = &s->mag[si];
 	if (!kvpi_mag_enter(p, m, si))
 		return false;
 	/* relaxed: we hold the magazine (see the protocol above). */
@@ -183,9 +183,9 @@ kvpi_mag_pop(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id)
  * fallback slot (its magazines have no room).
  */
 static inline __attribute__((always_inline)) bool
-kvpi_mag_push(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t id)
+kvpi_mag_push(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t id)
 {
-	struct kvp_mag *m = &s->mag[si];
+	struct kvpi_mag *m = &s->mag[si];
 	if (!kvpi_mag_enter(p, m, si))
 		return false;
 	/* relaxed: we hold the magazine. */
@@ -204,7 +204,7 @@ kvpi_mag_push(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t id)
  * magazine into *@id; false when it is empty or the stream is starving
  * (then kvpi_get_blocks does the rest).
  */
-static inline bool kvpi_get_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *id)
+static inline bool kvpi_get_one_fast(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *id)
 {
 	return kvpi_use_magazine(p, s) && kvpi_mag_pop(p, s, si, id);
 }
@@ -214,7 +214,7 @@ static inline bool kvpi_get_one_fast(struct kvp_pool *p, struct kvp_tslot *s, in
  * magazine; false when it is full or the stream is starving (then
  * kvpi_put_blocks does the rest).
  */
-static inline bool kvpi_put_one_fast(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t id)
+static inline bool kvpi_put_one_fast(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t id)
 {
 	return kvpi_use_magazine(p, s) && kvpi_mag_push(p, s, si, id);
 }

@@ -15,18 +15,16 @@
 
 #include "lib/base/sysmem.h"
 
-#define KVP_OWNER_BUCKETS0 8u
+#define KVPI_OWNER_BUCKETS0 8u
 
-#define owner_hash kvpi_owner_hash
-
-int kvpi_owners_init(struct kvp_owners *o)
+int kvpi_owners_init(struct kvpi_owners *o)
 {
 	memset(o, 0, sizeof(*o));
 	if (pthread_mutex_init(&o->spare_lock, NULL) != 0)
 		return -1;
-	for (uint32_t i = 0; i < KVP_OWNER_SHARDS; i++) {
-		struct kvp_oshard *sh = &o->shard[i];
-		sh->buckets = kvpi_sys_calloc(KVP_OWNER_BUCKETS0, sizeof(*sh->buckets), 64);
+	for (uint32_t i = 0; i < KVPI_OWNER_SHARDS; i++) {
+		struct kvpi_oshard *sh = &o->shard[i];
+		sh->buckets = kvpi_sys_calloc(KVPI_OWNER_BUCKETS0, sizeof(*sh->buckets), 64);
 		if (!sh->buckets || pthread_mutex_init(&sh->lock, NULL) != 0) {
 			kvpi_sys_free(sh->buckets);
 			sh->buckets = NULL;
@@ -40,24 +38,24 @@ int kvpi_owners_init(struct kvp_owners *o)
 			pthread_mutex_init(&o->spare_lock, NULL);
 			return -1;
 		}
-		sh->nbuckets = KVP_OWNER_BUCKETS0;
+		sh->nbuckets = KVPI_OWNER_BUCKETS0;
 	}
 	return 0;
 }
 
-static void free_chain(struct kvp_orec *r)
+static void free_chain(struct kvpi_orec *r)
 {
 	while (r) {
-		struct kvp_orec *next = r->next;
+		struct kvpi_orec *next = r->next;
 		kvpi_sys_free(r);
 		r = next;
 	}
 }
 
-void kvpi_owners_destroy(struct kvp_owners *o)
+void kvpi_owners_destroy(struct kvpi_owners *o)
 {
-	for (uint32_t i = 0; i < KVP_OWNER_SHARDS; i++) {
-		struct kvp_oshard *sh = &o->shard[i];
+	for (uint32_t i = 0; i < KVPI_OWNER_SHARDS; i++) {
+		struct kvpi_oshard *sh = &o->shard[i];
 		for (uint32_t b = 0; b < sh->nbuckets; b++)
 			free_chain(sh->buckets[b]);
 		kvpi_sys_free(sh->buckets);
@@ -71,41 +69,41 @@ void kvpi_owners_destroy(struct kvp_owners *o)
 	pthread_mutex_destroy(&o->spare_lock);
 }
 
-struct kvp_oshard *kvpi_owners_shard(struct kvp_owners *o, kvp_owner key)
+struct kvpi_oshard *kvpi_owners_shard(struct kvpi_owners *o, kvp_owner key)
 {
-	return kvpi_owners_shard_h(o, owner_hash(key));
+	return kvpi_owners_shard_h(o, kvpi_owner_hash(key));
 }
 
-static struct kvp_orec **bucket_of(struct kvp_oshard *sh, kvp_owner key)
+static struct kvpi_orec **bucket_of(struct kvpi_oshard *sh, kvp_owner key)
 {
-	return &sh->buckets[owner_hash(key) & (sh->nbuckets - 1)];
+	return &sh->buckets[kvpi_owner_hash(key) & (sh->nbuckets - 1)];
 }
 
-struct kvp_orec *kvpi_oshard_find_h(struct kvp_oshard *sh, kvp_owner key, uint64_t h)
+struct kvpi_orec *kvpi_oshard_find_h(struct kvpi_oshard *sh, kvp_owner key, uint64_t h)
 {
-	for (struct kvp_orec *r = sh->buckets[h & (sh->nbuckets - 1)]; r; r = r->next)
+	for (struct kvpi_orec *r = sh->buckets[h & (sh->nbuckets - 1)]; r; r = r->next)
 		if (r->key == key)
 			return r;
 	return NULL;
 }
 
-struct kvp_orec *kvpi_oshard_find(struct kvp_oshard *sh, kvp_owner key)
+struct kvpi_orec *kvpi_oshard_find(struct kvpi_oshard *sh, kvp_owner key)
 {
-	return kvpi_oshard_find_h(sh, key, owner_hash(key));
+	return kvpi_oshard_find_h(sh, key, kvpi_owner_hash(key));
 }
 
 /* Double the bucket array; on no memory keep the old one. */
-static void rehash(struct kvp_oshard *sh)
+static void rehash(struct kvpi_oshard *sh)
 {
 	uint32_t nb = sh->nbuckets * 2;
-	struct kvp_orec **nbk = kvpi_sys_calloc(nb, sizeof(*nbk), 64);
+	struct kvpi_orec **nbk = kvpi_sys_calloc(nb, sizeof(*nbk), 64);
 	if (!nbk)
 		return;
 	for (uint32_t b = 0; b < sh->nbuckets; b++) {
-		struct kvp_orec *r = sh->buckets[b];
+		struct kvpi_orec *r = sh->buckets[b];
 		while (r) {
-			struct kvp_orec *next = r->next;
-			struct kvp_orec **dst = &nbk[owner_hash(r->key) & (nb - 1)];
+			struct kvpi_orec *next = r->next;
+			struct kvpi_orec **dst = &nbk[kvpi_owner_hash(r->key) & (nb - 1)];
 			r->next = *dst;
 			*dst = r;
 			r = next;
@@ -118,12 +116,12 @@ static void rehash(struct kvp_oshard *sh)
 
 /* An unused record: from the thread's cache, refilled from the pool's
  * shared list a batch at a time, else new from the system. */
-static struct kvp_orec *record_get(struct kvp_owners *o, struct kvp_rec_cache *rc)
+static struct kvpi_orec *record_get(struct kvpi_owners *o, struct kvpi_rec_cache *rc)
 {
 	if (!rc->head) {
 		pthread_mutex_lock(&o->spare_lock);
-		for (uint32_t i = 0; i < KVP_REC_BATCH && o->spare; i++) {
-			struct kvp_orec *r = o->spare;
+		for (uint32_t i = 0; i < KVPI_REC_BATCH && o->spare; i++) {
+			struct kvpi_orec *r = o->spare;
 			o->spare = r->next;
 			r->next = rc->head;
 			rc->head = r;
@@ -131,7 +129,7 @@ static struct kvp_orec *record_get(struct kvp_owners *o, struct kvp_rec_cache *r
 		}
 		pthread_mutex_unlock(&o->spare_lock);
 	}
-	struct kvp_orec *r = rc->head;
+	struct kvpi_orec *r = rc->head;
 	if (r) {
 		rc->head = r->next;
 		rc->n--;
@@ -144,28 +142,28 @@ static struct kvp_orec *record_get(struct kvp_owners *o, struct kvp_rec_cache *r
 }
 
 /* Keep @r in the thread's cache; past two batches, give one batch back. */
-static void record_put(struct kvp_owners *o, struct kvp_rec_cache *rc, struct kvp_orec *r)
+static void record_put(struct kvpi_owners *o, struct kvpi_rec_cache *rc, struct kvpi_orec *r)
 {
 	r->next = rc->head;
 	rc->head = r;
-	if (++rc->n <= 2 * KVP_REC_BATCH)
+	if (++rc->n <= 2 * KVPI_REC_BATCH)
 		return;
-	struct kvp_orec *first = rc->head, *last = first;
-	for (uint32_t i = 1; i < KVP_REC_BATCH; i++)
+	struct kvpi_orec *first = rc->head, *last = first;
+	for (uint32_t i = 1; i < KVPI_REC_BATCH; i++)
 		last = last->next;
 	rc->head = last->next;
-	rc->n -= KVP_REC_BATCH;
+	rc->n -= KVPI_REC_BATCH;
 	pthread_mutex_lock(&o->spare_lock);
 	last->next = o->spare;
 	o->spare = first;
 	pthread_mutex_unlock(&o->spare_lock);
 }
 
-int kvpi_rec_cache_reserve(struct kvp_owners *o, struct kvp_rec_cache *rc)
+int kvpi_rec_cache_reserve(struct kvpi_owners *o, struct kvpi_rec_cache *rc)
 {
 	if (rc->head)
 		return 0;
-	struct kvp_orec *r = record_get(o, rc);
+	struct kvpi_orec *r = record_get(o, rc);
 	if (!r)
 		return -1;
 	r->next = rc->head;
@@ -174,11 +172,11 @@ int kvpi_rec_cache_reserve(struct kvp_owners *o, struct kvp_rec_cache *rc)
 	return 0;
 }
 
-void kvpi_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc)
+void kvpi_rec_cache_drain(struct kvpi_owners *o, struct kvpi_rec_cache *rc)
 {
 	if (!rc->head)
 		return;
-	struct kvp_orec *last = rc->head;
+	struct kvpi_orec *last = rc->head;
 	while (last->next)
 		last = last->next;
 	pthread_mutex_lock(&o->spare_lock);
@@ -189,21 +187,21 @@ void kvpi_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc)
 	rc->n = 0;
 }
 
-void kvpi_rec_cache_free(struct kvp_rec_cache *rc)
+void kvpi_rec_cache_free(struct kvpi_rec_cache *rc)
 {
 	free_chain(rc->head);
 	rc->head = NULL;
 	rc->n = 0;
 }
 
-struct kvp_orec *kvpi_oshard_insert(struct kvp_owners *o, struct kvp_oshard *sh,
-                                    struct kvp_rec_cache *rc, kvp_owner key)
+struct kvpi_orec *kvpi_oshard_insert(struct kvpi_owners *o, struct kvpi_oshard *sh,
+                                     struct kvpi_rec_cache *rc, kvp_owner key)
 {
-	struct kvp_orec *r = record_get(o, rc);
+	struct kvpi_orec *r = record_get(o, rc);
 	if (!r)
 		return NULL;
 	r->key = key;
-	r->head = r->tail = KVP_NO_ID;
+	r->head = r->tail = KVPI_NO_ID;
 	r->count = 0;
 	r->registered = false;
 	r->revokes = 0;
@@ -214,17 +212,17 @@ struct kvp_orec *kvpi_oshard_insert(struct kvp_owners *o, struct kvp_oshard *sh,
 	atomic_store_explicit(&r->bias, 0, memory_order_relaxed);
 	if (sh->n >= sh->nbuckets)
 		rehash(sh);
-	struct kvp_orec **b = bucket_of(sh, key);
+	struct kvpi_orec **b = bucket_of(sh, key);
 	r->next = *b;
 	*b = r;
 	sh->n++;
 	return r;
 }
 
-void kvpi_oshard_remove(struct kvp_owners *o, struct kvp_oshard *sh, struct kvp_rec_cache *rc,
-                        struct kvp_orec *r)
+void kvpi_oshard_remove(struct kvpi_owners *o, struct kvpi_oshard *sh, struct kvpi_rec_cache *rc,
+                        struct kvpi_orec *r)
 {
-	struct kvp_orec **pp = bucket_of(sh, r->key);
+	struct kvpi_orec **pp = bucket_of(sh, r->key);
 	while (*pp != r)
 		pp = &(*pp)->next;
 	*pp = r->next;

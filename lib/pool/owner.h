@@ -4,7 +4,7 @@
  * An owner record holds the owner's blocks as a doubly linked list through
  * the block table (own_prev/own_next), in allocation order, so appending and
  * unlinking a block are O(1) and allocate nothing.  Records live in
- * KVP_OWNER_SHARDS shards chosen by a hash of the owner id; each shard has
+ * KVPI_OWNER_SHARDS shards chosen by a hash of the owner id; each shard has
  * its own mutex that guards its buckets, its records, and the list links of
  * every block its owners hold.
  *
@@ -13,7 +13,7 @@
  * owner's list atomically, and kvp_register_owner must detect a collision
  * exactly; a per-owner critical section is needed anyway.  Sharding makes
  * two threads contend only when their owners hash to the same shard (1 in
- * KVP_OWNER_SHARDS), and a thread holds a shard lock for O(blocks in the
+ * KVPI_OWNER_SHARDS), and a thread holds a shard lock for O(blocks in the
  * call), never across a system call or another lock.
  *
  * Synchronization:
@@ -23,11 +23,11 @@
  *   kvpi_owners_shard      nothing                     wait-free (hash)
  *   kvpi_oshard_find       the shard's lock            O(chain)
  *   kvpi_oshard_insert     the shard's lock            the spare lock (leaf) once
- *                                                     per KVP_REC_BATCH; may
+ *                                                     per KVPI_REC_BATCH; may
  *                                                     allocate (records, bucket
  *                                                     array growth)
  *   kvpi_oshard_remove     the shard's lock            O(chain); the spare lock
- *                                                     once per KVP_REC_BATCH
+ *                                                     once per KVPI_REC_BATCH
  *   kvpi_orec_append/unlink  the owner's exclusion     O(1)
  *
  * Biased records.  A record is biased to the slot of the thread that first
@@ -45,7 +45,7 @@
  * instructions unless that thread is preempted inside its op).  From then on
  * the record is shard-locked as any other.  Re-biasing: an allocate under
  * the shard lock that finds the record unbiased biases it to its own
- * thread, at most KVP_BIAS_MAX_REVOKES times per record life (so two threads
+ * thread, at most KVPI_BIAS_MAX_REVOKES times per record life (so two threads
  * sharing one owner settle on the lock instead of ping-ponging); a record
  * made again (the owner released and allocated anew) is biased to the
  * thread whose allocate made it.  A thread touching an unbiased record, or
@@ -66,15 +66,15 @@
 
 #include "lib/pool/blocktable.h"
 
-#define KVP_OWNER_SHARD_BITS 8u
-#define KVP_OWNER_SHARDS     (1u << KVP_OWNER_SHARD_BITS)
+#define KVPI_OWNER_SHARD_BITS 8u
+#define KVPI_OWNER_SHARDS     (1u << KVPI_OWNER_SHARD_BITS)
 
-#define KVP_BIAS_MAX_REVOKES 2u
+#define KVPI_BIAS_MAX_REVOKES 2u
 
-struct kvp_orec {
-	struct kvp_orec *next; /* bucket chain or shard free list */
+struct kvpi_orec {
+	struct kvpi_orec *next; /* bucket chain or shard free list */
 	kvp_owner key;
-	uint32_t head, tail;    /* block ids, KVP_NO_ID when empty */
+	uint32_t head, tail;    /* block ids, KVPI_NO_ID when empty */
 	uint64_t count;         /* blocks held */
 	_Atomic uintptr_t bias; /* the slot it is biased to, or 0 */
 	uint32_t epoch;         /* bumped at each insertion */
@@ -82,39 +82,39 @@ struct kvp_orec {
 	bool registered;        /* by kvp_register_owner, not yet released */
 };
 
-struct kvp_oshard {
+struct kvpi_oshard {
 	pthread_mutex_t lock;
-	struct kvp_orec **buckets;
+	struct kvpi_orec **buckets;
 	uint32_t nbuckets; /* power of two */
 	uint32_t n;        /* records in the table */
 } __attribute__((aligned(64)));
 
 /*
- * Unused owner records.  Each thread keeps a few (struct kvp_rec_cache in
+ * Unused owner records.  Each thread keeps a few (struct kvpi_rec_cache in
  * its slot) and trades them with the pool's shared list in batches, under
- * a leaf mutex taken once per KVP_REC_BATCH owner creations or removals.
+ * a leaf mutex taken once per KVPI_REC_BATCH owner creations or removals.
  * Records are freed only by kvp_pool_destroy, so the pool never holds more
  * than its peak of live owners plus the threads' caches, and a server that
  * makes an owner per request allocates nothing once it has seen its peak.
  */
-#define KVP_REC_BATCH 8u
+#define KVPI_REC_BATCH 8u
 
-struct kvp_rec_cache {
-	struct kvp_orec *head;
+struct kvpi_rec_cache {
+	struct kvpi_orec *head;
 	uint32_t n;
 };
 
-struct kvp_owners {
-	struct kvp_oshard shard[KVP_OWNER_SHARDS];
+struct kvpi_owners {
+	struct kvpi_oshard shard[KVPI_OWNER_SHARDS];
 	pthread_mutex_t spare_lock;
-	struct kvp_orec *spare;
+	struct kvpi_orec *spare;
 };
 
 /** kvpi_owners_init - empty table; 0 or -1 (no memory) */
-int kvpi_owners_init(struct kvp_owners *o);
+int kvpi_owners_init(struct kvpi_owners *o);
 
 /** kvpi_owners_destroy - free every record (single-threaded) */
-void kvpi_owners_destroy(struct kvp_owners *o);
+void kvpi_owners_destroy(struct kvpi_owners *o);
 
 /** kvpi_owner_hash - splitmix64's finalizer: every bit of the id reaches shard and bucket */
 static inline uint64_t kvpi_owner_hash(kvp_owner key)
@@ -126,53 +126,55 @@ static inline uint64_t kvpi_owner_hash(kvp_owner key)
 }
 
 /** kvpi_owners_shard_h - the shard of the owner whose hash is @h */
-static inline struct kvp_oshard *kvpi_owners_shard_h(struct kvp_owners *o, uint64_t h)
+static inline struct kvpi_oshard *kvpi_owners_shard_h(struct kvpi_owners *o, uint64_t h)
 {
-	return &o->shard[h >> (64 - KVP_OWNER_SHARD_BITS)];
+	return &o->shard[h >> (64 - KVPI_OWNER_SHARD_BITS)];
 }
 
 /** kvpi_owners_shard - the shard of @key */
-struct kvp_oshard *kvpi_owners_shard(struct kvp_owners *o, kvp_owner key);
+struct kvpi_oshard *kvpi_owners_shard(struct kvpi_owners *o, kvp_owner key);
 
 /** kvpi_oshard_find - the record of @key, or NULL */
-struct kvp_orec *kvpi_oshard_find(struct kvp_oshard *sh, kvp_owner key);
+struct kvpi_orec *kvpi_oshard_find(struct kvpi_oshard *sh, kvp_owner key);
 
 /** kvpi_oshard_find_h - kvpi_oshard_find with the key's hash @h already known */
-struct kvp_orec *kvpi_oshard_find_h(struct kvp_oshard *sh, kvp_owner key, uint64_t h);
+struct kvpi_orec *kvpi_oshard_find_h(struct kvpi_oshard *sh, kvp_owner key, uint64_t h);
 
 /**
  * kvpi_oshard_insert - a new empty, unbiased record for @key (not present)
  * @rc: the calling thread's record cache, refilled from @o when empty
  * Returns the record (its epoch bumped), or NULL when no memory could be had.
  */
-struct kvp_orec *kvpi_oshard_insert(struct kvp_owners *o, struct kvp_oshard *sh,
-                                    struct kvp_rec_cache *rc, kvp_owner key);
+struct kvpi_orec *kvpi_oshard_insert(struct kvpi_owners *o, struct kvpi_oshard *sh,
+                                     struct kvpi_rec_cache *rc, kvp_owner key);
 
 /** kvpi_oshard_remove - take @r (not biased to another thread) out of the
  * table, clear its bias, and keep it in @rc (or @o) */
-void kvpi_oshard_remove(struct kvp_owners *o, struct kvp_oshard *sh, struct kvp_rec_cache *rc,
-                        struct kvp_orec *r);
+void kvpi_oshard_remove(struct kvpi_owners *o, struct kvpi_oshard *sh, struct kvpi_rec_cache *rc,
+                        struct kvpi_orec *r);
 
 /**
  * kvpi_rec_cache_reserve - make sure @rc holds a record, so that the next
  * kvpi_oshard_insert with @rc cannot fail; 0, or -1 when no memory could be
  * had.  Caller: @rc's thread (or the fallback slot's lock holder).
  */
-int kvpi_rec_cache_reserve(struct kvp_owners *o, struct kvp_rec_cache *rc);
+int kvpi_rec_cache_reserve(struct kvpi_owners *o, struct kvpi_rec_cache *rc);
 
 /** kvpi_rec_cache_drain - give every record in @rc back to @o (thread exit) */
-void kvpi_rec_cache_drain(struct kvp_owners *o, struct kvp_rec_cache *rc);
+void kvpi_rec_cache_drain(struct kvpi_owners *o, struct kvpi_rec_cache *rc);
 
 /** kvpi_rec_cache_free - free the records in @rc (pool destroy) */
-void kvpi_rec_cache_free(struct kvp_rec_cache *rc);
+void kvpi_rec_cache_free(struct kvpi_rec_cache *rc);
 
 /** kvpi_orec_append_b - link block @id, whose metadata is @b, at the tail of @r's list */
-static inline __attribute__((always_inline)) void
-kvpi_orec_append_b(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id, struct kvp_block *b)
+static inline __attribute__((always_inline)) void kvpi_orec_append_b(struct kvpi_orec *r,
+                                                                     struct kvpi_blocktable *bt,
+                                                                     uint32_t id,
+                                                                     struct kvpi_block *b)
 {
 	b->own_prev = r->tail;
-	b->own_next = KVP_NO_ID;
-	if (r->tail == KVP_NO_ID)
+	b->own_next = KVPI_NO_ID;
+	if (r->tail == KVPI_NO_ID)
 		r->head = id;
 	else
 		kvpi_bt_block(bt, r->tail)->own_next = id;
@@ -182,21 +184,23 @@ kvpi_orec_append_b(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id, s
 
 /** kvpi_orec_append - link block @id at the tail of @r's list */
 static inline __attribute__((always_inline)) void
-kvpi_orec_append(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
+kvpi_orec_append(struct kvpi_orec *r, struct kvpi_blocktable *bt, uint32_t id)
 {
 	kvpi_orec_append_b(r, bt, id, kvpi_bt_block(bt, id));
 }
 
 /** kvpi_orec_unlink_b - take block @id, whose metadata is @b (on @r's list), off it */
-static inline __attribute__((always_inline)) void
-kvpi_orec_unlink_b(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id, struct kvp_block *b)
+static inline __attribute__((always_inline)) void kvpi_orec_unlink_b(struct kvpi_orec *r,
+                                                                     struct kvpi_blocktable *bt,
+                                                                     uint32_t id,
+                                                                     struct kvpi_block *b)
 {
 	(void)id;
-	if (b->own_prev == KVP_NO_ID)
+	if (b->own_prev == KVPI_NO_ID)
 		r->head = b->own_next;
 	else
 		kvpi_bt_block(bt, b->own_prev)->own_next = b->own_next;
-	if (b->own_next == KVP_NO_ID)
+	if (b->own_next == KVPI_NO_ID)
 		r->tail = b->own_prev;
 	else
 		kvpi_bt_block(bt, b->own_next)->own_prev = b->own_prev;
@@ -205,7 +209,7 @@ kvpi_orec_unlink_b(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id, s
 
 /** kvpi_orec_unlink - take block @id (on @r's list) off it */
 static inline __attribute__((always_inline)) void
-kvpi_orec_unlink(struct kvp_orec *r, struct kvp_blocktable *bt, uint32_t id)
+kvpi_orec_unlink(struct kvpi_orec *r, struct kvpi_blocktable *bt, uint32_t id)
 {
 	kvpi_orec_unlink_b(r, bt, id, kvpi_bt_block(bt, id));
 }

@@ -74,11 +74,11 @@ static void fill_stream(struct kvp_pool *p, int si, uint32_t first, uint32_t n)
 	if (n == 0)
 		return;
 	for (uint32_t i = 0; i < n; i++) {
-		struct kvp_block *b = kvpi_bt_block(&p->bt, first + i);
+		struct kvpi_block *b = kvpi_bt_block(&p->bt, first + i);
 		atomic_init(&b->state, kvpi_st_make(0, 0, 0, tag, 0));
 		atomic_init(&b->owner, 0);
-		atomic_init(&b->free_next, i + 1 < n ? first + i + 1 : KVP_NO_ID);
-		b->own_prev = b->own_next = KVP_NO_ID;
+		atomic_init(&b->free_next, i + 1 < n ? first + i + 1 : KVPI_NO_ID);
+		b->own_prev = b->own_next = KVPI_NO_ID;
 		b->pad = 0;
 	}
 	atomic_init(&p->fs[si].head, kvpi_fs_pack(0, first));
@@ -88,9 +88,9 @@ static void fill_stream(struct kvp_pool *p, int si, uint32_t first, uint32_t n)
 
 static void pool_free(struct kvp_pool *p)
 {
-	struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_relaxed);
+	struct kvpi_tslot *s = atomic_load_explicit(&p->slots, memory_order_relaxed);
 	while (s) {
-		struct kvp_tslot *next = s->next;
+		struct kvpi_tslot *next = s->next;
 		kvpi_rec_cache_free(&s->recs);
 		kvpi_tslot_free(s);
 		s = next;
@@ -138,7 +138,7 @@ int kvpi_pool_create(const kvp_pool_config *cfg, struct kvp_pool **out)
 	pthread_mutex_init(&p->fallback_lock, NULL);
 	kvpi_fs_init(&p->fs[0]);
 	kvpi_fs_init(&p->fs[1]);
-	p->retired_head = KVP_NO_ID;
+	p->retired_head = KVPI_NO_ID;
 
 	/* On failure each part is left empty but destroyable (pool_free). */
 	bool ok = kvpi_bt_init(&p->bt, cfg->n_blocks) == 0;

@@ -12,10 +12,10 @@
  * (kvp_free, kvp_free_all, kvp_block_set_used) all hold the owner's
  * exclusion, so the free checks the generation and in_use and clears them
  * with a plain release store: of several racing frees exactly one sees the
- * block in use, the rest count as stale.  A raw block (KVP_ST_RAW) has no
+ * block in use, the rest count as stale.  A raw block (KVPI_ST_RAW) has no
  * owner: its free and set_used are CASes on the whole word (a raw ref's
  * CAS can never succeed on an owned hand-out: the word it expects carries
- * KVP_ST_RAW), except that in the asymmetric mode the thread that
+ * KVPI_ST_RAW), except that in the asymmetric mode the thread that
  * allocated it frees it with the plain store while its slot's raw bias
  * stands, which any other thread's change of such a block revokes first
  * (below, "Raw blocks biased to their thread").  docs/DESIGN.md, "Giving
@@ -28,7 +28,7 @@
 #include "lib/base/spin.h"
 #include "lib/pool/pool_internal.h"
 
-#define KVP_FREE_BATCH 64u
+#define KVPI_FREE_BATCH 64u
 
 static inline int stream_of_state(const struct kvp_pool *p, uint64_t st)
 {
@@ -37,12 +37,12 @@ static inline int stream_of_state(const struct kvp_pool *p, uint64_t st)
 
 static inline uint64_t freed_state(uint64_t st)
 {
-	return st & ~(KVP_ST_IN_USE | KVP_ST_RAW | KVP_ST_USED_MASK);
+	return st & ~(KVPI_ST_IN_USE | KVPI_ST_RAW | KVPI_ST_USED_MASK);
 }
 
 /* Stamp a popped block as handed out; returns its new generation.  Sets
  * *reused when the block had been handed out before. */
-static inline __attribute__((always_inline)) uint32_t stamp_block(struct kvp_block *b,
+static inline __attribute__((always_inline)) uint32_t stamp_block(struct kvpi_block *b,
                                                                   uint32_t used, uint64_t flags,
                                                                   kvp_owner owner,
                                                                   kvp_format format, bool *reused)
@@ -52,7 +52,7 @@ static inline __attribute__((always_inline)) uint32_t stamp_block(struct kvp_blo
 	uint32_t gen = kvpi_st_gen(old) + 1;
 	if (gen == 0)
 		gen = 1; /* generation 0 means "never handed out" */
-	*reused = (old & KVP_ST_EVER) != 0;
+	*reused = (old & KVPI_ST_EVER) != 0;
 	/* release: a kvp_block_get that reads this owner (then fences) cannot
 	 * read a state word from before the free that preceded this hand-out;
 	 * free on x86. */
@@ -60,7 +60,7 @@ static inline __attribute__((always_inline)) uint32_t stamp_block(struct kvp_blo
 	/* release: kvp_block_get's acquire load of the state then sees the
 	 * owner written above. */
 	atomic_store_explicit(&b->state,
-	                      kvpi_st_make(gen, used, KVP_ST_IN_USE | KVP_ST_EVER | flags,
+	                      kvpi_st_make(gen, used, KVPI_ST_IN_USE | KVPI_ST_EVER | flags,
 	                                   kvpi_st_stream(old), (uint32_t)format),
 	                      memory_order_release);
 	return gen;
@@ -68,10 +68,10 @@ static inline __attribute__((always_inline)) uint32_t stamp_block(struct kvp_blo
 
 /* Clear in_use on a raw block still at @st's generation (no exclusion: a
  * CAS); returns the state it had, or 0 when a racing free got there first. */
-static uint64_t clear_in_use(struct kvp_block *b, uint64_t st, uint32_t gen)
+static uint64_t clear_in_use(struct kvpi_block *b, uint64_t st, uint32_t gen)
 {
 	for (;;) {
-		if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+		if (kvpi_st_gen(st) != gen || !(st & KVPI_ST_IN_USE))
 			return 0;
 		/* acq_rel: acquire orders the holder's last writes (set_used,
 		 * storage) before our push; release is carried by the push. */
@@ -89,12 +89,12 @@ static uint64_t clear_in_use(struct kvp_block *b, uint64_t st, uint32_t gen)
  * the header above), for a raw block a raw op of the slot it is biased to.
  * Returns the state it had, or 0 when it was stale.
  */
-static inline uint64_t release_owned(struct kvp_block *b, uint32_t gen)
+static inline uint64_t release_owned(struct kvpi_block *b, uint32_t gen)
 {
 	/* acquire: orders the last holder's writes (storage, a set_used of
 	 * another thread under the same exclusion) before our push. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+	if (kvpi_st_gen(st) != gen || !(st & KVPI_ST_IN_USE))
 		return 0;
 	/* release: a kvp_block_get or stale free that reads the freed word
 	 * also sees what we did before (a plain store on x86). */
@@ -123,7 +123,7 @@ static inline uint64_t release_owned(struct kvp_block *b, uint32_t gen)
  */
 
 /* The owner word a raw block handed out by slot @s carries. */
-static inline uint64_t raw_owner_word(struct kvp_tslot *s)
+static inline uint64_t raw_owner_word(struct kvpi_tslot *s)
 {
 	/* relaxed: only this slot's thread acts on its own slot's value; a
 	 * revocation racing with the stamp leaves a word naming a revoked
@@ -134,7 +134,7 @@ static inline uint64_t raw_owner_word(struct kvp_tslot *s)
 }
 
 /* Revoke slot @t's raw bias (see above); returns once it is REVOKED. */
-static __attribute__((noinline, cold)) void raw_revoke(struct kvp_pool *p, struct kvp_tslot *t)
+static __attribute__((noinline, cold)) void raw_revoke(struct kvp_pool *p, struct kvpi_tslot *t)
 {
 	struct kvpi_spin spin = {0};
 	uint32_t exp = KVPI_RAW_BIASED;
@@ -159,7 +159,7 @@ static __attribute__((noinline, cold)) void raw_revoke(struct kvp_pool *p, struc
 	atomic_store_explicit(&t->raw_bias, KVPI_RAW_REVOKED, memory_order_release);
 }
 
-void kvpi_raw_exclude(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_block *b, uint64_t st)
+void kvpi_raw_exclude(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_block *b, uint64_t st)
 {
 	/* relaxed: validated by the state re-read below. */
 	uint64_t o = atomic_load_explicit(&b->owner, memory_order_relaxed);
@@ -175,9 +175,9 @@ void kvpi_raw_exclude(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_block 
 	 * set back), with the slot's thread perhaps inside a raw op. */
 	atomic_thread_fence(memory_order_acquire);
 	uint64_t cur = atomic_load_explicit(&b->state, memory_order_relaxed);
-	if (kvpi_st_gen(cur) != kvpi_st_gen(st) || !(cur & KVP_ST_IN_USE))
+	if (kvpi_st_gen(cur) != kvpi_st_gen(st) || !(cur & KVPI_ST_IN_USE))
 		return;
-	struct kvp_tslot *t = (struct kvp_tslot *)(uintptr_t)o;
+	struct kvpi_tslot *t = (struct kvpi_tslot *)(uintptr_t)o;
 	/* acquire: as in raw_revoke's wait. */
 	if (atomic_load_explicit(&t->raw_bias, memory_order_acquire) != KVPI_RAW_REVOKED)
 		raw_revoke(p, t);
@@ -191,7 +191,7 @@ static inline uint32_t blocks_for_tokens(const struct kvp_pool *p, uint32_t n)
 	return n / p->block_size + (n % p->block_size != 0);
 }
 
-void kvpi_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r)
+void kvpi_bias_revoke(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r)
 {
 	/* relaxed: bias is written only under the shard lock, which we hold. */
 	uintptr_t t = atomic_load_explicit(&r->bias, memory_order_relaxed);
@@ -202,7 +202,7 @@ void kvpi_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *
 	if (r->revokes < UINT8_MAX)
 		r->revokes++;
 	kvpi_heavy_barrier(p);
-	struct kvp_tslot *ts = (struct kvp_tslot *)t;
+	struct kvpi_tslot *ts = (struct kvpi_tslot *)t;
 	struct kvpi_spin spin = {0};
 	/* acquire (asym) / seq_cst (fallback): the load half; once it reads
 	 * anything but @r (a release store by that thread), the op's list and
@@ -213,7 +213,7 @@ void kvpi_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *
 		kvpi_spin_wait(&spin);
 }
 
-void kvpi_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r)
+void kvpi_bias_adopt(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r)
 {
 	if (kvpi_tslot_is_fallback(p, s))
 		return;
@@ -221,13 +221,13 @@ void kvpi_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r
 	 * any thread formerly biased has left its op (kvpi_bias_revoke). */
 	uintptr_t t = atomic_load_explicit(&r->bias, memory_order_relaxed);
 	if (t == 0) {
-		if (r->revokes >= KVP_BIAS_MAX_REVOKES)
+		if (r->revokes >= KVPI_BIAS_MAX_REVOKES)
 			return;
 		atomic_store_explicit(&r->bias, (uintptr_t)s, memory_order_relaxed);
 	} else if (t != (uintptr_t)s) {
 		return;
 	}
-	struct kvp_ocache_ent *e = kvpi_ocache_ent_of(s, r->key);
+	struct kvpi_ocache_ent *e = kvpi_ocache_ent_of(s, r->key);
 	e->key = r->key;
 	e->rec = r;
 	e->epoch = r->epoch;
@@ -235,15 +235,15 @@ void kvpi_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r
 
 /* kvpi_bt_block for an id past the first segment, out of line: the loops
  * that walk many blocks keep their registers for the common case. */
-static __attribute__((noinline)) struct kvp_block *block_past_seg0(struct kvp_blocktable *bt,
-                                                                   uint32_t id)
+static __attribute__((noinline)) struct kvpi_block *block_past_seg0(struct kvpi_blocktable *bt,
+                                                                    uint32_t id)
 {
 	return kvpi_bt_block(bt, id);
 }
 
 /* The metadata of block @id, given the first segment @seg0 of @n0 blocks. */
-static inline __attribute__((always_inline)) struct kvp_block *
-block_at(struct kvp_blocktable *bt, struct kvp_block *seg0, uint32_t n0, uint32_t id)
+static inline __attribute__((always_inline)) struct kvpi_block *
+block_at(struct kvpi_blocktable *bt, struct kvpi_block *seg0, uint32_t n0, uint32_t id)
 {
 	return __builtin_expect(id < n0, 1) ? &seg0[id] : block_past_seg0(bt, id);
 }
@@ -255,25 +255,25 @@ block_at(struct kvp_blocktable *bt, struct kvp_block *seg0, uint32_t n0, uint32_
  * only for j = 2i - nb or 2i + 1 - nb, both at most i: an id is read before
  * its word is overwritten.  No allocation, and no second pass.
  */
-static inline kvp_u32_alias *ids_in(kvp_ref *refs, uint32_t nb)
+static inline kvpi_u32_alias *ids_in(kvp_ref *refs, uint32_t nb)
 {
-	return (kvp_u32_alias *)refs + nb;
+	return (kvpi_u32_alias *)refs + nb;
 }
 
 /* Stamp block @b (ours since the acquire pop) with generation+1 and state
  * @st (the stream bits kept); returns the new generation, adds 1 to
  * *@reused if it had been handed out before. */
-static inline __attribute__((always_inline)) uint32_t stamp_fast(struct kvp_block *b, uint64_t st,
+static inline __attribute__((always_inline)) uint32_t stamp_fast(struct kvpi_block *b, uint64_t st,
                                                                  kvp_owner owner, uint64_t *reused)
 {
 	/* relaxed: we hold the block exclusively since the acquire pop. */
 	uint64_t old = atomic_load_explicit(&b->state, memory_order_relaxed);
 	uint32_t gen = kvpi_st_gen(old) + 1;
 	gen += gen == 0; /* generation 0 means "never handed out" */
-	*reused += (old & KVP_ST_EVER) != 0;
+	*reused += (old & KVPI_ST_EVER) != 0;
 	/* release, both (plain stores on x86): as in stamp_block. */
 	atomic_store_explicit(&b->owner, owner, memory_order_release);
-	atomic_store_explicit(&b->state, st | gen | (old & (3ull << KVP_ST_STREAM_SHIFT)),
+	atomic_store_explicit(&b->state, st | gen | (old & (3ull << KVPI_ST_STREAM_SHIFT)),
 	                      memory_order_release);
 	return gen;
 }
@@ -288,24 +288,24 @@ static inline __attribute__((always_inline)) uint32_t stamp_fast(struct kvp_bloc
  * links.  The block table's first segment is read once: the atomic stores
  * would make the compiler load it again for every block.
  */
-static uint64_t hand_out(struct kvp_pool *p, struct kvp_orec *r, kvp_ref *refs, uint32_t nb,
+static uint64_t hand_out(struct kvp_pool *p, struct kvpi_orec *r, kvp_ref *refs, uint32_t nb,
                          uint32_t n_tokens, kvp_owner owner, kvp_format format)
 {
-	const kvp_u32_alias *ids = ids_in(refs, nb);
+	const kvpi_u32_alias *ids = ids_in(refs, nb);
 	uint32_t bs = p->block_size;
-	struct kvp_blocktable *bt = &p->bt;
-	struct kvp_block *seg0 = bt->seg0;
+	struct kvpi_blocktable *bt = &p->bt;
+	struct kvpi_block *seg0 = bt->seg0;
 	uint32_t n0 = bt->n0;
-	uint64_t full = kvpi_st_make(0, bs, KVP_ST_IN_USE | KVP_ST_EVER, 0, (uint32_t)format);
+	uint64_t full = kvpi_st_make(0, bs, KVPI_ST_IN_USE | KVPI_ST_EVER, 0, (uint32_t)format);
 	uint64_t reused = 0;
 	/* The previous block of the list; a stand-in when the list is empty. */
-	struct kvp_block none;
+	struct kvpi_block none;
 	uint32_t prev = r->tail;
-	struct kvp_block *pb = prev == KVP_NO_ID ? &none : kvpi_bt_block(bt, prev);
+	struct kvpi_block *pb = prev == KVPI_NO_ID ? &none : kvpi_bt_block(bt, prev);
 	uint32_t first = ids[0];
 
 	if (nb == 1) {
-		struct kvp_block *b = block_at(bt, seg0, n0, first);
+		struct kvpi_block *b = block_at(bt, seg0, n0, first);
 		uint32_t gen = stamp_fast(b, kvpi_st_with_used(full, n_tokens), owner, &reused);
 		kvpi_orec_append_b(r, bt, first, b);
 		refs[0] = KVP_MAKE_REF(first, gen);
@@ -313,7 +313,7 @@ static uint64_t hand_out(struct kvp_pool *p, struct kvp_orec *r, kvp_ref *refs, 
 	}
 	for (uint32_t i = 0; i + 1 < nb; i++) {
 		uint32_t id = ids[i];
-		struct kvp_block *b = block_at(bt, seg0, n0, id);
+		struct kvpi_block *b = block_at(bt, seg0, n0, id);
 		uint32_t gen = stamp_fast(b, full, owner, &reused);
 		b->own_prev = prev;
 		pb->own_next = id;
@@ -322,23 +322,24 @@ static uint64_t hand_out(struct kvp_pool *p, struct kvp_orec *r, kvp_ref *refs, 
 		pb = b;
 	}
 	uint32_t id = ids[nb - 1];
-	struct kvp_block *b = block_at(bt, seg0, n0, id);
+	struct kvpi_block *b = block_at(bt, seg0, n0, id);
 	uint32_t gen =
 	    stamp_fast(b, kvpi_st_with_used(full, n_tokens - (nb - 1) * bs), owner, &reused);
 	b->own_prev = prev;
-	b->own_next = KVP_NO_ID;
+	b->own_next = KVPI_NO_ID;
 	pb->own_next = id;
 	refs[nb - 1] = KVP_MAKE_REF(id, gen);
-	if (r->tail == KVP_NO_ID)
+	if (r->tail == KVPI_NO_ID)
 		r->head = first;
 	r->tail = id;
 	r->count += nb;
 	return reused;
 }
 
-static inline __attribute__((always_inline)) int alloc_done(struct kvp_pool *p, struct kvp_tslot *s,
-                                                            uint32_t nb, uint32_t n_tokens,
-                                                            uint64_t reused, size_t *n_refs)
+static inline __attribute__((always_inline)) int alloc_done(struct kvp_pool *p,
+                                                            struct kvpi_tslot *s, uint32_t nb,
+                                                            uint32_t n_tokens, uint64_t reused,
+                                                            size_t *n_refs)
 {
 	kvpi_ctr_add(s, KVP_C_ALLOCS, nb);
 	kvpi_ctr_add(s, KVP_C_REUSED, reused);
@@ -355,13 +356,13 @@ static inline __attribute__((always_inline)) int alloc_done(struct kvp_pool *p, 
  * reserved in the slot's cache (so it cannot fail), and another thread's
  * bias on it is revoked first.  Returns how many had been handed out before.
  */
-static uint64_t hand_out_locked(struct kvp_pool *p, struct kvp_tslot *s, kvp_ref *refs, uint32_t nb,
-                                uint32_t n_tokens, kvp_owner owner, kvp_format format)
+static uint64_t hand_out_locked(struct kvp_pool *p, struct kvpi_tslot *s, kvp_ref *refs,
+                                uint32_t nb, uint32_t n_tokens, kvp_owner owner, kvp_format format)
 {
 	uint64_t h = kvpi_owner_hash(owner);
-	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
+	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvpi_oshard_find_h(sh, owner, h);
+	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	if (r)
 		kvpi_bias_revoke(p, s, r);
 	else
@@ -375,11 +376,11 @@ static uint64_t hand_out_locked(struct kvp_pool *p, struct kvp_tslot *s, kvp_ref
 /* kvp_allocate's locked path when no owner record could be reserved: the
  * record is made first under the shard lock, held through the block path. */
 
-static int allocate_locked(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t n_tokens,
+static int allocate_locked(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t n_tokens,
                            uint32_t nb, kvp_owner owner, uint64_t h, kvp_format format,
                            kvp_ref *refs, size_t *n_refs)
 {
-	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
+	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 	/*
 	 * The owner's shard lock is held for the whole call: the owner record
 	 * is found or made first (so running out of memory for it leaves no
@@ -388,7 +389,7 @@ static int allocate_locked(struct kvp_pool *p, struct kvp_tslot *s, int si, uint
 	 * holds grow_lock or a claimed magazine ever waits for a shard lock.
 	 */
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvpi_oshard_find_h(sh, owner, h);
+	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	bool made = false;
 	if (!r) {
 		r = kvpi_oshard_insert(&p->owners, sh, &s->recs, owner);
@@ -438,7 +439,7 @@ static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64
 		return prc;
 	}
 
-	struct kvp_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	/*
 	 * The blocks are taken first, inside neither the owner's shard lock nor
 	 * an owner op: a drain (which waits for other threads' magazines and
@@ -458,7 +459,7 @@ static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64
 	if (rc != KVP_OK)
 		return kvpi_fail_call(p, s, rc);
 	uint64_t reused;
-	struct kvp_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
+	struct kvpi_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
 	if (r) {
 		/* Inside an owner op on our own record: no lock (a revoker waits). */
 		reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
@@ -495,11 +496,11 @@ static inline __attribute__((always_inline)) int allocate_body(kvp_pool *p, kvp_
 	 * goes to allocate_general having changed nothing.  The only calls
 	 * here are tail calls (see kvpi_fast_end).
 	 */
-	struct kvp_tslot *s = kvpi_tslot_mine(p);
+	struct kvpi_tslot *s = kvpi_tslot_mine(p);
 	if (n_tokens > p->block_size || refs_cap == 0 || p->mode || !s)
 		return allocate_general(p, alloc_req(si, n_tokens, format), owner, refs, refs_cap,
 		                        n_refs);
-	struct kvp_orec *r = kvpi_bias_enter(p, s, owner);
+	struct kvpi_orec *r = kvpi_bias_enter(p, s, owner);
 	if (!r)
 		return allocate_general(p, alloc_req(si, n_tokens, format), owner, refs, refs_cap,
 		                        n_refs);
@@ -511,7 +512,7 @@ static inline __attribute__((always_inline)) int allocate_body(kvp_pool *p, kvp_
 	}
 	/* Inside an owner op on our own record: no lock (a revoker waits). */
 	bool re;
-	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 	uint32_t gen = stamp_block(b, n_tokens, 0, owner, format, &re);
 	kvpi_orec_append_b(r, &p->bt, id, b);
 	kvpi_bias_leave(s);
@@ -550,7 +551,7 @@ static __attribute__((noinline)) int alloc_block_general(struct kvp_pool *p, int
 {
 	if (__builtin_expect(p->mode != NULL, 0))
 		return p->mode->alloc_block(p, si, format, out);
-	struct kvp_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	uint32_t id;
 	if (!kvpi_get_one_fast(p, s, si, &id)) {
 		int rc = kvpi_get_blocks(p, s, si, &id, 1);
@@ -558,7 +559,7 @@ static __attribute__((noinline)) int alloc_block_general(struct kvp_pool *p, int
 			return kvpi_fail_call(p, s, rc);
 	}
 	bool re;
-	uint32_t gen = stamp_block(kvpi_bt_block(&p->bt, id), p->block_size, KVP_ST_RAW,
+	uint32_t gen = stamp_block(kvpi_bt_block(&p->bt, id), p->block_size, KVPI_ST_RAW,
 	                           raw_owner_word(s), format, &re);
 	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
 	kvpi_ctr_add(s, KVP_C_REUSED, re);
@@ -577,12 +578,12 @@ int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *
 		return KVP_EINVAL;
 	/* The common case, kept short: one block from the thread's own
 	 * magazine; only tail calls (see kvpi_fast_end). */
-	struct kvp_tslot *s = kvpi_tslot_mine(p);
+	struct kvpi_tslot *s = kvpi_tslot_mine(p);
 	uint32_t id;
 	if (p->mode || !s || !kvpi_mag_pop(p, s, si, &id))
 		return alloc_block_general(p, si, format, out);
 	bool re;
-	uint32_t gen = stamp_block(kvpi_bt_block(&p->bt, id), p->block_size, KVP_ST_RAW,
+	uint32_t gen = stamp_block(kvpi_bt_block(&p->bt, id), p->block_size, KVPI_ST_RAW,
 	                           raw_owner_word(s), format, &re);
 	*out = KVP_MAKE_REF(id, gen);
 	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
@@ -592,13 +593,13 @@ int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *
 
 /* Per-call accumulator for kvp_free: freed ids per stream, flushed in batches. */
 struct free_acc {
-	uint32_t ids[2][KVP_FREE_BATCH];
+	uint32_t ids[2][KVPI_FREE_BATCH];
 	uint32_t n[2];
 	uint64_t freed, stale, not_full;
 };
 
 /* Give a batch back (counted first: kvpi_note_freed). */
-static void acc_flush(struct kvp_pool *p, struct kvp_tslot *s, struct free_acc *a, int si)
+static void acc_flush(struct kvp_pool *p, struct kvpi_tslot *s, struct free_acc *a, int si)
 {
 	if (a->n[si] == 0)
 		return;
@@ -606,19 +607,19 @@ static void acc_flush(struct kvp_pool *p, struct kvp_tslot *s, struct free_acc *
 	a->n[si] = 0;
 }
 
-static void acc_add(struct kvp_pool *p, struct kvp_tslot *s, struct free_acc *a, uint64_t st,
+static void acc_add(struct kvp_pool *p, struct kvpi_tslot *s, struct free_acc *a, uint64_t st,
                     uint32_t id)
 {
 	int si = stream_of_state(p, st);
 	a->freed++;
 	a->not_full += kvpi_st_used(st) < p->block_size;
 	a->ids[si][a->n[si]++] = id;
-	if (a->n[si] == KVP_FREE_BATCH)
+	if (a->n[si] == KVPI_FREE_BATCH)
 		acc_flush(p, s, a, si);
 }
 
 /* Hold shard @sh's lock in *held (one at a time). */
-static void hold_shard(struct kvp_oshard **held, struct kvp_oshard *sh)
+static void hold_shard(struct kvpi_oshard **held, struct kvpi_oshard *sh)
 {
 	if (sh == *held)
 		return;
@@ -636,8 +637,8 @@ static void hold_shard(struct kvp_oshard **held, struct kvp_oshard *sh)
  * A record biased to another slot is left alone: that thread drops it
  * itself when one of its frees empties it (free_ref's 'empty').
  */
-static void drop_if_empty(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_oshard *sh,
-                          struct kvp_orec *r)
+static void drop_if_empty(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_oshard *sh,
+                          struct kvpi_orec *r)
 {
 	if (r->registered)
 		return;
@@ -652,11 +653,11 @@ static void drop_if_empty(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_os
 }
 
 /* Free one owned block; the caller holds its owner's shard lock. */
-static uint64_t free_owned(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_oshard *sh,
-                           struct kvp_block *b, uint32_t id, uint32_t gen, kvp_owner owner,
+static uint64_t free_owned(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_oshard *sh,
+                           struct kvpi_block *b, uint32_t id, uint32_t gen, kvp_owner owner,
                            uint64_t h)
 {
-	struct kvp_orec *r = kvpi_oshard_find_h(sh, owner, h);
+	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	if (r)
 		kvpi_bias_revoke(p, s, r);
 	/* Same generation and in use: the owner read before is this hand-out's
@@ -672,7 +673,7 @@ static uint64_t free_owned(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_o
 
 /* Free one owned block inside an owner op on its record @r (biased to us).
  * Sets *empty when the record is left empty and unregistered. */
-static uint64_t free_biased(struct kvp_pool *p, struct kvp_orec *r, struct kvp_block *b,
+static uint64_t free_biased(struct kvp_pool *p, struct kvpi_orec *r, struct kvpi_block *b,
                             uint32_t id, uint32_t gen, bool *empty)
 {
 	uint64_t st = release_owned(b, gen);
@@ -685,16 +686,16 @@ static uint64_t free_biased(struct kvp_pool *p, struct kvp_orec *r, struct kvp_b
 
 /* Free the block of one ref; returns the state it had, or 0 if stale. */
 static inline __attribute__((always_inline)) uint64_t free_ref(struct kvp_pool *p,
-                                                               struct kvp_tslot *s,
-                                                               struct kvp_oshard **held,
+                                                               struct kvpi_tslot *s,
+                                                               struct kvpi_oshard **held,
                                                                uint32_t id, uint32_t gen)
 {
-	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 	/* acquire: pairs with stamp_block's release. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+	if (kvpi_st_gen(st) != gen || !(st & KVPI_ST_IN_USE))
 		return 0;
-	if (st & KVP_ST_RAW) {
+	if (st & KVPI_ST_RAW) {
 		kvpi_raw_exclude(p, s, b, st);
 		return clear_in_use(b, st, gen);
 	}
@@ -704,7 +705,7 @@ static inline __attribute__((always_inline)) uint64_t free_ref(struct kvp_pool *
 	 * sees the block freed or re-stamped (docs/DESIGN.md, "Why an owned
 	 * block's free needs no CAS"); relaxed would not order the re-check. */
 	kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_acquire);
-	struct kvp_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
+	struct kvpi_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
 	if (r) {
 		bool empty = false;
 		st = free_biased(p, r, b, id, gen, &empty);
@@ -712,16 +713,16 @@ static inline __attribute__((always_inline)) uint64_t free_ref(struct kvp_pool *
 		if (empty) {
 			uint64_t h = kvpi_owner_hash(owner);
 			/* Dropping a record changes the shard's table: lock. */
-			struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
+			struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 			hold_shard(held, sh);
-			struct kvp_orec *r2 = kvpi_oshard_find_h(sh, owner, h);
+			struct kvpi_orec *r2 = kvpi_oshard_find_h(sh, owner, h);
 			if (r2)
 				drop_if_empty(p, s, sh, r2);
 		}
 		return st;
 	}
 	uint64_t h = kvpi_owner_hash(owner);
-	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
+	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 	hold_shard(held, sh);
 	return free_owned(p, s, sh, b, id, gen, owner, h);
 }
@@ -743,8 +744,8 @@ static inline int ok_opaque(void)
 static __attribute__((noinline)) int free_single_general(struct kvp_pool *p, uint32_t id,
                                                          uint32_t gen)
 {
-	struct kvp_tslot *s = kvpi_tslot_get(p);
-	struct kvp_oshard *held = NULL;
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_oshard *held = NULL;
 	uint64_t st = free_ref(p, s, &held, id, gen);
 	if (held)
 		pthread_mutex_unlock(&held->lock);
@@ -765,13 +766,13 @@ static __attribute__((noinline)) int free_single_general(struct kvp_pool *p, uin
 
 /* A free through the fast path emptied record @owner's (unregistered) list:
  * drop it, as free_ref does.  Rare (an unregistered owner's last block). */
-static __attribute__((noinline, cold)) void drop_emptied(struct kvp_pool *p, struct kvp_tslot *s,
+static __attribute__((noinline, cold)) void drop_emptied(struct kvp_pool *p, struct kvpi_tslot *s,
                                                          kvp_owner owner)
 {
 	uint64_t h = kvpi_owner_hash(owner);
-	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
+	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvpi_oshard_find_h(sh, owner, h);
+	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	if (r)
 		drop_if_empty(p, s, sh, r);
 	pthread_mutex_unlock(&sh->lock);
@@ -783,8 +784,8 @@ static __attribute__((noinline, cold)) void drop_emptied(struct kvp_pool *p, str
  * of use, give it back, count the fill and tick the history.  The fast
  * path's rare cases end here, as a tail call.
  */
-static __attribute__((noinline)) int free_fast_tail(struct kvp_pool *p, struct kvp_tslot *s, int si,
-                                                    uint32_t id, uint64_t st)
+static __attribute__((noinline)) int free_fast_tail(struct kvp_pool *p, struct kvpi_tslot *s,
+                                                    int si, uint32_t id, uint64_t st)
 {
 	kvpi_note_freed(p, s, 1); /* before the block can be taken again */
 	if (!kvpi_mag_push(p, s, si, id))
@@ -797,7 +798,7 @@ static __attribute__((noinline)) int free_fast_tail(struct kvp_pool *p, struct k
 
 /* free_fast_tail after the free emptied the record of @owner (unregistered):
  * drop it first. */
-static __attribute__((noinline, cold)) int free_fast_drop(struct kvp_pool *p, struct kvp_tslot *s,
+static __attribute__((noinline, cold)) int free_fast_drop(struct kvp_pool *p, struct kvpi_tslot *s,
                                                           int si, uint32_t id, uint64_t st,
                                                           kvp_owner owner)
 {
@@ -807,7 +808,7 @@ static __attribute__((noinline, cold)) int free_fast_drop(struct kvp_pool *p, st
 
 /* The fast path's end when its magazine was full or the stream starving
  * (counted and accounted already): the block goes to the global stack. */
-static __attribute__((noinline)) int free_fast_put(struct kvp_pool *p, struct kvp_tslot *s, int si,
+static __attribute__((noinline)) int free_fast_put(struct kvp_pool *p, struct kvpi_tslot *s, int si,
                                                    uint32_t id, uint64_t st)
 {
 	kvpi_put_blocks(p, s, si, &id, 1);
@@ -839,17 +840,17 @@ static inline __attribute__((always_inline)) int free_single(struct kvp_pool *p,
 	/* acquire: ids below n_ids are fully made (see kvp_pool_n_ids). */
 	if (id >= atomic_load_explicit(&p->n_ids, memory_order_acquire))
 		return KVP_ENOENT;
-	struct kvp_tslot *s = kvpi_tslot_mine(p);
+	struct kvpi_tslot *s = kvpi_tslot_mine(p);
 	if (!s)
 		return free_single_general(p, id, gen);
-	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 	/* acquire: pairs with stamp_block's release. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+	if (kvpi_st_gen(st) != gen || !(st & KVPI_ST_IN_USE))
 		return free_single_general(p, id, gen); /* stale: counted there */
 	kvp_owner owner = 0;
 	bool drop = false;
-	if (st & KVP_ST_RAW) {
+	if (st & KVPI_ST_RAW) {
 		/* relaxed: compared only; the state re-read under the op (same
 		 * generation, in use) shows it was this hand-out's. */
 		uint64_t o = atomic_load_explicit(&b->owner, memory_order_relaxed);
@@ -881,7 +882,7 @@ static inline __attribute__((always_inline)) int free_single(struct kvp_pool *p,
 		 * sees the block freed or re-stamped (docs/DESIGN.md, "Why an owned
 		 * block's free needs no CAS"); relaxed would not order the re-check. */
 		owner = atomic_load_explicit(&b->owner, memory_order_acquire);
-		struct kvp_orec *r = kvpi_bias_enter(p, s, owner);
+		struct kvpi_orec *r = kvpi_bias_enter(p, s, owner);
 		if (!r)
 			return free_single_general(p, id, gen);
 		st = release_owned(b, gen);
@@ -923,9 +924,9 @@ static __attribute__((noinline)) int free_batch(struct kvp_pool *p, const kvp_re
 	if (__builtin_expect(p->mode != NULL, 0))
 		return p->mode->free(p, refs, n);
 
-	struct kvp_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	struct free_acc a;
-	struct kvp_oshard *held = NULL;
+	struct kvpi_oshard *held = NULL;
 	a.n[0] = a.n[1] = 0;
 	a.freed = a.stale = a.not_full = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -979,7 +980,7 @@ int kvp_free_block(kvp_pool *p, kvp_ref ref)
  * Clear in-use block @b of an owner's list; returns the state it had.  The
  * record's exclusion (shard lock, bias revoked) makes us its only writer.
  */
-static inline uint64_t free_listed_block(struct kvp_block *b)
+static inline uint64_t free_listed_block(struct kvpi_block *b)
 {
 	/* acquire: orders the last holder's writes (storage, a set_used of
 	 * another thread under the same exclusion) before the block is given
@@ -1000,13 +1001,13 @@ static inline uint64_t free_listed_block(struct kvp_block *b)
  * lock released, then given back through the ordinary block path (one
  * magazine entry per stream).  Ends the call.
  */
-static __attribute__((noinline)) int free_all_small(struct kvp_pool *p, struct kvp_tslot *s,
-                                                    struct kvp_oshard *sh, struct kvp_orec *r)
+static __attribute__((noinline)) int free_all_small(struct kvp_pool *p, struct kvpi_tslot *s,
+                                                    struct kvpi_oshard *sh, struct kvpi_orec *r)
 {
 	uint32_t ids[2][FREE_ALL_SMALL], cnt[2] = {0, 0};
 	uint64_t not_full = 0;
-	for (uint32_t id = r->head; id != KVP_NO_ID;) {
-		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+	for (uint32_t id = r->head; id != KVPI_NO_ID;) {
+		struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 		uint32_t next = b->own_next;
 		uint64_t st = free_listed_block(b);
 		int si = stream_of_state(p, st);
@@ -1054,16 +1055,16 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 		return KVP_EINVAL;
 	if (__builtin_expect(p->mode != NULL, 0))
 		return p->mode->free_all(p, owner);
-	struct kvp_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	uint64_t h = kvpi_owner_hash(owner);
-	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
-	uint32_t first[2] = {KVP_NO_ID, KVP_NO_ID}, last[2] = {KVP_NO_ID, KVP_NO_ID},
+	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
+	uint32_t first[2] = {KVPI_NO_ID, KVPI_NO_ID}, last[2] = {KVPI_NO_ID, KVPI_NO_ID},
 	         cnt[2] = {0, 0}, base[2] = {0, 0};
-	struct kvp_mag *mag[2] = {NULL, NULL};
+	struct kvpi_mag *mag[2] = {NULL, NULL};
 	uint64_t not_full = 0;
 
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvpi_oshard_find_h(sh, owner, h);
+	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	if (!r) {
 		pthread_mutex_unlock(&sh->lock);
 		kvpi_end_call(p, s, false);
@@ -1077,16 +1078,16 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 			mag[si] = kvpi_mag_hold_room(p, s, (int)si, (uint32_t)r->count, &base[si]);
 	/* The table's first segment is read once (the atomic accesses below
 	 * would make the compiler reload it for every block). */
-	struct kvp_blocktable *bt = &p->bt;
-	struct kvp_block *seg0 = bt->seg0;
+	struct kvpi_blocktable *bt = &p->bt;
+	struct kvpi_block *seg0 = bt->seg0;
 	uint32_t n0 = bt->n0, bs = p->block_size;
 	bool two = p->separate_kv;
 	if (mag[0] && (!two || mag[1])) {
 		/* Every stream's magazine holds room for the whole list. */
 		uint32_t *w[2] = {mag[0]->ids + base[0], two ? mag[1]->ids + base[1] : NULL};
 		uint32_t *w0 = w[0], *w1 = w[1];
-		for (uint32_t id = r->head; id != KVP_NO_ID;) {
-			struct kvp_block *b = block_at(bt, seg0, n0, id);
+		for (uint32_t id = r->head; id != KVPI_NO_ID;) {
+			struct kvpi_block *b = block_at(bt, seg0, n0, id);
 			uint32_t next = b->own_next;
 			uint64_t st = free_listed_block(b);
 			not_full += kvpi_st_used(st) < bs;
@@ -1099,9 +1100,9 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 		cnt[0] = (uint32_t)(w0 - w[0]);
 		cnt[1] = two ? (uint32_t)(w1 - w[1]) : 0;
 	} else {
-		struct kvp_block *lastb[2] = {NULL, NULL};
-		for (uint32_t id = r->head; id != KVP_NO_ID;) {
-			struct kvp_block *b = block_at(bt, seg0, n0, id);
+		struct kvpi_block *lastb[2] = {NULL, NULL};
+		for (uint32_t id = r->head; id != KVPI_NO_ID;) {
+			struct kvpi_block *b = block_at(bt, seg0, n0, id);
 			uint32_t next = b->own_next;
 			uint64_t st = free_listed_block(b);
 			int si = two ? (int)kvpi_st_stream(st) : 0;
@@ -1110,7 +1111,7 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 				mag[si]->ids[base[si] + cnt[si]++] = id;
 			} else {
 				/* relaxed: published by the push CAS (release). */
-				atomic_store_explicit(&b->free_next, KVP_NO_ID,
+				atomic_store_explicit(&b->free_next, KVPI_NO_ID,
 				                      memory_order_relaxed);
 				if (lastb[si])
 					atomic_store_explicit(&lastb[si]->free_next, id,

@@ -27,8 +27,6 @@
 #include "lib/base/sysmem.h"
 #include "lib/pool/pool_internal.h"
 
-#define use_magazine kvpi_use_magazine
-
 /*
  * Grow held magazine @m of stream @si to room for @need ids, doubling, up to
  * its limit: thread_cache, and no more than a quarter of the blocks the
@@ -41,12 +39,12 @@
  * while its owner is outside every call (lib/pool/magazine.h), and the
  * owner holds it here, so the old array is freed at once.
  */
-static __attribute__((noinline, cold)) bool mag_grow(struct kvp_pool *p, int si, struct kvp_mag *m,
+static __attribute__((noinline, cold)) bool mag_grow(struct kvp_pool *p, int si, struct kvpi_mag *m,
                                                      uint32_t need)
 {
 	/* relaxed: a sizing hint; any recent value will do. */
 	uint64_t managed = atomic_load_explicit(&p->managed_stream[si], memory_order_relaxed);
-	uint64_t lim = managed / 4 > KVP_MAG_INITIAL ? managed / 4 : KVP_MAG_INITIAL;
+	uint64_t lim = managed / 4 > KVPI_MAG_INITIAL ? managed / 4 : KVPI_MAG_INITIAL;
 	if (lim > p->thread_cache)
 		lim = p->thread_cache;
 	if (m->cap >= lim)
@@ -72,7 +70,7 @@ static __attribute__((noinline, cold)) bool mag_grow(struct kvp_pool *p, int si,
  * keeping at most half of it.  Returns the count left, or UINT32_MAX when
  * @k ids do not fit even in an empty magazine (then nothing moved).
  */
-static uint32_t mag_make_room(struct kvp_pool *p, int si, struct kvp_mag *m, uint32_t k)
+static uint32_t mag_make_room(struct kvp_pool *p, int si, struct kvpi_mag *m, uint32_t k)
 {
 	uint32_t cnt = kvpi_mag_count(m);
 	if (cnt + k <= m->cap)
@@ -91,10 +89,10 @@ static uint32_t mag_make_room(struct kvp_pool *p, int si, struct kvp_mag *m, uin
 }
 
 /* Reserve @k blocks for growth or from the stack, within max_blocks; grow_lock held. */
-static int grow_take(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
+static int grow_take(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
                      uint32_t k)
 {
-	struct kvp_freestack *fs = &p->fs[si];
+	struct kvpi_freestack *fs = &p->fs[si];
 	/* relaxed: managed changes only under grow_lock, which we hold. */
 	uint64_t managed = atomic_load_explicit(&p->managed, memory_order_relaxed);
 	/* acquire: as in kvpi_fs_reserve. */
@@ -124,10 +122,10 @@ static int grow_take(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_al
 }
 
 /* Step 4. */
-static int get_blocks_starving(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
-                               uint32_t k)
+static int get_blocks_starving(struct kvp_pool *p, struct kvpi_tslot *s, int si,
+                               kvpi_u32_alias *ids, uint32_t k)
 {
-	struct kvp_freestack *fs = &p->fs[si];
+	struct kvpi_freestack *fs = &p->fs[si];
 	int rc = KVP_EEXHAUSTED;
 
 	/* seq_cst: the store half of the Dekker pair (see lib/pool/magazine.h). */
@@ -155,12 +153,13 @@ static int get_blocks_starving(struct kvp_pool *p, struct kvp_tslot *s, int si, 
 	return rc;
 }
 
-int kvpi_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids, uint32_t k)
+int kvpi_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
+                    uint32_t k)
 {
-	struct kvp_freestack *fs = &p->fs[si];
+	struct kvpi_freestack *fs = &p->fs[si];
 
-	if (use_magazine(p, s)) {
-		struct kvp_mag *m = &s->mag[si];
+	if (kvpi_use_magazine(p, s)) {
+		struct kvpi_mag *m = &s->mag[si];
 		if (kvpi_mag_enter(p, m, si)) {
 			uint32_t cnt = kvpi_mag_count(m);
 			if (cnt >= k) {
@@ -201,12 +200,12 @@ int kvpi_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_ali
 	return get_blocks_starving(p, s, si, ids, k);
 }
 
-struct kvp_mag *kvpi_mag_hold_room(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t n,
-                                   uint32_t *base)
+struct kvpi_mag *kvpi_mag_hold_room(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t n,
+                                    uint32_t *base)
 {
-	if (!use_magazine(p, s))
+	if (!kvpi_use_magazine(p, s))
 		return NULL;
-	struct kvp_mag *m = &s->mag[si];
+	struct kvpi_mag *m = &s->mag[si];
 	if (!kvpi_mag_enter(p, m, si))
 		return NULL;
 	uint32_t cnt = mag_make_room(p, si, m, n);
@@ -218,7 +217,7 @@ struct kvp_mag *kvpi_mag_hold_room(struct kvp_pool *p, struct kvp_tslot *s, int 
 	return m;
 }
 
-void kvpi_mag_release_room(struct kvp_mag *m, uint32_t base, uint32_t k)
+void kvpi_mag_release_room(struct kvpi_mag *m, uint32_t base, uint32_t k)
 {
 	/* Written in the order the blocks were allocated; the first one goes
 	 * on top. */
@@ -231,13 +230,13 @@ void kvpi_mag_release_room(struct kvp_mag *m, uint32_t base, uint32_t k)
 	kvpi_mag_leave(m);
 }
 
-void kvpi_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
+void kvpi_put_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, const uint32_t *ids,
                      uint32_t k)
 {
 	if (k == 0)
 		return;
-	if (use_magazine(p, s)) {
-		struct kvp_mag *m = &s->mag[si];
+	if (kvpi_use_magazine(p, s)) {
+		struct kvpi_mag *m = &s->mag[si];
 		if (kvpi_mag_enter(p, m, si)) {
 			uint32_t cnt = mag_make_room(p, si, m, k);
 			if (cnt != UINT32_MAX) {
@@ -258,13 +257,13 @@ void kvpi_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint
 	kvpi_fs_push_ids(&p->fs[si], &p->bt, ids, k);
 }
 
-void kvpi_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
+void kvpi_put_chain(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t first, uint32_t last,
                     uint32_t k)
 {
 	if (k == 0)
 		return;
-	if (use_magazine(p, s)) {
-		struct kvp_mag *m = &s->mag[si];
+	if (kvpi_use_magazine(p, s)) {
+		struct kvpi_mag *m = &s->mag[si];
 		if (kvpi_mag_enter(p, m, si)) {
 			uint32_t cnt = mag_make_room(p, si, m, k);
 			if (cnt != UINT32_MAX) {

@@ -38,7 +38,7 @@
 #include "lib/pool/pool_latency.h"
 #include "lib/pool/tslot.h"
 
-struct kvp_prefix; /* opaque here: the mode's own state (lib/prefix) */
+struct kvpi_prefix; /* opaque here: the mode's own state (lib/prefix) */
 
 /*
  * A mode of the pool: a layer above it that takes some public calls over.
@@ -69,7 +69,7 @@ struct kvpi_pool_mode {
 	void (*destroy)(struct kvp_pool *p);
 };
 
-struct kvp_retire_hook {
+struct kvpi_retire_hook {
 	kvp_retire_fn fn;
 	void *arg;
 };
@@ -91,12 +91,12 @@ struct kvp_pool {
 	 * pool.  In the first cache line: every allocate and free tests it. */
 	const struct kvpi_pool_mode *mode;
 	/* The prefix cache's state when that mode is on (lib/prefix). */
-	struct kvp_prefix *prefix;
+	struct kvpi_prefix *prefix;
 
-	struct kvp_blocktable bt;
+	struct kvpi_blocktable bt;
 	_Atomic uint32_t n_ids; /* blocks ever created; release-published */
 
-	struct kvp_freestack fs[2];
+	struct kvpi_freestack fs[2];
 	/* Raised by drainers (seq_cst RMW) before their heavy barrier; read
 	 * by owners entering a magazine.  See the protocol in lib/pool/magazine.h. */
 	_Atomic uint32_t starving[2] __attribute__((aligned(64)));
@@ -110,15 +110,15 @@ struct kvp_pool {
 	_Atomic uint64_t peak;
 
 	/* Per-thread slots: add-only lock-free list. */
-	_Atomic(struct kvp_tslot *) slots __attribute__((aligned(64)));
+	_Atomic(struct kvpi_tslot *) slots __attribute__((aligned(64)));
 	_Atomic uint32_t n_slots; /* slots made (their idx: 1, 2, ...) */
-	struct kvp_tslot *fallback;
+	struct kvpi_tslot *fallback;
 	pthread_mutex_t fallback_lock;
 
-	struct kvp_owners owners;
+	struct kvpi_owners owners;
 
 	pthread_mutex_t grow_lock; /* growth, shrink, retire hooks */
-	struct kvp_retire_hook hooks[KVP_MAX_RETIRE_HOOKS];
+	struct kvpi_retire_hook hooks[KVP_MAX_RETIRE_HOOKS];
 	/* Retired ids, linked by free_next, for growth to reuse; grow_lock. */
 	uint32_t retired_head;
 	_Atomic uint32_t n_retired_ids; /* written under grow_lock, read anywhere */
@@ -137,7 +137,7 @@ struct kvp_pool {
 };
 
 /*
- * Raw-block bias of a slot (struct kvp_tslot's raw_bias) and the value its
+ * Raw-block bias of a slot (struct kvpi_tslot's raw_bias) and the value its
  * in_owner_op word holds while its thread frees one of its raw blocks
  * without a CAS (records are aligned, so 1 names none).
  * lib/pool/pool_alloc.c has the protocol.
@@ -170,14 +170,14 @@ void kvpi_heavy_barrier(struct kvp_pool *p);
  * inside an owner op on @r.  A record biased to the caller's own slot @s is
  * left biased (its thread is here, not inside an op).  lib/pool/pool_alloc.c.
  */
-void kvpi_bias_revoke(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r);
+void kvpi_bias_revoke(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r);
 
 /*
  * kvpi_bias_adopt - bias @r (shard lock held, not biased to another slot)
  * to slot @s and cache it there, unless @s is the fallback slot or @r was
  * revoked too often to be worth it.
  */
-void kvpi_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r);
+void kvpi_bias_adopt(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r);
 
 /*
  * kvpi_raw_exclude - before changing the state word of raw block @b (a CAS)
@@ -186,14 +186,14 @@ void kvpi_bias_adopt(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_orec *r
  * slot's life), so that slot's thread no longer frees it without a CAS.
  * lib/pool/pool_alloc.c.
  */
-void kvpi_raw_exclude(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_block *b, uint64_t st);
+void kvpi_raw_exclude(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_block *b, uint64_t st);
 
 /* lib/pool/pool_blocks.c: the block path. */
-int kvpi_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
+int kvpi_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
                     uint32_t k);
-void kvpi_put_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
+void kvpi_put_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, const uint32_t *ids,
                      uint32_t k);
-void kvpi_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t first, uint32_t last,
+void kvpi_put_chain(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t first, uint32_t last,
                     uint32_t k);
 /*
  * kvpi_mag_hold_room - enter slot @s's magazine of stream @si with room for
@@ -203,11 +203,11 @@ void kvpi_put_chain(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t fi
  * *@base on, waits for nothing while it holds the magazine, and ends with
  * kvpi_mag_release_room.
  */
-struct kvp_mag *kvpi_mag_hold_room(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t n,
-                                   uint32_t *base);
+struct kvpi_mag *kvpi_mag_hold_room(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t n,
+                                    uint32_t *base);
 /* kvpi_mag_release_room - the @k ids written from @base (oldest allocation
  * first) become the magazine's top, the first of them on top; leaves it. */
-void kvpi_mag_release_room(struct kvp_mag *m, uint32_t base, uint32_t k);
+void kvpi_mag_release_room(struct kvpi_mag *m, uint32_t base, uint32_t k);
 
 /* lib/pool/magazine.c: draining the magazines (lib/pool/magazine.h). */
 /* Drain stream @si's magazines into its global stack: until @want blocks are
@@ -216,7 +216,7 @@ void kvpi_mag_release_room(struct kvp_mag *m, uint32_t base, uint32_t k);
 void kvpi_drain_magazines(struct kvp_pool *p, int si, uint32_t want);
 
 /* lib/pool/pool_resize.c: growth (grow_lock held). */
-int kvpi_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids);
+int kvpi_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvpi_u32_alias *ids);
 /* kvp_shrink of stream @si, arguments checked (prefix mode retires in two steps). */
 int kvpi_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
 
@@ -225,9 +225,9 @@ void kvpi_stats_sum(struct kvp_pool *p, kvp_stats *out);
 void kvpi_history_record(struct kvp_pool *p);
 void kvpi_history_tick_slow(struct kvp_pool *p, uint32_t calls);
 /* kvpi_account_in_use when the delta leaves the thread's room. */
-void kvpi_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d);
+void kvpi_account_in_use_slow(struct kvp_pool *p, struct kvpi_tslot *s, int64_t d);
 /* kvpi_fast_end's rare case: kvpi_account_in_use and kvpi_history_tick; KVP_OK. */
-int kvpi_fast_end_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d);
+int kvpi_fast_end_slow(struct kvp_pool *p, struct kvpi_tslot *s, int64_t d);
 
 /* lib/pool/tslot.c: declared in lib/pool/tslot.h (kvpi_tslot_get_slow and
  * the live-pool registry). */
@@ -257,7 +257,7 @@ static inline uint32_t kvpi_stream_tag(const struct kvp_pool *p, int si)
  * fallback slot with its mutex held (kvpi_tslot_put releases it).  Never
  * NULL.
  */
-static inline struct kvp_tslot *kvpi_tslot_get(struct kvp_pool *p)
+static inline struct kvpi_tslot *kvpi_tslot_get(struct kvp_pool *p)
 {
 	struct kvpi_tls_ent *e = kvpi_tls_head;
 	if (e && e->pool == p && e->uid == p->uid)
@@ -273,7 +273,7 @@ static inline struct kvp_tslot *kvpi_tslot_get(struct kvp_pool *p)
  * slot (that one is never in a thread's list), so they skip every fallback
  * check and need no kvpi_tslot_put.
  */
-static inline struct kvp_tslot *kvpi_tslot_mine(const struct kvp_pool *p)
+static inline struct kvpi_tslot *kvpi_tslot_mine(const struct kvp_pool *p)
 {
 	struct kvpi_tls_ent *e = kvpi_tls_head;
 	if (__builtin_expect(e && e->pool == p && e->uid == p->uid, 1))
@@ -282,13 +282,13 @@ static inline struct kvp_tslot *kvpi_tslot_mine(const struct kvp_pool *p)
 }
 
 /** kvpi_tslot_is_fallback - whether @s is the pool's shared fallback slot */
-static inline bool kvpi_tslot_is_fallback(const struct kvp_pool *p, const struct kvp_tslot *s)
+static inline bool kvpi_tslot_is_fallback(const struct kvp_pool *p, const struct kvpi_tslot *s)
 {
 	return s == p->fallback;
 }
 
 /** kvpi_tslot_put - end of a call: releases the fallback slot's mutex if it was taken */
-static inline void kvpi_tslot_put(struct kvp_pool *p, struct kvp_tslot *s)
+static inline void kvpi_tslot_put(struct kvp_pool *p, struct kvpi_tslot *s)
 {
 	if (s == p->fallback)
 		kvpi_tslot_put_fallback(p);
@@ -298,10 +298,10 @@ static inline void kvpi_tslot_put(struct kvp_pool *p, struct kvp_tslot *s)
 #include "lib/pool/magazine.h"
 
 /** kvpi_ocache_ent_of - @owner's entry in @s's owner cache */
-static inline struct kvp_ocache_ent *kvpi_ocache_ent_of(struct kvp_tslot *s, kvp_owner owner)
+static inline struct kvpi_ocache_ent *kvpi_ocache_ent_of(struct kvpi_tslot *s, kvp_owner owner)
 {
-	_Static_assert((KVP_OCACHE_N & (KVP_OCACHE_N - 1)) == 0, "power of two");
-	return &s->ocache[kvpi_ocache_index(owner, __builtin_ctz(KVP_OCACHE_N))];
+	_Static_assert((KVPI_OCACHE_N & (KVPI_OCACHE_N - 1)) == 0, "power of two");
+	return &s->ocache[kvpi_ocache_index(owner, __builtin_ctz(KVPI_OCACHE_N))];
 }
 
 /*
@@ -313,11 +313,11 @@ static inline struct kvp_ocache_ent *kvpi_ocache_ent_of(struct kvp_tslot *s, kvp
  * and count without a lock.  Returns the record or NULL (use the locked
  * path).  Never for the fallback slot.
  */
-static inline __attribute__((always_inline)) struct kvp_orec *
-kvpi_bias_enter(struct kvp_pool *p, struct kvp_tslot *s, kvp_owner owner)
+static inline __attribute__((always_inline)) struct kvpi_orec *
+kvpi_bias_enter(struct kvp_pool *p, struct kvpi_tslot *s, kvp_owner owner)
 {
-	struct kvp_ocache_ent *e = kvpi_ocache_ent_of(s, owner);
-	struct kvp_orec *r = e->rec;
+	struct kvpi_ocache_ent *e = kvpi_ocache_ent_of(s, owner);
+	struct kvpi_orec *r = e->rec;
 	if (!r || e->key != owner)
 		return NULL;
 	bool asym = p->asym; /* read once, as in kvpi_mag_enter */
@@ -336,7 +336,7 @@ kvpi_bias_enter(struct kvp_pool *p, struct kvp_tslot *s, kvp_owner owner)
 }
 
 /** kvpi_bias_leave - end the owner op begun by kvpi_bias_enter */
-static inline void kvpi_bias_leave(struct kvp_tslot *s)
+static inline void kvpi_bias_leave(struct kvpi_tslot *s)
 {
 	/* release: a revoker that reads 0 (acquire) sees our list changes. */
 	atomic_store_explicit(&s->in_owner_op, 0, memory_order_release);
@@ -351,7 +351,7 @@ static inline void kvpi_bias_leave(struct kvp_tslot *s)
  * minus its published count then; -1 for the fallback slot, which always
  * publishes).  See the slow path for why the peak stays honest.
  */
-static inline void kvpi_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
+static inline void kvpi_account_in_use(struct kvp_pool *p, struct kvpi_tslot *s, int64_t d)
 {
 	int64_t nd = s->delta_in_use + d;
 	if (__builtin_expect(nd >= 0 && nd <= s->in_use_room, 1)) {
@@ -368,14 +368,14 @@ static inline void kvpi_account_in_use(struct kvp_pool *p, struct kvp_tslot *s, 
  * counted, and no thread that takes them next can count them in a peak
  * while we still do.
  */
-static inline void kvpi_note_freed(struct kvp_pool *p, struct kvp_tslot *s, uint64_t n)
+static inline void kvpi_note_freed(struct kvp_pool *p, struct kvpi_tslot *s, uint64_t n)
 {
 	kvpi_ctr_add(s, KVP_C_FREES, n);
 	kvpi_account_in_use(p, s, -(int64_t)n);
 }
 
 /* kvpi_give_back - kvpi_note_freed, then push the @n blocks @ids of stream @si. */
-static inline void kvpi_give_back(struct kvp_pool *p, struct kvp_tslot *s, int si,
+static inline void kvpi_give_back(struct kvp_pool *p, struct kvpi_tslot *s, int si,
                                   const uint32_t *ids, uint32_t n)
 {
 	kvpi_note_freed(p, s, n);
@@ -387,7 +387,7 @@ static inline void kvpi_give_back(struct kvp_pool *p, struct kvp_tslot *s, int s
  * KVP_HISTORY_EVERY-th one, see whether a snapshot is due (the pool's first
  * mutating call, or this thread's cadence).
  */
-static inline void kvpi_history_tick(struct kvp_pool *p, struct kvp_tslot *s)
+static inline void kvpi_history_tick(struct kvp_pool *p, struct kvpi_tslot *s)
 {
 	_Static_assert((KVP_HISTORY_EVERY & (KVP_HISTORY_EVERY - 1)) == 0, "power of two");
 	uint32_t calls = s->calls++;
@@ -406,7 +406,7 @@ static inline void kvpi_history_tick(struct kvp_pool *p, struct kvp_tslot *s)
  * register across one (no saves and restores of callee-saved registers).
  */
 static inline __attribute__((always_inline)) int kvpi_fast_end(struct kvp_pool *p,
-                                                               struct kvp_tslot *s, int64_t d)
+                                                               struct kvpi_tslot *s, int64_t d)
 {
 	int64_t nd = s->delta_in_use + d;
 	uint32_t calls = s->calls;
@@ -421,7 +421,7 @@ static inline __attribute__((always_inline)) int kvpi_fast_end(struct kvp_pool *
 
 /* kvpi_end_call - end a public call: count it for the history cadence when
  * it changed the pool (@mutated), and give the fallback slot back if taken. */
-static inline void kvpi_end_call(struct kvp_pool *p, struct kvp_tslot *s, bool mutated)
+static inline void kvpi_end_call(struct kvp_pool *p, struct kvpi_tslot *s, bool mutated)
 {
 	if (mutated)
 		kvpi_history_tick(p, s);
@@ -430,7 +430,7 @@ static inline void kvpi_end_call(struct kvp_pool *p, struct kvp_tslot *s, bool m
 
 /* kvpi_fail_call - end an allocate call that got no blocks: an exhaustion is
  * counted and recorded in the history; returns @rc. */
-static inline int kvpi_fail_call(struct kvp_pool *p, struct kvp_tslot *s, int rc)
+static inline int kvpi_fail_call(struct kvp_pool *p, struct kvpi_tslot *s, int rc)
 {
 	if (rc == KVP_EEXHAUSTED) {
 		kvpi_ctr_add(s, KVP_C_EXHAUSTED, 1);

@@ -16,12 +16,12 @@ int kvp_register_owner(kvp_pool *p, kvp_owner owner)
 		return KVP_EINVAL;
 	if (p->mode)
 		return p->mode->register_owner(p, owner);
-	struct kvp_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	uint64_t h = kvpi_owner_hash(owner);
-	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
+	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvpi_oshard_find_h(sh, owner, h);
+	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	if (r) {
 		rc = KVP_EOWNER; /* nothing of the record is touched: no revocation */
 	} else if (!(r = kvpi_oshard_insert(&p->owners, sh, &s->recs, owner))) {
@@ -43,11 +43,11 @@ int kvp_release_owner(kvp_pool *p, kvp_owner owner)
 		return KVP_EINVAL;
 	if (p->mode)
 		return p->mode->release_owner(p, owner);
-	struct kvp_tslot *s = kvpi_tslot_get(p);
-	struct kvp_oshard *sh = kvpi_owners_shard(&p->owners, owner);
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, owner);
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvpi_oshard_find(sh, owner);
+	struct kvpi_orec *r = kvpi_oshard_find(sh, owner);
 	if (!r) {
 		rc = KVP_ENOENT;
 	} else {
@@ -68,11 +68,11 @@ int kvp_blocks_for(kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size
 	*n = 0;
 	if (p->mode)
 		return p->mode->blocks_for(p, owner, refs, cap, n);
-	struct kvp_tslot *s = kvpi_tslot_get(p);
-	struct kvp_oshard *sh = kvpi_owners_shard(&p->owners, owner);
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, owner);
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_orec *r = kvpi_oshard_find(sh, owner);
+	struct kvpi_orec *r = kvpi_oshard_find(sh, owner);
 	/* Its list must hold still: a revocation only if the record is
 	 * biased to another thread (kvpi_bias_revoke returns at once when it
 	 * is unbiased or biased to us, and then the shard lock suffices). */
@@ -85,8 +85,8 @@ int kvp_blocks_for(kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size
 		rc = KVP_ERANGE;
 	} else {
 		size_t i = 0;
-		for (uint32_t id = r->head; id != KVP_NO_ID; i++) {
-			struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+		for (uint32_t id = r->head; id != KVPI_NO_ID; i++) {
+			struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 			/* relaxed: the shard lock orders the stamp of every block
 			 * on the list before us; the generation is stable while
 			 * the block is on it. */
@@ -110,7 +110,7 @@ size_t kvp_n_free(kvp_pool *p, kvp_stream stream)
 		return 0;
 	/* relaxed: a count, exact when quiescent; see the header. */
 	int64_t n = atomic_load_explicit(&p->fs[si].avail, memory_order_relaxed);
-	for (struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_acquire); s;
+	for (struct kvpi_tslot *s = atomic_load_explicit(&p->slots, memory_order_acquire); s;
 	     s = s->next)
 		n += atomic_load_explicit(&s->mag[si].count, memory_order_relaxed);
 	if (p->mode) /* cached blocks are free too */
@@ -119,7 +119,7 @@ size_t kvp_n_free(kvp_pool *p, kvp_stream stream)
 }
 
 /* The block of @ref if its id was created, else NULL. */
-static struct kvp_block *ref_block(struct kvp_pool *p, kvp_ref ref)
+static struct kvpi_block *ref_block(struct kvp_pool *p, kvp_ref ref)
 {
 	if (KVP_REF_ID(ref) >= kvp_pool_n_ids(p))
 		return NULL;
@@ -133,7 +133,7 @@ int kvp_block_get(kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 	if (p->mode)
 		return p->mode->block_get(p, ref, out);
 	int rc = KVP_ENOENT;
-	struct kvp_block *b = ref_block(p, ref);
+	struct kvpi_block *b = ref_block(p, ref);
 	if (b) {
 		uint64_t st, st2;
 		kvp_owner owner;
@@ -145,15 +145,15 @@ int kvp_block_get(kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 			atomic_thread_fence(memory_order_acquire);
 			st2 = atomic_load_explicit(&b->state, memory_order_relaxed);
 		} while (st != st2);
-		if (kvpi_st_gen(st) == KVP_REF_GEN(ref) && !(st & KVP_ST_RETIRED)) {
+		if (kvpi_st_gen(st) == KVP_REF_GEN(ref) && !(st & KVPI_ST_RETIRED)) {
 			out->id = KVP_REF_ID(ref);
 			out->stream = (kvp_stream)kvpi_st_stream(st);
 			out->format = (kvp_format)kvpi_st_format(st);
 			out->n_used = kvpi_st_used(st);
-			out->in_use = (st & KVP_ST_IN_USE) != 0;
-			out->ever_allocated = (st & KVP_ST_EVER) != 0;
+			out->in_use = (st & KVPI_ST_IN_USE) != 0;
+			out->ever_allocated = (st & KVPI_ST_EVER) != 0;
 			/* A raw block's owner word names the slot it is biased to. */
-			out->owner = out->in_use && !(st & KVP_ST_RAW) ? owner : 0;
+			out->owner = out->in_use && !(st & KVPI_ST_RAW) ? owner : 0;
 			out->n_holders = out->in_use ? 1u : 0u;
 			out->published = false;
 			rc = KVP_OK;
@@ -163,7 +163,8 @@ int kvp_block_get(kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 }
 
 /* A successful set_used's change to the n_not_full counter. */
-static void count_fill_change(struct kvp_pool *p, struct kvp_tslot *s, uint64_t st, uint32_t n_used)
+static void count_fill_change(struct kvp_pool *p, struct kvpi_tslot *s, uint64_t st,
+                              uint32_t n_used)
 {
 	bool was = kvpi_st_used(st) < p->block_size;
 	bool now = n_used < p->block_size;
@@ -172,15 +173,15 @@ static void count_fill_change(struct kvp_pool *p, struct kvp_tslot *s, uint64_t 
 
 /* set_used of a raw block, or any block of a prefix pool: a CAS on the
  * whole word (no owner's exclusion to rely on); @st was loaded with acquire. */
-static int set_used_cas(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_block *b, uint64_t st,
+static int set_used_cas(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_block *b, uint64_t st,
                         uint32_t gen, uint32_t n_used)
 {
 	for (;;) {
-		if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+		if (kvpi_st_gen(st) != gen || !(st & KVPI_ST_IN_USE))
 			return KVP_ENOENT;
-		if (st & KVP_ST_PUBLISHED) /* prefix mode: contents fixed */
+		if (st & KVPI_ST_PUBLISHED) /* prefix mode: contents fixed */
 			return KVP_EINVAL;
-		if (st & KVP_ST_LOCKED) { /* prefix mode: wait for the lock holder */
+		if (st & KVPI_ST_LOCKED) { /* prefix mode: wait for the lock holder */
 			sched_yield();
 			/* acquire: see the state the lock holder left. */
 			st = atomic_load_explicit(&b->state, memory_order_acquire);
@@ -204,12 +205,12 @@ static int set_used_cas(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_bloc
 /* set_used of an owned block; the caller holds the owner's exclusion, so
  * no free can clear the word between our load and store (the free's plain
  * store relies on that, lib/pool/pool_alloc.c). */
-static int set_used_owned(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_block *b,
+static int set_used_owned(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_block *b,
                           uint32_t gen, uint32_t n_used)
 {
 	/* acquire: see the state as its last writer left it. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+	if (kvpi_st_gen(st) != gen || !(st & KVPI_ST_IN_USE))
 		return KVP_ENOENT;
 	/* release: a kvp_block_get that reads the new fill sees what the
 	 * caller wrote before (a plain store on x86). */
@@ -224,7 +225,7 @@ static int set_used_owned(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_bl
  * the shard lock with the bias revoked).  The owner read from the block is
  * checked by the generation under the exclusion.
  */
-static int set_used_exclusive(struct kvp_pool *p, struct kvp_tslot *s, struct kvp_block *b,
+static int set_used_exclusive(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_block *b,
                               uint32_t gen, uint32_t n_used)
 {
 	/* acquire (a plain load on x86): the generation check under the owner's
@@ -233,14 +234,14 @@ static int set_used_exclusive(struct kvp_pool *p, struct kvp_tslot *s, struct kv
 	 * sees the block freed or re-stamped (docs/DESIGN.md, "Why an owned
 	 * block's free needs no CAS"); relaxed would not order the re-check. */
 	kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_acquire);
-	struct kvp_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
+	struct kvpi_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
 	if (r) {
 		int rc = set_used_owned(p, s, b, gen, n_used);
 		kvpi_bias_leave(s);
 		return rc;
 	}
 	uint64_t h = kvpi_owner_hash(owner);
-	struct kvp_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
+	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 	pthread_mutex_lock(&sh->lock);
 	r = kvpi_oshard_find_h(sh, owner, h);
 	/* No record: the block was freed (its owner's last block) since the
@@ -256,15 +257,15 @@ int kvp_block_set_used(kvp_pool *p, kvp_ref ref, uint32_t n_used)
 {
 	if (!p)
 		return KVP_EINVAL;
-	struct kvp_block *b = ref_block(p, ref);
+	struct kvpi_block *b = ref_block(p, ref);
 	if (!b)
 		return KVP_ENOENT;
 	uint32_t gen = KVP_REF_GEN(ref);
 	/* acquire: see the state as its last writer left it. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE))
+	if (kvpi_st_gen(st) != gen || !(st & KVPI_ST_IN_USE))
 		return KVP_ENOENT;
-	if (st & KVP_ST_PUBLISHED) /* prefix mode: contents fixed */
+	if (st & KVPI_ST_PUBLISHED) /* prefix mode: contents fixed */
 		return KVP_EINVAL;
 	if (n_used > p->block_size)
 		return KVP_ERANGE;
@@ -275,9 +276,9 @@ int kvp_block_set_used(kvp_pool *p, kvp_ref ref, uint32_t n_used)
 	if (p->mode && p->mode->block_get(p, ref, &info) == KVP_OK && info.in_use &&
 	    info.n_holders >= 2)
 		return KVP_EINVAL;
-	struct kvp_tslot *s = kvpi_tslot_get(p);
-	int rc = p->mode || (st & KVP_ST_RAW) ? set_used_cas(p, s, b, st, gen, n_used)
-	                                      : set_used_exclusive(p, s, b, gen, n_used);
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	int rc = p->mode || (st & KVPI_ST_RAW) ? set_used_cas(p, s, b, st, gen, n_used)
+	                                       : set_used_exclusive(p, s, b, gen, n_used);
 	kvpi_tslot_put(p, s);
 	return rc;
 }

@@ -30,7 +30,7 @@
 static uint32_t revive_retired(struct kvp_pool *p, int si)
 {
 	uint32_t id = p->retired_head;
-	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 	/* relaxed: the retired list is private to the grow_lock holder. */
 	p->retired_head = atomic_load_explicit(&b->free_next, memory_order_relaxed);
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
@@ -40,13 +40,13 @@ static uint32_t revive_retired(struct kvp_pool *p, int si)
 	/* A new generation: refs from before the retirement stay stale.
 	 * release: a racing kvp_block_get (acquire) sees a whole word. */
 	atomic_store_explicit(&b->state,
-	                      kvpi_st_make(gen, 0, st & KVP_ST_EVER, kvpi_stream_tag(p, si), 0),
+	                      kvpi_st_make(gen, 0, st & KVPI_ST_EVER, kvpi_stream_tag(p, si), 0),
 	                      memory_order_release);
-	atomic_store_explicit(&b->free_next, KVP_NO_ID, memory_order_relaxed);
+	atomic_store_explicit(&b->free_next, KVPI_NO_ID, memory_order_relaxed);
 	return id;
 }
 
-int kvpi_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids)
+int kvpi_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvpi_u32_alias *ids)
 {
 	/* relaxed: n_ids and n_retired_ids have one writer, the grow_lock holder (us). */
 	uint32_t first = atomic_load_explicit(&p->n_ids, memory_order_relaxed);
@@ -70,14 +70,14 @@ int kvpi_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids)
 	                      memory_order_relaxed);
 	uint32_t tag = kvpi_stream_tag(p, si);
 	for (uint32_t i = 0; i < fresh; i++) {
-		struct kvp_block *b = kvpi_bt_block(&p->bt, first + i);
+		struct kvpi_block *b = kvpi_bt_block(&p->bt, first + i);
 		/* relaxed: published by the release store of n_ids below and
 		 * by the caller's later release operations. */
 		atomic_store_explicit(&b->state, kvpi_st_make(0, 0, 0, tag, 0),
 		                      memory_order_relaxed);
 		atomic_store_explicit(&b->owner, 0, memory_order_relaxed);
-		atomic_store_explicit(&b->free_next, KVP_NO_ID, memory_order_relaxed);
-		b->own_prev = b->own_next = KVP_NO_ID;
+		atomic_store_explicit(&b->free_next, KVPI_NO_ID, memory_order_relaxed);
+		b->own_prev = b->own_next = KVPI_NO_ID;
 		b->pad = 0;
 		ids[reuse + i] = first + i;
 	}
@@ -91,7 +91,7 @@ int kvpi_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvp_u32_alias *ids)
 }
 
 /* Reserve the surplus over @target of the stream's free count. */
-static uint32_t reserve_surplus(struct kvp_freestack *fs, uint32_t target)
+static uint32_t reserve_surplus(struct kvpi_freestack *fs, uint32_t target)
 {
 	/* acquire: as in kvpi_fs_reserve. */
 	int64_t a = atomic_load_explicit(&fs->avail, memory_order_acquire);
@@ -127,9 +127,9 @@ int kvp_shrink(kvp_pool *p, kvp_stream stream, uint32_t target_free, uint32_t *n
 
 int kvpi_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired)
 {
-	struct kvp_tslot *s = kvpi_tslot_get(p);
-	struct kvp_freestack *fs = &p->fs[si];
-	uint32_t k, first = KVP_NO_ID;
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_freestack *fs = &p->fs[si];
+	uint32_t k, first = KVPI_NO_ID;
 
 	pthread_mutex_lock(&p->grow_lock);
 	/* seq_cst: the store half of the magazine Dekker pair. */
@@ -139,12 +139,12 @@ int kvpi_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_
 	for (uint32_t i = 0; i < k; i++) {
 		uint32_t id;
 		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, &id, 1);
-		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+		struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 		/* relaxed load: we hold the block exclusively (popped), and
 		 * nobody changes a free block's state word.
 		 * release store: kvp_block_get (acquire) then sees it retired. */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
-		atomic_store_explicit(&b->state, st | KVP_ST_RETIRED, memory_order_release);
+		atomic_store_explicit(&b->state, st | KVPI_ST_RETIRED, memory_order_release);
 		atomic_store_explicit(&b->free_next, first, memory_order_relaxed);
 		first = id;
 	}
@@ -164,7 +164,7 @@ int kvpi_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_
 		 * for them); the chain is ours alone until it joins the retired
 		 * list below. */
 		uint32_t last = first;
-		for (uint32_t id = first; id != KVP_NO_ID;) {
+		for (uint32_t id = first; id != KVPI_NO_ID;) {
 			uint32_t next = atomic_load_explicit(&kvpi_bt_block(&p->bt, id)->free_next,
 			                                     memory_order_relaxed);
 			for (int h = 0; h < KVP_MAX_RETIRE_HOOKS; h++)

@@ -11,13 +11,13 @@
 
 #include "lib/pool/pool_internal.h"
 
-static void sum_slot(const struct kvp_tslot *s, uint64_t *acc, bool allocs)
+static void sum_slot(const struct kvpi_tslot *s, uint64_t *acc, bool allocs)
 {
 	for (int c = 0; c < KVP_N_CTR; c++)
 		if ((c == KVP_C_ALLOCS) == allocs)
 			/* acquire: each counter has one writer (lib/pool/tslot.h); acquire
 			 * keeps the second pass's loads after the first pass's. */
-			acc[c] += atomic_load_explicit(&((struct kvp_tslot *)s)->ctr[c],
+			acc[c] += atomic_load_explicit(&((struct kvpi_tslot *)s)->ctr[c],
 			                               memory_order_acquire);
 }
 
@@ -37,8 +37,8 @@ void kvpi_stats_sum(struct kvp_pool *p, kvp_stats *out)
 	 * allocations - frees never exceeds what was in use during the read.
 	 */
 	for (int pass = 0; pass < 2; pass++) {
-		for (struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_acquire); s;
-		     s = s->next)
+		for (struct kvpi_tslot *s = atomic_load_explicit(&p->slots, memory_order_acquire);
+		     s; s = s->next)
 			sum_slot(s, acc, pass == 0);
 		sum_slot(p->fallback, acc, pass == 0);
 	}
@@ -105,7 +105,7 @@ void kvpi_history_tick_slow(struct kvp_pool *p, uint32_t calls)
 		kvpi_history_record(p); /* this thread's KVP_HISTORY_EVERY-th call */
 }
 
-void kvpi_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
+void kvpi_account_in_use_slow(struct kvp_pool *p, struct kvpi_tslot *s, int64_t d)
 {
 	/*
 	 * A thread keeps up to KVP_PEAK_BATCH - 1 newly allocated blocks to
@@ -145,7 +145,7 @@ void kvpi_account_in_use_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d
 	s->in_use_room = fb ? -1 : room;
 }
 
-int kvpi_fast_end_slow(struct kvp_pool *p, struct kvp_tslot *s, int64_t d)
+int kvpi_fast_end_slow(struct kvp_pool *p, struct kvpi_tslot *s, int64_t d)
 {
 	kvpi_account_in_use(p, s, d);
 	kvpi_history_tick(p, s);

@@ -28,8 +28,6 @@
  * loaded at start-up or by dlopen (glibc keeps static TLS room for a few
  * such pointers). */
 __thread struct kvpi_tls_ent *kvpi_tls_head __attribute__((tls_model("initial-exec")));
-#define tls_head kvpi_tls_head
-#define tls_ent  kvpi_tls_ent
 static pthread_key_t tls_key;
 static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
 static int tls_key_ok;
@@ -65,12 +63,12 @@ static bool registry_alive(const struct kvp_pool *pool, uint64_t uid)
 	return false;
 }
 
-struct kvp_tslot *kvpi_tslot_alloc(uint32_t cap)
+struct kvpi_tslot *kvpi_tslot_alloc(uint32_t cap)
 {
-	if (cap > KVP_MAG_INITIAL)
-		cap = KVP_MAG_INITIAL;
-	size_t bytes = sizeof(struct kvp_tslot) + 2 * (size_t)cap * sizeof(uint32_t);
-	struct kvp_tslot *s = kvpi_sys_calloc(1, bytes, 64);
+	if (cap > KVPI_MAG_INITIAL)
+		cap = KVPI_MAG_INITIAL;
+	size_t bytes = sizeof(struct kvpi_tslot) + 2 * (size_t)cap * sizeof(uint32_t);
+	struct kvpi_tslot *s = kvpi_sys_calloc(1, bytes, 64);
 	if (!s)
 		return NULL;
 	s->mag[0].ids = s->ids;
@@ -79,7 +77,7 @@ struct kvp_tslot *kvpi_tslot_alloc(uint32_t cap)
 	return s;
 }
 
-void kvpi_tslot_free(struct kvp_tslot *s)
+void kvpi_tslot_free(struct kvpi_tslot *s)
 {
 	if (!s)
 		return;
@@ -93,10 +91,10 @@ void kvpi_tslot_free(struct kvp_tslot *s)
  * in-use delta to the pool, and the slot to the next new thread.  Registry
  * lock held and the pool alive.
  */
-static void tslot_release(struct kvp_pool *p, struct kvp_tslot *s)
+static void tslot_release(struct kvp_pool *p, struct kvpi_tslot *s)
 {
 	for (uint32_t si = 0; si < p->n_streams; si++) {
-		struct kvp_mag *m = &s->mag[si];
+		struct kvpi_mag *m = &s->mag[si];
 		uint32_t exp = 0;
 		/* We are outside any call (in_call 0), so drainers may claim the
 		 * magazine too: take it the way they do, waiting a moment if one
@@ -125,11 +123,11 @@ static void tslot_release(struct kvp_pool *p, struct kvp_tslot *s)
 static void tls_destructor(void *unused)
 {
 	(void)unused;
-	struct tls_ent *e = tls_head;
-	tls_head = NULL;
+	struct kvpi_tls_ent *e = kvpi_tls_head;
+	kvpi_tls_head = NULL;
 	pthread_mutex_lock(&reg_lock);
 	while (e) {
-		struct tls_ent *next = e->next;
+		struct kvpi_tls_ent *next = e->next;
 		if (registry_alive(e->pool, e->uid))
 			tslot_release(e->pool, e->slot);
 		kvpi_sys_free(e);
@@ -147,9 +145,9 @@ static void tls_make_key(void)
 static void tls_prune(void)
 {
 	pthread_mutex_lock(&reg_lock);
-	struct tls_ent **pp = &tls_head;
+	struct kvpi_tls_ent **pp = &kvpi_tls_head;
 	while (*pp) {
-		struct tls_ent *e = *pp;
+		struct kvpi_tls_ent *e = *pp;
 		if (!registry_alive(e->pool, e->uid)) {
 			*pp = e->next;
 			kvpi_sys_free(e);
@@ -161,10 +159,10 @@ static void tls_prune(void)
 }
 
 /* Take a slot another thread gave up, or make one and add it to the list. */
-static struct kvp_tslot *slot_take(struct kvp_pool *p)
+static struct kvpi_tslot *slot_take(struct kvp_pool *p)
 {
 	/* acquire: see the slots' contents as published by their push. */
-	for (struct kvp_tslot *s = atomic_load_explicit(&p->slots, memory_order_acquire); s;
+	for (struct kvpi_tslot *s = atomic_load_explicit(&p->slots, memory_order_acquire); s;
 	     s = s->next) {
 		int exp = 0;
 		/* acquire: pairs with the release in tslot_release. */
@@ -173,7 +171,7 @@ static struct kvp_tslot *slot_take(struct kvp_pool *p)
 		        &s->taken, &exp, 1, memory_order_acquire, memory_order_relaxed))
 			return s;
 	}
-	struct kvp_tslot *s = kvpi_tslot_alloc(p->thread_cache);
+	struct kvpi_tslot *s = kvpi_tslot_alloc(p->thread_cache);
 	if (!s)
 		return NULL;
 	atomic_init(&s->taken, 1);
@@ -182,7 +180,7 @@ static struct kvp_tslot *slot_take(struct kvp_pool *p)
 	/* Raw blocks biased to their thread only in the asymmetric mode: the
 	 * fallback keeps the CAS on every raw free (lib/pool/pool_alloc.c). */
 	atomic_init(&s->raw_bias, p->asym ? KVPI_RAW_BIASED : KVPI_RAW_REVOKED);
-	struct kvp_tslot *head = atomic_load_explicit(&p->slots, memory_order_relaxed);
+	struct kvpi_tslot *head = atomic_load_explicit(&p->slots, memory_order_relaxed);
 	do {
 		s->next = head;
 		/* seq_cst: a starving thread that raised its flag (seq_cst) and
@@ -193,22 +191,22 @@ static struct kvp_tslot *slot_take(struct kvp_pool *p)
 	return s;
 }
 
-static struct kvp_tslot *fallback_get(struct kvp_pool *p)
+static struct kvpi_tslot *fallback_get(struct kvp_pool *p)
 {
 	pthread_mutex_lock(&p->fallback_lock);
 	return p->fallback;
 }
 
-static struct kvp_tslot *tslot_get_slow(struct kvp_pool *p)
+static struct kvpi_tslot *tslot_get_slow(struct kvp_pool *p)
 {
 	pthread_once(&tls_once, tls_make_key);
 	if (!tls_key_ok)
 		return fallback_get(p);
 	tls_prune();
-	struct tls_ent *e = kvpi_sys_alloc(sizeof(*e), 8);
+	struct kvpi_tls_ent *e = kvpi_sys_alloc(sizeof(*e), 8);
 	if (!e)
 		return fallback_get(p);
-	struct kvp_tslot *s = slot_take(p);
+	struct kvpi_tslot *s = slot_take(p);
 	if (!s) {
 		kvpi_sys_free(e);
 		return fallback_get(p);
@@ -216,16 +214,16 @@ static struct kvp_tslot *tslot_get_slow(struct kvp_pool *p)
 	e->pool = p;
 	e->uid = p->uid;
 	e->slot = s;
-	e->next = tls_head;
-	tls_head = e;
+	e->next = kvpi_tls_head;
+	kvpi_tls_head = e;
 	/* Any non-NULL value makes the destructor run at thread exit. */
 	pthread_setspecific(tls_key, (void *)1);
 	return s;
 }
 
-struct kvp_tslot *kvpi_tslot_get_slow(struct kvp_pool *p)
+struct kvpi_tslot *kvpi_tslot_get_slow(struct kvp_pool *p)
 {
-	for (struct tls_ent *e = tls_head; e; e = e->next)
+	for (struct kvpi_tls_ent *e = kvpi_tls_head; e; e = e->next)
 		if (e->pool == p && e->uid == p->uid)
 			return e->slot;
 	return tslot_get_slow(p);

@@ -3,7 +3,7 @@
  *
  * Each thread that calls a pool gets one slot for that pool: a magazine of
  * up to thread_cache free block ids per stream, and its statistics
- * counters.  A magazine starts with room for KVP_MAG_INITIAL ids and grows
+ * counters.  A magazine starts with room for KVPI_MAG_INITIAL ids and grows
  * (doubling) when one call gives back more than it holds, so a thread that
  * frees a whole request keeps it at home for its next request.  Slots sit on a lock-free, add-only
  * list owned by the pool; a slot is never freed before the pool, and a slot given up by an exiting
@@ -25,9 +25,9 @@
 
 #include "lib/pool/owner.h"
 
-struct kvp_pnode; /* the prefix cache's index node (lib/prefix) */
+struct kvpi_pnode; /* the prefix cache's index node (lib/prefix) */
 
-struct kvp_mag {
+struct kvpi_mag {
 	_Atomic uintptr_t in_call; /* owner only writes; drainers read */
 	_Atomic uint32_t claimed;  /* drainers' (and thread exit's) CAS */
 	_Atomic uint32_t count;    /* written by the holder; read racily by kvp_n_free */
@@ -38,13 +38,13 @@ struct kvp_mag {
 
 /* Room a magazine starts with (or thread_cache, if smaller); it grows by
  * demand up to thread_cache (lib/pool/pool_blocks.c, mag_make_room). */
-#define KVP_MAG_INITIAL 64u
+#define KVPI_MAG_INITIAL 64u
 
 /* The slot's owner cache: recent owner ids -> records (lib/pool/owner.h). */
-#define KVP_OCACHE_N 64u
-struct kvp_ocache_ent {
+#define KVPI_OCACHE_N 64u
+struct kvpi_ocache_ent {
 	kvp_owner key;
-	struct kvp_orec *rec;
+	struct kvpi_orec *rec;
 	uint32_t epoch;
 };
 
@@ -63,10 +63,10 @@ enum kvp_ctr {
 	KVP_N_CTR
 };
 
-struct kvp_tslot {
-	struct kvp_tslot *next; /* immutable once on the list */
-	_Atomic int taken;      /* 1 while a live thread owns the slot */
-	struct kvp_mag mag[2];
+struct kvpi_tslot {
+	struct kvpi_tslot *next; /* immutable once on the list */
+	_Atomic int taken;       /* 1 while a live thread owns the slot */
+	struct kvpi_mag mag[2];
 	/* The record this slot's thread is inside an owner op on, or 0;
 	 * written only by that thread (kvpi_bias_enter/leave). */
 	_Atomic uintptr_t in_owner_op;
@@ -76,25 +76,25 @@ struct kvp_tslot {
 	 * thread that frees or sets the fill of one (lib/pool/pool_alloc.c). */
 	_Atomic uint32_t raw_bias;
 	_Atomic uint64_t ctr[KVP_N_CTR];
-	struct kvp_ocache_ent ocache[KVP_OCACHE_N]; /* owner only */
-	struct kvp_rec_cache recs; /* owner only: spare owner records (lib/pool/owner.h) */
-	int64_t delta_in_use;      /* owner only: blocks not yet added to pool->in_use */
-	int64_t in_use_room;       /* owner only: largest delta_in_use the fast path keeps
-	                            * (kvpi_account_in_use); -1 for the fallback slot */
-	uint32_t calls;            /* owner only: mutating calls, for history cadence */
-	uint32_t idx;              /* immutable: 1, 2, ... in order made; 0 the fallback slot */
+	struct kvpi_ocache_ent ocache[KVPI_OCACHE_N]; /* owner only */
+	struct kvpi_rec_cache recs; /* owner only: spare owner records (lib/pool/owner.h) */
+	int64_t delta_in_use;       /* owner only: blocks not yet added to pool->in_use */
+	int64_t in_use_room;        /* owner only: largest delta_in_use the fast path keeps
+	                             * (kvpi_account_in_use); -1 for the fallback slot */
+	uint32_t calls;             /* owner only: mutating calls, for history cadence */
+	uint32_t idx;               /* immutable: 1, 2, ... in order made; 0 the fallback slot */
 	/* Owner only, prefix cache: evictions made (lib/prefix/prefix_lru.c),
 	 * free index nodes and a batch of retired ones (lib/prefix/prefix_nodes.c). */
 	uint32_t pfx_evictions;
 	uint32_t pfx_n_retired;
-	struct kvp_pnode *pfx_nodes, *pfx_retired;
+	struct kvpi_pnode *pfx_nodes, *pfx_retired;
 	uint32_t ids[] __attribute__((aligned(64)));
 } __attribute__((aligned(64)));
 
 struct kvp_pool;
 
 /* Add @d to counter @c of @s; only the slot's thread may call it. */
-static inline void kvpi_ctr_add(struct kvp_tslot *s, enum kvp_ctr c, uint64_t d)
+static inline void kvpi_ctr_add(struct kvpi_tslot *s, enum kvp_ctr c, uint64_t d)
 {
 	/* relaxed load: only this thread writes its counters.  release store
 	 * (a plain mov on x86, stlr on ARM; no locked instruction): a reader
@@ -112,24 +112,24 @@ struct kvpi_tls_ent {
 	struct kvpi_tls_ent *next;
 	struct kvp_pool *pool;
 	uint64_t uid;
-	struct kvp_tslot *slot;
+	struct kvpi_tslot *slot;
 };
 
 extern __thread struct kvpi_tls_ent *kvpi_tls_head
     __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
-struct kvp_tslot *kvpi_tslot_get_slow(struct kvp_pool *pool);
+struct kvpi_tslot *kvpi_tslot_get_slow(struct kvp_pool *pool);
 void kvpi_tslot_put_fallback(struct kvp_pool *pool);
 
 /**
  * kvpi_tslot_alloc - a zeroed slot whose magazines start with room for
- * min(@cap, KVP_MAG_INITIAL) ids per stream (the fallback slot: @cap 0).
+ * min(@cap, KVPI_MAG_INITIAL) ids per stream (the fallback slot: @cap 0).
  * NULL on no memory.
  */
-struct kvp_tslot *kvpi_tslot_alloc(uint32_t cap);
+struct kvpi_tslot *kvpi_tslot_alloc(uint32_t cap);
 
 /** kvpi_tslot_free - free a slot and its grown magazine arrays (pool destroy) */
-void kvpi_tslot_free(struct kvp_tslot *s);
+void kvpi_tslot_free(struct kvpi_tslot *s);
 
 /** kvpi_registry_add / kvpi_registry_remove - the live-pool registry (thread exit vs destroy) */
 void kvpi_registry_add(struct kvp_pool *pool);

@@ -19,16 +19,16 @@
 /* Keys a match looks up before it takes their holds. */
 #define MATCH_CHUNK 16u
 
-int kvpi_pfx_extend(struct kvp_prefix *pf, uint32_t n_ids)
+int kvpi_pfx_extend(struct kvpi_prefix *pf, uint32_t n_ids)
 {
-	uint32_t n_segs = (n_ids + KVP_SEG_BLOCKS - 1) / KVP_SEG_BLOCKS;
+	uint32_t n_segs = (n_ids + KVPI_SEG_BLOCKS - 1) / KVPI_SEG_BLOCKS;
 	for (uint32_t g = 0; g < n_segs; g++) {
-		uint32_t t = g >> KVP_PFX_MID_SHIFT, m = g & (KVP_PFX_MID - 1);
+		uint32_t t = g >> KVPI_PFX_MID_SHIFT, m = g & (KVPI_PFX_MID - 1);
 		/* relaxed: only the grow_lock holder writes these pointers. */
-		_Atomic(struct kvp_pside *) *mid =
+		_Atomic(struct kvpi_pside *) *mid =
 		    atomic_load_explicit(&pf->top[t], memory_order_relaxed);
 		if (!mid) {
-			mid = kvpi_sys_calloc(KVP_PFX_MID, sizeof(*mid), 64);
+			mid = kvpi_sys_calloc(KVPI_PFX_MID, sizeof(*mid), 64);
 			if (!mid)
 				return -1;
 			/* release: readers (acquire) see the zeroed directory. */
@@ -36,26 +36,27 @@ int kvpi_pfx_extend(struct kvp_prefix *pf, uint32_t n_ids)
 		}
 		if (atomic_load_explicit(&mid[m], memory_order_relaxed))
 			continue;
-		struct kvp_pside *seg = kvpi_sys_calloc(KVP_SEG_BLOCKS, sizeof(*seg), 64);
+		struct kvpi_pside *seg = kvpi_sys_calloc(KVPI_SEG_BLOCKS, sizeof(*seg), 64);
 		if (!seg)
 			return -1;
-		for (uint32_t i = 0; i < KVP_SEG_BLOCKS; i++)
-			seg[i].lru_prev = seg[i].lru_next = KVP_NO_ID;
+		for (uint32_t i = 0; i < KVPI_SEG_BLOCKS; i++)
+			seg[i].lru_prev = seg[i].lru_next = KVPI_NO_ID;
 		/* release: readers (acquire) see the initialised entries. */
 		atomic_store_explicit(&mid[m], seg, memory_order_release);
 	}
 	return 0;
 }
 
-static void side_destroy(struct kvp_prefix *pf)
+static void side_destroy(struct kvpi_prefix *pf)
 {
-	for (uint32_t t = 0; t < KVP_PFX_TOP; t++) {
-		_Atomic(struct kvp_pside *) *mid =
+	for (uint32_t t = 0; t < KVPI_PFX_TOP; t++) {
+		_Atomic(struct kvpi_pside *) *mid =
 		    atomic_load_explicit(&pf->top[t], memory_order_relaxed);
 		if (!mid)
 			continue;
-		for (uint32_t m = 0; m < KVP_PFX_MID; m++) {
-			struct kvp_pside *seg = atomic_load_explicit(&mid[m], memory_order_relaxed);
+		for (uint32_t m = 0; m < KVPI_PFX_MID; m++) {
+			struct kvpi_pside *seg =
+			    atomic_load_explicit(&mid[m], memory_order_relaxed);
 			kvpi_sys_free(seg);
 		}
 		kvpi_sys_free(mid);
@@ -69,7 +70,7 @@ int kvpi_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
 	 * made, fail here, with nothing made, instead of liburcu aborting. */
 	if (kvpi_rcu_start_threads() != 0)
 		return -1;
-	struct kvp_prefix *pf = kvpi_sys_calloc(1, sizeof(*pf), 64);
+	struct kvpi_prefix *pf = kvpi_sys_calloc(1, sizeof(*pf), 64);
 	if (!pf)
 		return -1;
 	p->prefix = pf;
@@ -91,7 +92,7 @@ int kvpi_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
 
 void kvpi_pfx_destroy(struct kvp_pool *p)
 {
-	struct kvp_prefix *pf = p->prefix;
+	struct kvpi_prefix *pf = p->prefix;
 	if (!pf)
 		return;
 	kvpi_pfx_index_destroy(pf);
@@ -107,21 +108,21 @@ void kvpi_pfx_destroy(struct kvp_pool *p)
  * evicted), of format *@arg. */
 static bool match_ok(uint64_t st, const void *arg)
 {
-	return (st & KVP_ST_PUBLISHED) && (st & (KVP_ST_IN_USE | KVP_ST_CACHED)) &&
-	       !(st & KVP_ST_EVICTING) && kvpi_st_format(st) == *(const uint32_t *)arg;
+	return (st & KVPI_ST_PUBLISHED) && (st & (KVPI_ST_IN_USE | KVPI_ST_CACHED)) &&
+	       !(st & KVPI_ST_EVICTING) && kvpi_st_format(st) == *(const uint32_t *)arg;
 }
 
 /*
  * Take @owner's hold on the block @n names, if it is still published under
  * @n in @format.  Returns false for a miss.  Owner shard mutex held.
  */
-static bool take_hold(struct kvp_pool *p, struct kvp_porec *r, struct kvp_pnode *n, uint32_t format,
-                      kvp_owner owner, kvp_ref *out, int64_t *revived)
+static bool take_hold(struct kvp_pool *p, struct kvpi_porec *r, struct kvpi_pnode *n,
+                      uint32_t format, kvp_owner owner, kvp_ref *out, int64_t *revived)
 {
-	struct kvp_prefix *pf = p->prefix;
+	struct kvpi_prefix *pf = p->prefix;
 	uint32_t id = n->id;
-	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
-	struct kvp_pside *e = kvpi_pfx_side(pf, id);
+	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
+	struct kvpi_pside *e = kvpi_pfx_side(pf, id);
 	uint64_t seen;
 
 	/* The one CAS that settles a race with an evictor or a release. */
@@ -132,7 +133,7 @@ static bool take_hold(struct kvp_pool *p, struct kvp_porec *r, struct kvp_pnode 
 		kvpi_pfx_unlock(b, st);
 		return false;
 	}
-	if (st & KVP_ST_IN_USE) {
+	if (st & KVPI_ST_IN_USE) {
 		/* relaxed (holders, owner_xor, owner): under the lock. */
 		uint32_t h = atomic_load_explicit(&e->holders, memory_order_relaxed);
 		bool mine = h == 1 ? atomic_load_explicit(&b->owner, memory_order_relaxed) == owner
@@ -166,7 +167,7 @@ static bool take_hold(struct kvp_pool *p, struct kvp_porec *r, struct kvp_pnode 
 	revived[si]++;
 	kvpi_pfx_oappend(pf, r, id);
 	kvpi_pfx_unlock(b, kvpi_st_make(gen, p->block_size,
-	                                KVP_ST_IN_USE | KVP_ST_EVER | KVP_ST_PUBLISHED,
+	                                KVPI_ST_IN_USE | KVPI_ST_EVER | KVPI_ST_PUBLISHED,
 	                                kvpi_st_stream(st), format));
 	/* after it stopped being available: the count never runs low */
 	kvpi_pfx_count_one(pf, si, -1);
@@ -196,16 +197,16 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 	if (n_keys > UINT32_MAX)
 		return KVP_ENOMEM;
 
-	struct kvp_prefix *pf = p->prefix;
-	struct kvp_tslot *s = kvpi_tslot_get(p);
-	struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
+	struct kvpi_prefix *pf = p->prefix;
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_poshard *sh = kvpi_pfx_oshard(pf, owner);
 	uint32_t tag = kvpi_stream_tag(p, si);
 	int64_t revived[2] = {0, 0};
 	size_t i = 0;
 
 	kvpi_rcu_read_lock();
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
+	struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
 	bool made = false;
 	if (!r) {
 		r = kvpi_pfx_oinsert(sh, owner);
@@ -223,7 +224,7 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 	 * overlap, and the blocks' lines are fetched meanwhile), then the
 	 * holds in order, up to the first miss. */
 	while (i < n_keys) {
-		struct kvp_pnode *nodes[MATCH_CHUNK];
+		struct kvpi_pnode *nodes[MATCH_CHUNK];
 		size_t c = n_keys - i < MATCH_CHUNK ? n_keys - i : MATCH_CHUNK, found = 0, j = 0;
 		for (; found < c; found++) {
 			nodes[found] = kvpi_pfx_index_lookup(pf, tag, &keys[i + found]);
@@ -265,8 +266,8 @@ struct pub_arg {
 static bool publish_ok(uint64_t st, const void *arg)
 {
 	const struct pub_arg *a = arg;
-	return kvpi_st_gen(st) == a->gen && !(st & KVP_ST_RETIRED) && (st & KVP_ST_IN_USE) &&
-	       !(st & (KVP_ST_RAW | KVP_ST_PUBLISHED)) && kvpi_st_used(st) == a->block_size;
+	return kvpi_st_gen(st) == a->gen && !(st & KVPI_ST_RETIRED) && (st & KVPI_ST_IN_USE) &&
+	       !(st & (KVPI_ST_RAW | KVPI_ST_PUBLISHED)) && kvpi_st_used(st) == a->block_size;
 }
 
 int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
@@ -276,23 +277,23 @@ int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
 	uint32_t id = KVP_REF_ID(ref);
 	if (id >= kvp_pool_n_ids(p))
 		return KVP_ENOENT;
-	struct kvp_prefix *pf = p->prefix;
-	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
-	struct kvp_pside *e = kvpi_pfx_side(pf, id);
+	struct kvpi_prefix *pf = p->prefix;
+	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
+	struct kvpi_pside *e = kvpi_pfx_side(pf, id);
 	struct pub_arg arg = {KVP_REF_GEN(ref), p->block_size};
 	uint64_t seen;
 	int rc = KVP_OK;
 
-	struct kvp_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	kvpi_rcu_read_lock();
 	uint64_t st = kvpi_pfx_lock(b, publish_ok, &arg, &seen);
 	if (!st) {
 		kvpi_rcu_read_unlock();
 		kvpi_tslot_put(p, s);
-		return kvpi_st_gen(seen) != arg.gen || (seen & KVP_ST_RETIRED) ? KVP_ENOENT
-		                                                               : KVP_EINVAL;
+		return kvpi_st_gen(seen) != arg.gen || (seen & KVPI_ST_RETIRED) ? KVP_ENOENT
+		                                                                : KVP_EINVAL;
 	}
-	struct kvp_pnode *n = kvpi_pfx_node_get(pf, s);
+	struct kvpi_pnode *n = kvpi_pfx_node_get(pf, s);
 	if (!n) {
 		rc = KVP_ENOMEM;
 	} else {
@@ -305,7 +306,7 @@ int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
 			rc = KVP_EEXIST;
 		} else {
 			e->pub = n;
-			st |= KVP_ST_PUBLISHED;
+			st |= KVPI_ST_PUBLISHED;
 		}
 	}
 	kvpi_pfx_unlock(b, st);
@@ -329,7 +330,7 @@ int kvp_free_owned(kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n)
 
 struct unpub_arg {
 	struct kvp_pool *p;
-	struct kvp_tslot *s;
+	struct kvpi_tslot *s;
 	size_t n;
 };
 
@@ -337,23 +338,23 @@ struct unpub_arg {
 static bool unpub_ok(uint64_t st, const void *arg)
 {
 	(void)arg;
-	return (st & KVP_ST_PUBLISHED) && (st & KVP_ST_IN_USE);
+	return (st & KVPI_ST_PUBLISHED) && (st & KVPI_ST_IN_USE);
 }
 
 /* Unpublish the held block @n names (locked here). */
-static void unpublish(struct kvp_pnode *n, void *arg)
+static void unpublish(struct kvpi_pnode *n, void *arg)
 {
 	struct unpub_arg *a = arg;
-	struct kvp_prefix *pf = a->p->prefix;
-	struct kvp_block *b = kvpi_bt_block(&a->p->bt, n->id);
-	struct kvp_pside *e = kvpi_pfx_side(pf, n->id);
+	struct kvpi_prefix *pf = a->p->prefix;
+	struct kvpi_block *b = kvpi_bt_block(&a->p->bt, n->id);
+	struct kvpi_pside *e = kvpi_pfx_side(pf, n->id);
 	uint64_t seen;
 	uint64_t st = kvpi_pfx_lock(b, unpub_ok, NULL, &seen);
 	if (!st)
 		return; /* cached (or evicted) since the reset's eviction pass */
 	if (e->pub == n) {
 		kvpi_pfx_forget(pf, a->s, e);
-		st &= ~KVP_ST_PUBLISHED;
+		st &= ~KVPI_ST_PUBLISHED;
 		a->n++;
 	}
 	kvpi_pfx_unlock(b, st);
@@ -363,15 +364,15 @@ size_t kvp_prefix_reset(kvp_pool *p)
 {
 	if (!p || !p->prefix)
 		return 0;
-	struct kvp_prefix *pf = p->prefix;
-	struct kvp_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_prefix *pf = p->prefix;
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	uint32_t ids[64];
 	size_t dropped = 0;
 	/* An allocation that claimed cached blocks before our scan and gives
 	 * them back after it would bring back keys we must drop: it sees this
 	 * (kvpi_pfx_unclaim) and evicts them instead.  seq_cst add and fence:
 	 * either it sees the add, or our scan below sees its blocks listed. */
-	atomic_fetch_add_explicit(&pf->resets, KVP_PFX_RESET_START, memory_order_seq_cst);
+	atomic_fetch_add_explicit(&pf->resets, KVPI_PFX_RESET_START, memory_order_seq_cst);
 	atomic_thread_fence(memory_order_seq_cst);
 	for (uint32_t si = 0; si < p->n_streams; si++) {
 		for (;;) {

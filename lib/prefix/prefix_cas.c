@@ -10,7 +10,7 @@
  */
 #include "lib/prefix/prefix_internal.h"
 
-bool kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst)
+bool kvpi_pfx_cas(struct kvpi_block *b, uint64_t st, uint64_t nst)
 {
 	/* acq_rel: the winner owns the block (evictor) or its lock from here
 	 * on, ordered after the writes of its last holders and lockers (their

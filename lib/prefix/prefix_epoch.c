@@ -29,8 +29,8 @@ int kvpi_block_get_epoch(kvp_pool *p, kvp_ref ref, kvp_block_info *out, uint32_t
 		return KVP_OK;
 	}
 	uint32_t id = KVP_REF_ID(ref), gen = KVP_REF_GEN(ref);
-	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
-	struct kvp_pside *e = kvpi_pfx_side(p->prefix, id);
+	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
+	struct kvpi_pside *e = kvpi_pfx_side(p->prefix, id);
 	/* acquire: pairs with the hand-out's (or revival's) release store. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
 	/* relaxed: validated by the re-read after the fence. */
@@ -39,8 +39,8 @@ int kvpi_block_get_epoch(kvp_pool *p, kvp_ref ref, kvp_block_info *out, uint32_t
 	 * with the hand-out's release store of the epoch (see above). */
 	atomic_thread_fence(memory_order_acquire);
 	uint64_t st2 = atomic_load_explicit(&b->state, memory_order_relaxed);
-	if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE) || kvpi_st_gen(st2) != gen ||
-	    !(st2 & KVP_ST_IN_USE))
+	if (kvpi_st_gen(st) != gen || !(st & KVPI_ST_IN_USE) || kvpi_st_gen(st2) != gen ||
+	    !(st2 & KVPI_ST_IN_USE))
 		return KVP_ENOENT; /* left this hand-out since kvp_block_get */
 	*epoch = ep;
 	return KVP_OK;

@@ -23,12 +23,12 @@
 #include "lib/base/sysmem.h"
 #include "lib/base/tsan.h"
 
-_Static_assert(sizeof(struct cds_lfht_node) == sizeof(((struct kvp_pnode *)0)->node),
+_Static_assert(sizeof(struct cds_lfht_node) == sizeof(((struct kvpi_pnode *)0)->node),
                "index node room must fit a cds_lfht_node");
-_Static_assert(_Alignof(struct cds_lfht_node) <= _Alignof(struct kvp_pnode),
+_Static_assert(_Alignof(struct cds_lfht_node) <= _Alignof(struct kvpi_pnode),
                "index node alignment");
 
-#ifdef KVP_TSAN
+#ifdef KVPI_TSAN
 /*
  * liburcu-cds runs the table's resizes on a worker thread of its own and
  * orders its hand-offs with futexes and inline assembly that TSan cannot
@@ -56,25 +56,25 @@ static unsigned long key_hash(const kvp_hash *k, uint32_t stream)
 	return (unsigned long)(h ^ (h >> 29));
 }
 
-static struct cds_lfht_node *as_lfht(struct kvp_pnode *n)
+static struct cds_lfht_node *as_lfht(struct kvpi_pnode *n)
 {
 	return (struct cds_lfht_node *)(void *)&n->node;
 }
 
-static struct kvp_pnode *as_pnode(struct cds_lfht_node *n)
+static struct kvpi_pnode *as_pnode(struct cds_lfht_node *n)
 {
-	return (struct kvp_pnode *)(void *)n;
+	return (struct kvpi_pnode *)(void *)n;
 }
 
 static int node_match(struct cds_lfht_node *node, const void *arg)
 {
 	const struct lookup_key *k = arg;
-	struct kvp_pnode *n = as_pnode(node);
-	KVP_TSAN_ACQUIRE(n);
+	struct kvpi_pnode *n = as_pnode(node);
+	KVPI_TSAN_ACQUIRE(n);
 	return n->stream == k->stream && n->key.lo == k->key->lo && n->key.hi == k->key->hi;
 }
 
-int kvpi_pfx_index_init(struct kvp_prefix *pf, uint32_t n_blocks)
+int kvpi_pfx_index_init(struct kvpi_prefix *pf, uint32_t n_blocks)
 {
 	/* At least two buckets per block the pool starts with (and never
 	 * fewer, so the table does not shrink back while the cache warms):
@@ -95,7 +95,7 @@ int kvpi_pfx_index_init(struct kvp_prefix *pf, uint32_t n_blocks)
 	return pf->ht ? 0 : -1;
 }
 
-void kvpi_pfx_index_destroy(struct kvp_prefix *pf)
+void kvpi_pfx_index_destroy(struct kvpi_prefix *pf)
 {
 	if (!pf->ht)
 		return;
@@ -114,7 +114,8 @@ void kvpi_pfx_index_destroy(struct kvp_prefix *pf)
 	pf->ht = NULL;
 }
 
-struct kvp_pnode *kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream, const kvp_hash *key)
+struct kvpi_pnode *kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream,
+                                         const kvp_hash *key)
 {
 	struct lookup_key k = {key, stream};
 	struct cds_lfht_iter it;
@@ -123,22 +124,22 @@ struct kvp_pnode *kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream, 
 	return node ? as_pnode(node) : NULL;
 }
 
-struct kvp_pnode *kvpi_pfx_index_add(struct kvp_prefix *pf, struct kvp_pnode *n)
+struct kvpi_pnode *kvpi_pfx_index_add(struct kvpi_prefix *pf, struct kvpi_pnode *n)
 {
 	struct lookup_key k = {&n->key, n->stream};
-	KVP_TSAN_RELEASE(n);
+	KVPI_TSAN_RELEASE(n);
 	struct cds_lfht_node *got =
 	    cds_lfht_add_unique(pf->ht, key_hash(&n->key, n->stream), node_match, &k, as_lfht(n));
 	return got == as_lfht(n) ? NULL : as_pnode(got);
 }
 
-void kvpi_pfx_index_del(struct kvp_prefix *pf, struct kvp_tslot *s, struct kvp_pnode *n)
+void kvpi_pfx_index_del(struct kvpi_prefix *pf, struct kvpi_tslot *s, struct kvpi_pnode *n)
 {
 	cds_lfht_del(pf->ht, as_lfht(n));
 	kvpi_pfx_node_retire(pf, s, n);
 }
 
-void kvpi_pfx_forget(struct kvp_prefix *pf, struct kvp_tslot *s, struct kvp_pside *e)
+void kvpi_pfx_forget(struct kvpi_prefix *pf, struct kvpi_tslot *s, struct kvpi_pside *e)
 {
 	if (!e->pub)
 		return;
@@ -146,7 +147,7 @@ void kvpi_pfx_forget(struct kvp_prefix *pf, struct kvp_tslot *s, struct kvp_psid
 	e->pub = NULL;
 }
 
-void kvpi_pfx_index_each(struct kvp_prefix *pf, void (*fn)(struct kvp_pnode *n, void *arg),
+void kvpi_pfx_index_each(struct kvpi_prefix *pf, void (*fn)(struct kvpi_pnode *n, void *arg),
                          void *arg)
 {
 	struct cds_lfht_iter it;
@@ -154,7 +155,7 @@ void kvpi_pfx_index_each(struct kvp_prefix *pf, void (*fn)(struct kvp_pnode *n, 
 	cds_lfht_first(pf->ht, &it);
 	while ((node = cds_lfht_iter_get_node(&it)) != NULL) {
 		cds_lfht_next(pf->ht, &it);
-		KVP_TSAN_ACQUIRE(node); /* as in node_match */
+		KVPI_TSAN_ACQUIRE(node); /* as in node_match */
 		fn(as_pnode(node), arg);
 	}
 }

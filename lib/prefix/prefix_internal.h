@@ -3,14 +3,14 @@
  *
  * A pool made with prefix_cache keeps, beside the ordinary block path:
  *
- *   - a side entry per block id (struct kvp_pside) in a two-level table that
- *     never moves (segments of KVP_SEG_BLOCKS entries, made with the pool's
+ *   - a side entry per block id (struct kvpi_pside) in a two-level table that
+ *     never moves (segments of KVPI_SEG_BLOCKS entries, made with the pool's
  *     growth under its grow mutex and published with a release store):
  *     hold count, XOR of the holders' owner ids, a version bumped by every
  *     locker that changes them (for lock-free readers), the node the block
  *     is published under, its LRU links and flags, and
  *     a hint of its position in its latest holder's hold array;
- *   - a lock bit in each block's state word (KVP_ST_LOCKED): the block's
+ *   - a lock bit in each block's state word (KVPI_ST_LOCKED): the block's
  *     prefix fields (hold count, holder XOR, owner, published node, LRU
  *     flags) change only while it is set, and the store that clears it
  *     also writes the block's next state.  Taking it is one CAS on the
@@ -23,7 +23,7 @@
  *     (or owned by an evictor); a deleted node is reused only after a grace
  *     period (lib/prefix/prefix_nodes.c: per-thread caches of nodes, and
  *     retired nodes passed to call_rcu in batches);
- *   - per stream, KVP_PFX_LRU_SHARDS LRU lists of cached blocks (mutex per
+ *   - per stream, KVPI_PFX_LRU_SHARDS LRU lists of cached blocks (mutex per
  *     shard; a block is cached on the shard of the thread whose release
  *     cached it, and an evictor looks in its own thread's shard first), each
  *     in order of its caching time (the coarse monotonic clock, made
@@ -37,9 +37,9 @@
  *     number of cached blocks per stream is kept apart, in one counter
  *     changed per block at once (the exhaustion decision reads it:
  *     lib/prefix/prefix_pool.c, "Exhaustion");
- *   - its own owner table (KVP_PFX_OWNER_SHARDS shards, mutex each): an
+ *   - its own owner table (KVPI_PFX_OWNER_SHARDS shards, mutex each): an
  *     owner record holds the ids it holds in an array, in hold order, with
- *     tombstones (KVP_NO_ID) compacted when they outnumber the live ids.
+ *     tombstones (KVPI_NO_ID) compacted when they outnumber the live ids.
  *     Records and their arrays are recycled per shard.
  *
  * Block states in prefix mode (state word bits, lib/pool/blocktable.h).
@@ -139,26 +139,26 @@
 #include "lib/base/rcu.h"
 #include "lib/base/spin.h"
 
-#define KVP_PFX_LRU_SHARDS    16u
-#define KVP_PFX_OWNER_SHARDS  256u
-#define KVP_PFX_COUNT_STRIPES 16u
+#define KVPI_PFX_LRU_SHARDS    16u
+#define KVPI_PFX_OWNER_SHARDS  256u
+#define KVPI_PFX_COUNT_STRIPES 16u
 /* Every this many evictions a thread compares its shard's oldest cached
  * block with the stream's, and takes the stream's oldest if it was cached
- * more than KVP_PFX_LRU_WINDOW_NS earlier (lib/prefix/prefix_lru.c). */
-#define KVP_PFX_GLOBAL_EVERY  8u
-#define KVP_PFX_LRU_WINDOW_NS 50000000u
-/* Side table: top level of KVP_PFX_TOP entries, each a segment directory of
- * KVP_PFX_MID segments of KVP_SEG_BLOCKS entries (2^31 ids in all). */
-#define KVP_PFX_MID_SHIFT 10u
-#define KVP_PFX_MID       (1u << KVP_PFX_MID_SHIFT)
-#define KVP_PFX_TOP       (1u << (31 - KVP_PFX_MID_SHIFT - KVP_SEG_SHIFT))
+ * more than KVPI_PFX_LRU_WINDOW_NS earlier (lib/prefix/prefix_lru.c). */
+#define KVPI_PFX_GLOBAL_EVERY  8u
+#define KVPI_PFX_LRU_WINDOW_NS 50000000u
+/* Side table: top level of KVPI_PFX_TOP entries, each a segment directory of
+ * KVPI_PFX_MID segments of KVPI_SEG_BLOCKS entries (2^31 ids in all). */
+#define KVPI_PFX_MID_SHIFT 10u
+#define KVPI_PFX_MID       (1u << KVPI_PFX_MID_SHIFT)
+#define KVPI_PFX_TOP       (1u << (31 - KVPI_PFX_MID_SHIFT - KVPI_SEG_SHIFT))
 /* Recycled owner records kept per shard. */
-#define KVP_PFX_SPARE_RECS 16u
+#define KVPI_PFX_SPARE_RECS 16u
 
-struct kvp_prefix;
+struct kvpi_prefix;
 
 /* One published key: a node of the index, owned by one block. */
-struct kvp_pnode {
+struct kvpi_pnode {
 	struct cds_lfht_node_room {
 		void *next;
 		unsigned long reverse_hash;
@@ -166,26 +166,26 @@ struct kvp_pnode {
 	/* What a lookup reads, in the node's first cache line with the link. */
 	kvp_hash key;
 	uint32_t id;
-	uint32_t stream;       /* stream tag (kvpi_stream_tag) */
-	struct kvp_prefix *pf; /* for the deferred callback */
+	uint32_t stream;        /* stream tag (kvpi_stream_tag) */
+	struct kvpi_prefix *pf; /* for the deferred callback */
 	/* Off the index (lib/prefix/prefix_nodes.c): the next node in a
 	 * thread's cache or a batch; and, in a batch's first node, the
 	 * next batch and the grace-period callback. */
-	struct kvp_pnode *next;
-	struct kvp_pnode *batch_next;
-	struct kvp_rcu_cb rcu;
+	struct kvpi_pnode *next;
+	struct kvpi_pnode *batch_next;
+	struct kvpi_rcu_cb rcu;
 } __attribute__((aligned(64))); /* a lookup's fields in one line of its own */
 
-/* Index nodes are allocated KVP_PFX_NODE_BATCH at a time, and retired to a
+/* Index nodes are allocated KVPI_PFX_NODE_BATCH at a time, and retired to a
  * grace period in batches of as many. */
-#define KVP_PFX_NODE_BATCH 64u
-struct kvp_pslab {
-	struct kvp_pnode nodes[KVP_PFX_NODE_BATCH];
-	struct kvp_pslab *next;
+#define KVPI_PFX_NODE_BATCH 64u
+struct kvpi_pslab {
+	struct kvpi_pnode nodes[KVPI_PFX_NODE_BATCH];
+	struct kvpi_pslab *next;
 };
 
 /* Per-block prefix state (see the table above). */
-struct kvp_pside {
+struct kvpi_pside {
 	_Atomic uint32_t holders;
 	_Atomic uint32_t version; /* bumped by every locker that changes holders or owner */
 	_Atomic uint32_t pos_hint;
@@ -195,7 +195,7 @@ struct kvp_pside {
 	 * the hand-out, while it holds the block exclusively. */
 	_Atomic uint32_t epoch;
 	_Atomic uint64_t owner_xor;
-	struct kvp_pnode *pub; /* the node the block is published under, or NULL */
+	struct kvpi_pnode *pub; /* the node the block is published under, or NULL */
 	uint64_t lru_seq;
 	uint32_t lru_prev, lru_next;
 	uint32_t lru_shard; /* the list it is on (while listed) */
@@ -217,75 +217,75 @@ static inline void kvpi_pfx_set_flag(_Atomic bool *f, bool v)
 	atomic_store_explicit(f, v, memory_order_relaxed);
 }
 
-struct kvp_plru {
+struct kvpi_plru {
 	pthread_mutex_t lock;
 	uint32_t head, tail;
 	uint64_t last_seq;         /* the largest caching time given out */
 	_Atomic uint64_t head_seq; /* UINT64_MAX when empty */
 } __attribute__((aligned(64)));
 
-struct kvp_pcount {
+struct kvpi_pcount {
 	_Atomic int64_t n[2];
 } __attribute__((aligned(64)));
 
-struct kvp_porec {
-	struct kvp_porec *next; /* bucket chain or spare list */
+struct kvpi_porec {
+	struct kvpi_porec *next; /* bucket chain or spare list */
 	kvp_owner key;
-	uint32_t *ids;   /* held ids in hold order; KVP_NO_ID = tombstone */
+	uint32_t *ids;   /* held ids in hold order; KVPI_NO_ID = tombstone */
 	uint32_t len;    /* entries used, tombstones included */
 	uint32_t cap;    /* entries allocated */
 	uint32_t count;  /* live entries: blocks held */
 	bool registered; /* by kvp_register_owner, not yet released */
 };
 
-struct kvp_poshard {
+struct kvpi_poshard {
 	pthread_mutex_t lock;
-	struct kvp_porec **buckets;
+	struct kvpi_porec **buckets;
 	uint32_t nbuckets; /* power of two */
 	uint32_t n;
-	struct kvp_porec *spare;
+	struct kvpi_porec *spare;
 	uint32_t n_spare;
 } __attribute__((aligned(64)));
 
-/* prefix.resets: kvp_prefix_reset adds KVP_PFX_RESET_START at its start
+/* prefix.resets: kvp_prefix_reset adds KVPI_PFX_RESET_START at its start
  * and takes 1 off at its end, so the high half counts resets begun and the
  * low half those running. */
-#define KVP_PFX_RESET_START ((1ull << 32) + 1)
+#define KVPI_PFX_RESET_START ((1ull << 32) + 1)
 
-struct kvp_prefix {
+struct kvpi_prefix {
 	struct cds_lfht *ht;
 	bool grow;                 /* the pool's grow_on_exhaustion (the pool's own flag is off) */
-	_Atomic uint64_t resets;   /* KVP_PFX_RESET_START above; read by every claim */
+	_Atomic uint64_t resets;   /* KVPI_PFX_RESET_START above; read by every claim */
 	_Atomic uint64_t deferred; /* node batches waiting for a grace period */
 	/* Index nodes (lib/prefix/prefix_nodes.c): batches past their grace
 	 * period, and every slab made. */
-	_Atomic(struct kvp_pnode *) ready __attribute__((aligned(64)));
-	_Atomic(struct kvp_pslab *) slabs;
+	_Atomic(struct kvpi_pnode *) ready __attribute__((aligned(64)));
+	_Atomic(struct kvpi_pslab *) slabs;
 	/* Cached blocks per stream: one counter, changed per block at once
 	 * (kvpi_pfx_count_one).  Not striped: the exhaustion decision needs
 	 * the count of one instant, and a sum of stripes read one by one is
 	 * no instant's count (a block counted in a stripe read late and
 	 * uncounted in one read early is missed).  Only cached[0] is used. */
-	struct kvp_pcount cached[KVP_PFX_COUNT_STRIPES] __attribute__((aligned(64)));
+	struct kvpi_pcount cached[KVPI_PFX_COUNT_STRIPES] __attribute__((aligned(64)));
 	/* Per stream: blocks reserved from the free stack by allocations that
 	 * may still give them back (low 32 bits), and how many give-backs
 	 * there were (high 32 bits): lib/prefix/prefix_pool.c, "Exhaustion". */
-	struct kvp_pcount pend __attribute__((aligned(64)));
-	_Atomic(_Atomic(struct kvp_pside *) *) top[KVP_PFX_TOP];
-	struct kvp_plru lru[2][KVP_PFX_LRU_SHARDS];
-	struct kvp_poshard osh[KVP_PFX_OWNER_SHARDS];
+	struct kvpi_pcount pend __attribute__((aligned(64)));
+	_Atomic(_Atomic(struct kvpi_pside *) *) top[KVPI_PFX_TOP];
+	struct kvpi_plru lru[2][KVPI_PFX_LRU_SHARDS];
+	struct kvpi_poshard osh[KVPI_PFX_OWNER_SHARDS];
 };
 
 /* The side entry of @id: created (below kvp_pool_n_ids or from a free stack). */
-static inline struct kvp_pside *kvpi_pfx_side(struct kvp_prefix *pf, uint32_t id)
+static inline struct kvpi_pside *kvpi_pfx_side(struct kvpi_prefix *pf, uint32_t id)
 {
 	/* acquire (both): pairs with the release stores of kvpi_pfx_extend, so
 	 * the entries initialised before publication are seen. */
-	_Atomic(struct kvp_pside *) *mid = atomic_load_explicit(
-	    &pf->top[id >> (KVP_PFX_MID_SHIFT + KVP_SEG_SHIFT)], memory_order_acquire);
-	struct kvp_pside *seg = atomic_load_explicit(
-	    &mid[(id >> KVP_SEG_SHIFT) & (KVP_PFX_MID - 1)], memory_order_acquire);
-	return &seg[id & KVP_SEG_MASK];
+	_Atomic(struct kvpi_pside *) *mid = atomic_load_explicit(
+	    &pf->top[id >> (KVPI_PFX_MID_SHIFT + KVPI_SEG_SHIFT)], memory_order_acquire);
+	struct kvpi_pside *seg = atomic_load_explicit(
+	    &mid[(id >> KVPI_SEG_SHIFT) & (KVPI_PFX_MID - 1)], memory_order_acquire);
+	return &seg[id & KVPI_SEG_MASK];
 }
 
 /*
@@ -296,7 +296,7 @@ static inline struct kvp_pside *kvpi_pfx_side(struct kvp_prefix *pf, uint32_t id
  * race test can widen the window before it (lib/prefix/prefix_cas.c: in a
  * file of its own, so that no caller inlines it).
  */
-bool kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
+bool kvpi_pfx_cas(struct kvpi_block *b, uint64_t st, uint64_t nst);
 
 /*
  * kvpi_pfx_lock - lock block @b when @ok(@st, @arg) accepts its state
@@ -305,19 +305,19 @@ bool kvpi_pfx_cas(struct kvp_block *b, uint64_t st, uint64_t nst);
  * (LOCKED clear in the value returned), or 0 when @ok refused the state
  * (then nothing is locked; *@seen gets the state refused).
  */
-static inline uint64_t kvpi_pfx_lock(struct kvp_block *b, bool (*ok)(uint64_t st, const void *arg),
+static inline uint64_t kvpi_pfx_lock(struct kvpi_block *b, bool (*ok)(uint64_t st, const void *arg),
                                      const void *arg, uint64_t *seen)
 {
 	struct kvpi_spin spin = {0};
 	for (;;) {
 		/* acquire: see what the last unlocker (or hand-out) wrote. */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-		if (!(st & KVP_ST_LOCKED)) {
+		if (!(st & KVPI_ST_LOCKED)) {
 			if (!ok(st, arg)) {
 				*seen = st;
 				return 0;
 			}
-			if (kvpi_pfx_cas(b, st, st | KVP_ST_LOCKED))
+			if (kvpi_pfx_cas(b, st, st | KVPI_ST_LOCKED))
 				return st;
 			continue;
 		}
@@ -326,16 +326,16 @@ static inline uint64_t kvpi_pfx_lock(struct kvp_block *b, bool (*ok)(uint64_t st
 }
 
 /* kvpi_pfx_unlock - leave block @b's lock, its state now @st */
-static inline void kvpi_pfx_unlock(struct kvp_block *b, uint64_t st)
+static inline void kvpi_pfx_unlock(struct kvpi_block *b, uint64_t st)
 {
 	/* release: whoever locks or reads the word next (acquire) sees every
 	 * prefix field written under the lock, and the holders' writes. */
-	atomic_store_explicit(&b->state, st & ~KVP_ST_LOCKED, memory_order_release);
+	atomic_store_explicit(&b->state, st & ~KVPI_ST_LOCKED, memory_order_release);
 }
 
 /* A locker about to change @e's holders or the block's owner: readers that
  * straddle the change see the version move (kvpi_pfx_snapshot). */
-static inline void kvpi_pfx_bump(struct kvp_pside *e)
+static inline void kvpi_pfx_bump(struct kvpi_pside *e)
 {
 	/* relaxed load: only lockers write it.  release store: a reader that
 	 * sees the new version (acquire) sees the lock taken, hence LOCKED or
@@ -351,8 +351,8 @@ static inline void kvpi_pfx_bump(struct kvp_pside *e)
  * count without its lock: retries while it is locked, or while the state
  * or @e's version moved during the read.
  */
-static inline uint64_t kvpi_pfx_snapshot(struct kvp_block *b, struct kvp_pside *e, kvp_owner *owner,
-                                         uint32_t *holders)
+static inline uint64_t kvpi_pfx_snapshot(struct kvpi_block *b, struct kvpi_pside *e,
+                                         kvp_owner *owner, uint32_t *holders)
 {
 	struct kvpi_spin spin = {0};
 	for (;;) {
@@ -360,7 +360,7 @@ static inline uint64_t kvpi_pfx_snapshot(struct kvp_block *b, struct kvp_pside *
 		 * unlock's (or hand-out's) release store. */
 		uint32_t v = atomic_load_explicit(&e->version, memory_order_acquire);
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-		if (!(st & KVP_ST_LOCKED)) {
+		if (!(st & KVPI_ST_LOCKED)) {
 			/* relaxed: validated by the re-reads below. */
 			*owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
 			*holders = atomic_load_explicit(&e->holders, memory_order_relaxed);
@@ -376,11 +376,11 @@ static inline uint64_t kvpi_pfx_snapshot(struct kvp_block *b, struct kvp_pside *
 }
 
 /* The calling thread's LRU shard and count stripe: slots made one after
- * another get different ones (up to KVP_PFX_LRU_SHARDS threads). */
-static inline uint32_t kvpi_pfx_home(const struct kvp_tslot *s)
+ * another get different ones (up to KVPI_PFX_LRU_SHARDS threads). */
+static inline uint32_t kvpi_pfx_home(const struct kvpi_tslot *s)
 {
-	_Static_assert(KVP_PFX_COUNT_STRIPES == KVP_PFX_LRU_SHARDS, "one home index for both");
-	return s->idx % KVP_PFX_LRU_SHARDS;
+	_Static_assert(KVPI_PFX_COUNT_STRIPES == KVPI_PFX_LRU_SHARDS, "one home index for both");
+	return s->idx % KVPI_PFX_LRU_SHARDS;
 }
 
 /*
@@ -391,7 +391,7 @@ static inline uint32_t kvpi_pfx_home(const struct kvp_tslot *s)
  * (acquire) sees what the caller did before (an evicted block's push onto
  * the free stack, lib/prefix/prefix_pool.c "Exhaustion").
  */
-static inline void kvpi_pfx_count_one(struct kvp_prefix *pf, int si, int64_t d)
+static inline void kvpi_pfx_count_one(struct kvpi_prefix *pf, int si, int64_t d)
 {
 	if (d)
 		atomic_fetch_add_explicit(&pf->cached[0].n[si], d, memory_order_release);
@@ -414,41 +414,41 @@ static inline int kvpi_pfx_si(const struct kvp_pool *p, uint64_t st)
 int kvpi_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg);
 void kvpi_pfx_destroy(struct kvp_pool *p);
 /* Side entries for ids below @n_ids; grow mutex held (or creation).  0 or -1. */
-int kvpi_pfx_extend(struct kvp_prefix *pf, uint32_t n_ids);
+int kvpi_pfx_extend(struct kvpi_prefix *pf, uint32_t n_ids);
 
 /* lib/prefix/prefix_index.c: the key index.  All in a read-side section. */
-int kvpi_pfx_index_init(struct kvp_prefix *pf, uint32_t n_blocks);
-void kvpi_pfx_index_destroy(struct kvp_prefix *pf);
-struct kvp_pnode *kvpi_pfx_index_lookup(struct kvp_prefix *pf, uint32_t stream,
-                                        const kvp_hash *key);
+int kvpi_pfx_index_init(struct kvpi_prefix *pf, uint32_t n_blocks);
+void kvpi_pfx_index_destroy(struct kvpi_prefix *pf);
+struct kvpi_pnode *kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream,
+                                         const kvp_hash *key);
 /* Add @n; returns NULL, or the node already published under its key. */
-struct kvp_pnode *kvpi_pfx_index_add(struct kvp_prefix *pf, struct kvp_pnode *n);
+struct kvpi_pnode *kvpi_pfx_index_add(struct kvpi_prefix *pf, struct kvpi_pnode *n);
 /* Delete @n (block locked or EVICTING); retired to a grace period by @s's thread. */
-void kvpi_pfx_index_del(struct kvp_prefix *pf, struct kvp_tslot *s, struct kvp_pnode *n);
+void kvpi_pfx_index_del(struct kvpi_prefix *pf, struct kvpi_tslot *s, struct kvpi_pnode *n);
 /* Call @fn on every node in the index (read-side section; @fn may delete it). */
-void kvpi_pfx_index_each(struct kvp_prefix *pf, void (*fn)(struct kvp_pnode *n, void *arg),
+void kvpi_pfx_index_each(struct kvpi_prefix *pf, void (*fn)(struct kvpi_pnode *n, void *arg),
                          void *arg);
 /* Forget the key of block @e: locked, or EVICTING. */
-void kvpi_pfx_forget(struct kvp_prefix *pf, struct kvp_tslot *s, struct kvp_pside *e);
+void kvpi_pfx_forget(struct kvpi_prefix *pf, struct kvpi_tslot *s, struct kvpi_pside *e);
 
 /* lib/prefix/prefix_nodes.c: index nodes.  @s is the calling thread's slot. */
 /* A free node, from @s's cache, the ready batches or a new slab (NULL: no memory). */
-struct kvp_pnode *kvpi_pfx_node_get(struct kvp_prefix *pf, struct kvp_tslot *s);
+struct kvpi_pnode *kvpi_pfx_node_get(struct kvpi_prefix *pf, struct kvpi_tslot *s);
 /* Give back a node that never was in the index (reusable at once). */
-void kvpi_pfx_node_put(struct kvp_tslot *s, struct kvp_pnode *n);
+void kvpi_pfx_node_put(struct kvpi_tslot *s, struct kvpi_pnode *n);
 /* A node deleted from the index (in a read-side section): reusable after a grace period. */
-void kvpi_pfx_node_retire(struct kvp_prefix *pf, struct kvp_tslot *s, struct kvp_pnode *n);
+void kvpi_pfx_node_retire(struct kvpi_prefix *pf, struct kvpi_tslot *s, struct kvpi_pnode *n);
 /* Wait for retired batches in flight and free every node (index destroyed). */
-void kvpi_pfx_nodes_destroy(struct kvp_prefix *pf);
+void kvpi_pfx_nodes_destroy(struct kvpi_prefix *pf);
 
 /* lib/prefix/prefix_lru.c: LRU lists of cached blocks. */
-void kvpi_pfx_lru_init(struct kvp_prefix *pf);
-void kvpi_pfx_lru_destroy(struct kvp_prefix *pf);
+void kvpi_pfx_lru_init(struct kvpi_prefix *pf);
+void kvpi_pfx_lru_destroy(struct kvpi_prefix *pf);
 /* Put @id at the tail of the calling thread's list (block locked, on no list). */
-void kvpi_pfx_lru_insert(struct kvp_prefix *pf, const struct kvp_tslot *s, int si, uint32_t id);
+void kvpi_pfx_lru_insert(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int si, uint32_t id);
 /* Take @id off its list if it is on one (block locked). */
-void kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id);
-uint64_t kvpi_pfx_n_cached(struct kvp_prefix *pf, int si);
+void kvpi_pfx_lru_unlink(struct kvpi_prefix *pf, int si, uint32_t id);
+uint64_t kvpi_pfx_n_cached(struct kvpi_prefix *pf, int si);
 /*
  * Evict cached blocks of stream @si in two steps, each block the least
  * recently cached of the calling thread's shard or of the stream
@@ -459,16 +459,17 @@ uint64_t kvpi_pfx_n_cached(struct kvp_prefix *pf, int si);
  * as they were (unclaim: same list, same caching time, findable again).  In
  * a read-side section.
  */
-uint32_t kvpi_pfx_claim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n);
-void kvpi_pfx_commit(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
+uint32_t kvpi_pfx_claim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
+                        uint32_t n);
+void kvpi_pfx_commit(struct kvp_pool *p, struct kvpi_tslot *s, int si, const uint32_t *ids,
                      uint32_t n);
 /* Commit without the cached count: the caller takes @n off it
  * (kvpi_pfx_count_one) once the blocks are pushed on the free stack. */
-void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvp_tslot *s, const uint32_t *ids,
+void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvpi_tslot *s, const uint32_t *ids,
                                uint32_t n);
 /* Evict up to @n cached blocks onto the free stack (reset, shrink): pushed
  * before the cached count drops.  Returns how many. */
-uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
+uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
                                  uint32_t n);
 /*
  * Unclaim: @resets0 is prefix.resets as read (acquire) before the claim.  If
@@ -476,24 +477,24 @@ uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvp_tslot *s, int si
  * over (they were on no list), so they are evicted instead, as the reset
  * would have (keys forgotten, counted, pushed on the free stack).
  */
-void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n,
+void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids, uint32_t n,
                       uint64_t resets0);
 
 /* lib/prefix/prefix_owner.c: the prefix owner table. */
-int kvpi_pfx_owners_init(struct kvp_prefix *pf);
-void kvpi_pfx_owners_destroy(struct kvp_prefix *pf);
-struct kvp_poshard *kvpi_pfx_oshard(struct kvp_prefix *pf, kvp_owner key);
-struct kvp_porec *kvpi_pfx_ofind(struct kvp_poshard *sh, kvp_owner key);
-struct kvp_porec *kvpi_pfx_oinsert(struct kvp_poshard *sh, kvp_owner key);
-void kvpi_pfx_oremove(struct kvp_poshard *sh, struct kvp_porec *r);
+int kvpi_pfx_owners_init(struct kvpi_prefix *pf);
+void kvpi_pfx_owners_destroy(struct kvpi_prefix *pf);
+struct kvpi_poshard *kvpi_pfx_oshard(struct kvpi_prefix *pf, kvp_owner key);
+struct kvpi_porec *kvpi_pfx_ofind(struct kvpi_poshard *sh, kvp_owner key);
+struct kvpi_porec *kvpi_pfx_oinsert(struct kvpi_poshard *sh, kvp_owner key);
+void kvpi_pfx_oremove(struct kvpi_poshard *sh, struct kvpi_porec *r);
 /* Room for @extra more ids in @r (compacting first); 0 or -1 (no memory). */
-int kvpi_pfx_oreserve(struct kvp_prefix *pf, struct kvp_porec *r, uint32_t extra);
+int kvpi_pfx_oreserve(struct kvpi_prefix *pf, struct kvpi_porec *r, uint32_t extra);
 /* Append @id (room reserved). */
-void kvpi_pfx_oappend(struct kvp_prefix *pf, struct kvp_porec *r, uint32_t id);
+void kvpi_pfx_oappend(struct kvpi_prefix *pf, struct kvpi_porec *r, uint32_t id);
 /* Position of @id in @r, or -1. */
-int64_t kvpi_pfx_ofind_pos(struct kvp_prefix *pf, const struct kvp_porec *r, uint32_t id);
+int64_t kvpi_pfx_ofind_pos(struct kvpi_prefix *pf, const struct kvpi_porec *r, uint32_t id);
 /* Tombstone position @pos. */
-void kvpi_pfx_oremove_at(struct kvp_porec *r, uint32_t pos);
+void kvpi_pfx_oremove_at(struct kvpi_porec *r, uint32_t pos);
 
 /*
  * lib/prefix/prefix_pool.c: the pool calls in prefix mode (dispatched from the pool).
@@ -502,12 +503,12 @@ void kvpi_pfx_oremove_at(struct kvp_porec *r, uint32_t pos);
  * so the plain pool's fast paths are laid out and inlined as if the
  * prefix hooks were not there (bench/prefix_offcost.sh measures it).
  */
-#define KVP_PFX_COLD __attribute__((cold))
-KVP_PFX_COLD int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner owner,
-                                   kvp_format format, kvp_ref *refs, uint32_t nb);
-KVP_PFX_COLD int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref *out);
-KVP_PFX_COLD int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n);
-KVP_PFX_COLD int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner);
+#define KVPI_PFX_COLD __attribute__((cold))
+KVPI_PFX_COLD int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner owner,
+                                    kvp_format format, kvp_ref *refs, uint32_t nb);
+KVPI_PFX_COLD int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref *out);
+KVPI_PFX_COLD int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n);
+KVPI_PFX_COLD int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner);
 int kvpi_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n);
 int kvpi_pfx_blocks_for(struct kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size_t *n);
 int kvpi_pfx_register_owner(struct kvp_pool *p, kvp_owner owner);
@@ -515,7 +516,7 @@ int kvpi_pfx_release_owner(struct kvp_pool *p, kvp_owner owner);
 int kvpi_pfx_shrink(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
 int kvpi_pfx_block_get(struct kvp_pool *p, kvp_ref ref, kvp_block_info *out);
 /* Take @k blocks of @si: uncached free ones, then evicted, then growth. */
-int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
+int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
                         uint32_t k);
 
 #endif /* KVPOOL_LIB_PREFIX_INTERNAL_H */

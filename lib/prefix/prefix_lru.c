@@ -1,7 +1,7 @@
 /*
  * lib/prefix/prefix_lru.c - cached blocks, least recently cached first.
  *
- * Per stream, KVP_PFX_LRU_SHARDS doubly linked lists through the blocks'
+ * Per stream, KVPI_PFX_LRU_SHARDS doubly linked lists through the blocks'
  * side entries, each under its own mutex.  Each thread has a home shard
  * (its slot's, kvpi_pfx_home): the release that caches a block puts it on
  * the releasing thread's shard, and the block stays on that shard until it
@@ -22,8 +22,8 @@
  * shard mostly touches blocks its own thread cached.  So an eviction looks
  * in the home shard (local), except that one whose home shard has nothing
  * to take takes the stream's oldest block (global), and so does every
- * KVP_PFX_GLOBAL_EVERY-th eviction of a thread if the stream's oldest block
- * was cached more than KVP_PFX_LRU_WINDOW_NS before its home shard's:
+ * KVPI_PFX_GLOBAL_EVERY-th eviction of a thread if the stream's oldest block
+ * was cached more than KVPI_PFX_LRU_WINDOW_NS before its home shard's:
  * blocks cached by threads that no longer evict still age out, and while
  * the threads' shards are about as old, no thread reaches into another's
  * (reading the other shards' head stamps costs a miss per busy shard, so it
@@ -88,26 +88,26 @@
 #include "lib/base/spin.h"
 #include "lib/prefix/prefix_internal.h"
 
-void kvpi_pfx_lru_init(struct kvp_prefix *pf)
+void kvpi_pfx_lru_init(struct kvpi_prefix *pf)
 {
 	for (int si = 0; si < 2; si++)
-		for (uint32_t i = 0; i < KVP_PFX_LRU_SHARDS; i++) {
-			struct kvp_plru *l = &pf->lru[si][i];
+		for (uint32_t i = 0; i < KVPI_PFX_LRU_SHARDS; i++) {
+			struct kvpi_plru *l = &pf->lru[si][i];
 			pthread_mutex_init(&l->lock, NULL);
-			l->head = l->tail = KVP_NO_ID;
+			l->head = l->tail = KVPI_NO_ID;
 			atomic_init(&l->head_seq, UINT64_MAX);
 		}
 }
 
-void kvpi_pfx_lru_destroy(struct kvp_prefix *pf)
+void kvpi_pfx_lru_destroy(struct kvpi_prefix *pf)
 {
 	for (int si = 0; si < 2; si++)
-		for (uint32_t i = 0; i < KVP_PFX_LRU_SHARDS; i++)
+		for (uint32_t i = 0; i < KVPI_PFX_LRU_SHARDS; i++)
 			pthread_mutex_destroy(&pf->lru[si][i].lock);
 }
 
 /* The list block @id is on (listed; block locked or shard mutex held). */
-static struct kvp_plru *shard_of(struct kvp_prefix *pf, int si, uint32_t id)
+static struct kvpi_plru *shard_of(struct kvpi_prefix *pf, int si, uint32_t id)
 {
 	return &pf->lru[si][kvpi_pfx_side(pf, id)->lru_shard];
 }
@@ -119,7 +119,7 @@ static struct kvp_plru *shard_of(struct kvp_prefix *pf, int si, uint32_t id)
  * (evictors taking consecutive oldest blocks, or an evictor and a release
  * caching into the shard it evicted from); after the spin, sleep.
  */
-static void lru_lock(struct kvp_plru *l)
+static void lru_lock(struct kvpi_plru *l)
 {
 	struct kvpi_spin spin = {0};
 	while (pthread_mutex_trylock(&l->lock) != 0) {
@@ -133,11 +133,11 @@ static void lru_lock(struct kvp_plru *l)
 
 /* relaxed stores: head_seq and n are hints for scans, kept exact under the
  * shard mutex; nothing else is published through them. */
-static void set_head(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id)
+static void set_head(struct kvpi_prefix *pf, struct kvpi_plru *l, uint32_t id)
 {
 	l->head = id;
 	atomic_store_explicit(&l->head_seq,
-	                      id == KVP_NO_ID ? UINT64_MAX : kvpi_pfx_side(pf, id)->lru_seq,
+	                      id == KVPI_NO_ID ? UINT64_MAX : kvpi_pfx_side(pf, id)->lru_seq,
 	                      memory_order_relaxed);
 }
 
@@ -149,7 +149,7 @@ static void set_head(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id)
 
 /* The next caching time of shard @l (its mutex held): the clock, but always
  * above the shard's previous stamp. */
-static uint64_t caching_time(struct kvp_plru *l)
+static uint64_t caching_time(struct kvpi_plru *l)
 {
 	struct timespec ts;
 	uint64_t now = 0;
@@ -160,18 +160,18 @@ static uint64_t caching_time(struct kvp_plru *l)
 }
 
 /* Shard mutex held; @id, its caching time set, on no list: link it between
- * @prev and @next, neighbours on @l (KVP_NO_ID at an end). */
-static void link_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id, uint32_t prev,
+ * @prev and @next, neighbours on @l (KVPI_NO_ID at an end). */
+static void link_locked(struct kvpi_prefix *pf, struct kvpi_plru *l, uint32_t id, uint32_t prev,
                         uint32_t next)
 {
-	struct kvp_pside *e = kvpi_pfx_side(pf, id);
+	struct kvpi_pside *e = kvpi_pfx_side(pf, id);
 	e->lru_prev = prev;
 	e->lru_next = next;
-	if (prev == KVP_NO_ID)
+	if (prev == KVPI_NO_ID)
 		set_head(pf, l, id);
 	else
 		kvpi_pfx_side(pf, prev)->lru_next = id;
-	if (next == KVP_NO_ID)
+	if (next == KVPI_NO_ID)
 		l->tail = id;
 	else
 		kvpi_pfx_side(pf, next)->lru_prev = id;
@@ -180,52 +180,52 @@ static void link_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id, 
 }
 
 /* Shard mutex held; @id on no list: at the tail, cached now. */
-static void append_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id)
+static void append_locked(struct kvpi_prefix *pf, struct kvpi_plru *l, uint32_t id)
 {
-	struct kvp_pside *e = kvpi_pfx_side(pf, id);
+	struct kvpi_pside *e = kvpi_pfx_side(pf, id);
 	e->lru_seq = caching_time(l);
-	e->lru_shard = (uint32_t)(l - pf->lru[0]) % KVP_PFX_LRU_SHARDS;
-	link_locked(pf, l, id, l->tail, KVP_NO_ID);
+	e->lru_shard = (uint32_t)(l - pf->lru[0]) % KVPI_PFX_LRU_SHARDS;
+	link_locked(pf, l, id, l->tail, KVPI_NO_ID);
 }
 
 /* Shard mutex held; @id listed. */
-static void unlink_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id)
+static void unlink_locked(struct kvpi_prefix *pf, struct kvpi_plru *l, uint32_t id)
 {
-	struct kvp_pside *e = kvpi_pfx_side(pf, id);
-	if (e->lru_prev == KVP_NO_ID)
+	struct kvpi_pside *e = kvpi_pfx_side(pf, id);
+	if (e->lru_prev == KVPI_NO_ID)
 		set_head(pf, l, e->lru_next);
 	else
 		kvpi_pfx_side(pf, e->lru_prev)->lru_next = e->lru_next;
-	if (e->lru_next == KVP_NO_ID)
+	if (e->lru_next == KVPI_NO_ID)
 		l->tail = e->lru_prev;
 	else
 		kvpi_pfx_side(pf, e->lru_next)->lru_prev = e->lru_prev;
-	e->lru_prev = e->lru_next = KVP_NO_ID;
+	e->lru_prev = e->lru_next = KVPI_NO_ID;
 	kvpi_pfx_set_flag(&e->listed, false);
 	kvpi_pfx_set_flag(&e->stale, false);
 }
 
-void kvpi_pfx_lru_insert(struct kvp_prefix *pf, const struct kvp_tslot *s, int si, uint32_t id)
+void kvpi_pfx_lru_insert(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int si, uint32_t id)
 {
-	struct kvp_plru *l = &pf->lru[si][kvpi_pfx_home(s)];
+	struct kvpi_plru *l = &pf->lru[si][kvpi_pfx_home(s)];
 	lru_lock(l);
 	append_locked(pf, l, id);
 	pthread_mutex_unlock(&l->lock);
 }
 
-void kvpi_pfx_lru_unlink(struct kvp_prefix *pf, int si, uint32_t id)
+void kvpi_pfx_lru_unlink(struct kvpi_prefix *pf, int si, uint32_t id)
 {
 	/* listed and lru_shard change only under the shard mutex and the
 	 * block's lock, which we hold: both stay as read here. */
 	if (!kvpi_pfx_flag(&kvpi_pfx_side(pf, id)->listed))
 		return;
-	struct kvp_plru *l = shard_of(pf, si, id);
+	struct kvpi_plru *l = shard_of(pf, si, id);
 	lru_lock(l);
 	unlink_locked(pf, l, id);
 	pthread_mutex_unlock(&l->lock);
 }
 
-uint64_t kvpi_pfx_n_cached(struct kvp_prefix *pf, int si)
+uint64_t kvpi_pfx_n_cached(struct kvpi_prefix *pf, int si)
 {
 	/* acquire: pairs with kvpi_pfx_count_one's release (one counter: the
 	 * count of one instant, never below the blocks cached and unheld). */
@@ -237,20 +237,20 @@ uint64_t kvpi_pfx_n_cached(struct kvp_prefix *pf, int si)
  * Walk shard @l, its mutex held, from the head: take the first cached block
  * that no match took since it was listed, fixing the place of held and
  * stale blocks on the way, and stop at a block listed after @bound.
- * Returns that block, off the list and in EVICTING, or KVP_NO_ID; the
+ * Returns that block, off the list and in EVICTING, or KVPI_NO_ID; the
  * mutex stays held.
  */
-static uint32_t walk_locked(struct kvp_pool *p, struct kvp_plru *l, uint64_t bound)
+static uint32_t walk_locked(struct kvp_pool *p, struct kvpi_plru *l, uint64_t bound)
 {
-	struct kvp_prefix *pf = p->prefix;
+	struct kvpi_prefix *pf = p->prefix;
 	/* The blocks this walk moves to the tail are stamped above this. */
 	uint64_t moved_above = l->last_seq;
-	for (uint32_t id = l->head; id != KVP_NO_ID;) {
-		struct kvp_pside *e = kvpi_pfx_side(pf, id);
+	for (uint32_t id = l->head; id != KVPI_NO_ID;) {
+		struct kvpi_pside *e = kvpi_pfx_side(pf, id);
 		if (e->lru_seq > bound)
 			break; /* another shard may now hold an older block */
 		uint32_t next = e->lru_next;
-		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+		struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 		/* acquire: see the state its last holder or locker left, and
 		 * the stale flag written before that release. */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
@@ -259,12 +259,12 @@ static uint32_t walk_locked(struct kvp_pool *p, struct kvp_plru *l, uint64_t bou
 		 * (EVICTING, CACHED again in a moment, kvpi_pfx_unclaim): leave
 		 * it too.  The release that frees a listed block takes it off
 		 * first.) */
-		if ((st & KVP_ST_LOCKED) || !(st & (KVP_ST_IN_USE | KVP_ST_CACHED))) {
+		if ((st & KVPI_ST_LOCKED) || !(st & (KVPI_ST_IN_USE | KVPI_ST_CACHED))) {
 			id = next;
 			continue;
 		}
-		if ((st & KVP_ST_CACHED) && !kvpi_pfx_flag(&e->stale)) {
-			if (kvpi_pfx_cas(b, st, (st & ~KVP_ST_CACHED) | KVP_ST_EVICTING)) {
+		if ((st & KVPI_ST_CACHED) && !kvpi_pfx_flag(&e->stale)) {
+			if (kvpi_pfx_cas(b, st, (st & ~KVPI_ST_CACHED) | KVPI_ST_EVICTING)) {
 				unlink_locked(pf, l, id);
 				return id;
 			}
@@ -277,30 +277,30 @@ static uint32_t walk_locked(struct kvp_pool *p, struct kvp_plru *l, uint64_t bou
 		/* Stale again since this walk moved it: leave it.  Moving it
 		 * again would meet it again, and the walk would last as long as
 		 * matches keep taking and letting go of the blocks it moved. */
-		if ((st & KVP_ST_CACHED) && e->lru_seq > moved_above) {
+		if ((st & KVPI_ST_CACHED) && e->lru_seq > moved_above) {
 			id = next;
 			continue;
 		}
 		/* Held, or stale: fix its place under its lock, tried once. */
-		if (kvpi_pfx_cas(b, st, st | KVP_ST_LOCKED)) {
+		if (kvpi_pfx_cas(b, st, st | KVPI_ST_LOCKED)) {
 			unlink_locked(pf, l, id);
-			if (st & KVP_ST_CACHED) /* stale: as if cached now */
+			if (st & KVPI_ST_CACHED) /* stale: as if cached now */
 				append_locked(pf, l, id);
 			kvpi_pfx_unlock(b, st);
 		}
 		id = next;
 	}
-	return KVP_NO_ID;
+	return KVPI_NO_ID;
 }
 
 /* A local eviction: the oldest block shard @home of stream @si has to give. */
 static uint32_t evict_local(struct kvp_pool *p, int si, uint32_t home)
 {
-	struct kvp_plru *l = &p->prefix->lru[si][home];
+	struct kvpi_plru *l = &p->prefix->lru[si][home];
 	/* relaxed: a hint; an empty shard is passed over without its mutex,
 	 * and the global eviction that follows looks again. */
 	if (atomic_load_explicit(&l->head_seq, memory_order_relaxed) == UINT64_MAX)
-		return KVP_NO_ID;
+		return KVPI_NO_ID;
 	lru_lock(l);
 	uint32_t id = walk_locked(p, l, UINT64_MAX);
 	pthread_mutex_unlock(&l->lock);
@@ -308,15 +308,15 @@ static uint32_t evict_local(struct kvp_pool *p, int si, uint32_t home)
 }
 
 /* A global eviction: the least recently cached block of stream @si, off its
- * list, its state now EVICTING; KVP_NO_ID when no block is cached. */
+ * list, its state now EVICTING; KVPI_NO_ID when no block is cached. */
 static uint32_t evict_global(struct kvp_pool *p, int si)
 {
-	struct kvp_prefix *pf = p->prefix;
+	struct kvpi_prefix *pf = p->prefix;
 	struct kvpi_spin spin = {0};
 	for (;;) {
 		uint64_t m1 = UINT64_MAX, m2 = UINT64_MAX;
 		int best = -1;
-		for (uint32_t i = 0; i < KVP_PFX_LRU_SHARDS; i++) {
+		for (uint32_t i = 0; i < KVPI_PFX_LRU_SHARDS; i++) {
 			/* relaxed: a hint, checked under the shard mutex below. */
 			uint64_t v =
 			    atomic_load_explicit(&pf->lru[si][i].head_seq, memory_order_relaxed);
@@ -329,12 +329,12 @@ static uint32_t evict_global(struct kvp_pool *p, int si)
 			}
 		}
 		if (best < 0)
-			return KVP_NO_ID;
-		struct kvp_plru *l = &pf->lru[si][best];
+			return KVPI_NO_ID;
+		struct kvpi_plru *l = &pf->lru[si][best];
 		lru_lock(l);
 		uint32_t id = walk_locked(p, l, m2);
 		pthread_mutex_unlock(&l->lock);
-		if (id != KVP_NO_ID)
+		if (id != KVPI_NO_ID)
 			return id;
 		kvpi_spin_wait(&spin);
 	}
@@ -342,44 +342,44 @@ static uint32_t evict_global(struct kvp_pool *p, int si)
 
 /* Whether the stream's oldest cached block was cached more than the window
  * before the oldest of shard @home (also when @home is empty). */
-static bool home_too_young(struct kvp_prefix *pf, int si, uint32_t home)
+static bool home_too_young(struct kvpi_prefix *pf, int si, uint32_t home)
 {
 	uint64_t oldest = UINT64_MAX;
-	for (uint32_t i = 0; i < KVP_PFX_LRU_SHARDS; i++) {
+	for (uint32_t i = 0; i < KVPI_PFX_LRU_SHARDS; i++) {
 		/* relaxed: hints, as in evict_global. */
 		uint64_t v = atomic_load_explicit(&pf->lru[si][i].head_seq, memory_order_relaxed);
 		oldest = v < oldest ? v : oldest;
 	}
 	uint64_t mine = atomic_load_explicit(&pf->lru[si][home].head_seq, memory_order_relaxed);
 	return oldest != UINT64_MAX &&
-	       (mine == UINT64_MAX || mine - oldest > KVP_PFX_LRU_WINDOW_NS);
+	       (mine == UINT64_MAX || mine - oldest > KVPI_PFX_LRU_WINDOW_NS);
 }
 
 /* Local, except when the home shard has nothing to give, and when every
- * KVP_PFX_GLOBAL_EVERY-th eviction of the thread finds the stream's oldest
+ * KVPI_PFX_GLOBAL_EVERY-th eviction of the thread finds the stream's oldest
  * block more than the window older than its shard's. */
-static uint32_t evict_one(struct kvp_pool *p, struct kvp_tslot *s, int si)
+static uint32_t evict_one(struct kvp_pool *p, struct kvpi_tslot *s, int si)
 {
 	uint32_t home = kvpi_pfx_home(s);
-	uint32_t id = KVP_NO_ID;
-	if (++s->pfx_evictions % KVP_PFX_GLOBAL_EVERY != 0 || !home_too_young(p->prefix, si, home))
+	uint32_t id = KVPI_NO_ID;
+	if (++s->pfx_evictions % KVPI_PFX_GLOBAL_EVERY != 0 || !home_too_young(p->prefix, si, home))
 		id = evict_local(p, si, home);
-	return id != KVP_NO_ID ? id : evict_global(p, si);
+	return id != KVPI_NO_ID ? id : evict_global(p, si);
 }
 
-uint32_t kvpi_pfx_claim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n)
+uint32_t kvpi_pfx_claim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids, uint32_t n)
 {
 	uint32_t got = 0;
 	while (got < n) {
 		uint32_t id = evict_one(p, s, si);
-		if (id == KVP_NO_ID)
+		if (id == KVPI_NO_ID)
 			break;
 		ids[got++] = id;
 	}
 	return got;
 }
 
-void kvpi_pfx_commit(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint32_t *ids,
+void kvpi_pfx_commit(struct kvp_pool *p, struct kvpi_tslot *s, int si, const uint32_t *ids,
                      uint32_t n)
 {
 	kvpi_pfx_commit_uncounted(p, s, ids, n);
@@ -387,12 +387,12 @@ void kvpi_pfx_commit(struct kvp_pool *p, struct kvp_tslot *s, int si, const uint
 	kvpi_pfx_count_one(p->prefix, si, -(int64_t)n);
 }
 
-void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvp_tslot *s, const uint32_t *ids,
+void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvpi_tslot *s, const uint32_t *ids,
                                uint32_t n)
 {
-	struct kvp_prefix *pf = p->prefix;
+	struct kvpi_prefix *pf = p->prefix;
 	for (uint32_t i = 0; i < n; i++) {
-		struct kvp_block *b = kvpi_bt_block(&p->bt, ids[i]);
+		struct kvpi_block *b = kvpi_bt_block(&p->bt, ids[i]);
 		/* We own the block (EVICTING): no match can lock it, and a
 		 * matcher that found the old node sees EVICTING, then free. */
 		kvpi_pfx_forget(pf, s, kvpi_pfx_side(pf, ids[i]));
@@ -400,7 +400,7 @@ void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvp_tslot *s, const ui
 		 * matcher (acquire) sees a whole word, and the next owner the
 		 * last holders' writes (chained through our acquire CAS). */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
-		atomic_store_explicit(&b->state, st & ~(KVP_ST_EVICTING | KVP_ST_PUBLISHED),
+		atomic_store_explicit(&b->state, st & ~(KVPI_ST_EVICTING | KVPI_ST_PUBLISHED),
 		                      memory_order_release);
 	}
 	kvpi_ctr_add(s, KVP_C_EVICTIONS, n);
@@ -408,11 +408,11 @@ void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvp_tslot *s, const ui
 
 /* Shard mutex held; @id (ours, EVICTING) on no list: put it back where its
  * caching time says, so the list stays in order. */
-static void insert_sorted_locked(struct kvp_prefix *pf, struct kvp_plru *l, uint32_t id)
+static void insert_sorted_locked(struct kvpi_prefix *pf, struct kvpi_plru *l, uint32_t id)
 {
 	uint64_t seq = kvpi_pfx_side(pf, id)->lru_seq;
-	uint32_t prev = KVP_NO_ID, next = l->head;
-	while (next != KVP_NO_ID && kvpi_pfx_side(pf, next)->lru_seq < seq) {
+	uint32_t prev = KVPI_NO_ID, next = l->head;
+	while (next != KVPI_NO_ID && kvpi_pfx_side(pf, next)->lru_seq < seq) {
 		prev = next;
 		next = kvpi_pfx_side(pf, next)->lru_next;
 	}
@@ -425,10 +425,10 @@ static bool reset_overlapped(uint64_t resets0, uint64_t now)
 	return (resets0 & 0xffffffffu) != 0 || (now >> 32) != (resets0 >> 32);
 }
 
-void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids, uint32_t n,
+void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids, uint32_t n,
                       uint64_t resets0)
 {
-	struct kvp_prefix *pf = p->prefix;
+	struct kvpi_prefix *pf = p->prefix;
 	if (!n)
 		return;
 	/* Listed again before it is CACHED again: an evictor that meets
@@ -436,7 +436,7 @@ void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t 
 	 * match or release can lock it until the store below, so nobody
 	 * else lists it (listed and lru_shard are ours while EVICTING). */
 	for (uint32_t i = 0; i < n; i++) {
-		struct kvp_plru *l = shard_of(pf, si, ids[i]);
+		struct kvpi_plru *l = shard_of(pf, si, ids[i]);
 		lru_lock(l);
 		insert_sorted_locked(pf, l, ids[i]);
 		pthread_mutex_unlock(&l->lock);
@@ -450,7 +450,7 @@ void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t 
 	uint64_t now = atomic_load_explicit(&pf->resets, memory_order_relaxed);
 	if (reset_overlapped(resets0, now)) {
 		for (uint32_t i = 0; i < n; i++) {
-			struct kvp_plru *l = shard_of(pf, si, ids[i]);
+			struct kvpi_plru *l = shard_of(pf, si, ids[i]);
 			lru_lock(l);
 			unlink_locked(pf, l, ids[i]);
 			pthread_mutex_unlock(&l->lock);
@@ -461,16 +461,16 @@ void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t 
 		return;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		struct kvp_block *b = kvpi_bt_block(&p->bt, ids[i]);
+		struct kvpi_block *b = kvpi_bt_block(&p->bt, ids[i]);
 		/* relaxed load: ours.  release store: a matcher that locks it
 		 * (acquire) sees the list fields and the contents as before. */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
-		atomic_store_explicit(&b->state, (st & ~KVP_ST_EVICTING) | KVP_ST_CACHED,
+		atomic_store_explicit(&b->state, (st & ~KVPI_ST_EVICTING) | KVPI_ST_CACHED,
 		                      memory_order_release);
 	}
 }
 
-uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvp_tslot *s, int si, uint32_t *ids,
+uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
                                  uint32_t n)
 {
 	uint32_t got = kvpi_pfx_claim(p, s, si, ids, n);

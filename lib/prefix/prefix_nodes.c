@@ -11,18 +11,18 @@
  *
  *   - each thread slot keeps a cache of free nodes and a batch of retired
  *     ones (owner only, no atomics);
- *   - a full batch of KVP_PFX_NODE_BATCH retired nodes goes to call_rcu as
+ *   - a full batch of KVPI_PFX_NODE_BATCH retired nodes goes to call_rcu as
  *     one callback, which pushes the whole batch on the prefix's ready
  *     stack (one CAS);
  *   - a thread whose cache is empty takes the whole ready stack with one
  *     exchange (a pop that cannot meet ABA) into its cache; only when
- *     nothing is ready does it allocate a slab of KVP_PFX_NODE_BATCH nodes.
+ *     nothing is ready does it allocate a slab of KVPI_PFX_NODE_BATCH nodes.
  *
  * Slabs are pushed on a list of their own and freed only by
  * kvpi_pfx_nodes_destroy, so a node is never freed while anyone could hold
  * it.  A batch retired by a thread that then stops evicting waits in its
  * slot until the slot's next owner fills it; that is at most
- * KVP_PFX_NODE_BATCH - 1 nodes per slot.
+ * KVPI_PFX_NODE_BATCH - 1 nodes per slot.
  *
  * A batch is a chain of nodes through ->next; its first node carries the
  * link to the next batch on the ready stack (batch_next) and the call_rcu
@@ -38,10 +38,10 @@
 
 /* Push batch @b on the ready stack.  A Treiber push, safe against ABA: it
  * relies only on the top it links to still being the top. */
-static void ready_push(struct kvp_prefix *pf, struct kvp_pnode *b)
+static void ready_push(struct kvpi_prefix *pf, struct kvpi_pnode *b)
 {
 	/* relaxed load: the CAS checks it. */
-	struct kvp_pnode *top = atomic_load_explicit(&pf->ready, memory_order_relaxed);
+	struct kvpi_pnode *top = atomic_load_explicit(&pf->ready, memory_order_relaxed);
 	do
 		b->batch_next = top;
 	/* release: the taker (acquire exchange) sees the batch's links and
@@ -51,22 +51,22 @@ static void ready_push(struct kvp_prefix *pf, struct kvp_pnode *b)
 }
 
 /* After a grace period: no lookup still holds a node of the batch. */
-static void batch_back(struct kvp_rcu_cb *cb)
+static void batch_back(struct kvpi_rcu_cb *cb)
 {
-	struct kvp_pnode *n =
-	    (struct kvp_pnode *)(void *)((char *)cb - __builtin_offsetof(struct kvp_pnode, rcu));
-	struct kvp_prefix *pf = n->pf;
+	struct kvpi_pnode *n =
+	    (struct kvpi_pnode *)(void *)((char *)cb - __builtin_offsetof(struct kvpi_pnode, rcu));
+	struct kvpi_prefix *pf = n->pf;
 	ready_push(pf, n);
 	/* release: the last touch of the pool's memory by this callback;
 	 * kvpi_pfx_nodes_destroy (acquire) waits for 0. */
 	atomic_fetch_sub_explicit(&pf->deferred, 1, memory_order_release);
 }
 
-void kvpi_pfx_node_retire(struct kvp_prefix *pf, struct kvp_tslot *s, struct kvp_pnode *n)
+void kvpi_pfx_node_retire(struct kvpi_prefix *pf, struct kvpi_tslot *s, struct kvpi_pnode *n)
 {
 	n->next = s->pfx_retired;
 	s->pfx_retired = n;
-	if (++s->pfx_n_retired < KVP_PFX_NODE_BATCH)
+	if (++s->pfx_n_retired < KVPI_PFX_NODE_BATCH)
 		return;
 	s->pfx_retired = NULL;
 	s->pfx_n_retired = 0;
@@ -78,19 +78,19 @@ void kvpi_pfx_node_retire(struct kvp_prefix *pf, struct kvp_tslot *s, struct kvp
 
 /* A new slab (@s's cache empty): one node returned, the rest become the
  * cache.  NULL when memory runs out. */
-static struct kvp_pnode *slab_new(struct kvp_prefix *pf, struct kvp_tslot *s)
+static struct kvpi_pnode *slab_new(struct kvpi_prefix *pf, struct kvpi_tslot *s)
 {
-	struct kvp_pslab *sl = kvpi_sys_alloc(sizeof(*sl), 64);
+	struct kvpi_pslab *sl = kvpi_sys_alloc(sizeof(*sl), 64);
 	if (!sl)
 		return NULL;
-	for (uint32_t i = 0; i < KVP_PFX_NODE_BATCH; i++) {
+	for (uint32_t i = 0; i < KVPI_PFX_NODE_BATCH; i++) {
 		sl->nodes[i].pf = pf;
-		sl->nodes[i].next = i + 1 < KVP_PFX_NODE_BATCH ? &sl->nodes[i + 1] : NULL;
+		sl->nodes[i].next = i + 1 < KVPI_PFX_NODE_BATCH ? &sl->nodes[i + 1] : NULL;
 	}
 	sl->nodes[1].batch_next = NULL;
 	/* relaxed load: the CAS checks it.  release: destroy (acquire, after
 	 * every thread is done) sees the links.  A push-only stack: no ABA. */
-	struct kvp_pslab *top = atomic_load_explicit(&pf->slabs, memory_order_relaxed);
+	struct kvpi_pslab *top = atomic_load_explicit(&pf->slabs, memory_order_relaxed);
 	do
 		sl->next = top;
 	while (!atomic_compare_exchange_weak_explicit(&pf->slabs, &top, sl, memory_order_release,
@@ -105,16 +105,16 @@ static struct kvp_pnode *slab_new(struct kvp_prefix *pf, struct kvp_tslot *s)
  * a pop hands on to the node after it.  So taking every ready batch at once
  * (one exchange: a pop that cannot meet ABA) costs nothing per batch.
  */
-struct kvp_pnode *kvpi_pfx_node_get(struct kvp_prefix *pf, struct kvp_tslot *s)
+struct kvpi_pnode *kvpi_pfx_node_get(struct kvpi_prefix *pf, struct kvpi_tslot *s)
 {
-	struct kvp_pnode *n = s->pfx_nodes;
+	struct kvpi_pnode *n = s->pfx_nodes;
 	/* relaxed: skip the exchange (a write to a shared line) when empty. */
 	if (!n && atomic_load_explicit(&pf->ready, memory_order_relaxed))
 		/* acquire: see the batches and their nodes as pushed (release). */
 		n = atomic_exchange_explicit(&pf->ready, NULL, memory_order_acquire);
 	if (!n)
 		return slab_new(pf, s);
-	struct kvp_pnode *m = n->next;
+	struct kvpi_pnode *m = n->next;
 	if (m) {
 		m->batch_next = n->batch_next;
 		s->pfx_nodes = m;
@@ -124,15 +124,15 @@ struct kvp_pnode *kvpi_pfx_node_get(struct kvp_prefix *pf, struct kvp_tslot *s)
 	return n;
 }
 
-void kvpi_pfx_node_put(struct kvp_tslot *s, struct kvp_pnode *n)
+void kvpi_pfx_node_put(struct kvpi_tslot *s, struct kvpi_pnode *n)
 {
-	struct kvp_pnode *head = s->pfx_nodes;
+	struct kvpi_pnode *head = s->pfx_nodes;
 	n->next = head;
 	n->batch_next = head ? head->batch_next : NULL;
 	s->pfx_nodes = n;
 }
 
-void kvpi_pfx_nodes_destroy(struct kvp_prefix *pf)
+void kvpi_pfx_nodes_destroy(struct kvpi_prefix *pf)
 {
 	/* Callbacks still queued push batches on the ready stack: wait until
 	 * the last has run (acquire: pairs with its release decrement).  Not
@@ -142,9 +142,9 @@ void kvpi_pfx_nodes_destroy(struct kvp_prefix *pf)
 		nanosleep(&ts, NULL);
 	}
 	/* acquire: see the slabs' links. */
-	struct kvp_pslab *sl = atomic_load_explicit(&pf->slabs, memory_order_acquire);
+	struct kvpi_pslab *sl = atomic_load_explicit(&pf->slabs, memory_order_acquire);
 	while (sl) {
-		struct kvp_pslab *next = sl->next;
+		struct kvpi_pslab *next = sl->next;
 		kvpi_sys_free(sl);
 		sl = next;
 	}

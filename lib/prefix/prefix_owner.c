@@ -4,16 +4,16 @@
  * In prefix mode a block may be held by several owners, so an owner's
  * blocks cannot be a list through the block: each owner record keeps the
  * ids it holds in an array, in hold order.  Dropping one hold leaves a
- * tombstone (KVP_NO_ID); the array is compacted when tombstones outnumber
+ * tombstone (KVPI_NO_ID); the array is compacted when tombstones outnumber
  * live entries, before it would grow.  The position of a block in its
  * latest holder's array is kept as a hint beside the block, so dropping a
  * hold is O(1) in the common case of one holder, and otherwise a scan of
  * the owner's array.  kvp_free_all walks the array once: O(blocks held).
  *
- * Shards (KVP_PFX_OWNER_SHARDS, mutex each) are chosen by a hash of the
+ * Shards (KVPI_PFX_OWNER_SHARDS, mutex each) are chosen by a hash of the
  * owner id; everything about an owner is under its shard's mutex.  Removed
  * records go to their shard's spare list with their arrays (up to
- * KVP_PFX_SPARE_RECS per shard), so a server that makes an owner per
+ * KVPI_PFX_SPARE_RECS per shard), so a server that makes an owner per
  * request allocates nothing once warm.
  */
 #include <string.h>
@@ -32,10 +32,10 @@ static uint64_t mix(uint64_t z)
 	return z ^ (z >> 31);
 }
 
-int kvpi_pfx_owners_init(struct kvp_prefix *pf)
+int kvpi_pfx_owners_init(struct kvpi_prefix *pf)
 {
-	for (uint32_t i = 0; i < KVP_PFX_OWNER_SHARDS; i++) {
-		struct kvp_poshard *sh = &pf->osh[i];
+	for (uint32_t i = 0; i < KVPI_PFX_OWNER_SHARDS; i++) {
+		struct kvpi_poshard *sh = &pf->osh[i];
 		sh->buckets = kvpi_sys_calloc(BUCKETS0, sizeof(*sh->buckets), 64);
 		if (!sh->buckets)
 			return -1;
@@ -45,24 +45,24 @@ int kvpi_pfx_owners_init(struct kvp_prefix *pf)
 	return 0;
 }
 
-static void rec_free(struct kvp_porec *r)
+static void rec_free(struct kvpi_porec *r)
 {
 	kvpi_sys_free(r->ids);
 	kvpi_sys_free(r);
 }
 
-void kvpi_pfx_owners_destroy(struct kvp_prefix *pf)
+void kvpi_pfx_owners_destroy(struct kvpi_prefix *pf)
 {
-	for (uint32_t i = 0; i < KVP_PFX_OWNER_SHARDS; i++) {
-		struct kvp_poshard *sh = &pf->osh[i];
+	for (uint32_t i = 0; i < KVPI_PFX_OWNER_SHARDS; i++) {
+		struct kvpi_poshard *sh = &pf->osh[i];
 		if (!sh->buckets)
 			continue;
 		for (uint32_t b = 0; b < sh->nbuckets; b++)
-			for (struct kvp_porec *r = sh->buckets[b], *nx; r; r = nx) {
+			for (struct kvpi_porec *r = sh->buckets[b], *nx; r; r = nx) {
 				nx = r->next;
 				rec_free(r);
 			}
-		for (struct kvp_porec *r = sh->spare, *nx; r; r = nx) {
+		for (struct kvpi_porec *r = sh->spare, *nx; r; r = nx) {
 			nx = r->next;
 			rec_free(r);
 		}
@@ -71,34 +71,34 @@ void kvpi_pfx_owners_destroy(struct kvp_prefix *pf)
 	}
 }
 
-struct kvp_poshard *kvpi_pfx_oshard(struct kvp_prefix *pf, kvp_owner key)
+struct kvpi_poshard *kvpi_pfx_oshard(struct kvpi_prefix *pf, kvp_owner key)
 {
 	return &pf->osh[mix(key) >> 56];
 }
 
-static struct kvp_porec **bucket_of(struct kvp_poshard *sh, kvp_owner key)
+static struct kvpi_porec **bucket_of(struct kvpi_poshard *sh, kvp_owner key)
 {
 	return &sh->buckets[mix(key) & (sh->nbuckets - 1)];
 }
 
-struct kvp_porec *kvpi_pfx_ofind(struct kvp_poshard *sh, kvp_owner key)
+struct kvpi_porec *kvpi_pfx_ofind(struct kvpi_poshard *sh, kvp_owner key)
 {
-	for (struct kvp_porec *r = *bucket_of(sh, key); r; r = r->next)
+	for (struct kvpi_porec *r = *bucket_of(sh, key); r; r = r->next)
 		if (r->key == key)
 			return r;
 	return NULL;
 }
 
-static void rehash(struct kvp_poshard *sh)
+static void rehash(struct kvpi_poshard *sh)
 {
 	uint32_t nb = sh->nbuckets * 2;
-	struct kvp_porec **nbk = kvpi_sys_calloc(nb, sizeof(*nbk), 64);
+	struct kvpi_porec **nbk = kvpi_sys_calloc(nb, sizeof(*nbk), 64);
 	if (!nbk)
 		return; /* stays denser */
 	for (uint32_t b = 0; b < sh->nbuckets; b++)
-		for (struct kvp_porec *r = sh->buckets[b], *nx; r; r = nx) {
+		for (struct kvpi_porec *r = sh->buckets[b], *nx; r; r = nx) {
 			nx = r->next;
-			struct kvp_porec **dst = &nbk[mix(r->key) & (nb - 1)];
+			struct kvpi_porec **dst = &nbk[mix(r->key) & (nb - 1)];
 			r->next = *dst;
 			*dst = r;
 		}
@@ -107,9 +107,9 @@ static void rehash(struct kvp_poshard *sh)
 	sh->nbuckets = nb;
 }
 
-struct kvp_porec *kvpi_pfx_oinsert(struct kvp_poshard *sh, kvp_owner key)
+struct kvpi_porec *kvpi_pfx_oinsert(struct kvpi_poshard *sh, kvp_owner key)
 {
-	struct kvp_porec *r = sh->spare;
+	struct kvpi_porec *r = sh->spare;
 	if (r) {
 		sh->spare = r->next;
 		sh->n_spare--;
@@ -123,21 +123,21 @@ struct kvp_porec *kvpi_pfx_oinsert(struct kvp_poshard *sh, kvp_owner key)
 	r->registered = false;
 	if (sh->n >= sh->nbuckets)
 		rehash(sh);
-	struct kvp_porec **b = bucket_of(sh, key);
+	struct kvpi_porec **b = bucket_of(sh, key);
 	r->next = *b;
 	*b = r;
 	sh->n++;
 	return r;
 }
 
-void kvpi_pfx_oremove(struct kvp_poshard *sh, struct kvp_porec *r)
+void kvpi_pfx_oremove(struct kvpi_poshard *sh, struct kvpi_porec *r)
 {
-	struct kvp_porec **pp = bucket_of(sh, r->key);
+	struct kvpi_porec **pp = bucket_of(sh, r->key);
 	while (*pp != r)
 		pp = &(*pp)->next;
 	*pp = r->next;
 	sh->n--;
-	if (sh->n_spare >= KVP_PFX_SPARE_RECS) {
+	if (sh->n_spare >= KVPI_PFX_SPARE_RECS) {
 		rec_free(r);
 		return;
 	}
@@ -147,12 +147,12 @@ void kvpi_pfx_oremove(struct kvp_poshard *sh, struct kvp_porec *r)
 }
 
 /* Squeeze the tombstones out, keeping the order; position hints follow. */
-static void compact(struct kvp_prefix *pf, struct kvp_porec *r)
+static void compact(struct kvpi_prefix *pf, struct kvpi_porec *r)
 {
 	uint32_t j = 0;
 	for (uint32_t i = 0; i < r->len; i++) {
 		uint32_t id = r->ids[i];
-		if (id == KVP_NO_ID)
+		if (id == KVPI_NO_ID)
 			continue;
 		r->ids[j] = id;
 		/* relaxed: a hint (see the header). */
@@ -162,7 +162,7 @@ static void compact(struct kvp_prefix *pf, struct kvp_porec *r)
 	r->len = j;
 }
 
-int kvpi_pfx_oreserve(struct kvp_prefix *pf, struct kvp_porec *r, uint32_t extra)
+int kvpi_pfx_oreserve(struct kvpi_prefix *pf, struct kvpi_porec *r, uint32_t extra)
 {
 	if (r->len + extra <= r->cap)
 		return 0;
@@ -186,7 +186,7 @@ int kvpi_pfx_oreserve(struct kvp_prefix *pf, struct kvp_porec *r, uint32_t extra
 	return 0;
 }
 
-void kvpi_pfx_oappend(struct kvp_prefix *pf, struct kvp_porec *r, uint32_t id)
+void kvpi_pfx_oappend(struct kvpi_prefix *pf, struct kvpi_porec *r, uint32_t id)
 {
 	/* relaxed: a hint. */
 	atomic_store_explicit(&kvpi_pfx_side(pf, id)->pos_hint, r->len, memory_order_relaxed);
@@ -194,7 +194,7 @@ void kvpi_pfx_oappend(struct kvp_prefix *pf, struct kvp_porec *r, uint32_t id)
 	r->count++;
 }
 
-int64_t kvpi_pfx_ofind_pos(struct kvp_prefix *pf, const struct kvp_porec *r, uint32_t id)
+int64_t kvpi_pfx_ofind_pos(struct kvpi_prefix *pf, const struct kvpi_porec *r, uint32_t id)
 {
 	/* relaxed: a hint, checked against the array. */
 	uint32_t h = atomic_load_explicit(&kvpi_pfx_side(pf, id)->pos_hint, memory_order_relaxed);
@@ -206,10 +206,10 @@ int64_t kvpi_pfx_ofind_pos(struct kvp_prefix *pf, const struct kvp_porec *r, uin
 	return -1;
 }
 
-void kvpi_pfx_oremove_at(struct kvp_porec *r, uint32_t pos)
+void kvpi_pfx_oremove_at(struct kvpi_porec *r, uint32_t pos)
 {
-	r->ids[pos] = KVP_NO_ID;
+	r->ids[pos] = KVPI_NO_ID;
 	r->count--;
-	while (r->len && r->ids[r->len - 1] == KVP_NO_ID)
+	while (r->len && r->ids[r->len - 1] == KVPI_NO_ID)
 		r->len--;
 }

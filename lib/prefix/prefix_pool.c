@@ -33,14 +33,14 @@
 static uint32_t stamp(struct kvp_pool *p, uint32_t id, uint32_t used, uint64_t flags,
                       kvp_owner owner, kvp_format format, bool *reused)
 {
-	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
-	struct kvp_pside *e = kvpi_pfx_side(p->prefix, id);
+	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
+	struct kvpi_pside *e = kvpi_pfx_side(p->prefix, id);
 	/* relaxed: we hold the block exclusively. */
 	uint64_t old = atomic_load_explicit(&b->state, memory_order_relaxed);
 	uint32_t gen = kvpi_st_gen(old) + 1;
 	if (gen == 0)
 		gen = 1;
-	*reused = (old & KVP_ST_EVER) != 0;
+	*reused = (old & KVPI_ST_EVER) != 0;
 	/* A fresh hand-out: the rows of earlier ones are not this holder's
 	 * (kvpool/storage.h).  release: kvpi_block_get_epoch reads it with no
 	 * lock; a reader that sees it (then an acquire fence) sees the block
@@ -53,7 +53,7 @@ static uint32_t stamp(struct kvp_pool *p, uint32_t id, uint32_t used, uint64_t f
 	atomic_store_explicit(&b->owner, owner, memory_order_release);
 	/* release: readers that acquire the state see the fields above. */
 	atomic_store_explicit(&b->state,
-	                      kvpi_st_make(gen, used, KVP_ST_IN_USE | KVP_ST_EVER | flags,
+	                      kvpi_st_make(gen, used, KVPI_ST_IN_USE | KVPI_ST_EVER | flags,
 	                                   kvpi_st_stream(old), (uint32_t)format),
 	                      memory_order_release);
 	return gen;
@@ -81,7 +81,7 @@ static uint32_t stamp(struct kvp_pool *p, uint32_t id, uint32_t used, uint64_t f
  * instant: see "Exhaustion" above. */
 static uint64_t available_now(struct kvp_pool *p, int si)
 {
-	struct kvp_prefix *pf = p->prefix;
+	struct kvpi_prefix *pf = p->prefix;
 	struct kvpi_spin spin = {0};
 	for (;;) {
 		/* acquire (all): pair with the release of each update, so a
@@ -99,11 +99,11 @@ static uint64_t available_now(struct kvp_pool *p, int si)
 }
 
 /* One try: KVP_OK with @k blocks, or a failure after giving back all. */
-static int get_blocks_once(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
+static int get_blocks_once(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
                            uint32_t k)
 {
-	struct kvp_prefix *pf = p->prefix;
-	struct kvp_freestack *fs = &p->fs[si];
+	struct kvpi_prefix *pf = p->prefix;
+	struct kvpi_freestack *fs = &p->fs[si];
 	_Atomic int64_t *pend = &pf->pend.n[si];
 	int rc = KVP_OK;
 	/*
@@ -184,7 +184,7 @@ static int get_blocks_once(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_
 	return KVP_OK;
 }
 
-int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32_alias *ids,
+int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
                         uint32_t k)
 {
 	struct kvpi_spin spin = {0};
@@ -211,16 +211,16 @@ int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvp_tslot *s, int si, kvp_u32
 int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner owner,
                       kvp_format format, kvp_ref *refs, uint32_t nb)
 {
-	struct kvp_prefix *pf = p->prefix;
-	struct kvp_tslot *s = kvpi_tslot_get(p);
-	struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
-	kvp_u32_alias *ids = (kvp_u32_alias *)refs;
+	struct kvpi_prefix *pf = p->prefix;
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_poshard *sh = kvpi_pfx_oshard(pf, owner);
+	kvpi_u32_alias *ids = (kvpi_u32_alias *)refs;
 	uint32_t bs = p->block_size;
 
 	kvpi_rcu_read_lock();
 	/* The owner's shard mutex for the whole call, as in the plain pool. */
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
+	struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
 	bool made = false;
 	if (!r) {
 		r = kvpi_pfx_oinsert(sh, owner);
@@ -264,7 +264,7 @@ int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner o
 
 int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref *out)
 {
-	struct kvp_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	uint32_t id;
 	kvpi_rcu_read_lock();
 	int rc = kvpi_pfx_get_blocks(p, s, si, &id, 1);
@@ -273,7 +273,7 @@ int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref 
 		return kvpi_fail_call(p, s, rc);
 	}
 	bool re;
-	uint32_t gen = stamp(p, id, p->block_size, KVP_ST_RAW, 0, format, &re);
+	uint32_t gen = stamp(p, id, p->block_size, KVPI_ST_RAW, 0, format, &re);
 	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
 	kvpi_ctr_add(s, KVP_C_REUSED, re);
 	kvpi_account_in_use(p, s, 1);
@@ -291,7 +291,7 @@ struct acc {
 	bool changed;
 };
 
-static void acc_flush(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a, int si)
+static void acc_flush(struct kvp_pool *p, struct kvpi_tslot *s, struct acc *a, int si)
 {
 	if (a->n[si] == 0)
 		return;
@@ -310,7 +310,7 @@ struct drop_arg {
 static bool drop_ok(uint64_t st, const void *arg)
 {
 	const struct drop_arg *a = arg;
-	return (st & KVP_ST_IN_USE) && (a->any_gen || kvpi_st_gen(st) == a->gen);
+	return (st & KVPI_ST_IN_USE) && (a->any_gen || kvpi_st_gen(st) == a->gen);
 }
 
 /*
@@ -320,12 +320,12 @@ static bool drop_ok(uint64_t st, const void *arg)
  * here with the block locked.  *@st_out gets the state before a free or
  * before the block became cached.
  */
-static enum drop drop_hold(struct kvp_pool *p, struct kvp_tslot *s, uint32_t id, uint32_t gen,
+static enum drop drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id, uint32_t gen,
                            bool any_gen, kvp_owner owner, uint64_t *st_out)
 {
-	struct kvp_prefix *pf = p->prefix;
-	struct kvp_block *b = kvpi_bt_block(&p->bt, id);
-	struct kvp_pside *e = kvpi_pfx_side(pf, id);
+	struct kvpi_prefix *pf = p->prefix;
+	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
+	struct kvpi_pside *e = kvpi_pfx_side(pf, id);
 	struct drop_arg arg = {gen, any_gen};
 	uint64_t seen;
 
@@ -345,7 +345,7 @@ static enum drop drop_hold(struct kvp_pool *p, struct kvp_tslot *s, uint32_t id,
 		return D_KEPT;
 	}
 	int si = kvpi_pfx_si(p, st);
-	if (st & KVP_ST_PUBLISHED) {
+	if (st & KVPI_ST_PUBLISHED) {
 		kvpi_note_freed(p, s, 1); /* before a match can take it again */
 		/* Still listed (a match took it from its list and left it
 		 * there): stays; the evictor moves it to the tail. */
@@ -355,18 +355,18 @@ static enum drop drop_hold(struct kvp_pool *p, struct kvp_tslot *s, uint32_t id,
 		 * never runs below the blocks cached and unheld */
 		kvpi_pfx_count_one(pf, si, 1);
 		*st_out = st;
-		kvpi_pfx_unlock(b, (st & ~(KVP_ST_IN_USE | KVP_ST_RAW)) | KVP_ST_CACHED);
+		kvpi_pfx_unlock(b, (st & ~(KVPI_ST_IN_USE | KVPI_ST_RAW)) | KVPI_ST_CACHED);
 		return D_CACHED;
 	}
 	/* Unpublished by a reset while held: off its list before it is free. */
 	if (kvpi_pfx_flag(&e->listed))
 		kvpi_pfx_lru_unlink(pf, si, id);
 	*st_out = st;
-	kvpi_pfx_unlock(b, st & ~(KVP_ST_IN_USE | KVP_ST_RAW | KVP_ST_USED_MASK));
+	kvpi_pfx_unlock(b, st & ~(KVPI_ST_IN_USE | KVPI_ST_RAW | KVPI_ST_USED_MASK));
 	return D_FREED;
 }
 
-static void note(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a, enum drop d, uint64_t st,
+static void note(struct kvp_pool *p, struct kvpi_tslot *s, struct acc *a, enum drop d, uint64_t st,
                  uint32_t id)
 {
 	if (d == D_STALE) {
@@ -383,7 +383,7 @@ static void note(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a, enum dr
 		acc_flush(p, s, a, si);
 }
 
-static void acc_finish(struct kvp_pool *p, struct kvp_tslot *s, struct acc *a)
+static void acc_finish(struct kvp_pool *p, struct kvpi_tslot *s, struct acc *a)
 {
 	for (int si = 0; si < 2; si++)
 		acc_flush(p, s, a, si);
@@ -406,14 +406,14 @@ static bool shared_now(struct kvp_pool *p, kvp_ref ref)
 	uint32_t holders;
 	uint64_t st = kvpi_pfx_snapshot(kvpi_bt_block(&p->bt, id), kvpi_pfx_side(p->prefix, id),
 	                                &owner, &holders);
-	return kvpi_st_gen(st) == KVP_REF_GEN(ref) && (st & KVP_ST_IN_USE) && holders >= 2;
+	return kvpi_st_gen(st) == KVP_REF_GEN(ref) && (st & KVPI_ST_IN_USE) && holders >= 2;
 }
 
 int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
 {
-	struct kvp_prefix *pf = p->prefix;
-	struct kvp_tslot *s = kvpi_tslot_get(p);
-	struct kvp_poshard *held = NULL;
+	struct kvpi_prefix *pf = p->prefix;
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_poshard *held = NULL;
 	struct acc a;
 	acc_init(&a);
 	for (size_t i = 0; i < n; i++) {
@@ -427,28 +427,28 @@ int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
 	 * match racing with this call keeps its own). */
 	for (size_t i = n; i-- > 0;) {
 		uint32_t id = KVP_REF_ID(refs[i]), gen = KVP_REF_GEN(refs[i]);
-		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+		struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 		/* acquire: pairs with the hand-out's release. */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire), fst = 0;
-		if (kvpi_st_gen(st) != gen || !(st & KVP_ST_IN_USE)) {
+		if (kvpi_st_gen(st) != gen || !(st & KVPI_ST_IN_USE)) {
 			a.stale++;
 			continue;
 		}
-		if (st & KVP_ST_RAW) {
+		if (st & KVPI_ST_RAW) {
 			enum drop d = drop_hold(p, s, id, gen, false, 0, &fst);
 			note(p, s, &a, d, fst, id);
 			continue;
 		}
 		/* relaxed: checked below under the owner's shard mutex. */
 		kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
-		struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
+		struct kvpi_poshard *sh = kvpi_pfx_oshard(pf, owner);
 		if (sh != held) {
 			if (held)
 				pthread_mutex_unlock(&held->lock);
 			pthread_mutex_lock(&sh->lock);
 			held = sh;
 		}
-		struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
+		struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
 		int64_t pos = r ? kvpi_pfx_ofind_pos(pf, r, id) : -1;
 		if (pos < 0) {
 			a.stale++;
@@ -471,15 +471,15 @@ int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
 
 int kvpi_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n)
 {
-	struct kvp_prefix *pf = p->prefix;
-	struct kvp_tslot *s = kvpi_tslot_get(p);
-	struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
+	struct kvpi_prefix *pf = p->prefix;
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_poshard *sh = kvpi_pfx_oshard(pf, owner);
 	struct acc a;
 	acc_init(&a);
 	pthread_mutex_lock(&sh->lock);
 	for (size_t i = 0; i < n && i < PREFETCH_MAX; i++)
 		kvpi_pfx_prefetch(p, KVP_REF_ID(refs[i]));
-	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
+	struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
 	for (size_t i = n; i-- > 0;) {
 		uint32_t id = KVP_REF_ID(refs[i]);
 		int64_t pos = r ? kvpi_pfx_ofind_pos(pf, r, id) : -1;
@@ -501,13 +501,13 @@ int kvpi_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs
 
 int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 {
-	struct kvp_prefix *pf = p->prefix;
-	struct kvp_tslot *s = kvpi_tslot_get(p);
-	struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
+	struct kvpi_prefix *pf = p->prefix;
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_poshard *sh = kvpi_pfx_oshard(pf, owner);
 	struct acc a;
 	acc_init(&a);
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
+	struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
 	if (!r) {
 		pthread_mutex_unlock(&sh->lock);
 		kvpi_end_call(p, s, false);
@@ -517,7 +517,7 @@ int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 	 * eviction takes the end of a sequence before its beginning. */
 	for (uint32_t i = r->len; i-- > 0;) {
 		uint32_t id = r->ids[i];
-		if (id == KVP_NO_ID)
+		if (id == KVPI_NO_ID)
 			continue;
 		uint64_t fst = 0;
 		enum drop d = drop_hold(p, s, id, 0, true, owner, &fst);
@@ -532,11 +532,11 @@ int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 
 int kvpi_pfx_blocks_for(struct kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size_t *n)
 {
-	struct kvp_prefix *pf = p->prefix;
-	struct kvp_poshard *sh = kvpi_pfx_oshard(pf, owner);
+	struct kvpi_prefix *pf = p->prefix;
+	struct kvpi_poshard *sh = kvpi_pfx_oshard(pf, owner);
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
+	struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
 	if (!r) {
 		rc = KVP_ENOENT;
 	} else if (r->count > cap) {
@@ -546,7 +546,7 @@ int kvpi_pfx_blocks_for(struct kvp_pool *p, kvp_owner owner, kvp_ref *refs, size
 		size_t k = 0;
 		for (uint32_t i = 0; i < r->len; i++) {
 			uint32_t id = r->ids[i];
-			if (id == KVP_NO_ID)
+			if (id == KVPI_NO_ID)
 				continue;
 			/* relaxed: a held block keeps its generation; the shard
 			 * mutex orders its hand-out before us. */
@@ -562,10 +562,10 @@ int kvpi_pfx_blocks_for(struct kvp_pool *p, kvp_owner owner, kvp_ref *refs, size
 
 int kvpi_pfx_register_owner(struct kvp_pool *p, kvp_owner owner)
 {
-	struct kvp_poshard *sh = kvpi_pfx_oshard(p->prefix, owner);
+	struct kvpi_poshard *sh = kvpi_pfx_oshard(p->prefix, owner);
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
+	struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
 	if (r)
 		rc = KVP_EOWNER;
 	else if (!(r = kvpi_pfx_oinsert(sh, owner)))
@@ -578,10 +578,10 @@ int kvpi_pfx_register_owner(struct kvp_pool *p, kvp_owner owner)
 
 int kvpi_pfx_release_owner(struct kvp_pool *p, kvp_owner owner)
 {
-	struct kvp_poshard *sh = kvpi_pfx_oshard(p->prefix, owner);
+	struct kvpi_poshard *sh = kvpi_pfx_oshard(p->prefix, owner);
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
-	struct kvp_porec *r = kvpi_pfx_ofind(sh, owner);
+	struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
 	if (!r) {
 		rc = KVP_ENOENT;
 	} else {
@@ -598,7 +598,7 @@ static uint64_t evict_to_free(struct kvp_pool *p, int si, uint64_t n)
 {
 	uint32_t ids[FREE_BATCH];
 	uint64_t done = 0;
-	struct kvp_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	while (done < n) {
 		uint32_t want = n - done < FREE_BATCH ? (uint32_t)(n - done) : FREE_BATCH;
 		kvpi_rcu_read_lock();
@@ -614,7 +614,7 @@ static uint64_t evict_to_free(struct kvp_pool *p, int si, uint64_t n)
 
 int kvpi_pfx_shrink(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired)
 {
-	struct kvp_prefix *pf = p->prefix;
+	struct kvpi_prefix *pf = p->prefix;
 	uint32_t k1 = 0, k2 = 0;
 	/* Uncached free blocks first: keep target_free - cached of them. */
 	uint64_t c = kvpi_pfx_n_cached(pf, si);
@@ -636,20 +636,20 @@ int kvpi_pfx_block_get(struct kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 	int rc = KVP_ENOENT;
 	uint32_t id = KVP_REF_ID(ref);
 	if (id < kvp_pool_n_ids(p)) {
-		struct kvp_block *b = kvpi_bt_block(&p->bt, id);
+		struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 		kvp_owner owner;
 		uint32_t holders;
 		uint64_t st = kvpi_pfx_snapshot(b, kvpi_pfx_side(p->prefix, id), &owner, &holders);
-		if (kvpi_st_gen(st) == KVP_REF_GEN(ref) && !(st & KVP_ST_RETIRED)) {
+		if (kvpi_st_gen(st) == KVP_REF_GEN(ref) && !(st & KVPI_ST_RETIRED)) {
 			out->id = id;
 			out->stream = (kvp_stream)kvpi_st_stream(st);
 			out->format = (kvp_format)kvpi_st_format(st);
 			out->n_used = kvpi_st_used(st);
-			out->in_use = (st & KVP_ST_IN_USE) != 0;
-			out->ever_allocated = (st & KVP_ST_EVER) != 0;
+			out->in_use = (st & KVPI_ST_IN_USE) != 0;
+			out->ever_allocated = (st & KVPI_ST_EVER) != 0;
 			out->owner = out->in_use ? owner : 0;
 			out->n_holders = out->in_use ? holders : 0;
-			out->published = (st & KVP_ST_PUBLISHED) != 0;
+			out->published = (st & KVPI_ST_PUBLISHED) != 0;
 			rc = KVP_OK;
 		}
 	}

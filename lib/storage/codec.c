@@ -107,7 +107,7 @@ static inline float quant_round(float t, float qmax)
 
 static void encode_int8(uint8_t *restrict dst, const float *restrict x, uint32_t n)
 {
-	float absmax = row_absmax(x, n), scale = quant_scale(absmax, KVP_INT8_QMAX);
+	float absmax = row_absmax(x, n), scale = quant_scale(absmax, KVPI_INT8_QMAX);
 	float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
 	int8_t *restrict q = (int8_t *)(dst + sizeof(float));
 	uint32_t i;
@@ -115,24 +115,24 @@ static void encode_int8(uint8_t *restrict dst, const float *restrict x, uint32_t
 	memcpy(dst, &scale, sizeof scale);
 	/* x * (1/scale) is within 2 ulp of x / scale: well inside the stated bound */
 	for (i = 0; i < n; i++)
-		q[i] = (int8_t)quant_round(x[i] * inv, (float)KVP_INT8_QMAX);
+		q[i] = (int8_t)quant_round(x[i] * inv, (float)KVPI_INT8_QMAX);
 }
 
 static void encode_int4(uint8_t *restrict dst, const float *restrict x, uint32_t n)
 {
-	float absmax = row_absmax(x, n), scale = quant_scale(absmax, KVP_INT4_QMAX);
+	float absmax = row_absmax(x, n), scale = quant_scale(absmax, KVPI_INT4_QMAX);
 	float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
 	uint8_t *restrict q = dst + sizeof(float);
 	uint32_t i;
 
 	memcpy(dst, &scale, sizeof scale);
 	for (i = 0; i + 1 < n; i += 2) {
-		int lo = (int)quant_round(x[i] * inv, (float)KVP_INT4_QMAX);
-		int hi = (int)quant_round(x[i + 1] * inv, (float)KVP_INT4_QMAX);
+		int lo = (int)quant_round(x[i] * inv, (float)KVPI_INT4_QMAX);
+		int hi = (int)quant_round(x[i + 1] * inv, (float)KVPI_INT4_QMAX);
 		q[i / 2] = (uint8_t)((lo & 15) | ((hi & 15) << 4));
 	}
 	if (n & 1)
-		q[n / 2] = (uint8_t)((int)quant_round(x[n - 1] * inv, (float)KVP_INT4_QMAX) & 15);
+		q[n / 2] = (uint8_t)((int)quant_round(x[n - 1] * inv, (float)KVPI_INT4_QMAX) & 15);
 }
 
 static void encode_row(kvp_format f, uint8_t *restrict dst, const float *restrict x, uint32_t n)

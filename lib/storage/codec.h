@@ -41,8 +41,8 @@
 #include <kvpool/pool.h>
 
 /* Largest absolute integer code of a quantized format (0 for the others). */
-#define KVP_INT8_QMAX 127
-#define KVP_INT4_QMAX 7
+#define KVPI_INT8_QMAX 127
+#define KVPI_INT4_QMAX 7
 
 /** kvpi_codec_supported - whether @f has a codec (fp32, fp16, bf16, int8, int4) */
 bool kvpi_codec_supported(kvp_format f);

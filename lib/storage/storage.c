@@ -388,7 +388,7 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
 
 /* Validate @ref and protect its buffer: *@buf is NULL when the block has
  * no buffer of its format.  On KVP_OK the caller must kvpi_hazard_clear. */
-static int read_lookup(kvp_storage *s, kvp_ref ref, struct kvp_hazard_rec *rec,
+static int read_lookup(kvp_storage *s, kvp_ref ref, struct kvpi_hazard_rec *rec,
                        kvp_block_info *info, uint32_t *epoch, struct sbuf **buf)
 {
 	_Atomic uintptr_t *slot;
@@ -443,7 +443,7 @@ static int read_fill(kvp_storage *s, kvp_ref ref, struct sbuf *b, uint32_t n)
 
 int kvp_storage_read(kvp_storage *s, kvp_ref ref, const void **data, uint32_t *n_rows)
 {
-	struct kvp_hazard_rec *rec;
+	struct kvpi_hazard_rec *rec;
 	kvp_block_info info;
 	struct sbuf *b;
 	uint32_t epoch;
@@ -471,7 +471,7 @@ int kvp_storage_read(kvp_storage *s, kvp_ref ref, const void **data, uint32_t *n
 int kvp_storage_read_f32(kvp_storage *s, kvp_ref ref, float *rows, uint32_t cap_rows,
                          uint32_t *n_rows)
 {
-	struct kvp_hazard_rec *rec;
+	struct kvpi_hazard_rec *rec;
 	kvp_block_info info, again;
 	struct sbuf *b;
 	uint32_t n, epoch;

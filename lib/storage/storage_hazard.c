@@ -15,21 +15,21 @@
 
 #include "lib/base/sysmem.h"
 
-struct kvp_hazard_rec {
+struct kvpi_hazard_rec {
 	_Atomic(void *) hp; /* the buffer this thread reads, or NULL */
 	_Atomic int in_use; /* owned by a live thread */
-	struct kvp_hazard_rec *next;
+	struct kvpi_hazard_rec *next;
 } __attribute__((aligned(64))); /* one cache line each: readers write theirs often */
 
-static _Atomic(struct kvp_hazard_rec *) g_head;
+static _Atomic(struct kvpi_hazard_rec *) g_head;
 static pthread_mutex_t g_key_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t g_key;
 static _Atomic int g_key_ok;
-static _Thread_local struct kvp_hazard_rec *tl_rec;
+static _Thread_local struct kvpi_hazard_rec *tl_rec;
 
 static void record_release(void *p)
 {
-	struct kvp_hazard_rec *r = p;
+	struct kvpi_hazard_rec *r = p;
 
 	atomic_store_explicit(&r->hp, NULL, memory_order_release);
 	/* release: the next owner's claiming CAS (acquire) sees our last uses */
@@ -52,13 +52,13 @@ static int key_init(void)
 	return atomic_load_explicit(&g_key_ok, memory_order_relaxed);
 }
 
-static struct kvp_hazard_rec *record_claim(void)
+static struct kvpi_hazard_rec *record_claim(void)
 {
 	/* seq_cst: every access to g_head is, so that a record a reader reached
 	 * (or pushed) before its seq_cst hazard store is on the list a
 	 * reclaimer walks after its seq_cst unpublish; acquire part: records
 	 * reached through the list are initialised. */
-	struct kvp_hazard_rec *r = atomic_load_explicit(&g_head, memory_order_seq_cst);
+	struct kvpi_hazard_rec *r = atomic_load_explicit(&g_head, memory_order_seq_cst);
 
 	for (; r; r = r->next) {
 		int free_ = 0;
@@ -79,9 +79,9 @@ static struct kvp_hazard_rec *record_claim(void)
 	return r;
 }
 
-struct kvp_hazard_rec *kvpi_hazard_record(void)
+struct kvpi_hazard_rec *kvpi_hazard_record(void)
 {
-	struct kvp_hazard_rec *r = tl_rec;
+	struct kvpi_hazard_rec *r = tl_rec;
 
 	if (r)
 		return r;
@@ -95,7 +95,7 @@ struct kvp_hazard_rec *kvpi_hazard_record(void)
 	return r;
 }
 
-void *kvpi_hazard_protect(struct kvp_hazard_rec *rec, _Atomic uintptr_t *slot, uintptr_t mask)
+void *kvpi_hazard_protect(struct kvpi_hazard_rec *rec, _Atomic uintptr_t *slot, uintptr_t mask)
 {
 	/* seq_cst, all three: the reader's half of the Dekker pair (header) */
 	uintptr_t p = atomic_load_explicit(slot, memory_order_seq_cst) & ~mask;
@@ -110,7 +110,7 @@ void *kvpi_hazard_protect(struct kvp_hazard_rec *rec, _Atomic uintptr_t *slot, u
 	}
 }
 
-void kvpi_hazard_clear(struct kvp_hazard_rec *rec)
+void kvpi_hazard_clear(struct kvpi_hazard_rec *rec)
 {
 	/* release: the reclaimer that reads NULL here frees after our reads */
 	atomic_store_explicit(&rec->hp, NULL, memory_order_release);
@@ -120,7 +120,7 @@ void kvpi_hazard_wait(const void *p)
 {
 	/* seq_cst: after our seq_cst unpublish, so the walk includes every
 	 * record whose owner could still have seen the old pointer. */
-	struct kvp_hazard_rec *r = atomic_load_explicit(&g_head, memory_order_seq_cst);
+	struct kvpi_hazard_rec *r = atomic_load_explicit(&g_head, memory_order_seq_cst);
 
 	for (; r; r = r->next) {
 		struct kvpi_spin spin = {0};

@@ -49,10 +49,10 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-struct kvp_hazard_rec;
+struct kvpi_hazard_rec;
 
 /** kvpi_hazard_record - the calling thread's record; NULL if none could be made */
-struct kvp_hazard_rec *kvpi_hazard_record(void);
+struct kvpi_hazard_rec *kvpi_hazard_record(void);
 
 /**
  * kvpi_hazard_protect - load a published pointer and make it safe to read
@@ -63,10 +63,10 @@ struct kvp_hazard_rec *kvpi_hazard_record(void);
  * Returns the pointer (NULL if none is published); it stays allocated until
  * kvpi_hazard_clear.  One pointer per thread at a time.
  */
-void *kvpi_hazard_protect(struct kvp_hazard_rec *rec, _Atomic uintptr_t *slot, uintptr_t mask);
+void *kvpi_hazard_protect(struct kvpi_hazard_rec *rec, _Atomic uintptr_t *slot, uintptr_t mask);
 
 /** kvpi_hazard_clear - end the protection of kvpi_hazard_protect */
-void kvpi_hazard_clear(struct kvp_hazard_rec *rec);
+void kvpi_hazard_clear(struct kvpi_hazard_rec *rec);
 
 /**
  * kvpi_hazard_wait - wait until no reader protects @p
