@@ -5,10 +5,11 @@
 # (clang -O2, as the Bazel build):
 #   before   against the tree of BASE, the last commit without lib/prefix/prefix.c
 #            (default: the parent of the commit that added it)
-#   nohooks  against the current tree with the prefix-mode branches of the
-#            allocate/free calls (lib/pool/pool_alloc.c: every test of
-#            p->prefix) compiled out, i.e. the same code without the feature's
-#            hooks: the baseline for what the feature costs while it is off
+#   nohooks  against the current tree with the mode branches of the
+#            allocate/free calls (lib/pool/pool_alloc.c, pool_free.c and
+#            pool_free_all.c: every test of p->mode) compiled out, i.e. the
+#            same code without the feature's hooks: the baseline for what the
+#            feature costs while it is off
 #   off      against the current tree, prefix_cache false
 #   on       against the current tree, prefix_cache true (no key published)
 # and runs them in turns, ROUNDS times per thread count, so that load on a
@@ -26,7 +27,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 flags=(-O2 -std=c11 -D_POSIX_C_SOURCE=200809L -w)
-libs=(-lurcu-bp -lurcu-cds -lurcu-common -lcrypto -lpthread -lm)
+libs=(-lurcu-bp -lurcu-cds -lurcu-common -lcrypto -lhiredis -lpthread -lm)
 mkdir -p "$tmp/before"
 git -C "$repo" archive "$base" lib include | tar -x -C "$tmp/before"
 # -I"$repo" last: bench/clock.h, which the trees under test do not have.
@@ -36,7 +37,11 @@ clang "${flags[@]}" -DHAVE_PREFIX -I"$repo/include" -I"$repo" $(find "$repo/lib"
 	"$repo/bench/prefix_alloc.c" -o "$tmp/now.bin" "${libs[@]}"
 mkdir -p "$tmp/nohooks"
 cp -r "$repo/lib" "$repo/include" "$tmp/nohooks/"
-sed -i 's/p->prefix/0/g' "$tmp/nohooks/lib/pool/pool_alloc.c"
+# p->mode, but not p->mode->call(...), becomes 0; the script fails if none did.
+for f in pool_alloc.c pool_free.c pool_free_all.c; do
+	grep -q 'p->mode[^-]' "$tmp/nohooks/lib/pool/$f" || { echo "prefix_offcost.sh: no p->mode test in $f" >&2; exit 1; }
+	sed -i 's/p->mode\([^-]\)/0\1/g' "$tmp/nohooks/lib/pool/$f"
+done
 clang "${flags[@]}" -DHAVE_PREFIX -I"$tmp/nohooks/include" -I"$tmp/nohooks" -I"$repo" \
 	$(find "$tmp/nohooks/lib" -name "*.c") "$repo/bench/prefix_alloc.c" -o "$tmp/nohooks.bin" "${libs[@]}"
 

@@ -68,3 +68,9 @@ uint64_t kvpi_bt_bytes(const struct kvpi_blocktable *bt)
 {
 	return (uint64_t)bt->cap * sizeof(struct kvpi_block) + sizeof(*bt);
 }
+
+__attribute__((noinline)) struct kvpi_block *kvpi_bt_block_slow(struct kvpi_blocktable *bt,
+                                                                uint32_t id)
+{
+	return kvpi_bt_block(bt, id);
+}

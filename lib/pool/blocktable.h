@@ -34,7 +34,7 @@
  *
  *   state      64-bit word changed only by CAS or under the block's
  *              exclusion (its exclusive holder after a pop, its owner's
- *              exclusion, or a raw op: lib/pool/pool_alloc.c): generation (32)
+ *              exclusion, or a raw op: lib/pool/block_state.h): generation (32)
  *              | n_used (16) | in_use | ever_allocated | retired | raw (no
  *              owner) | stream (2) | format (4); in prefix mode also
  *              published, cached, evicting, locked
@@ -147,6 +147,22 @@ static inline struct kvpi_block *kvpi_bt_block(struct kvpi_blocktable *bt, uint3
 	struct kvpi_block *s = atomic_load_explicit(&bt->seg[kvpi_seg_of(i, KVPI_BT_BASE_SHIFT)],
 	                                            memory_order_relaxed);
 	return &s[kvpi_seg_off(i, KVPI_BT_BASE_SHIFT)];
+}
+
+/* kvpi_bt_block_slow - kvpi_bt_block out of line (lib/pool/blocktable.c).
+ * Loops that walk many blocks call it for ids past the first segment, so
+ * they keep their registers for the common case. */
+struct kvpi_block *kvpi_bt_block_slow(struct kvpi_blocktable *bt, uint32_t id);
+
+/*
+ * kvpi_bt_block_at - kvpi_bt_block, given the first segment @seg0 of @n0
+ * blocks.  A loop reads those two once: its atomic accesses would make the
+ * compiler reload them for every block.
+ */
+static inline __attribute__((always_inline)) struct kvpi_block *
+kvpi_bt_block_at(struct kvpi_blocktable *bt, struct kvpi_block *seg0, uint32_t n0, uint32_t id)
+{
+	return __builtin_expect(id < n0, 1) ? &seg0[id] : kvpi_bt_block_slow(bt, id);
 }
 
 /**

@@ -31,7 +31,7 @@
  *
  * The same asymmetric Dekker pair guards the owner op against a bias
  * revoker (lib/pool/owner.h) and a raw op against a raw-bias revoker
- * (lib/pool/pool_alloc.c); kvpi_light_store is its frequent side.
+ * (lib/pool/bias.c); kvpi_light_store is its frequent side.
  *
  * Synchronization:
  *

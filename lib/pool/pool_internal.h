@@ -140,7 +140,7 @@ struct kvp_pool {
  * Raw-block bias of a slot (struct kvpi_tslot's raw_bias) and the value its
  * in_owner_op word holds while its thread frees one of its raw blocks
  * without a CAS (records are aligned, so 1 names none).
- * lib/pool/pool_alloc.c has the protocol.
+ * lib/pool/bias.c has the protocol.
  */
 #define KVPI_RAW_REVOKED  0u
 #define KVPI_RAW_BIASED   1u
@@ -161,30 +161,20 @@ void kvpi_pool_discard(struct kvp_pool *p);
  * store (lib/pool/magazine.h): kvpi_barrier_heavy() when p->asym. */
 void kvpi_heavy_barrier(struct kvp_pool *p);
 
-/* lib/pool/pool_alloc.c: allocate and free; owner and raw-block bias. */
+/* lib/pool/bias.c: the owner and raw-block bias protocols. */
 /*
- * kvpi_bias_revoke - make @r an ordinary shard-locked record
- *
- * Caller holds @r's shard lock.  If @r is biased to another slot, clears the
- * bias, issues the heavy barrier and waits until that slot's thread is not
- * inside an owner op on @r.  A record biased to the caller's own slot @s is
- * left biased (its thread is here, not inside an op).  lib/pool/pool_alloc.c.
+ * kvpi_bias_revoke_slow - kvpi_bias_revoke's revocation, once it found @r
+ * biased to slot @t, not the caller's: clears the bias, issues the heavy
+ * barrier and waits until @t's thread is not inside an owner op on @r.
  */
-void kvpi_bias_revoke(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r);
-
-/*
- * kvpi_bias_adopt - bias @r (shard lock held, not biased to another slot)
- * to slot @s and cache it there, unless @s is the fallback slot or @r was
- * revoked too often to be worth it.
- */
-void kvpi_bias_adopt(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r);
+void kvpi_bias_revoke_slow(struct kvp_pool *p, struct kvpi_orec *r, uintptr_t t);
 
 /*
  * kvpi_raw_exclude - before changing the state word of raw block @b (a CAS)
  * from slot @s: if the hand-out whose state is @st has its owner word naming
  * another slot whose raw bias still stands, revoke that bias (once for the
  * slot's life), so that slot's thread no longer frees it without a CAS.
- * lib/pool/pool_alloc.c.
+ * lib/pool/bias.c.
  */
 void kvpi_raw_exclude(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_block *b, uint64_t st);
 
@@ -340,6 +330,50 @@ static inline void kvpi_bias_leave(struct kvpi_tslot *s)
 {
 	/* release: a revoker that reads 0 (acquire) sees our list changes. */
 	atomic_store_explicit(&s->in_owner_op, 0, memory_order_release);
+}
+
+/*
+ * kvpi_bias_revoke - make @r an ordinary shard-locked record
+ *
+ * Caller holds @r's shard lock.  If @r is biased to another slot, clears the
+ * bias, issues the heavy barrier and waits until that slot's thread is not
+ * inside an owner op on @r (kvpi_bias_revoke_slow, lib/pool/bias.c).  A
+ * record biased to the caller's own slot @s stays biased: its thread is
+ * here, not inside an op.
+ */
+static inline void kvpi_bias_revoke(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r)
+{
+	/* relaxed: bias is written only under the shard lock, which we hold. */
+	uintptr_t t = atomic_load_explicit(&r->bias, memory_order_relaxed);
+	if (t != 0 && t != (uintptr_t)s)
+		kvpi_bias_revoke_slow(p, r, t);
+}
+
+/*
+ * kvpi_bias_adopt - bias @r to slot @s and cache it there
+ *
+ * Caller holds @r's shard lock, and @r is not biased to another slot.  Does
+ * nothing for the fallback slot, or for a record revoked too often to be
+ * worth it (KVPI_BIAS_MAX_REVOKES).
+ */
+static inline void kvpi_bias_adopt(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r)
+{
+	if (kvpi_tslot_is_fallback(p, s))
+		return;
+	/* relaxed: bias is written only under the shard lock, which we hold;
+	 * any thread formerly biased has left its op (kvpi_bias_revoke). */
+	uintptr_t t = atomic_load_explicit(&r->bias, memory_order_relaxed);
+	if (t == 0) {
+		if (r->revokes >= KVPI_BIAS_MAX_REVOKES)
+			return;
+		atomic_store_explicit(&r->bias, (uintptr_t)s, memory_order_relaxed);
+	} else if (t != (uintptr_t)s) {
+		return;
+	}
+	struct kvpi_ocache_ent *e = kvpi_ocache_ent_of(s, r->key);
+	e->key = r->key;
+	e->rec = r;
+	e->epoch = r->epoch;
 }
 
 /*

@@ -189,7 +189,7 @@ static int set_used_cas(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_bl
 		}
 		if (!p->mode)
 			/* A raw block another thread may free without a CAS:
-			 * revoke that (lib/pool/pool_alloc.c). */
+			 * revoke that (lib/pool/bias.c). */
 			kvpi_raw_exclude(p, s, b, st);
 		/* release: a later free (acq_rel CAS) orders after this;
 		 * acquire on failure re-reads a coherent word. */
@@ -204,7 +204,7 @@ static int set_used_cas(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_bl
 
 /* set_used of an owned block; the caller holds the owner's exclusion, so
  * no free can clear the word between our load and store (the free's plain
- * store relies on that, lib/pool/pool_alloc.c). */
+ * store relies on that, lib/pool/pool_free.c). */
 static int set_used_owned(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_block *b,
                           uint32_t gen, uint32_t n_used)
 {

@@ -31,7 +31,7 @@ void kvpi_stats_sum(struct kvp_pool *p, kvp_stats *out)
 	 * while we read is then never counted as allocated twice: its second
 	 * allocation is counted only if it happened before the first pass read
 	 * that slot, and then the free before it (counted before the block went
-	 * back, lib/pool/pool_alloc.c) is seen by the second pass: the free's count
+	 * back, lib/pool/pool_free.c) is seen by the second pass: the free's count
 	 * store, the push (release), the other thread's pop (acquire) and its
 	 * release store of ALLOCS (kvpi_ctr_add) chain into our acquire load.  So
 	 * allocations - frees never exceeds what was in use during the read.

@@ -178,7 +178,7 @@ static struct kvpi_tslot *slot_take(struct kvp_pool *p)
 	/* relaxed: a number that spreads slots over stripes; orders nothing. */
 	s->idx = atomic_fetch_add_explicit(&p->n_slots, 1, memory_order_relaxed) + 1;
 	/* Raw blocks biased to their thread only in the asymmetric mode: the
-	 * fallback keeps the CAS on every raw free (lib/pool/pool_alloc.c). */
+	 * fallback keeps the CAS on every raw free (lib/pool/bias.c). */
 	atomic_init(&s->raw_bias, p->asym ? KVPI_RAW_BIASED : KVPI_RAW_REVOKED);
 	struct kvpi_tslot *head = atomic_load_explicit(&p->slots, memory_order_relaxed);
 	do {

@@ -73,7 +73,7 @@ struct kvpi_tslot {
 	/* Raw blocks stamped by this slot's thread (their owner word = the
 	 * slot) may be freed by it without a CAS while this is
 	 * KVPI_RAW_BIASED; revoked for the slot's life by the first other
-	 * thread that frees or sets the fill of one (lib/pool/pool_alloc.c). */
+	 * thread that frees or sets the fill of one (lib/pool/bias.c). */
 	_Atomic uint32_t raw_bias;
 	_Atomic uint64_t ctr[KVP_N_CTR];
 	struct kvpi_ocache_ent ocache[KVPI_OCACHE_N]; /* owner only */

@@ -36,7 +36,7 @@
  *     release of a block that is on no list takes a shard mutex.  The
  *     number of cached blocks per stream is kept apart, in one counter
  *     changed per block at once (the exhaustion decision reads it:
- *     lib/prefix/prefix_pool.c, "Exhaustion");
+ *     lib/prefix/prefix_alloc.c, "Exhaustion");
  *   - its own owner table (KVPI_PFX_OWNER_SHARDS shards, mutex each): an
  *     owner record holds the ids it holds in an array, in hold order, with
  *     tombstones (KVPI_NO_ID) compacted when they outnumber the live ids.
@@ -269,7 +269,7 @@ struct kvpi_prefix {
 	struct kvpi_pcount cached[KVPI_PFX_COUNT_STRIPES] __attribute__((aligned(64)));
 	/* Per stream: blocks reserved from the free stack by allocations that
 	 * may still give them back (low 32 bits), and how many give-backs
-	 * there were (high 32 bits): lib/prefix/prefix_pool.c, "Exhaustion". */
+	 * there were (high 32 bits): lib/prefix/prefix_alloc.c, "Exhaustion". */
 	struct kvpi_pcount pend __attribute__((aligned(64)));
 	_Atomic(_Atomic(struct kvpi_pside *) *) top[KVPI_PFX_TOP];
 	struct kvpi_plru lru[2][KVPI_PFX_LRU_SHARDS];
@@ -389,7 +389,7 @@ static inline uint32_t kvpi_pfx_home(const struct kvpi_tslot *s)
  * available (revived, evicted and pushed).  So the count never falls below
  * the blocks cached and unheld.  release: a reader that sees the change
  * (acquire) sees what the caller did before (an evicted block's push onto
- * the free stack, lib/prefix/prefix_pool.c "Exhaustion").
+ * the free stack, lib/prefix/prefix_alloc.c "Exhaustion").
  */
 static inline void kvpi_pfx_count_one(struct kvpi_prefix *pf, int si, int64_t d)
 {
@@ -497,7 +497,8 @@ int64_t kvpi_pfx_ofind_pos(struct kvpi_prefix *pf, const struct kvpi_porec *r, u
 void kvpi_pfx_oremove_at(struct kvpi_porec *r, uint32_t pos);
 
 /*
- * lib/prefix/prefix_pool.c: the pool calls in prefix mode (dispatched from the pool).
+ * lib/prefix/prefix_alloc.c and prefix_free.c: the pool calls in prefix mode
+ * (dispatched from the pool).
  * The four that kvp_allocate, kvp_alloc_block, kvp_free and kvp_free_all
  * dispatch to are declared cold: a call to one marks its branch unlikely,
  * so the plain pool's fast paths are laid out and inlined as if the

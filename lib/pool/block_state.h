@@ -1,0 +1,101 @@
+/*
+ * lib/pool/block_state.h - a block's state word: how allocate and free change it.
+ *
+ * A block's life: free (on a stack or in a magazine) -> popped by exactly
+ * one thread, which stamps a new generation, the owner and the fill into
+ * its state word and links it into the owner's list (under the owner's
+ * exclusion: the thread the owner's record is biased to, inside an owner
+ * op, or else the shard lock) -> freed by whoever holds a current ref ->
+ * pushed back.
+ *
+ * Who changes an in-use block's state word: an owned block's only writers
+ * (kvp_free, kvp_free_all, kvp_block_set_used) all hold the owner's
+ * exclusion, so the free checks the generation and in_use and clears them
+ * with a plain release store: of several racing frees exactly one sees the
+ * block in use, the rest count as stale.  A raw block (KVPI_ST_RAW) has no
+ * owner: its free and set_used are CASes on the whole word (a raw ref's
+ * CAS can never succeed on an owned hand-out: the word it expects carries
+ * KVPI_ST_RAW), except that in the asymmetric mode the thread that
+ * allocated it frees it with the plain store while its slot's raw bias
+ * stands, which any other thread's change of such a block revokes first
+ * (below, "Raw blocks biased to their thread").  docs/DESIGN.md, "Giving
+ * blocks back", has the argument.
+ *
+ * So a stale ref can never change a block that was handed out again.
+ */
+#ifndef KVPOOL_LIB_POOL_BLOCK_STATE_H
+#define KVPOOL_LIB_POOL_BLOCK_STATE_H
+
+#include "lib/pool/pool_internal.h"
+
+/* Stream index of a block whose state word is @st. */
+static inline int kvpi_stream_of_state(const struct kvp_pool *p, uint64_t st)
+{
+	return p->separate_kv ? (int)kvpi_st_stream(st) : 0;
+}
+
+/* The state word of a freed block that had state @st: not in use, not raw,
+ * no fill; generation, stream, format and "ever handed out" kept. */
+static inline uint64_t kvpi_freed_state(uint64_t st)
+{
+	return st & ~(KVPI_ST_IN_USE | KVPI_ST_RAW | KVPI_ST_USED_MASK);
+}
+
+/* Stamp a popped block as handed out; returns its new generation.  Sets
+ * *reused when the block had been handed out before. */
+static inline __attribute__((always_inline)) uint32_t
+kvpi_stamp_block(struct kvpi_block *b, uint32_t used, uint64_t flags, kvp_owner owner,
+                 kvp_format format, bool *reused)
+{
+	/* relaxed: we hold the block exclusively since the acquire pop. */
+	uint64_t old = atomic_load_explicit(&b->state, memory_order_relaxed);
+	uint32_t gen = kvpi_st_gen(old) + 1;
+	if (gen == 0)
+		gen = 1; /* generation 0 means "never handed out" */
+	*reused = (old & KVPI_ST_EVER) != 0;
+	/* release: a kvp_block_get that reads this owner (then fences) cannot
+	 * read a state word from before the free that preceded this hand-out;
+	 * free on x86. */
+	atomic_store_explicit(&b->owner, owner, memory_order_release);
+	/* release: kvp_block_get's acquire load of the state then sees the
+	 * owner written above. */
+	atomic_store_explicit(&b->state,
+	                      kvpi_st_make(gen, used, KVPI_ST_IN_USE | KVPI_ST_EVER | flags,
+	                                   kvpi_st_stream(old), (uint32_t)format),
+	                      memory_order_release);
+	return gen;
+}
+
+/*
+ * Free a block whose state word is still at @gen and in use; the caller
+ * holds the block's exclusion, so no other thread writes the word: for an
+ * owned block the owner's (every writer of an owned in-use block holds it:
+ * the header above), for a raw block a raw op of the slot it is biased to.
+ * Returns the state it had, or 0 when it was stale.
+ */
+static inline uint64_t kvpi_release_owned(struct kvpi_block *b, uint32_t gen)
+{
+	/* acquire: orders the last holder's writes (storage, a set_used of
+	 * another thread under the same exclusion) before our push. */
+	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+	if (kvpi_st_gen(st) != gen || !(st & KVPI_ST_IN_USE))
+		return 0;
+	/* release: a kvp_block_get or stale free that reads the freed word
+	 * also sees what we did before (a plain store on x86). */
+	atomic_store_explicit(&b->state, kvpi_freed_state(st), memory_order_release);
+	return st;
+}
+
+/* The owner word of a raw block handed out by slot @s: the slot while its
+ * raw bias stands, else 0 (lib/pool/bias.c has the protocol). */
+static inline uint64_t kvpi_raw_owner_word(struct kvpi_tslot *s)
+{
+	/* relaxed: only this slot's thread acts on its own slot's value; a
+	 * revocation racing with the stamp leaves a word naming a revoked
+	 * slot, which every path treats as "use the CAS". */
+	return atomic_load_explicit(&s->raw_bias, memory_order_relaxed) == KVPI_RAW_BIASED
+	           ? (uint64_t)(uintptr_t)s
+	           : 0;
+}
+
+#endif /* KVPOOL_LIB_POOL_BLOCK_STATE_H */

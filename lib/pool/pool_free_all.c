@@ -1,0 +1,177 @@
+/*
+ * lib/pool/pool_free_all.c - kvp_free_all in a plain pool.
+ *
+ * Owns: ending an owner.  Under the owner's shard lock (its bias revoked)
+ * every block on the owner's list is cleared, the record dropped, and the
+ * blocks given back: into this thread's magazines when they have room for
+ * the whole list, else as one chain per stream pushed on the global stack.
+ *
+ * May call: the block path (lib/pool/pool_blocks.c, magazine.h), the owner
+ * table (lib/pool/owner.h), kvpi_bias_revoke (lib/pool/pool_internal.h), the
+ * state-word helpers (lib/pool/block_state.h) and the statistics.
+ */
+#include "lib/pool/block_state.h"
+
+/*
+ * Clear in-use block @b of an owner's list; returns the state it had.  The
+ * record's exclusion (shard lock, bias revoked) makes us its only writer.
+ */
+static inline uint64_t free_listed_block(struct kvpi_block *b)
+{
+	/* acquire: orders the last holder's writes (storage, a set_used of
+	 * another thread under the same exclusion) before the block is given
+	 * back. */
+	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+	/* release: a kvp_block_get or stale free that reads the freed word
+	 * also sees what we did before (a plain store on x86). */
+	atomic_store_explicit(&b->state, kvpi_freed_state(st), memory_order_release);
+	return st;
+}
+
+/* Lists this short are freed through a buffer on the stack (free_all_small). */
+#define FREE_ALL_SMALL 16u
+
+/*
+ * kvp_free_all of record @r (shard lock held, bias revoked) when it holds at
+ * most FREE_ALL_SMALL blocks: they are cleared, the record dropped and the
+ * lock released, then given back through the ordinary block path (one
+ * magazine entry per stream).  Ends the call.
+ */
+static __attribute__((noinline)) int free_all_small(struct kvp_pool *p, struct kvpi_tslot *s,
+                                                    struct kvpi_oshard *sh, struct kvpi_orec *r)
+{
+	uint32_t ids[2][FREE_ALL_SMALL], cnt[2] = {0, 0};
+	uint64_t not_full = 0;
+	for (uint32_t id = r->head; id != KVPI_NO_ID;) {
+		struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
+		uint32_t next = b->own_next;
+		uint64_t st = free_listed_block(b);
+		int si = kvpi_stream_of_state(p, st);
+		not_full += kvpi_st_used(st) < p->block_size;
+		ids[si][cnt[si]++] = id;
+		id = next;
+	}
+	kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
+	pthread_mutex_unlock(&sh->lock);
+	/* Allocation order, the first allocated given last: it ends on top. */
+	for (int si = 0; si < 2; si++) {
+		for (uint32_t i = 0, j = cnt[si]; i + 1 < j; i++, j--) {
+			uint32_t t = ids[si][i];
+			ids[si][i] = ids[si][j - 1];
+			ids[si][j - 1] = t;
+		}
+		if (cnt[si])
+			kvpi_give_back(p, s, si, ids[si], cnt[si]);
+	}
+	if (not_full)
+		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - not_full);
+	kvpi_end_call(p, s, true);
+	return KVP_OK;
+}
+
+/*
+ * kvp_free_all in a plain pool.  Under the owner's shard lock (its bias
+ * revoked), every block on the record's list is cleared and goes straight
+ * into this thread's magazine of its stream when the magazine can take the
+ * whole list (it grows by demand): a request's blocks stay with the thread
+ * that freed them, and the next request it serves takes them back without
+ * touching a line another thread writes.  A stream whose magazine cannot
+ * take them (too many, the stream starving, the fallback slot) gets a
+ * chain pushed to its global stack with one CAS, after the lock.
+ *
+ * Either way the first block allocated ends on top, so a request made
+ * again gets its old ids in the same order.  The magazines are entered
+ * only once the shard lock is held and left before it is dropped: while
+ * inside one we wait for nothing (a drainer may be waiting for us, and a
+ * drainer may hold a shard lock: lib/pool/pool_internal.h, lock order).
+ */
+int kvp_free_all(kvp_pool *p, kvp_owner owner)
+{
+	if (!p)
+		return KVP_EINVAL;
+	if (__builtin_expect(p->mode != NULL, 0))
+		return p->mode->free_all(p, owner);
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	uint64_t h = kvpi_owner_hash(owner);
+	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
+	uint32_t first[2] = {KVPI_NO_ID, KVPI_NO_ID}, last[2] = {KVPI_NO_ID, KVPI_NO_ID},
+	         cnt[2] = {0, 0}, base[2] = {0, 0};
+	struct kvpi_mag *mag[2] = {NULL, NULL};
+	uint64_t not_full = 0;
+
+	pthread_mutex_lock(&sh->lock);
+	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
+	if (!r) {
+		pthread_mutex_unlock(&sh->lock);
+		kvpi_end_call(p, s, false);
+		return KVP_ENOENT;
+	}
+	kvpi_bias_revoke(p, s, r);
+	if (r->count <= FREE_ALL_SMALL)
+		return free_all_small(p, s, sh, r);
+	if (r->count <= UINT32_MAX)
+		for (uint32_t si = 0; si < p->n_streams; si++)
+			mag[si] = kvpi_mag_hold_room(p, s, (int)si, (uint32_t)r->count, &base[si]);
+	/* The table's first segment is read once (the atomic accesses below
+	 * would make the compiler reload it for every block). */
+	struct kvpi_blocktable *bt = &p->bt;
+	struct kvpi_block *seg0 = bt->seg0;
+	uint32_t n0 = bt->n0, bs = p->block_size;
+	bool two = p->separate_kv;
+	if (mag[0] && (!two || mag[1])) {
+		/* Every stream's magazine holds room for the whole list. */
+		uint32_t *w[2] = {mag[0]->ids + base[0], two ? mag[1]->ids + base[1] : NULL};
+		uint32_t *w0 = w[0], *w1 = w[1];
+		for (uint32_t id = r->head; id != KVPI_NO_ID;) {
+			struct kvpi_block *b = kvpi_bt_block_at(bt, seg0, n0, id);
+			uint32_t next = b->own_next;
+			uint64_t st = free_listed_block(b);
+			not_full += kvpi_st_used(st) < bs;
+			if (two && kvpi_st_stream(st))
+				*w1++ = id;
+			else
+				*w0++ = id;
+			id = next;
+		}
+		cnt[0] = (uint32_t)(w0 - w[0]);
+		cnt[1] = two ? (uint32_t)(w1 - w[1]) : 0;
+	} else {
+		struct kvpi_block *lastb[2] = {NULL, NULL};
+		for (uint32_t id = r->head; id != KVPI_NO_ID;) {
+			struct kvpi_block *b = kvpi_bt_block_at(bt, seg0, n0, id);
+			uint32_t next = b->own_next;
+			uint64_t st = free_listed_block(b);
+			int si = two ? (int)kvpi_st_stream(st) : 0;
+			not_full += kvpi_st_used(st) < bs;
+			if (mag[si]) {
+				mag[si]->ids[base[si] + cnt[si]++] = id;
+			} else {
+				/* relaxed: published by the push CAS (release). */
+				atomic_store_explicit(&b->free_next, KVPI_NO_ID,
+				                      memory_order_relaxed);
+				if (lastb[si])
+					atomic_store_explicit(&lastb[si]->free_next, id,
+					                      memory_order_relaxed);
+				else
+					first[si] = id;
+				lastb[si] = b;
+				last[si] = id;
+				cnt[si]++;
+			}
+			id = next;
+		}
+	}
+	kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
+	uint64_t freed = (uint64_t)cnt[0] + cnt[1];
+	kvpi_note_freed(p, s, freed); /* before the blocks can be taken again */
+	for (int si = 0; si < 2; si++)
+		if (mag[si])
+			kvpi_mag_release_room(mag[si], base[si], cnt[si]);
+	pthread_mutex_unlock(&sh->lock);
+	for (int si = 0; si < 2; si++)
+		if (!mag[si])
+			kvpi_put_chain(p, s, si, first[si], last[si], cnt[si]);
+	kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - not_full);
+	kvpi_end_call(p, s, true);
+	return KVP_OK;
+}

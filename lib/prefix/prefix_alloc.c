@@ -1,0 +1,270 @@
+/*
+ * lib/prefix/prefix_alloc.c - kvp_allocate and kvp_alloc_block in prefix mode.
+ *
+ * Owns: taking blocks for a request and handing them out fresh.  A request
+ * takes uncached free blocks first, then evicts cached ones, then grows
+ * (kvpi_pfx_get_blocks); it is all or nothing, and nothing is evicted
+ * unless the request is met.  The pool's own growth is off in prefix mode.
+ * Owns also the exhaustion rule (below): a request fails only on a count of
+ * one instant that falls short.
+ *
+ * May call: the pool's free stacks and growth (lib/pool), the LRU's claim,
+ * commit and unclaim (lib/prefix/prefix_lru.c) and the prefix owner table
+ * (lib/prefix/prefix_owner.c).  Lock order: lib/prefix/prefix_internal.h.
+ */
+#include "lib/prefix/prefix_internal.h"
+
+/* Hand out block @id, held exclusively (popped, evicted or grown); returns
+ * its new generation. */
+static uint32_t stamp(struct kvp_pool *p, uint32_t id, uint32_t used, uint64_t flags,
+                      kvp_owner owner, kvp_format format, bool *reused)
+{
+	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
+	struct kvpi_pside *e = kvpi_pfx_side(p->prefix, id);
+	/* relaxed: we hold the block exclusively. */
+	uint64_t old = atomic_load_explicit(&b->state, memory_order_relaxed);
+	uint32_t gen = kvpi_st_gen(old) + 1;
+	if (gen == 0)
+		gen = 1;
+	*reused = (old & KVPI_ST_EVER) != 0;
+	/* A fresh hand-out: the rows of earlier ones are not this holder's
+	 * (kvpool/storage.h).  release: kvpi_block_get_epoch reads it with no
+	 * lock; a reader that sees it (then an acquire fence) sees the block
+	 * left its previous hand-out, so its state re-check fails. */
+	atomic_store_explicit(&e->epoch, gen, memory_order_release);
+	/* relaxed: published by the release store of the state below. */
+	atomic_store_explicit(&e->holders, 1, memory_order_relaxed);
+	atomic_store_explicit(&e->owner_xor, owner, memory_order_relaxed);
+	/* release: as in the plain pool (kvp_block_get's seqlock). */
+	atomic_store_explicit(&b->owner, owner, memory_order_release);
+	/* release: readers that acquire the state see the fields above. */
+	atomic_store_explicit(&b->state,
+	                      kvpi_st_make(gen, used, KVPI_ST_IN_USE | KVPI_ST_EVER | flags,
+	                                   kvpi_st_stream(old), (uint32_t)format),
+	                      memory_order_release);
+	return gen;
+}
+
+/*
+ * Exhaustion.  kvpool/pool.h: KVP_EEXHAUSTED means that at some instant
+ * during the call fewer blocks were free (or cached and unheld) than the
+ * request needed.  The rule here: a request fails only on a count of one
+ * instant (available_now) that is below its need, read after it gave back
+ * everything it took.  Whatever another request holds for the moment (a
+ * partial reservation, claimed cached blocks) is in that count, so a
+ * request bound to fail never makes one that fits fail: the latter sees
+ * the shortfall is held, not gone, and tries again.  docs/PREFIX.md has
+ * the argument.
+ *
+ * The counts: the free stack's avail (exact), the cached count (one
+ * counter, never below the blocks cached and unheld: kvpi_pfx_count_one),
+ * and prefix.pend, the blocks reserved by allocations that may still give
+ * them back.  A claimed block stays in the cached count until committed.
+ */
+#define PEND_GIVEBACK ((uint64_t)1 << 32)
+
+/* Free, cached and unheld, or held by an undecided allocation, at one
+ * instant: see "Exhaustion" above. */
+static uint64_t available_now(struct kvp_pool *p, int si)
+{
+	struct kvpi_prefix *pf = p->prefix;
+	struct kvpi_spin spin = {0};
+	for (;;) {
+		/* acquire (all): pair with the release of each update, so a
+		 * block a load sees gone from one count is seen in the next. */
+		uint64_t w1 = atomic_load_explicit(&pf->pend.n[si], memory_order_acquire);
+		uint64_t c = kvpi_pfx_n_cached(pf, si);
+		int64_t a = atomic_load_explicit(&p->fs[si].avail, memory_order_acquire);
+		uint64_t w2 = atomic_load_explicit(&pf->pend.n[si], memory_order_acquire);
+		/* A give-back between the loads could hide its blocks from
+		 * both avail and pend: read again. */
+		if ((w1 >> 32) == (w2 >> 32))
+			return c + (a > 0 ? (uint64_t)a : 0) + (uint32_t)w2;
+		kvpi_spin_wait(&spin);
+	}
+}
+
+/* One try: KVP_OK with @k blocks, or a failure after giving back all. */
+static int get_blocks_once(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
+                           uint32_t k)
+{
+	struct kvpi_prefix *pf = p->prefix;
+	struct kvpi_freestack *fs = &p->fs[si];
+	_Atomic int64_t *pend = &pf->pend.n[si];
+	int rc = KVP_OK;
+	/*
+	 * A prefix pool has no per-thread magazines (kvpi_pfx_create), so every
+	 * uncached free block is on the stream's global stack: no drain, no
+	 * starving flag, no heavy barrier.  Whatever uncached blocks there
+	 * are, then cached ones (evicted), then growth: all or nothing, and
+	 * nothing evicted unless the request is met.  The cached blocks are
+	 * claimed first and evicted only once the request is sure to be met:
+	 * if matches took some of those counted meanwhile, or growth fails,
+	 * the claimed ones go back to the cache as they were.
+	 */
+	uint32_t r = kvpi_fs_reserve(fs, k, k), e = 0;
+	if (r == k) {
+		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);
+		return KVP_OK;
+	}
+	/* A partial reservation we may give back: in pend before it leaves
+	 * avail.  acq_rel, then a release fence before the reserve's CAS: a
+	 * reader that sees avail lowered (acquire) sees pend raised. */
+	atomic_fetch_add_explicit(pend, k, memory_order_acq_rel);
+	atomic_thread_fence(memory_order_release);
+	r = kvpi_fs_reserve(fs, 1, k);
+	if (r < k) /* relaxed: lowers only what no block backs */
+		atomic_fetch_sub_explicit(pend, k - r, memory_order_relaxed);
+	uint64_t c = kvpi_pfx_n_cached(pf, si);
+	if ((uint64_t)r + c < k) {
+		uint64_t shortfall = k - r - c;
+		/* relaxed: a pre-check; growth checks again under grow_lock. */
+		uint64_t managed = atomic_load_explicit(&p->managed, memory_order_relaxed);
+		if (!pf->grow || managed + shortfall > p->max_blocks)
+			rc = KVP_EEXHAUSTED; /* nothing evicted */
+	}
+	uint64_t resets0 = 0;
+	if (rc == KVP_OK) {
+		/* acquire: a reset that ended before this load evicted, before
+		 * the claim below, every block it could see (kvpi_pfx_unclaim). */
+		resets0 = atomic_load_explicit(&pf->resets, memory_order_acquire);
+		e = kvpi_pfx_claim(p, s, si, ids + r, k - r);
+	}
+	uint32_t rest = k - r - e;
+	if (rc == KVP_OK && rest && !pf->grow) {
+		rc = KVP_EEXHAUSTED;
+	} else if (rc == KVP_OK && rest) {
+		/* As the plain pool: no read-side section across the wait. */
+		kvpi_rcu_read_unlock();
+		pthread_mutex_lock(&p->grow_lock);
+		/* relaxed: managed changes only under grow_lock. */
+		uint64_t managed = atomic_load_explicit(&p->managed, memory_order_relaxed);
+		if (managed + rest > p->max_blocks) {
+			rc = KVP_EEXHAUSTED;
+		} else {
+			rc = kvpi_grow_locked(p, si, rest, ids + r + e);
+			if (rc == KVP_OK) {
+				kvpi_ctr_add(s, KVP_C_GROWN, rest);
+				kvpi_history_record(p);
+			}
+		}
+		pthread_mutex_unlock(&p->grow_lock);
+		kvpi_rcu_read_lock();
+	}
+	if (rc != KVP_OK) {
+		/* Lost a race for the cached blocks, or no room to grow: give
+		 * back what we took, the claimed blocks to the cache.  avail
+		 * first, then pend with a give-back counted (release: a reader
+		 * that sees it sees avail raised). */
+		if (r)
+			kvpi_fs_unreserve(fs, r);
+		atomic_fetch_add_explicit(pend, PEND_GIVEBACK - r, memory_order_release);
+		kvpi_pfx_unclaim(p, s, si, ids + r, e, resets0);
+		return rc;
+	}
+	kvpi_pfx_commit(p, s, si, ids + r, e);
+	if (r)
+		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);
+	/* relaxed: the blocks are ours now, a drop no reader must see first */
+	atomic_fetch_sub_explicit(pend, r, memory_order_relaxed);
+	return KVP_OK;
+}
+
+int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
+                        uint32_t k)
+{
+	struct kvpi_spin spin = {0};
+	for (;;) {
+		int rc = get_blocks_once(p, s, si, ids, k);
+		if (rc != KVP_EEXHAUSTED)
+			return rc;
+		/* Exhausted only if, at one instant after our give-back, the
+		 * free, cached and undecided blocks and the room to grow fall
+		 * short.  Otherwise another request held what we lacked:
+		 * try again once it had time to decide. */
+		uint64_t room = 0;
+		if (p->prefix->grow) {
+			/* relaxed: as the pre-check in get_blocks_once */
+			uint64_t managed = atomic_load_explicit(&p->managed, memory_order_relaxed);
+			room = managed < p->max_blocks ? p->max_blocks - managed : 0;
+		}
+		if (available_now(p, si) + room < k)
+			return KVP_EEXHAUSTED;
+		kvpi_spin_wait(&spin);
+	}
+}
+
+int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner owner,
+                      kvp_format format, kvp_ref *refs, uint32_t nb)
+{
+	struct kvpi_prefix *pf = p->prefix;
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	struct kvpi_poshard *sh = kvpi_pfx_oshard(pf, owner);
+	kvpi_u32_alias *ids = (kvpi_u32_alias *)refs;
+	uint32_t bs = p->block_size;
+
+	kvpi_rcu_read_lock();
+	/* The owner's shard mutex for the whole call, as in the plain pool. */
+	pthread_mutex_lock(&sh->lock);
+	struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
+	bool made = false;
+	if (!r) {
+		r = kvpi_pfx_oinsert(sh, owner);
+		made = true;
+	}
+	int rc = KVP_ENOMEM;
+	if (r && kvpi_pfx_oreserve(pf, r, nb) == 0)
+		rc = kvpi_pfx_get_blocks(p, s, si, ids, nb);
+	if (rc != KVP_OK) {
+		if (r && made)
+			kvpi_pfx_oremove(sh, r);
+		pthread_mutex_unlock(&sh->lock);
+		kvpi_rcu_read_unlock();
+		return kvpi_fail_call(p, s, rc);
+	}
+	uint64_t reused = 0;
+	uint32_t last_used = n_tokens - (nb - 1) * bs;
+	for (uint32_t i = 0; i < nb; i++) {
+		bool re;
+		stamp(p, ids[i], i + 1 < nb ? bs : last_used, 0, owner, format, &re);
+		reused += re;
+		kvpi_pfx_oappend(pf, r, ids[i]);
+	}
+	/* Widen ids to refs from the end (refs[i] covers ids[2i], ids[2i+1]). */
+	for (uint32_t i = nb; i-- > 0;) {
+		uint32_t id = ids[i];
+		/* relaxed: we stamped it, and hold its owner's shard mutex. */
+		uint64_t st =
+		    atomic_load_explicit(&kvpi_bt_block(&p->bt, id)->state, memory_order_relaxed);
+		refs[i] = KVP_MAKE_REF(id, kvpi_st_gen(st));
+	}
+	pthread_mutex_unlock(&sh->lock);
+	kvpi_ctr_add(s, KVP_C_ALLOCS, nb);
+	kvpi_ctr_add(s, KVP_C_REUSED, reused);
+	kvpi_ctr_add(s, KVP_C_NOT_FULL, last_used < bs);
+	kvpi_account_in_use(p, s, nb);
+	kvpi_rcu_read_unlock();
+	kvpi_end_call(p, s, true);
+	return KVP_OK;
+}
+
+int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref *out)
+{
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	uint32_t id;
+	kvpi_rcu_read_lock();
+	int rc = kvpi_pfx_get_blocks(p, s, si, &id, 1);
+	if (rc != KVP_OK) {
+		kvpi_rcu_read_unlock();
+		return kvpi_fail_call(p, s, rc);
+	}
+	bool re;
+	uint32_t gen = stamp(p, id, p->block_size, KVPI_ST_RAW, 0, format, &re);
+	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
+	kvpi_ctr_add(s, KVP_C_REUSED, re);
+	kvpi_account_in_use(p, s, 1);
+	kvpi_rcu_read_unlock();
+	kvpi_end_call(p, s, true);
+	*out = KVP_MAKE_REF(id, gen);
+	return KVP_OK;
+}
