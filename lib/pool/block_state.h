@@ -1,27 +1,31 @@
 /*
  * lib/pool/block_state.h - a block's state word: how allocate and free change it.
  *
- * A block's life: free (on a stack or in a magazine) -> popped by exactly
- * one thread, which stamps a new generation, the owner and the fill into
- * its state word and links it into the owner's list (under the owner's
- * exclusion: the thread the owner's record is biased to, inside an owner
- * op, or else the shard lock) -> freed by whoever holds a current ref ->
- * pushed back.
+ * A block's life:
  *
- * Who changes an in-use block's state word: an owned block's only writers
- * (kvp_free, kvp_free_all, kvp_block_set_used) all hold the owner's
- * exclusion, so the free checks the generation and in_use and clears them
- * with a plain release store: of several racing frees exactly one sees the
- * block in use, the rest count as stale.  A raw block (KVPI_ST_RAW) has no
- * owner: its free and set_used are CASes on the whole word (a raw ref's
- * CAS can never succeed on an owned hand-out: the word it expects carries
- * KVPI_ST_RAW), except that in the asymmetric mode the thread that
- * allocated it frees it with the plain store while its slot's raw bias
- * stands, which any other thread's change of such a block revokes first
- * (below, "Raw blocks biased to their thread").  docs/DESIGN.md, "Giving
- * blocks back", has the argument.
+ *   1. Free: on a global stack or in a thread's magazine.
+ *   2. Popped by exactly one thread.  That thread stamps a new generation,
+ *      the owner and the fill into the state word.  It links the block into
+ *      the owner's list under the owner's exclusion: an owner op of the
+ *      thread the record is biased to, or else the shard lock.
+ *   3. Freed by whoever holds a current ref, then pushed back.
  *
- * So a stale ref can never change a block that was handed out again.
+ * Who writes an in-use block's state word:
+ *
+ *   - An owned block's writers (kvp_free, kvp_free_all, kvp_block_set_used)
+ *     all hold the owner's exclusion.  So a free checks the generation and
+ *     in_use, then clears them with a plain release store.  Of several
+ *     racing frees, exactly one sees the block in use; the rest are stale.
+ *   - A raw block (KVPI_ST_RAW) has no owner.  Its free and set_used are
+ *     CASes on the whole word.  A raw ref's CAS never succeeds on an owned
+ *     hand-out, because the word it expects carries KVPI_ST_RAW.
+ *   - The exception: in the asymmetric mode, the thread that allocated a
+ *     raw block frees it with the plain store while its raw bias stands.
+ *     Any other thread revokes that bias before it changes the block
+ *     (lib/pool/bias.c).
+ *
+ * So a stale ref never changes a block that was handed out again.
+ * docs/DESIGN.md, "Giving blocks back", has the argument.
  */
 #ifndef KVPOOL_LIB_POOL_BLOCK_STATE_H
 #define KVPOOL_LIB_POOL_BLOCK_STATE_H
