@@ -161,7 +161,7 @@ def plot_growth(data, out):
 
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("json", help="the file bench/main.c wrote with --json")
+    ap.add_argument("json", help="the file bench/suite/main.c wrote with --json")
     ap.add_argument("--out", default=DEFAULT_OUT, help="directory for the PNGs (docs/img)")
     args = ap.parse_args(argv)
     with open(args.json) as f:

@@ -1,4 +1,4 @@
-"""Test helpers: kvp_c_test, kvp_skip_under."""
+"""Test helpers: kvp_c_test, kvp_replay_test, kvp_skip_under."""
 
 def kvp_c_test(name, srcs, deps = [], size = "small", timeout = None, tags = [], args = [], data = [], copts = [], linkopts = [], **kwargs):
     """A cc_test linked statically against //:kvpool.
@@ -32,3 +32,22 @@ def kvp_skip_under(*configs):
     conditions = {"//tools:" + c: ["//tools:incompatible"] for c in configs}
     conditions["//conditions:default"] = []
     return select(conditions)
+
+def kvp_replay_test(name, script = None, args = [], data = [], size = "medium", testlib = True, **kwargs):
+    """An sh_test of //stress:kvpool_replay.
+
+    The script (default: name + ".sh") gets the replay's path as its first
+    argument, then args; its data are the replay, tests/replay_testlib.sh
+    (which the script sources; testlib = False leaves it out) and data.
+    args may be a select().  size defaults to Bazel's own default, medium.
+    Extra keyword arguments (env, tags, target_compatible_with, ...) go to
+    sh_test.
+    """
+    native.sh_test(
+        name = name,
+        size = size,
+        srcs = [script or name + ".sh"],
+        args = ["$(location //stress:kvpool_replay)"] + args,
+        data = (["replay_testlib.sh"] if testlib else []) + ["//stress:kvpool_replay"] + data,
+        **kwargs
+    )

@@ -1,5 +1,5 @@
 /*
- * bench/bench_bufcache.c - benchmark 5: the buffer cache, summarised.
+ * bench/suite/bufcache.c - benchmark 5: the buffer cache, summarised.
  *
  * The buffer-cache benchmark (bench/bufcache_bench.c) belongs to the
  * buffer-cache part; this runs its binary's quick mode (--smoke: its own
@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bench/harness.h"
-#include "bench/suite.h"
+#include "bench/suite/harness.h"
+#include "bench/suite/suite.h"
 
 #define BENCH "bufcache"
 

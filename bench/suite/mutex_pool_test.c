@@ -1,5 +1,5 @@
 /*
- * bench/mutex_pool_test.c - the mutex-pool baseline against a plain model.
+ * bench/suite/mutex_pool_test.c - the mutex-pool baseline against a plain model.
  *
  * Random allocate / free / free_all / register / release over 3000 owner
  * ids (so the owner dictionary grows several times and backward-shift
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/mutex_pool.h"
+#include "bench/suite/mutex_pool.h"
 
 #define N_BLOCKS 4096u
 #define N_OWNERS 3000u

@@ -1,5 +1,5 @@
 /*
- * bench/mutex_blockpool.h - the serving-loop baseline: a one-mutex block pool
+ * bench/suite/mutex_blockpool.h - the serving-loop baseline: a one-mutex block pool
  * shaped like vLLM v1's BlockPool, with its prefix cache.
  *
  * What it keeps, all O(1) per block and reused once warm (no malloc per

@@ -1,10 +1,10 @@
 /*
- * bench/mutex_pool.c - the one-mutex pool design kvpool replaces (one
+ * bench/suite/mutex_pool.c - the one-mutex pool design kvpool replaces (one
  * lock, owner dict, LIFO free list) as a C baseline.  Everything happens
  * under p->lock; the data structures are as fast as a single-threaded pool can be made, so what the
  * benchmarks show against it is the cost of the lock, not of sloppy code.
  */
-#include "bench/mutex_pool.h"
+#include "bench/suite/mutex_pool.h"
 
 #include <pthread.h>
 #include <stdbool.h>

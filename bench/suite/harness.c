@@ -1,5 +1,5 @@
 /*
- * bench/harness.c - options, timing, threaded runs, figures and JSON.
+ * bench/suite/harness.c - options, timing, threaded runs, figures and JSON.
  *
  * Throughput is measured over a fixed wall-clock window, not a fixed op
  * count: with 16 threads on 2 cores a fixed count would be finished by
@@ -9,7 +9,7 @@
  * off-CPU (holding a lock or not) is inside the window.
  */
 #define _GNU_SOURCE
-#include "bench/harness.h"
+#include "bench/suite/harness.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -1,5 +1,5 @@
 /*
- * bench/mutex_pool.h - the baseline: the one-mutex block pool design kvpool replaces.
+ * bench/suite/mutex_pool.h - the baseline: the one-mutex block pool design kvpool replaces.
  *
  * One mutex around everything, an owner dictionary (owner id -> its blocks
  * in allocation order), a LIFO free list, per-block generation so stale

@@ -1,5 +1,5 @@
 /*
- * bench/suite.h - the benchmarks of the suite; main.c runs those selected.
+ * bench/suite/suite.h - the benchmarks of the suite; main.c runs those selected.
  *
  * Each kvb_bench_* prints its tables (with ratios against the peers
  * measured in the same run), records every figure with kvb_fig() and

@@ -1,12 +1,12 @@
 /*
- * bench/cases.c - loops of the kvpool, mutex-pool and limit cases.
+ * bench/suite/cases.c - loops of the kvpool, mutex-pool and limit cases.
  *
  * The loops check every status: an unexpected one is reported with
  * kvb_fail() and ends the thread's run, so a figure is never made of
  * failed calls.
  */
 #define _GNU_SOURCE
-#include "bench/cases.h"
+#include "bench/suite/cases.h"
 
 #include <stdlib.h>
 

@@ -1,11 +1,11 @@
 /*
- * bench/dpdk_peer.c - rte_mempool cases for the suite.
+ * bench/suite/dpdk_peer.c - rte_mempool cases for the suite.
  *
  * A case context holds the pool and, for bulk cases, the bulk size; the
  * per-thread state is the thread's registration (and its object array).
  */
 #define _GNU_SOURCE
-#include "bench/dpdk_peer.h"
+#include "bench/suite/dpdk_peer.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -1,5 +1,5 @@
 /*
- * bench/bench_getput.c - benchmark 1: one block allocated and freed per op,
+ * bench/suite/getput.c - benchmark 1: one block allocated and freed per op,
  * at each thread count, for every peer, side by side in one run.
  * kvpool_new_owner is the serving loop's owner churn at its smallest: each
  * op is a one-block request of a new owner (kvp_allocate, kvp_free_all).
@@ -15,9 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bench/cases.h"
-#include "bench/dpdk_peer.h"
-#include "bench/suite.h"
+#include "bench/suite/cases.h"
+#include "bench/suite/dpdk_peer.h"
+#include "bench/suite/suite.h"
 
 #define BENCH       "getput"
 #define POOL_BLOCKS (1u << 17) /* K and V get 65536 each; stream K is used */

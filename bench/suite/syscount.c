@@ -1,12 +1,12 @@
 /*
- * bench/syscount.c - malloc-family interposition that counts, then forwards
+ * bench/suite/syscount.c - malloc-family interposition that counts, then forwards
  * to glibc (__libc_malloc and friends, exported by glibc for this use).
- * Not built into the malloc peer (bench/malloc_peer.c), which must see the
+ * Not built into the malloc peer (bench/suite/malloc_peer.c), which must see the
  * LD_PRELOADed allocator, and compiled out under sanitizers.
  */
 #define _GNU_SOURCE
-#include "bench/syscount.h"
-#include "bench/harness.h"
+#include "bench/suite/syscount.h"
+#include "bench/suite/harness.h"
 
 #include <errno.h>
 #include <stdatomic.h>

@@ -1,6 +1,6 @@
 /*
- * bench/bench_lifecycle.c - benchmark 7: the serving loop, kvpool against a
- * one-mutex pool shaped like vLLM v1's BlockPool (bench/mutex_blockpool.c).
+ * bench/suite/lifecycle.c - benchmark 7: the serving loop, kvpool against a
+ * one-mutex pool shaped like vLLM v1's BlockPool (bench/suite/mutex_blockpool.c).
  *
  * Each thread is a serving worker.  It takes the requests of a trace in
  * trace order (thread t of N takes every N-th request, starting at t), and
@@ -38,9 +38,9 @@
 
 #include <kvpool/kvpool.h>
 
-#include "bench/harness.h"
-#include "bench/mutex_blockpool.h"
-#include "bench/suite.h"
+#include "bench/suite/harness.h"
+#include "bench/suite/mutex_blockpool.h"
+#include "bench/suite/suite.h"
 #include "stress/trace.h"
 
 #define BENCH         "lifecycle"

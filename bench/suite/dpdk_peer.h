@@ -1,5 +1,5 @@
 /*
- * bench/dpdk_peer.h - DPDK rte_mempool as a benchmark peer.
+ * bench/suite/dpdk_peer.h - DPDK rte_mempool as a benchmark peer.
  *
  * The EAL runs without hugepages or PCI (--no-huge --no-pci --no-shconf),
  * so it works as root in CI and in Bazel's sandbox.  Each benchmark thread
@@ -15,7 +15,7 @@
 #ifndef KVPOOL_BENCH_DPDK_PEER_H
 #define KVPOOL_BENCH_DPDK_PEER_H
 
-#include "bench/harness.h"
+#include "bench/suite/harness.h"
 
 /* Object size of the DPDK pools: get/put never touch object memory, so it
  * does not change their cost; it is kept small to fit the no-hugepage heap. */

@@ -1,5 +1,5 @@
 /*
- * bench/syscount.h - count the process's calls to the system allocator.
+ * bench/suite/syscount.h - count the process's calls to the system allocator.
  *
  * syscount.c defines malloc, calloc, realloc, free, posix_memalign,
  * aligned_alloc, memalign, valloc and pvalloc in the benchmark executable;

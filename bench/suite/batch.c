@@ -1,5 +1,5 @@
 /*
- * bench/bench_batch.c - benchmark 2: a request's worth of blocks (1, 16,
+ * bench/suite/batch.c - benchmark 2: a request's worth of blocks (1, 16,
  * 256) allocated and freed per call, by one thread and by several.
  *
  * Figures are blocks per second (k blocks per op), so the columns compare
@@ -10,9 +10,9 @@
 #define _GNU_SOURCE
 #include <stdio.h>
 
-#include "bench/cases.h"
-#include "bench/dpdk_peer.h"
-#include "bench/suite.h"
+#include "bench/suite/cases.h"
+#include "bench/suite/dpdk_peer.h"
+#include "bench/suite/suite.h"
 
 #define BENCH       "batch"
 #define POOL_BLOCKS (1u << 17)

@@ -1,10 +1,10 @@
 /*
- * bench/mutex_blockpool_test.c - the lifecycle benchmark's baseline checked:
+ * bench/suite/mutex_blockpool_test.c - the lifecycle benchmark's baseline checked:
  * all-or-nothing allocation, uncached-first then least-recently-cached
  * eviction, match and publish, and a random run against a simple model
  * (linear scans) that must agree on every call.
  */
-#include "bench/mutex_blockpool.h"
+#include "bench/suite/mutex_blockpool.h"
 
 #include <stdbool.h>
 #include <stdio.h>

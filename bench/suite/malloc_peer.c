@@ -1,5 +1,5 @@
 /*
- * bench/malloc_peer.c - malloc/free of one block per op, in whatever
+ * bench/suite/malloc_peer.c - malloc/free of one block per op, in whatever
  * allocator the process was started with.
  *
  * glibc, jemalloc, mimalloc and tcmalloc all replace malloc process-wide,
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/harness.h"
+#include "bench/suite/harness.h"
 
 typedef struct mctx {
 	size_t bytes;

@@ -1,5 +1,5 @@
 /*
- * bench/bench_scaling.c - benchmark 4: does anything get slower or fatter
+ * bench/suite/scaling.c - benchmark 4: does anything get slower or fatter
  * as the pool grows from 1e3 to 1e7 blocks?  Plus growth under load and
  * shrink latency.
  *
@@ -32,8 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/cases.h"
-#include "bench/suite.h"
+#include "bench/suite/cases.h"
+#include "bench/suite/suite.h"
 #include "lib/testing/pool_peek.h"
 
 #define BENCH     "scaling"

@@ -1,14 +1,14 @@
 /*
- * bench/main.c - the suite's entry point: runs the selected benchmarks in
+ * bench/suite/main.c - the suite's entry point: runs the selected benchmarks in
  * order, then writes --json.  Every bench target is this file plus an
  * --only argument (see bench/BUILD).  Exit status: 0, 1 when a measured
  * call failed or a pool leaked (smoke tests rely on it), 2 on bad usage.
  */
 #include <stdio.h>
 
-#include "bench/dpdk_peer.h"
-#include "bench/harness.h"
-#include "bench/suite.h"
+#include "bench/suite/dpdk_peer.h"
+#include "bench/suite/harness.h"
+#include "bench/suite/suite.h"
 
 int main(int argc, char **argv)
 {

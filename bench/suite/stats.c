@@ -1,5 +1,5 @@
 /*
- * bench/bench_stats.c - benchmark 6: what a metrics scraper costs the hot
+ * bench/suite/stats.c - benchmark 6: what a metrics scraper costs the hot
  * path.  Full-API get/put throughput at several thread counts, without and
  * with a second thread calling kvp_pool_stats every millisecond (the
  * reader runs through the warm-up and every repetition of its case).  A
@@ -13,8 +13,8 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "bench/cases.h"
-#include "bench/suite.h"
+#include "bench/suite/cases.h"
+#include "bench/suite/suite.h"
 
 #define BENCH "stats"
 

@@ -1,5 +1,5 @@
 /*
- * bench/cases.h - threaded cases for kvpool, the mutex-pool baseline and
+ * bench/suite/cases.h - threaded cases for kvpool, the mutex-pool baseline and
  * the thread-local limit, shared by the get/put, batch, scaling and stats
  * benchmarks.  One "op" is one allocate call plus the matching free call.
  *
@@ -16,8 +16,8 @@
 
 #include <kvpool/kvpool.h>
 
-#include "bench/harness.h"
-#include "bench/mutex_pool.h"
+#include "bench/suite/harness.h"
+#include "bench/suite/mutex_pool.h"
 
 #define KVB_BLOCK_SIZE 16   /* tokens per block in every benchmark */
 #define KVB_MAX_BATCH  1024 /* largest blocks per op */

@@ -1,5 +1,5 @@
 /*
- * bench/harness.h - the benchmark suite's harness: options, clocks, threaded
+ * bench/suite/harness.h - the benchmark suite's harness: options, clocks, threaded
  * throughput runs with warm-up and median of repetitions, figures (kept for
  * --json) and table printing.
  *

@@ -1,5 +1,5 @@
 /*
- * bench/bench_synthetic.c - benchmark 3: a synthetic generation
+ * bench/suite/synthetic.c - benchmark 3: a synthetic generation
  * workload through kvpool against naive per-token allocation.
  *
  * Workload (deterministic, splitmix64 seed 42): R requests, at most C
@@ -28,9 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/cases.h"
-#include "bench/suite.h"
-#include "bench/syscount.h"
+#include "bench/suite/cases.h"
+#include "bench/suite/suite.h"
+#include "bench/suite/syscount.h"
 
 #define BENCH       "synthetic"
 #define TOKEN_BYTES 2048 /* 8 KV heads x 128 dims x fp16 */
@@ -409,7 +409,7 @@ static void print_verdicts(const double med[2], const acct a[2], size_t chunk, d
 	       "  malloc_usable_size + header); kvpool held = peak blocks x %u tokens x %d "
 	       "B.\n"
 	       "  System allocs = malloc-family calls in the whole process "
-	       "(bench/syscount.c).\n",
+	       "(bench/suite/syscount.c).\n",
 	       chunk, TOKEN_BYTES, KVB_BLOCK_SIZE, TOKEN_BYTES);
 	kvb_target(BENCH, "allocation calls cut >= block_size (16x) (naive/kvpool)", calls_cut,
 	           calls_cut >= KVB_BLOCK_SIZE);

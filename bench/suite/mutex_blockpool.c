@@ -1,5 +1,5 @@
 /*
- * bench/mutex_blockpool.c - the one-mutex, vLLM-v1-shaped block pool of the
+ * bench/suite/mutex_blockpool.c - the one-mutex, vLLM-v1-shaped block pool of the
  * lifecycle benchmark.
  *
  * It is meant to be the best a simple design does: each call takes the
@@ -11,7 +11,7 @@
  * owner that reuses the record.  Nothing is allocated per request once the
  * tables have reached the sizes the workload needs.
  */
-#include "bench/mutex_blockpool.h"
+#include "bench/suite/mutex_blockpool.h"
 
 #include <pthread.h>
 #include <stdbool.h>
