@@ -752,8 +752,8 @@ static int64_t raw_not_full(kvp_pool *p)
 {
 	int64_t sum = 0;
 	for (struct kvpi_tslot *s = atomic_load(&p->slots); s; s = s->next)
-		sum += (int64_t)atomic_load(&s->ctr[KVP_C_NOT_FULL]);
-	sum += (int64_t)atomic_load(&p->fallback->ctr[KVP_C_NOT_FULL]);
+		sum += (int64_t)atomic_load(&s->ctr[KVPI_C_NOT_FULL]);
+	sum += (int64_t)atomic_load(&p->fallback->ctr[KVPI_C_NOT_FULL]);
 	return sum;
 }
 

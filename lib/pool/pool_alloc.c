@@ -117,9 +117,9 @@ static inline __attribute__((always_inline)) int alloc_done(struct kvp_pool *p,
                                                             uint32_t n_tokens, uint64_t reused,
                                                             size_t *n_refs)
 {
-	kvpi_ctr_add(s, KVP_C_ALLOCS, nb);
-	kvpi_ctr_add(s, KVP_C_REUSED, reused);
-	kvpi_ctr_add(s, KVP_C_NOT_FULL, n_tokens - (nb - 1) * p->block_size < p->block_size);
+	kvpi_ctr_add(s, KVPI_C_ALLOCS, nb);
+	kvpi_ctr_add(s, KVPI_C_REUSED, reused);
+	kvpi_ctr_add(s, KVPI_C_NOT_FULL, n_tokens - (nb - 1) * p->block_size < p->block_size);
 	kvpi_account_in_use(p, s, nb);
 	kvpi_end_call(p, s, true);
 	*n_refs = nb;
@@ -304,9 +304,9 @@ static inline __attribute__((always_inline)) int allocate_body(kvp_pool *p, kvp_
 	kvpi_bias_leave(s);
 	refs[0] = KVP_MAKE_REF(id, gen);
 	*n_refs = 1;
-	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
-	kvpi_ctr_add(s, KVP_C_REUSED, re);
-	kvpi_ctr_add(s, KVP_C_NOT_FULL, n_tokens < p->block_size);
+	kvpi_ctr_add(s, KVPI_C_ALLOCS, 1);
+	kvpi_ctr_add(s, KVPI_C_REUSED, re);
+	kvpi_ctr_add(s, KVPI_C_NOT_FULL, n_tokens < p->block_size);
 	return kvpi_fast_end(p, s, 1);
 }
 
@@ -347,8 +347,8 @@ static __attribute__((noinline)) int alloc_block_general(struct kvp_pool *p, int
 	bool re;
 	uint32_t gen = kvpi_stamp_block(kvpi_bt_block(&p->bt, id), p->block_size, KVPI_ST_RAW,
 	                                kvpi_raw_owner_word(s), format, &re);
-	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
-	kvpi_ctr_add(s, KVP_C_REUSED, re);
+	kvpi_ctr_add(s, KVPI_C_ALLOCS, 1);
+	kvpi_ctr_add(s, KVPI_C_REUSED, re);
 	kvpi_account_in_use(p, s, 1);
 	kvpi_end_call(p, s, true);
 	*out = KVP_MAKE_REF(id, gen);
@@ -372,7 +372,7 @@ int kvp_alloc_block(kvp_pool *p, kvp_stream stream, kvp_format format, kvp_ref *
 	uint32_t gen = kvpi_stamp_block(kvpi_bt_block(&p->bt, id), p->block_size, KVPI_ST_RAW,
 	                                kvpi_raw_owner_word(s), format, &re);
 	*out = KVP_MAKE_REF(id, gen);
-	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
-	kvpi_ctr_add(s, KVP_C_REUSED, re);
+	kvpi_ctr_add(s, KVPI_C_ALLOCS, 1);
+	kvpi_ctr_add(s, KVPI_C_REUSED, re);
 	return kvpi_fast_end(p, s, 1);
 }

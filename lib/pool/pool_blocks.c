@@ -114,7 +114,7 @@ static int grow_take(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_
 				kvpi_fs_unreserve(fs, r);
 			return rc;
 		}
-		kvpi_ctr_add(s, KVP_C_GROWN, k - r);
+		kvpi_ctr_add(s, KVPI_C_GROWN, k - r);
 	}
 	if (r)
 		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, r);

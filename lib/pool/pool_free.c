@@ -193,7 +193,7 @@ static __attribute__((noinline)) int free_single_general(struct kvp_pool *p, uin
 	if (held)
 		pthread_mutex_unlock(&held->lock);
 	if (!st) {
-		kvpi_ctr_add(s, KVP_C_STALE, 1);
+		kvpi_ctr_add(s, KVPI_C_STALE, 1);
 		kvpi_end_call(p, s, false);
 		return KVP_OK;
 	}
@@ -202,7 +202,7 @@ static __attribute__((noinline)) int free_single_general(struct kvp_pool *p, uin
 	if (!kvpi_put_one_fast(p, s, si, id))
 		kvpi_put_blocks(p, s, si, &id, 1);
 	if (kvpi_st_used(st) < p->block_size)
-		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - 1);
+		kvpi_ctr_add(s, KVPI_C_NOT_FULL, (uint64_t)0 - 1);
 	kvpi_end_call(p, s, true);
 	return ok_opaque();
 }
@@ -234,7 +234,7 @@ static __attribute__((noinline)) int free_fast_tail(struct kvp_pool *p, struct k
 	if (!kvpi_mag_push(p, s, si, id))
 		kvpi_put_blocks(p, s, si, &id, 1);
 	if (kvpi_st_used(st) < p->block_size)
-		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - 1);
+		kvpi_ctr_add(s, KVPI_C_NOT_FULL, (uint64_t)0 - 1);
 	kvpi_history_tick(p, s);
 	return ok_opaque();
 }
@@ -256,7 +256,7 @@ static __attribute__((noinline)) int free_fast_put(struct kvp_pool *p, struct kv
 {
 	kvpi_put_blocks(p, s, si, &id, 1);
 	if (kvpi_st_used(st) < p->block_size)
-		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - 1);
+		kvpi_ctr_add(s, KVPI_C_NOT_FULL, (uint64_t)0 - 1);
 	kvpi_history_tick(p, s);
 	return ok_opaque();
 }
@@ -345,12 +345,12 @@ static inline __attribute__((always_inline)) int free_single(struct kvp_pool *p,
 	if (__builtin_expect(nd < 0 || nd > s->in_use_room, 0))
 		return free_fast_tail(p, s, si, id, st);
 	/* Counted before the block can be taken again (kvpi_note_freed). */
-	kvpi_ctr_add(s, KVP_C_FREES, 1);
+	kvpi_ctr_add(s, KVPI_C_FREES, 1);
 	s->delta_in_use = nd; /* kvpi_account_in_use's common case */
 	if (!kvpi_mag_push(p, s, si, id))
 		return free_fast_put(p, s, si, id, st);
 	if (kvpi_st_used(st) < p->block_size)
-		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - 1);
+		kvpi_ctr_add(s, KVPI_C_NOT_FULL, (uint64_t)0 - 1);
 	uint32_t calls = s->calls++;
 	if (__builtin_expect((calls & (KVP_HISTORY_EVERY - 1)) == 0, 0))
 		return free_fast_tick(p, calls);
@@ -386,9 +386,9 @@ static __attribute__((noinline)) int free_batch(struct kvp_pool *p, const kvp_re
 	for (int si = 0; si < 2; si++)
 		acc_flush(p, s, &a, si);
 	if (a.stale)
-		kvpi_ctr_add(s, KVP_C_STALE, a.stale);
+		kvpi_ctr_add(s, KVPI_C_STALE, a.stale);
 	if (a.not_full)
-		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - a.not_full);
+		kvpi_ctr_add(s, KVPI_C_NOT_FULL, (uint64_t)0 - a.not_full);
 	kvpi_end_call(p, s, a.freed != 0);
 	return ok_opaque();
 }

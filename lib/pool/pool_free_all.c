@@ -64,7 +64,7 @@ static __attribute__((noinline)) int free_all_small(struct kvp_pool *p, struct k
 			kvpi_give_back(p, s, si, ids[si], cnt[si]);
 	}
 	if (not_full)
-		kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - not_full);
+		kvpi_ctr_add(s, KVPI_C_NOT_FULL, (uint64_t)0 - not_full);
 	kvpi_end_call(p, s, true);
 	return KVP_OK;
 }
@@ -171,7 +171,7 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	for (int si = 0; si < 2; si++)
 		if (!mag[si])
 			kvpi_put_chain(p, s, si, first[si], last[si], cnt[si]);
-	kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - not_full);
+	kvpi_ctr_add(s, KVPI_C_NOT_FULL, (uint64_t)0 - not_full);
 	kvpi_end_call(p, s, true);
 	return KVP_OK;
 }

@@ -404,7 +404,7 @@ static inline void kvpi_account_in_use(struct kvp_pool *p, struct kvpi_tslot *s,
  */
 static inline void kvpi_note_freed(struct kvp_pool *p, struct kvpi_tslot *s, uint64_t n)
 {
-	kvpi_ctr_add(s, KVP_C_FREES, n);
+	kvpi_ctr_add(s, KVPI_C_FREES, n);
 	kvpi_account_in_use(p, s, -(int64_t)n);
 }
 
@@ -467,7 +467,7 @@ static inline void kvpi_end_call(struct kvp_pool *p, struct kvpi_tslot *s, bool 
 static inline int kvpi_fail_call(struct kvp_pool *p, struct kvpi_tslot *s, int rc)
 {
 	if (rc == KVP_EEXHAUSTED) {
-		kvpi_ctr_add(s, KVP_C_EXHAUSTED, 1);
+		kvpi_ctr_add(s, KVPI_C_EXHAUSTED, 1);
 		kvpi_history_record(p);
 	}
 	kvpi_end_call(p, s, false);

@@ -168,7 +168,7 @@ static void count_fill_change(struct kvp_pool *p, struct kvpi_tslot *s, uint64_t
 {
 	bool was = kvpi_st_used(st) < p->block_size;
 	bool now = n_used < p->block_size;
-	kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)((int64_t)now - (int64_t)was));
+	kvpi_ctr_add(s, KVPI_C_NOT_FULL, (uint64_t)((int64_t)now - (int64_t)was));
 }
 
 /* set_used of a raw block, or any block of a prefix pool: a CAS on the

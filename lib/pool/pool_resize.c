@@ -153,7 +153,7 @@ int kvpi_shrink_stream(struct kvp_pool *p, int si, uint32_t target_free, uint32_
 	if (k) {
 		atomic_fetch_sub_explicit(&p->managed_stream[si], k, memory_order_relaxed);
 		atomic_fetch_sub_explicit(&p->managed, k, memory_order_relaxed);
-		kvpi_ctr_add(s, KVP_C_RETIRED, k);
+		kvpi_ctr_add(s, KVPI_C_RETIRED, k);
 	}
 	pthread_mutex_unlock(&p->grow_lock);
 	kvpi_tslot_put(p, s);

@@ -13,8 +13,8 @@
 
 static void sum_slot(const struct kvpi_tslot *s, uint64_t *acc, bool allocs)
 {
-	for (int c = 0; c < KVP_N_CTR; c++)
-		if ((c == KVP_C_ALLOCS) == allocs)
+	for (int c = 0; c < KVPI_N_CTR; c++)
+		if ((c == KVPI_C_ALLOCS) == allocs)
 			/* acquire: each counter has one writer (lib/pool/tslot.h); acquire
 			 * keeps the second pass's loads after the first pass's. */
 			acc[c] += atomic_load_explicit(&((struct kvpi_tslot *)s)->ctr[c],
@@ -23,7 +23,7 @@ static void sum_slot(const struct kvpi_tslot *s, uint64_t *acc, bool allocs)
 
 void kvpi_stats_sum(struct kvp_pool *p, kvp_stats *out)
 {
-	uint64_t acc[KVP_N_CTR] = {0};
+	uint64_t acc[KVPI_N_CTR] = {0};
 
 	/*
 	 * Two passes: every slot's allocation count first, then the frees and
@@ -44,21 +44,21 @@ void kvpi_stats_sum(struct kvp_pool *p, kvp_stats *out)
 	}
 	memset(out, 0, sizeof(*out));
 	out->n_blocks = atomic_load_explicit(&p->managed, memory_order_relaxed);
-	out->n_allocations = acc[KVP_C_ALLOCS];
-	out->n_frees = acc[KVP_C_FREES];
-	out->n_reused = acc[KVP_C_REUSED];
-	out->n_exhausted = acc[KVP_C_EXHAUSTED];
-	out->n_grown = acc[KVP_C_GROWN];
-	out->n_retired = acc[KVP_C_RETIRED];
-	out->n_stale_frees = acc[KVP_C_STALE];
-	out->n_prefix_queries = acc[KVP_C_PQUERIES];
-	out->n_prefix_hits = acc[KVP_C_PHITS];
-	out->n_evictions = acc[KVP_C_EVICTIONS];
+	out->n_allocations = acc[KVPI_C_ALLOCS];
+	out->n_frees = acc[KVPI_C_FREES];
+	out->n_reused = acc[KVPI_C_REUSED];
+	out->n_exhausted = acc[KVPI_C_EXHAUSTED];
+	out->n_grown = acc[KVPI_C_GROWN];
+	out->n_retired = acc[KVPI_C_RETIRED];
+	out->n_stale_frees = acc[KVPI_C_STALE];
+	out->n_prefix_queries = acc[KVPI_C_PQUERIES];
+	out->n_prefix_hits = acc[KVPI_C_PHITS];
+	out->n_evictions = acc[KVPI_C_EVICTIONS];
 	if (p->mode)
 		for (uint32_t si = 0; si < p->n_streams; si++)
 			out->n_cached += p->mode->n_cached(p, (int)si);
 	/* Summed mid-flight the signed counter can dip below zero for a moment. */
-	out->n_not_full = (int64_t)acc[KVP_C_NOT_FULL] < 0 ? 0 : acc[KVP_C_NOT_FULL];
+	out->n_not_full = (int64_t)acc[KVPI_C_NOT_FULL] < 0 ? 0 : acc[KVPI_C_NOT_FULL];
 	/* Slots are read one after another, not at one instant: a block that
 	 * moves between threads during the read can be counted twice, so the
 	 * in-use figure is clamped to what the pool manages before it may

@@ -48,19 +48,19 @@ struct kvpi_ocache_ent {
 	uint32_t epoch;
 };
 
-enum kvp_ctr {
-	KVP_C_ALLOCS,
-	KVP_C_FREES,
-	KVP_C_REUSED,
-	KVP_C_EXHAUSTED,
-	KVP_C_GROWN,
-	KVP_C_RETIRED,
-	KVP_C_STALE,
-	KVP_C_NOT_FULL,  /* signed delta, two's complement */
-	KVP_C_PQUERIES,  /* prefix cache: keys asked for by kvp_prefix_match */
-	KVP_C_PHITS,     /* prefix cache: blocks kvp_prefix_match handed out */
-	KVP_C_EVICTIONS, /* prefix cache: cached blocks evicted */
-	KVP_N_CTR
+enum kvpi_ctr {
+	KVPI_C_ALLOCS,
+	KVPI_C_FREES,
+	KVPI_C_REUSED,
+	KVPI_C_EXHAUSTED,
+	KVPI_C_GROWN,
+	KVPI_C_RETIRED,
+	KVPI_C_STALE,
+	KVPI_C_NOT_FULL,  /* signed delta, two's complement */
+	KVPI_C_PQUERIES,  /* prefix cache: keys asked for by kvp_prefix_match */
+	KVPI_C_PHITS,     /* prefix cache: blocks kvp_prefix_match handed out */
+	KVPI_C_EVICTIONS, /* prefix cache: cached blocks evicted */
+	KVPI_N_CTR
 };
 
 struct kvpi_tslot {
@@ -75,7 +75,7 @@ struct kvpi_tslot {
 	 * KVPI_RAW_BIASED; revoked for the slot's life by the first other
 	 * thread that frees or sets the fill of one (lib/pool/bias.c). */
 	_Atomic uint32_t raw_bias;
-	_Atomic uint64_t ctr[KVP_N_CTR];
+	_Atomic uint64_t ctr[KVPI_N_CTR];
 	struct kvpi_ocache_ent ocache[KVPI_OCACHE_N]; /* owner only */
 	struct kvpi_rec_cache recs; /* owner only: spare owner records (lib/pool/owner.h) */
 	int64_t delta_in_use;       /* owner only: blocks not yet added to pool->in_use */
@@ -94,7 +94,7 @@ struct kvpi_tslot {
 struct kvp_pool;
 
 /* Add @d to counter @c of @s; only the slot's thread may call it. */
-static inline void kvpi_ctr_add(struct kvpi_tslot *s, enum kvp_ctr c, uint64_t d)
+static inline void kvpi_ctr_add(struct kvpi_tslot *s, enum kvpi_ctr c, uint64_t d)
 {
 	/* relaxed load: only this thread writes its counters.  release store
 	 * (a plain mov on x86, stlr on ARM; no locked instruction): a reader

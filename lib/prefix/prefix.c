@@ -242,11 +242,11 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 	if (r->count == 0 && made)
 		kvpi_pfx_oremove(sh, r);
 	pthread_mutex_unlock(&sh->lock);
-	kvpi_ctr_add(s, KVP_C_PQUERIES, n_keys);
-	kvpi_ctr_add(s, KVP_C_PHITS, i);
+	kvpi_ctr_add(s, KVPI_C_PQUERIES, n_keys);
+	kvpi_ctr_add(s, KVPI_C_PHITS, i);
 	uint64_t nrev = (uint64_t)(revived[0] + revived[1]);
-	kvpi_ctr_add(s, KVP_C_ALLOCS, nrev);
-	kvpi_ctr_add(s, KVP_C_REUSED, nrev);
+	kvpi_ctr_add(s, KVPI_C_ALLOCS, nrev);
+	kvpi_ctr_add(s, KVPI_C_REUSED, nrev);
 	if (nrev)
 		kvpi_account_in_use(p, s, (int64_t)nrev);
 	kvpi_rcu_read_unlock();

@@ -144,7 +144,7 @@ static int get_blocks_once(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvp
 		} else {
 			rc = kvpi_grow_locked(p, si, rest, ids + r + e);
 			if (rc == KVP_OK) {
-				kvpi_ctr_add(s, KVP_C_GROWN, rest);
+				kvpi_ctr_add(s, KVPI_C_GROWN, rest);
 				kvpi_history_record(p);
 			}
 		}
@@ -239,9 +239,9 @@ int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner o
 		refs[i] = KVP_MAKE_REF(id, kvpi_st_gen(st));
 	}
 	pthread_mutex_unlock(&sh->lock);
-	kvpi_ctr_add(s, KVP_C_ALLOCS, nb);
-	kvpi_ctr_add(s, KVP_C_REUSED, reused);
-	kvpi_ctr_add(s, KVP_C_NOT_FULL, last_used < bs);
+	kvpi_ctr_add(s, KVPI_C_ALLOCS, nb);
+	kvpi_ctr_add(s, KVPI_C_REUSED, reused);
+	kvpi_ctr_add(s, KVPI_C_NOT_FULL, last_used < bs);
 	kvpi_account_in_use(p, s, nb);
 	kvpi_rcu_read_unlock();
 	kvpi_end_call(p, s, true);
@@ -260,8 +260,8 @@ int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref 
 	}
 	bool re;
 	uint32_t gen = stamp(p, id, p->block_size, KVPI_ST_RAW, 0, format, &re);
-	kvpi_ctr_add(s, KVP_C_ALLOCS, 1);
-	kvpi_ctr_add(s, KVP_C_REUSED, re);
+	kvpi_ctr_add(s, KVPI_C_ALLOCS, 1);
+	kvpi_ctr_add(s, KVPI_C_REUSED, re);
 	kvpi_account_in_use(p, s, 1);
 	kvpi_rcu_read_unlock();
 	kvpi_end_call(p, s, true);

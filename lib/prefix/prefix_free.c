@@ -129,8 +129,8 @@ static void acc_finish(struct kvp_pool *p, struct kvpi_tslot *s, struct acc *a)
 {
 	for (int si = 0; si < 2; si++)
 		acc_flush(p, s, a, si);
-	kvpi_ctr_add(s, KVP_C_STALE, a->stale);
-	kvpi_ctr_add(s, KVP_C_NOT_FULL, (uint64_t)0 - a->not_full);
+	kvpi_ctr_add(s, KVPI_C_STALE, a->stale);
+	kvpi_ctr_add(s, KVPI_C_NOT_FULL, (uint64_t)0 - a->not_full);
 }
 
 static void acc_init(struct acc *a)

@@ -403,7 +403,7 @@ void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvpi_tslot *s, const u
 		atomic_store_explicit(&b->state, st & ~(KVPI_ST_EVICTING | KVPI_ST_PUBLISHED),
 		                      memory_order_release);
 	}
-	kvpi_ctr_add(s, KVP_C_EVICTIONS, n);
+	kvpi_ctr_add(s, KVPI_C_EVICTIONS, n);
 }
 
 /* Shard mutex held; @id (ours, EVICTING) on no list: put it back where its
