@@ -17,7 +17,7 @@
  * through the shared tier (its best fit wins ties), and the fronts' depth
  * and byte limits spilled them back, so the shared traffic never ended.
  * A parked front holds no more than its thread held, and every claim
- * reaches it (evictions empty parked fronts first: bufcache.c).
+ * reaches it (evictions empty parked fronts first: bufcache_budget.c).
  *
  * Thread exit against cache destruction: a process-wide registry of live
  * caches, under one mutex, decides (as for the block pool's slots).  The
@@ -257,7 +257,7 @@ static void front_park(kvp_bufcache *c, struct kvpi_bc_front *f)
 	/* Release: the thread that takes the front next (acquire CAS) sees its
 	 * buffers and our final counter values. */
 	atomic_store_explicit(&f->taken, 0, memory_order_release);
-	/* Relaxed: a hint for evictions (bufcache.c), not a carrier of data:
+	/* Relaxed: a hint for evictions (bufcache_budget.c), not a carrier of data:
 	 * the claim protocol orders the buffers. */
 	if (full)
 		atomic_store_explicit(&c->parked, 1, memory_order_relaxed);

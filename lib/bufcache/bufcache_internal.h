@@ -1,8 +1,9 @@
 /*
- * lib/bufcache/bufcache_internal.h - the buffer cache object, shared by bufcache.c and
- * bufcache_front.c.
+ * lib/bufcache/bufcache_internal.h - the buffer cache object, shared by the
+ * cache's files (bufcache.c, bufcache_budget.c, bufcache_create.c,
+ * bufcache_snapshot.c) and bufcache_front.c.
  *
- * Budget words (see lib/bufcache/bufcache.c for the protocol):
+ * Budget words (see lib/bufcache/bufcache_budget.c for the protocol):
  *
  *   cached     bytes reserved against the budget: buffers in the shared tier,
  *              buffers in fronts, and the fronts' unused reservations.  Never
@@ -68,6 +69,64 @@ static inline void kvpi_bc_unreserve(kvp_bufcache *c, size_t n)
 	/* relaxed: a budget, not a carrier of data. */
 	atomic_fetch_sub_explicit(&c->cached, n, memory_order_relaxed);
 }
+
+/*
+ * kvpi_bc_shared_first - first non-empty shared exact class >= @cls, or -1
+ *
+ * Reads only.  Inline: the front's hit path (bufcache.c) asks it on every
+ * hit, and eviction (bufcache_budget.c) asks it too.
+ */
+static inline long kvpi_bc_shared_first(kvp_bufcache *c, size_t cls)
+{
+	/* seq_cst like every bitmap reader (a plain load on x86): an empty tier is one word. */
+	if (!atomic_load_explicit(&c->exact.bm.l0, memory_order_seq_cst))
+		return -1;
+	return kvpi_bc_bitmap_find(&c->exact.bm, cls);
+}
+
+/*
+ * kvpi_bc_raise_peak - raise the high-water mark to @v
+ *
+ * Inline: the front's free path (bufcache.c) calls it whenever the cached
+ * bytes pass the mark, and so does budget reservation (bufcache_budget.c).
+ */
+static inline void kvpi_bc_raise_peak(kvp_bufcache *c, size_t v)
+{
+	/* Relaxed, here and in the CAS: a statistic. */
+	size_t peak = atomic_load_explicit(&c->peak, memory_order_relaxed);
+	while (v > peak && !atomic_compare_exchange_weak_explicit(
+	                       &c->peak, &peak, v, memory_order_relaxed, memory_order_relaxed))
+		;
+}
+
+/*
+ * kvpi_bc_take_fit - take the smallest shared buffer whose capacity covers @need_units
+ *
+ * Sets *@p and *@cap to the buffer and its capacity.  Returns 1 on success,
+ * 0 when the shared tier holds no such buffer.  The buffer's bytes stay
+ * reserved: the caller un-reserves them or keeps them.
+ */
+int kvpi_bc_take_fit(kvp_bufcache *c, size_t need_units, void **p, size_t *cap);
+
+/*
+ * kvpi_bc_alloc_shared - the shared path of an allocation (the miss path)
+ *
+ * The shared tier's best fit, else a buffer from the system; when the
+ * system has none, evict one buffer and retry until nothing is left to
+ * evict.  @me is the caller's front, or NULL.  Returns the buffer and sets
+ * *@actual to its capacity, or returns NULL with *@actual 0.
+ */
+void *kvpi_bc_alloc_shared(kvp_bufcache *c, struct kvpi_bc_front *me, size_t requested,
+                           size_t *actual);
+
+/*
+ * kvpi_bc_reserve - reserve @cap bytes of budget, evicting smallest-first as needed
+ *
+ * First takes back the other fronts' unused reservations when they cover
+ * the shortfall.  @me is the caller's front, or NULL.  Returns 1 on
+ * success, 0 when nothing is left to evict and the budget is still short.
+ */
+int kvpi_bc_reserve(kvp_bufcache *c, struct kvpi_bc_front *me, size_t cap);
 
 /*
  * kvpi_bc_shared_put - put a buffer whose bytes are already reserved into the shared tier

@@ -3,7 +3,7 @@
  *
  * Only events are counted here, and only one of them (hits) on the hit and
  * free paths; levels (cached buffers, bytes in use) are derived when read
- * from state the cache keeps anyway (bufcache.c), so they cost nothing.
+ * from state the cache keeps anyway (bufcache_snapshot.c), so they cost nothing.
  *
  * Every counter is kept in KVPI_BC_SHARDS cache-line-aligned stripes; a thread adds
  * to its own shard's stripe (kvpi_bc_thread_shard) with a relaxed fetch-add, and a
