@@ -61,8 +61,15 @@ static inline __attribute__((always_inline)) uint32_t stamp_fast(struct kvpi_blo
  *
  * One pass in allocation order.  Every block was popped by us (acquire),
  * so its metadata is ours to write; the record's exclusion covers the
- * links.  The block table's first segment is read once: the atomic stores
- * would make the compiler load it again for every block.
+ * links.  A block's two links are written together, from the ids array:
+ * at step i < nb - 1, ids[i - 1], ids[i] and ids[i + 1] are not yet
+ * overwritten by refs (ids_in: refs[0..i-1] cover words up to 2i - 1, and
+ * ids[j] is word nb + j > 2i - 1 for j >= i - 1).  The last step reads
+ * ids[nb - 1] and ids[nb - 2] before it writes refs[nb - 1], which covers
+ * words 2nb - 2 and 2nb - 1.  So no store goes to the previous block's
+ * line.  The block
+ * table's first segment is read once: the atomic stores would make the
+ * compiler load it again for every block.
  */
 static uint64_t hand_out(struct kvp_pool *p, struct kvpi_orec *r, kvp_ref *refs, uint32_t nb,
                          uint32_t n_tokens, kvp_owner owner, kvp_format format)
@@ -74,39 +81,53 @@ static uint64_t hand_out(struct kvp_pool *p, struct kvpi_orec *r, kvp_ref *refs,
 	uint32_t n0 = bt->n0;
 	uint64_t full = kvpi_st_make(0, bs, KVPI_ST_IN_USE | KVPI_ST_EVER, 0, (uint32_t)format);
 	uint64_t reused = 0;
-	/* The previous block of the list; a stand-in when the list is empty. */
-	struct kvpi_block none;
-	uint32_t prev = r->tail;
-	struct kvpi_block *pb = prev == KVPI_NO_ID ? &none : kvpi_bt_block(bt, prev);
 	uint32_t first = ids[0];
 
 	if (nb == 1) {
-		struct kvpi_block *b = kvpi_bt_block_at(bt, seg0, n0, first);
+		struct kvpi_block *b = kvpi_bt_block_in(bt, seg0, n0, first);
 		uint32_t gen = stamp_fast(b, kvpi_st_with_used(full, n_tokens), owner, &reused);
 		kvpi_orec_append_b(r, bt, first, b);
 		refs[0] = KVP_MAKE_REF(first, gen);
 		return reused;
 	}
-	for (uint32_t i = 0; i + 1 < nb; i++) {
+	uint32_t prev = r->tail;
+	if (prev == KVPI_NO_ID)
+		r->head = first;
+	else
+		kvpi_bt_block(bt, prev)->own_next = first;
+	/* The first block, then the middle ones: each reads its id and both
+	 * neighbours from the ids array, so no value is carried from one
+	 * step to the next (fewer registers live across the loop). */
+	struct kvpi_block *b = kvpi_bt_block_in(bt, seg0, n0, first);
+	uint32_t gen = stamp_fast(b, full, owner, &reused);
+	b->own_prev = prev;
+	b->own_next = ids[1];
+	refs[0] = KVP_MAKE_REF(first, gen);
+	uint32_t i = 1;
+	for (; i + 1 < nb; i++) { /* ids in the first segment: the common case */
 		uint32_t id = ids[i];
-		struct kvpi_block *b = kvpi_bt_block_at(bt, seg0, n0, id);
-		uint32_t gen = stamp_fast(b, full, owner, &reused);
-		b->own_prev = prev;
-		pb->own_next = id;
+		if (__builtin_expect(id >= n0, 0))
+			break;
+		b = &seg0[id];
+		gen = stamp_fast(b, full, owner, &reused);
+		b->own_prev = ids[i - 1];
+		b->own_next = ids[i + 1];
 		refs[i] = KVP_MAKE_REF(id, gen);
-		prev = id;
-		pb = b;
+	}
+	for (; i + 1 < nb; i++) { /* the rest, once an id past it came up */
+		uint32_t id = ids[i];
+		b = kvpi_bt_block(bt, id);
+		gen = stamp_fast(b, full, owner, &reused);
+		b->own_prev = ids[i - 1];
+		b->own_next = ids[i + 1];
+		refs[i] = KVP_MAKE_REF(id, gen);
 	}
 	uint32_t id = ids[nb - 1];
-	struct kvpi_block *b = kvpi_bt_block_at(bt, seg0, n0, id);
-	uint32_t gen =
-	    stamp_fast(b, kvpi_st_with_used(full, n_tokens - (nb - 1) * bs), owner, &reused);
-	b->own_prev = prev;
+	b = kvpi_bt_block_in(bt, seg0, n0, id);
+	gen = stamp_fast(b, kvpi_st_with_used(full, n_tokens - (nb - 1) * bs), owner, &reused);
+	b->own_prev = ids[nb - 2];
 	b->own_next = KVPI_NO_ID;
-	pb->own_next = id;
 	refs[nb - 1] = KVP_MAKE_REF(id, gen);
-	if (r->tail == KVPI_NO_ID)
-		r->head = first;
 	r->tail = id;
 	r->count += nb;
 	return reused;

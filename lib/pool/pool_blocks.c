@@ -217,11 +217,11 @@ struct kvpi_mag *kvpi_mag_hold_room(struct kvp_pool *p, struct kvpi_tslot *s, in
 	return m;
 }
 
-void kvpi_mag_release_room(struct kvpi_mag *m, uint32_t base, uint32_t k)
+void kvpi_mag_release_room(struct kvpi_mag *m, uint32_t base, uint32_t k, bool top_first)
 {
-	/* Written in the order the blocks were allocated; the first one goes
-	 * on top. */
-	for (uint32_t i = base, j = base + k; i + 1 < j; i++, j--) {
+	/* Written in the order the blocks were allocated unless @top_first;
+	 * the first one goes on top. */
+	for (uint32_t i = base, j = base + k; !top_first && i + 1 < j; i++, j--) {
 		uint32_t t = m->ids[i];
 		m->ids[i] = m->ids[j - 1];
 		m->ids[j - 1] = t;

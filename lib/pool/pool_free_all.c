@@ -98,6 +98,7 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	         cnt[2] = {0, 0}, base[2] = {0, 0};
 	struct kvpi_mag *mag[2] = {NULL, NULL};
 	uint64_t not_full = 0;
+	bool top_first = false; /* ids written top down (else in allocation order) */
 
 	pthread_mutex_lock(&sh->lock);
 	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
@@ -118,23 +119,39 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	struct kvpi_block *seg0 = bt->seg0;
 	uint32_t n0 = bt->n0, bs = p->block_size;
 	bool two = p->separate_kv;
-	if (mag[0] && (!two || mag[1])) {
+	if (mag[0] && !two) {
+		/* One stream, its magazine holding room for the whole list: the
+		 * ids are written top down, so the first block allocated ends on
+		 * top with no reversal.  count is the list's length under the
+		 * record's exclusion. */
+		uint32_t *w = mag[0]->ids + base[0] + (uint32_t)r->count;
+		for (uint32_t id = r->head; id != KVPI_NO_ID;) {
+			struct kvpi_block *b = kvpi_bt_block_at(bt, seg0, n0, id);
+			uint32_t next = b->own_next;
+			uint64_t st = free_listed_block(b);
+			not_full += kvpi_st_used(st) < bs;
+			*--w = id;
+			id = next;
+		}
+		cnt[0] = (uint32_t)r->count;
+		top_first = true;
+	} else if (mag[0] && mag[1]) {
 		/* Every stream's magazine holds room for the whole list. */
-		uint32_t *w[2] = {mag[0]->ids + base[0], two ? mag[1]->ids + base[1] : NULL};
+		uint32_t *w[2] = {mag[0]->ids + base[0], mag[1]->ids + base[1]};
 		uint32_t *w0 = w[0], *w1 = w[1];
 		for (uint32_t id = r->head; id != KVPI_NO_ID;) {
 			struct kvpi_block *b = kvpi_bt_block_at(bt, seg0, n0, id);
 			uint32_t next = b->own_next;
 			uint64_t st = free_listed_block(b);
 			not_full += kvpi_st_used(st) < bs;
-			if (two && kvpi_st_stream(st))
+			if (kvpi_st_stream(st))
 				*w1++ = id;
 			else
 				*w0++ = id;
 			id = next;
 		}
 		cnt[0] = (uint32_t)(w0 - w[0]);
-		cnt[1] = two ? (uint32_t)(w1 - w[1]) : 0;
+		cnt[1] = (uint32_t)(w1 - w[1]);
 	} else {
 		struct kvpi_block *lastb[2] = {NULL, NULL};
 		for (uint32_t id = r->head; id != KVPI_NO_ID;) {
@@ -166,7 +183,7 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	kvpi_note_freed(p, s, freed); /* before the blocks can be taken again */
 	for (int si = 0; si < 2; si++)
 		if (mag[si])
-			kvpi_mag_release_room(mag[si], base[si], cnt[si]);
+			kvpi_mag_release_room(mag[si], base[si], cnt[si], top_first);
 	pthread_mutex_unlock(&sh->lock);
 	for (int si = 0; si < 2; si++)
 		if (!mag[si])

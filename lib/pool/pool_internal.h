@@ -195,9 +195,10 @@ void kvpi_put_chain(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t f
  */
 struct kvpi_mag *kvpi_mag_hold_room(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t n,
                                     uint32_t *base);
-/* kvpi_mag_release_room - the @k ids written from @base (oldest allocation
- * first) become the magazine's top, the first of them on top; leaves it. */
-void kvpi_mag_release_room(struct kvpi_mag *m, uint32_t base, uint32_t k);
+/* kvpi_mag_release_room - the @k ids written from @base become the
+ * magazine's top, the first allocated on top; leaves it.  They were written
+ * oldest allocation first, or with @top_first in stack order already. */
+void kvpi_mag_release_room(struct kvpi_mag *m, uint32_t base, uint32_t k, bool top_first);
 
 /* lib/pool/magazine.c: draining the magazines (lib/pool/magazine.h). */
 /* Drain stream @si's magazines into its global stack: until @want blocks are
