@@ -153,7 +153,8 @@
  * (2) A call served by the caller's front is wait-free.  The shared tier is
  *     lock-free up to 64 MiB.  A buffer above 64 MiB takes its
  *     power-of-two list's mutex.  A miss may take the metadata-growth
- *     mutexes.  A thread's first call on a cache, and its exit, take the
+ *     mutexes.  A thread's first call on a cache takes a parked front with a
+ *     CAS, or makes one; it takes no kvpool mutex.  A thread's exit takes the
  *     registry mutex once.  A call that must claim other fronts waits for
  *     each owner to leave the call it is in.  That is a few dozen
  *     instructions, unless that thread is preempted.

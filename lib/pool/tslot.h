@@ -31,7 +31,7 @@ struct kvpi_mag {
 	_Atomic uintptr_t in_call; /* owner only writes; drainers read */
 	_Atomic uint32_t claimed;  /* drainers' (and thread exit's) CAS */
 	_Atomic uint32_t count;    /* written by the holder; read racily by kvp_n_free */
-	uint32_t cap;              /* room in ids; grown by the holder (kvpi_mag_grow) */
+	uint32_t cap;              /* room in ids; grown by the holder (pool_blocks.c, mag_grow) */
 	uint32_t *ids;             /* ids[count-1] is the most recently freed */
 	uint32_t *heap;            /* ids when grown past the slot's inline room, else NULL */
 };
