@@ -1,12 +1,16 @@
 /*
  * kvpool/kvpool.h - everything: #include <kvpool/kvpool.h>.
  *
- * kvpool manages KV-cache memory for LLM inference servers: a lock-free
- * block pool (pool.h, stats.h), an aligned buffer cache (bufcache.h), block
- * storage (storage.h) and a paged KV cache (kvcache.h); report.h exports a
- * live pool's figures (Prometheus text, a stats dump), version.h the
- * version.  See README.md and docs/ for the design and the threading
- * contract of each part.
+ * kvpool manages KV-cache memory for LLM inference servers.  Its parts:
+ *   - a lock-free block pool (pool.h, stats.h) with a prefix cache
+ *     (prefix.h);
+ *   - an aligned buffer cache (bufcache.h);
+ *   - block storage (storage.h);
+ *   - a paged KV cache (kvcache.h);
+ *   - a remote prefix tier on Redis (remote.h).
+ * report.h exports a live pool's figures (Prometheus text, a stats dump).
+ * version.h gives the version.  See README.md and docs/ for the design.
+ * Each header states the threading contract of its part.
  */
 #ifndef KVPOOL_KVPOOL_H
 #define KVPOOL_KVPOOL_H

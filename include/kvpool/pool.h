@@ -5,21 +5,21 @@
  * owners, all or nothing, and takes them back.  Block ids are dense
  * (0 .. blocks ever created - 1), unique across streams and stable for the
  * pool's life, so they index block tables and storage directly.  A kvp_ref
- * carries the id (low 32 bits) and the block's generation (high 32 bits);
- * the generation changes each time the block is handed out, so a stale ref
+ * carries the id (low 32 bits) and the block's generation (high 32 bits).
+ * The generation changes each time the block is handed out.  So a stale ref
  * can neither free nor change a block that now belongs to someone else.
  *
  * Structure (see docs/DESIGN.md):
  *   - per stream, a global lock-free Treiber stack of free block ids
  *     (64-bit head: 32-bit ABA tag, 32-bit id) and an exact count of what it
  *     holds, used for all-or-nothing reservation;
- *   - in front of it, per-thread magazines of free ids (up to thread_cache
- *     per stream, grown by demand so that a thread keeps the blocks of the
- *     request it freed for its next one), which their thread enters with
- *     plain stores.  A thread that
- *     cannot find enough blocks claims the other threads' magazines itself
- *     (after a membarrier, one CAS each), so blocks parked in a cache of an
- *     idle, blocked or exited thread are never lost to exhaustion;
+ *   - in front of it, per-thread magazines of free ids, which their thread
+ *     enters with plain stores.  A magazine holds up to thread_cache ids per
+ *     stream.  It grows by demand, so that a thread keeps the blocks of the
+ *     request it freed for its next one.  A thread that cannot find enough
+ *     blocks claims the other threads' magazines itself (after a
+ *     membarrier, one CAS each).  So blocks parked in a cache of an idle,
+ *     blocked or exited thread are never lost to exhaustion;
  *   - a block table of segments that are never moved or replaced: growth
  *     never moves a block, and no call needs a read-side section;
  *   - owners in a hash table split into 256 shards, each with its own
@@ -55,64 +55,70 @@
  *                                                   kvp_free; a raw block: lock-free
  *                                                   (CAS on the block)
  *
- * A pool with prefix_cache keeps its owners in a table of its own and takes
- * a block's lock bit (one CAS on its state word) to change its holders;
- * kvp_block_set_used waits while that bit is set: kvpool/prefix.h has the
- * table for that mode.
+ * A pool with prefix_cache keeps its owners in a table of its own.  It
+ * takes a block's lock bit (one CAS on its state word) to change its
+ * holders, and kvp_block_set_used waits while that bit is set.
+ * kvpool/prefix.h has the table for that mode.
  *
  * The block path (taking and giving back free blocks) is lock-free with
- * one bounded exception: a starving thread waits for each cache whose
- * owner is inside a call (a thread entering its own cache never waits: while
- * a stream is starving it uses the global stack).  Only growth takes a
+ * one bounded exception.  A starving thread waits for each cache whose
+ * owner is inside a call.  A thread entering its own cache never waits:
+ * while a stream is starving it uses the global stack.  Only growth takes a
  * mutex (the pool's grow mutex), and nothing ever waits for a grace period.
  *
- * Biased owners: the thread that first allocated for an owner (registering
- * one does not bias it) allocates and frees for it with no lock (an "owner op": a store
- * to a word of its own and a load of the record's bias).  The first time
- * another thread touches that owner (a free of its blocks, kvp_free_all,
- * kvp_blocks_for, kvp_release_owner, an allocate) it revokes the bias under
- * the shard mutex: one membarrier() system call (about 0.1-1 us) plus a
- * wait for an owner op in progress, after which the owner is shard-locked
- * as any other.  A call on an owner that is unbiased, or biased to the
- * calling thread, revokes nothing.  An allocate under the shard mutex
- * re-biases an unbiased owner to its caller, at most twice per owner record;
- * an owner made again (released, then allocated) is biased to the thread
- * that allocated.  So an owner registered by one thread and allocated for by
- * another pays no revocation; one allocated by a thread and then freed
- * or listed by another pays one.
+ * Biased owners.  The thread that first allocated for an owner allocates
+ * and frees for it with no lock; registering an owner does not bias it.
+ * Such a call is an "owner op": a store to a word of its own and a load of
+ * the record's bias.  The first time another thread touches that owner, it
+ * revokes the bias under the shard mutex.  Touching means a free of its
+ * blocks, kvp_free_all, kvp_blocks_for, kvp_release_owner or an allocate.
+ * A revocation costs one membarrier() system call (about 0.1-1 us), plus a
+ * wait for an owner op in progress.  After it the owner is shard-locked as
+ * any other.  A call on an owner that is unbiased, or biased to the calling
+ * thread, revokes nothing.
  *
- * Asymmetric and fallback protocols: kvp_pool_create probes
+ * An allocate under the shard mutex re-biases an unbiased owner to its
+ * caller, at most twice per owner record.  An owner made again (released,
+ * then allocated) is biased to the thread that allocated.  So an owner
+ * registered by one thread and allocated for by another pays no revocation.
+ * One allocated by a thread and then freed or listed by another pays one.
+ *
+ * Asymmetric and fallback protocols.  kvp_pool_create probes
  * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) and registers the process
- * for it; then a thread's own calls use no locked instruction for its cache
- * and its biased owners, and the rare thread that interferes (a drainer, a
- * revoker) pays the system call.  Where membarrier is unavailable (seccomp,
- * gVisor, old kernels), under ThreadSanitizer, or when the environment holds
- * KVPOOL_FORCE_FALLBACK=1 at pool creation, both sides use seq_cst atomics
- * instead (same guarantees, a few ns more per call).  If membarrier starts
- * failing after creation (a seccomp filter installed later), the pool
- * switches for good to an mprotect()-based barrier with the same guarantee
- * for every later drain or revocation; no call hangs or fails for it.
+ * for it.  A thread's own calls then use no locked instruction for its
+ * cache and its biased owners.  The rare thread that interferes (a drainer,
+ * a revoker) pays the system call.  In three cases both sides use seq_cst
+ * atomics instead, with the same guarantees and a few ns more per call:
+ *   - membarrier is unavailable (seccomp, gVisor, old kernels);
+ *   - the build uses ThreadSanitizer;
+ *   - the environment holds KVPOOL_FORCE_FALLBACK=1 at pool creation.
+ * Membarrier may start failing after creation, e.g. when a seccomp filter
+ * is installed later.  The pool then switches for good to an
+ * mprotect()-based barrier, with the same guarantee for every later drain
+ * or revocation.  No call hangs or fails for it.
  *
- * Without prefix_cache, kvpool uses no RCU library on any of these paths
- * (nothing it could fail to start), so every function may be called
- * anywhere, including inside an application's own liburcu read-side
+ * Without prefix_cache, kvpool uses no RCU library on any of these paths,
+ * so there is nothing it could fail to start.  So every function may be
+ * called anywhere, including inside an application's own liburcu read-side
  * section.  A pool made with prefix_cache keeps its key index in liburcu
- * (kvpool/prefix.h); there kvp_shrink refuses (KVP_EINVAL) inside a
+ * (kvpool/prefix.h).  There kvp_shrink refuses (KVP_EINVAL) inside a
  * liburcu-bp read-side section, whose grace period it would wait for.
-
+ *
  * Ordering: a successful kvp_free or kvp_free_all happens-before the
- * kvp_allocate that hands the same block out again (release push, acquire
- * pop on the free stack), so whatever a thread wrote into a block's storage
- * before freeing it is visible to the block's next owner and never read by
- * the old one through a stale ref.
+ * kvp_allocate that hands the same block out again.  That is the release
+ * push and acquire pop on the free stack.  So whatever a thread wrote into
+ * a block's storage before freeing it is visible to the block's next owner.
+ * The old owner never reads it through a stale ref.
  *
- * A blocked or preempted thread can delay another thread only where a
- * mutex is named above, or while a starving thread waits for a magazine
- * whose owner is inside a pool call (a window of a few dozen instructions).
+ * A blocked or preempted thread can delay another thread only in two
+ * places: where a mutex is named above, and while a starving thread waits
+ * for a magazine whose owner is inside a pool call.  The latter is a window
+ * of a few dozen instructions.
  *
- * Every function is thread-safe; a thread needs no registration.  Each
+ * Every function is thread-safe, and a thread needs no registration.  Each
  * thread's per-pool state (its magazines and stats slot) is made on its
- * first call and given back, with its cached blocks, when the thread exits.
+ * first call.  It is given back, with its cached blocks, when the thread
+ * exits.
  */
 #ifndef KVPOOL_POOL_H
 #define KVPOOL_POOL_H
@@ -199,12 +205,17 @@ void kvp_pool_config_init(kvp_pool_config *cfg);
  * (stream KVP_KV) backs both streams and the stream argument of other calls
  * is ignored.  Free blocks are handed out lowest id first until reused.
  *
- * Returns KVP_OK, KVP_EINVAL (NULL @out, block_size 0 or above
- * KVP_MAX_BLOCK_SIZE, n_blocks 0 or above KVP_MAX_BLOCKS, max_blocks set and
- * below n_blocks, thread_cache above KVP_MAX_THREAD_CACHE), or KVP_ENOMEM
- * (also, with prefix_cache, when no thread can be created: such a pool
- * starts liburcu's worker threads here, so later calls never need to).
  * With separate_kv and n_blocks 1, K has the block and V starts empty.
+ *
+ * Returns:
+ *   - KVP_OK;
+ *   - KVP_EINVAL: NULL @out, block_size 0 or above KVP_MAX_BLOCK_SIZE,
+ *     n_blocks 0 or above KVP_MAX_BLOCKS, max_blocks set and below
+ *     n_blocks, or thread_cache above KVP_MAX_THREAD_CACHE;
+ *   - KVP_ENOMEM.  With prefix_cache this also covers a thread that cannot
+ *     be created.  Such a pool starts liburcu's worker threads here, so
+ *     later calls never need to.
+ *
  * Thread-safe.
  */
 int kvp_pool_create(const kvp_pool_config *cfg, kvp_pool **out);
@@ -222,21 +233,22 @@ void kvp_pool_destroy(kvp_pool *pool);
 /**
  * kvp_allocate - hand blocks to an owner, all or nothing
  * @pool:     the pool
- * @stream:   KVP_K or KVP_V (ignored without separate_kv; KVP_KV is EINVAL with it)
- * @n_tokens: tokens to hold; ceil(n_tokens / block_size) blocks are handed out
- * @owner:    the request; registered by this call if unknown, extended if active
+ * @stream:   KVP_K or KVP_V (ignored without separate_kv)
+ * @n_tokens: tokens to hold
+ * @owner:    the request
  * @format:   compression-format tag recorded in each block
  * @refs:     receives the refs, in allocation order
  * @refs_cap: capacity of @refs
  * @n_refs:   set to the number of blocks handed out (or needed, on KVP_ERANGE)
  *
- * Each block's n_used is set to the slots it holds: all full but the last.
- * If fewer blocks of @stream are free than needed, the pool grows the stream
- * by exactly the shortfall when grow_on_exhaustion allows it within
- * max_blocks; otherwise nothing is handed out.  Blocks parked in any
- * thread's cache count as free and are taken when needed, so KVP_EEXHAUSTED
- * means that at some instant during the call fewer blocks of @stream were
- * free than the request needs.  Streams never borrow from each other.
+ * Hands out ceil(@n_tokens / block_size) blocks.  An unknown @owner is
+ * registered by this call; an active one is extended.  With separate_kv,
+ * @stream KVP_KV is KVP_EINVAL.  Each block's n_used is set to the slots it
+ * holds: all full but the last.  If fewer blocks of @stream are free than needed, the pool grows
+ * the stream by exactly the shortfall when grow_on_exhaustion allows it within max_blocks;
+ * otherwise nothing is handed out.  Blocks parked in any thread's cache count as free and are taken
+ * when needed, so KVP_EEXHAUSTED means that at some instant during the call fewer blocks of @stream
+ * were free than the request needs.  Streams never borrow from each other.
  *
  * On any failure nothing changes: no block is handed out, the pool has not
  * grown, an owner the call would have made does not exist; *@n_refs is 0
@@ -334,14 +346,15 @@ int kvp_release_owner(kvp_pool *pool, kvp_owner owner);
  * Retired blocks leave the pool's books; blocks in use are never touched.
  * A retired id is reused by a later growth, with a new generation (refs
  * from before stay stale), so metadata stays bounded by the pool's largest
- * size however often it grows and shrinks.  Retire hooks (see
- * kvp_pool_add_retire_hook) run for each retired block once it is retired:
- * it was free, so no pool call holds it as live, and the pool never frees
- * block metadata, so a call racing with the shrink (a stale ref's free or
- * block_get) only sees the block as stale or retired; memory a hook frees
- * must guard its own readers (kvp_storage uses hazard pointers).
- * Concurrent allocations may leave more than @target_free blocks free,
- * never fewer because of the shrink.
+ * size however often it grows and shrinks.
+ *
+ * Retire hooks (see kvp_pool_add_retire_hook) run for each retired block
+ * once it is retired.  The block was free, so no pool call holds it as
+ * live.  The pool never frees block metadata.  So a call racing with the
+ * shrink (a stale ref's free or block_get) only sees the block as stale or
+ * retired.  Memory a hook frees must guard its own readers; kvp_storage
+ * uses hazard pointers.  Concurrent allocations may leave more than
+ * @target_free blocks free, never fewer because of the shrink.
  *
  * Returns KVP_OK (also when nothing needed retiring), KVP_EINVAL (NULL pool,
  * bad stream, or, for a pool made with prefix_cache, called inside a
@@ -381,12 +394,14 @@ int kvp_block_get(kvp_pool *pool, kvp_ref ref, kvp_block_info *out);
  * Returns KVP_OK; KVP_ERANGE when @n_used > block_size; KVP_ENOENT when the
  * ref is stale or its block not in use (nothing changes); KVP_EINVAL for a
  * NULL pool, or (prefix cache, kvpool/prefix.h) a block that is published
- * or has two or more holders.  Thread-safe.  An owned block is changed under its owner's
- * exclusion, as kvp_free changes it: no lock when the owner is biased to the
- * calling thread, else the owner's shard mutex (and, for an owner biased to
- * another thread, a revocation of that bias).  A raw block (kvp_alloc_block)
- * is changed by one CAS on its state word, lock-free (and may revoke the
- * allocating thread's raw bias, see kvp_alloc_block).
+ * or has two or more holders.
+ *
+ * Thread-safe.  An owned block is changed under its owner's exclusion, as
+ * kvp_free changes it.  That takes no lock when the owner is biased to the
+ * calling thread, else the owner's shard mutex.  For an owner biased to
+ * another thread it also revokes that bias.  A raw block (kvp_alloc_block)
+ * is changed by one CAS on its state word, lock-free.  That may revoke the
+ * allocating thread's raw bias (see kvp_alloc_block).
  */
 int kvp_block_set_used(kvp_pool *pool, kvp_ref ref, uint32_t n_used);
 
@@ -405,11 +420,12 @@ int kvp_block_set_used(kvp_pool *pool, kvp_ref ref, uint32_t n_used);
  * Same free-block search, growth and exhaustion rules as kvp_allocate.
  *
  * Freeing: the thread that allocated a raw block frees it without a locked
- * instruction (its thread slot is "raw-biased"); the first time another
- * thread frees or sets the fill of one of that thread's raw blocks, it
- * revokes the bias for the rest of the thread's life (one membarrier, a
- * few hundred nanoseconds to a few microseconds), after which every free of
- * its raw blocks is one CAS, as in a pool without membarrier.
+ * instruction; its thread slot is "raw-biased".  Another thread may free or
+ * set the fill of one of that thread's raw blocks.  The first time it does,
+ * it revokes the bias for the rest of the thread's life.  That costs one
+ * membarrier, a few hundred nanoseconds to a few microseconds.  After it,
+ * every free of its raw blocks is one CAS, as in a pool without
+ * membarrier.
  *
  * Returns KVP_OK, KVP_EINVAL, KVP_EEXHAUSTED or KVP_ENOMEM (growth).
  * Thread-safe; lock-free unless it must grow the pool.
@@ -460,9 +476,9 @@ typedef void (*kvp_retire_fn)(void *arg, uint32_t id);
  *
  * Used by layers that keep memory per block id (kvp_storage) to drop it.
  * The hook runs on the shrinking thread, under the pool's grow mutex, after
- * the block was retired (every pool call from then on sees it as retired or
- * stale, and none held it as live: it was free); a growth that reuses the
- * id comes after it.  Readers of memory the hook frees must be guarded by
+ * the block was retired.  Every pool call from then on sees the block as
+ * retired or stale.  None held it as live, since it was free.  A growth that
+ * reuses the id comes after the hook.  Readers of memory the hook frees must be guarded by
  * the layer that owns it (kvp_storage: hazard pointers).
  * A hook must not call kvp_shrink or kvp_pool_*_retire_hook.
  * Up to KVP_MAX_RETIRE_HOOKS hooks; remove with kvp_pool_remove_retire_hook

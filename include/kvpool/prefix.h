@@ -3,114 +3,127 @@
  *
  * Serving engines reuse the K/V an earlier request computed for the same
  * prompt prefix instead of recomputing it.  A pool created with
- * kvp_pool_config.prefix_cache set supports it: a full block can be
- * *published* under a 128-bit content key, found again by later requests
- * with kvp_prefix_match, *held* by several owners at once, and kept after
- * its last holder lets go (it is then *cached*: free, but still findable)
+ * kvp_pool_config.prefix_cache set supports this.  A full block can be
+ * *published* under a 128-bit content key.  Later requests find it again
+ * with kvp_prefix_match.  Several owners can *hold* it at once.  After its
+ * last holder lets go it is kept as *cached* (free, but still findable)
  * until its space is needed.
  *
- * With prefix_cache false every kvp_prefix_* call returns KVP_EINVAL and the
- * pool behaves exactly as described in kvpool/pool.h.
+ * With prefix_cache false every kvp_prefix_* call returns KVP_EINVAL.  The
+ * pool then behaves exactly as described in kvpool/pool.h.
  *
- * Holds.  A block is in use while at least one owner holds it; an owner
- * holds a block at most once.  kvp_allocate gives a new block one holder,
- * and such a block behaves exactly as in kvpool/pool.h.  kvp_free on a block
- * with two or more holders is KVP_EINVAL and frees nothing in that call (the
- * ref does not say whose hold to drop): use kvp_free_owned.  kvp_free_all
- * drops every hold of the owner.
+ * Holds.  A block is in use while at least one owner holds it.  An owner
+ * holds a block at most once.  A new block from kvp_allocate has one
+ * holder, and such a block behaves exactly as in kvpool/pool.h.  A kvp_free
+ * on a block with two or more holders is KVP_EINVAL and frees nothing in
+ * that call.  The reason: the ref does not say whose hold to drop.  Use
+ * kvp_free_owned instead.  The call kvp_free_all drops every hold of the
+ * owner.
  *
  * Cached blocks.  When the last holder of a published block lets go, the
- * block becomes cached: it is free (kvp_n_free and n_frees count it) and
- * kvp_prefix_match still finds it until it is evicted.  A match that takes a
- * cached block counts as an allocation and a reuse.  A block's generation
- * changes whenever it goes from free (cached or not) to in use, so every ref
- * from before it was cached is stale.
+ * block becomes cached.  It is then free: kvp_n_free and n_frees count it.
+ * kvp_prefix_match still finds it until it is evicted.  A match that takes
+ * a cached block counts as an allocation and a reuse.  A block's generation
+ * changes whenever it goes from free (cached or not) to in use.  So every
+ * ref from before it was cached is stale.
  *
  * Eviction.  kvp_allocate takes free blocks that are not cached first
- * (last-freed-first); only when those run out does it evict cached blocks,
+ * (last-freed-first).  Only when those run out does it evict cached blocks,
  * least recently cached first.  Growth happens only when free and cached
- * blocks together cannot cover a request.  When kvp_free_all (or
- * kvp_free_owned with several refs) lets go of an owner's published blocks,
- * they become cached last block first, so eviction takes the end of a
- * sequence before its beginning.  kvp_shrink retires uncached free blocks
- * before cached ones.  Eviction forgets the key.  The implementation states
- * below (see kvp_prefix_match) exactly which eviction order holds when
- * several threads cache and evict at once.
+ * blocks together cannot cover a request.  kvp_free_all (or kvp_free_owned
+ * with several refs) may let go of an owner's published blocks.  They then
+ * become cached last block first, so eviction takes the end of a sequence
+ * before its beginning.  kvp_shrink retires uncached free blocks before
+ * cached ones.  Eviction forgets the key.  "Eviction order with several
+ * threads" below states exactly which order holds when several threads
+ * cache and evict at once.
  *
  * Storage.  Rows follow the holder, not the block's history.  A block
  * publishes what its holder wrote since it was handed out afresh (by
- * kvp_allocate, kvp_alloc_block, growth or an eviction), with zeros for
- * rows not written since; never an earlier owner's rows.  A published
- * block, and a block with two or more holders (also once kvp_prefix_reset
- * unpublished it), is fixed: kvp_block_set_used and kvp_storage_write on
- * it are KVP_EINVAL.  A cached block keeps its storage buffer and rows; a
- * match that takes it again shares exactly those rows.  kvp_prefix_reset,
- * evictions of other blocks, kvp_shrink and growth never change what a
- * holder reads (docs/PREFIX.md, "Rows follow the holder").
+ * kvp_allocate, kvp_alloc_block, growth or an eviction).  Rows not written
+ * since then read as zeros; an earlier owner's rows never show.  Some
+ * blocks are fixed: a published block, and a block with two or more
+ * holders (also once kvp_prefix_reset unpublished it).  On a fixed block
+ * kvp_block_set_used and kvp_storage_write are KVP_EINVAL.  A cached block
+ * keeps its storage buffer and rows.  A match that takes it again shares
+ * exactly those rows.  kvp_prefix_reset, evictions of other blocks,
+ * kvp_shrink and growth never change what a holder reads (docs/PREFIX.md,
+ * "Rows follow the holder").
  *
- * Eviction order with several threads: exact least recently cached first
- * within a shard, approximate across shards.  Cached blocks sit on
- * per-stream LRU lists split into 16 shards.  Each thread that calls the
- * pool has a home shard, that of its per-thread slot: slots are made one
- * per thread, the 17th on the 1st one's shard, and a thread that exits
- * gives its slot up to the next new thread, which so takes over its home
- * shard with the blocks still cached there (threads that get no slot of
- * their own, when memory runs out, share one fallback slot, on the shard
- * of the 16th).  A block becomes cached on the home shard of the thread whose
- * release cached it (the one that let go of its last hold).  A block is put at the tail of that
- * list when it becomes cached and is on no list.  A match that takes a cached block leaves it on
- * its list; when that block is cached again it stays in its old place until an eviction reaches it,
- * which moves it to the tail of the same list.  Call the moment a block was put on its list, or
- * moved to the tail, its caching time.  An eviction takes the oldest block of the evicting thread's
- * home shard, except that it takes the stream's oldest (the oldest of the shard whose oldest is
- * oldest) when the home shard has nothing to give, and on every 8th eviction a thread makes if that
- * block was cached more than 50 ms before the home shard's oldest. What holds:
- *   - within a shard, blocks are evicted strictly in order of caching time,
- *     except that an eviction passes over a block a match holds locked at
- *     that moment (a match whose lookup found a key the block has since
- *     lost locks it only to see that, and leaves it cached), and over one
- *     that an allocation has taken for eviction at that moment and then
- *     gives back, in its old place, because the allocation fails; so the blocks
- *     one thread cached, if no match took them, are evicted in the order
- *     that thread cached them, whichever threads evict (with those
- *     exceptions);
- *   - with one thread (or one thread caching), blocks no match took are
- *     evicted exactly least recently cached first, and a block a match
- *     took and let go again goes after every block cached before the
- *     eviction that moved it;
- *   - a thread whose home shard holds no cached block (it has cached
- *     nothing, and its slot's earlier threads left nothing there) evicts
- *     least recently cached first across the stream (among blocks no
- *     match took, and as long as no other thread caches a block, or gives
- *     one back from an allocation that failed, during the eviction);
- *   - blocks cached by threads that stopped evicting still age out: once
+ * Eviction order with several threads.  The order is exact least recently
+ * cached first within a shard, and approximate across shards.
+ *
+ * Shards.  Cached blocks sit on per-stream LRU lists split into 16 shards.
+ * Each thread that calls the pool has a home shard: that of its per-thread
+ * slot.  Slots are made one per thread, and the 17th lands on the 1st
+ * one's shard.  A thread that exits gives its slot up to the next new
+ * thread.  That thread so takes over its home shard, with the blocks still
+ * cached there.  When memory runs out, threads that get no slot of their
+ * own share one fallback slot, on the shard of the 16th.
+ *
+ * Caching time.  A block becomes cached on the home shard of the thread
+ * whose release cached it (the one that let go of its last hold).  A block
+ * that becomes cached while on no list is put at the tail of that list.  A
+ * match that takes a cached block leaves it on its list.  When that block
+ * is cached again it stays in its old place until an eviction reaches it.
+ * That eviction moves it to the tail of the same list.  A block's caching
+ * time is the moment it was put on its list or moved to the tail.
+ *
+ * Whom an eviction takes.  An eviction normally takes the oldest block of
+ * the evicting thread's home shard.  It takes the stream's oldest instead
+ * (the oldest of the shard whose oldest is oldest) in two cases.  The first
+ * is when the home shard has nothing to give.  The second is on every 8th
+ * eviction a thread makes, if that block was cached more than 50 ms before
+ * the home shard's oldest.
+ *
+ * What holds:
+ *   - Within a shard, blocks are evicted strictly in order of caching time,
+ *     with two exceptions.  An eviction passes over a block that a match
+ *     holds locked at that moment.  A match whose lookup found a key the
+ *     block has since lost locks it only to see that, and leaves it
+ *     cached.  An eviction also passes over a block that an allocation has
+ *     taken for eviction at that moment.  If that allocation fails, it
+ *     gives the block back in its old place.  So, with those exceptions,
+ *     the blocks one thread cached are evicted in the order that thread
+ *     cached them, whichever threads evict, if no match took them.
+ *   - With one thread (or one thread caching), blocks no match took are
+ *     evicted exactly least recently cached first.  A block a match took
+ *     and let go again goes after every block cached before the eviction
+ *     that moved it.
+ *   - Take a thread whose home shard holds no cached block: it has cached
+ *     nothing, and its slot's earlier threads left nothing there.  It
+ *     evicts least recently cached first across the stream, among blocks no
+ *     match took.  This holds as long as no other thread caches a block
+ *     during the eviction, or gives one back from an allocation that
+ *     failed.
+ *   - Blocks cached by threads that stopped evicting still age out.  Once
  *     the oldest of them is 50 ms older than an evicting thread's oldest,
- *     at least one in 8 of that thread's evictions takes them;
- *   - across shards, a block cached while an eviction runs may be ordered
- *     either way against the block that eviction takes, and caching times
- *     come from the system's coarse monotonic clock (a tick of a few
- *     milliseconds), so blocks cached within one tick on different shards
+ *     at least one in 8 of that thread's evictions takes them.
+ *   - Across shards, a block cached while an eviction runs may be ordered
+ *     either way against the block that eviction takes.  Caching times come
+ *     from the system's coarse monotonic clock (a tick of a few
+ *     milliseconds).  So blocks cached within one tick on different shards
  *     may be evicted in either order.
  *
  * Per-thread caches.  A pool with the prefix cache keeps no per-thread
- * magazines (thread_cache is ignored): every uncached free block is on its
- * stream's global stack, so "uncached first" is exact across threads and an
- * allocation that must evict never waits for other threads' caches.
+ * magazines: thread_cache is ignored.  Every uncached free block is on its
+ * stream's global stack.  So "uncached first" is exact across threads, and
+ * an allocation that must evict never waits for other threads' caches.
  *
  * Holders and kvp_block_get.  kvp_block_info.owner is the holder when
- * n_holders is 1; with several holders it is one of the owners that held
- * the block since it was handed out (use kvp_blocks_for per owner).  A raw
- * block (kvp_alloc_block) has no owner to hold it: publishing it is
+ * n_holders is 1.  With several holders it is one of the owners that held
+ * the block since it was handed out; use kvp_blocks_for per owner.  A raw
+ * block (kvp_alloc_block) has no owner to hold it, so publishing it is
  * KVP_EINVAL.
  *
- * kvp_free racing a match: kvp_free checks every ref first (two or more
- * holders: KVP_EINVAL, nothing freed), then drops the hold of the one
- * holder each block had when checked; a hold that a concurrent match adds
- * in between is kept.
+ * kvp_free racing a match.  kvp_free checks every ref first; two or more
+ * holders is KVP_EINVAL, and nothing is freed.  It then drops the hold of
+ * the one holder each block had when checked.  A hold that a concurrent
+ * match adds in between is kept.
  *
  * Synchronization (prefix mode; the table in kvpool/pool.h for the rest).
- * Each block has a lock bit in its state word, taken with one CAS; the
- * CAS an eviction makes to take a cached block races that same CAS.
+ * Each block has a lock bit in its state word, taken with one CAS.  The CAS
+ * an eviction makes to take a cached block races that same CAS.
  *
  *   function            concurrent with   locks taken
  *   ------------------  ----------------  ------------------------------------
@@ -132,10 +145,12 @@
  *   kvp_block_get       everything        lock-free (seqlock retry)
  *
  * No call takes a global lock except growth (the pool's grow mutex, as in
- * kvpool/pool.h).  Orders: whatever a thread wrote into a block's storage
- * before publishing it happens-before a match that takes the block (the
- * lock bit's release and acquire); the last holder's writes happen-before
- * the next owner of an evicted block (the state-word CAS).
+ * kvpool/pool.h).  Orders:
+ *   - Whatever a thread wrote into a block's storage before publishing it
+ *     happens-before a match that takes the block (the lock bit's release
+ *     and acquire).
+ *   - The last holder's writes happen-before the next owner of an evicted
+ *     block (the state-word CAS).
  */
 #ifndef KVPOOL_PREFIX_H
 #define KVPOOL_PREFIX_H
@@ -159,19 +174,19 @@ typedef struct kvp_hash {
  * @parent:  the key of the block before it in its sequence, or NULL for the
  *           first block of a sequence
  * @salt:    tenants with different salts never share blocks
- * @tokens:  the block's token bytes (any encoding the caller fixes, e.g.
- *           little-endian int32 token ids); may be NULL when @n_bytes is 0
+ * @tokens:  the block's token bytes; may be NULL when @n_bytes is 0
  * @n_bytes: length of @tokens in bytes
  * @out:     the key
  *
- * The key is SHA-256, truncated to 128 bits, so nobody can craft a prompt
- * whose key collides with another's, and the same inputs give the same key
- * in every process and language.  The exact byte layout hashed, and how the
- * 32-byte digest maps to lo and hi, is given where the function is defined
- * and in docs/PREFIX.md.
+ * The caller fixes the encoding of @tokens, e.g. little-endian int32 token
+ * ids.  The key is SHA-256, truncated to 128 bits.  So nobody can craft a
+ * prompt whose key collides with another's.  The same inputs give the same
+ * key in every process and language.  The exact byte layout hashed, and how
+ * the 32-byte digest maps to lo and hi, is given where the function is
+ * defined and in docs/PREFIX.md.
  *
- * Returns KVP_OK, or KVP_EINVAL (@out NULL, or @tokens NULL with @n_bytes
- * nonzero), KVP_ENOMEM if the hash library could not allocate.
+ * Returns KVP_OK; KVP_EINVAL (@out NULL, or @tokens NULL with @n_bytes
+ * nonzero); KVP_ENOMEM if the hash library could not allocate.
  * Thread-safe; needs no pool.
  */
 int kvp_prefix_hash(const kvp_hash *parent, uint64_t salt, const void *tokens, size_t n_bytes,
@@ -184,27 +199,29 @@ int kvp_prefix_hash(const kvp_hash *parent, uint64_t salt, const void *tokens, s
  * @format:    only blocks of this format match
  * @keys:      the keys, in sequence order
  * @n_keys:    how many keys
- * @owner:     takes a hold on each block found; registered as kvp_allocate
- *             would
+ * @owner:     takes a hold on each block found
  * @refs:      out: the matched blocks' current refs, in order
- * @refs_cap:  capacity of @refs; below @n_keys it is KVP_ERANGE with
- *             *@n_matched = @n_keys and nothing done
+ * @refs_cap:  capacity of @refs
  * @n_matched: out: how many keys matched (a prefix of @keys)
  *
- * Looks the keys up in order and stops at the first key not found.  A block
- * the owner already holds is returned again without a second hold.  A
- * matched block is full (n_used == block_size), also when it was cached.
- * The matched blocks follow the owner's earlier blocks in kvp_blocks_for.
- * No match is KVP_OK with *@n_matched = 0.
+ * Looks the keys up in order and stops at the first key not found.  An
+ * unknown @owner is registered as kvp_allocate would.  A block the owner
+ * already holds is returned again without a second hold.  A matched block
+ * is full (n_used == block_size), also when it was cached.  The matched
+ * blocks follow the owner's earlier blocks in kvp_blocks_for.  No match is
+ * KVP_OK with *@n_matched = 0.
  *
- * Returns KVP_OK, KVP_EINVAL (prefix cache off, NULL pointers, bad stream
- * or format), KVP_ERANGE, KVP_ENOMEM.  Thread-safe: a match and an eviction
- * racing for the same cached block settle on the block's state word; the
- * match either gets the block with its published contents or does not see
- * it, never a block that is being handed out for other contents.  The
- * eviction order that holds with several threads is stated at the top of
- * this header.  n_prefix_queries counts @n_keys of every call that looked
- * keys up, n_prefix_hits the blocks it returned.
+ * Returns KVP_OK; KVP_EINVAL (prefix cache off, NULL pointers, bad stream
+ * or format); KVP_ERANGE (@refs_cap below @n_keys: *@n_matched is set to
+ * @n_keys and nothing is done); KVP_ENOMEM.
+ *
+ * Thread-safe.  A match and an eviction racing for the same cached block
+ * settle on the block's state word.  The match either gets the block with
+ * its published contents or does not see it.  It never gets a block that
+ * is being handed out for other contents.  The top of this header states
+ * the eviction order that holds with several threads.  n_prefix_queries
+ * counts @n_keys of every call that looked keys up.  n_prefix_hits counts
+ * the blocks it returned.
  */
 int kvp_prefix_match(kvp_pool *pool, kvp_stream stream, kvp_format format, const kvp_hash *keys,
                      size_t n_keys, kvp_owner owner, kvp_ref *refs, size_t refs_cap,
@@ -218,8 +235,8 @@ int kvp_prefix_match(kvp_pool *pool, kvp_stream stream, kvp_format format, const
  *
  * Returns KVP_OK; KVP_ENOENT (stale or never created ref); KVP_EINVAL
  * (prefix cache off, block not in use, not full, or already published);
- * KVP_EEXIST (another block of the same stream is published under @key: this
- * block stays unpublished); KVP_ENOMEM.  Thread-safe.
+ * KVP_EEXIST (another block of the same stream is published under @key;
+ * this block stays unpublished); KVP_ENOMEM.  Thread-safe.
  */
 int kvp_prefix_publish(kvp_pool *pool, kvp_ref ref, kvp_hash key);
 
@@ -245,10 +262,12 @@ int kvp_free_owned(kvp_pool *pool, kvp_owner owner, const kvp_ref *refs, size_t 
  * kvp_prefix_reset - forget every key
  * @pool: a pool with prefix_cache on
  *
- * Evicts every cached block and unpublishes held ones (they stay held, and
- * are ordinary free blocks once released).  Returns the number of keys
- * dropped; 0 when @pool is NULL or has the prefix cache off.  Thread-safe;
- * blocks published or cached while it runs may keep their keys.
+ * Evicts every cached block and unpublishes held ones.  Held blocks stay
+ * held, and are ordinary free blocks once released.
+ *
+ * Returns the number of keys dropped; 0 when @pool is NULL or has the
+ * prefix cache off.  Thread-safe.  Blocks published or cached while it runs
+ * may keep their keys.
  */
 size_t kvp_prefix_reset(kvp_pool *pool);
 

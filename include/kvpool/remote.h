@@ -2,35 +2,36 @@
  * kvpool/remote.h - a remote prefix tier: published blocks shared through Redis.
  *
  * A prefix cache (kvpool/prefix.h) keeps only what its pool holds.  A remote
- * tier attaches a Redis server (or anything that speaks its protocol: SET,
- * MGET, AUTH, SELECT) to one block storage (kvpool/storage.h), so blocks
- * published by one process are found again by another, or by the same one
- * after its pool evicted them.
+ * tier attaches a Redis server to one block storage (kvpool/storage.h).
+ * Anything that speaks the Redis protocol's SET, MGET, AUTH and SELECT will
+ * do.  So blocks published by one process are found again by another, or
+ * by the same one after its pool evicted them.
  *
  * Write path.  kvp_remote_publish publishes a block locally
  * (kvp_prefix_publish) and fills a cell of a bounded lock-free queue (the
  * cells' buffers are made at create).  It never waits on the network:
  * when the queue is full the write is dropped and counted.  A background
- * thread, one per tier, takes the filled cells in order, puts the header
- * in front of the rows and sends up to 256 values to Redis as one
- * pipeline of SET commands (SET key value EX s with an expiry).  Who
- * copies the rows is config.copy_rows:
- *   false (default)  the cell holds the key and the ref; the writer takes a
+ * thread, one per tier, takes the filled cells in order.  It puts the
+ * header in front of the rows.  It sends up to 256 values to Redis as one
+ * pipeline of SET commands (SET key value EX s, with an expiry).
+ * config.copy_rows says who copies the rows:
+ *   false (default)  the cell holds the key and the ref.  The writer takes a
  *                    short hold on the block by its key (kvp_prefix_match
- *                    with owner config.writer_owner), copies the rows and
- *                    lets go.  A publish costs a queue claim; a block
+ *                    with owner config.writer_owner).  It copies the rows
+ *                    and lets go.  A publish costs a queue claim.  A block
  *                    evicted before the writer came is skipped (counted).
  *   true             the publisher copies the rows into the cell while it
  *                    holds the block.  No write is lost to eviction; a
  *                    publish costs a copy of the block into a cold cell.
  * A block with no rows stored is not sent (counted as skipped).
  *
- * Read path.  kvp_remote_fetch is called after kvp_prefix_match stopped at
- * key i: it asks Redis for keys[i..n) in one MGET, stops at the first key
- * that is missing or whose value fails a check, and for each value before
- * it allocates a block for the owner, writes the rows into the storage,
- * publishes the block under its key and returns its ref: the owner then
- * holds each block, in order, exactly as after a match.
+ * Read path.  The caller calls kvp_remote_fetch after kvp_prefix_match
+ * stopped at key i.  The fetch asks Redis for keys[i..n) in one MGET.  It
+ * stops at the first key that is missing or whose value fails a check.  For
+ * each value before that key it does four things: allocates a block for
+ * the owner, writes the rows into the storage, publishes the block under
+ * its key, and returns its ref.  The owner then holds each block, in order,
+ * exactly as after a match.
  *
  * Values.  Redis key "<namespace>:<k|v|kv>:<32 hex digits: hi then lo>".
  * The value is a 64-byte little-endian header, then n_rows rows of
@@ -90,13 +91,15 @@
  *   kvp_remote_get_stats,      everything                  never (wait-free)
  *   kvp_remote_to_prometheus
  *
- * The writer thread takes no lock a publisher takes; it reads queue
- * cells and (copy_rows false) holds a block only while it copies it,
- * through the pool's own calls.  Threads that do not call this API
- * never wait for the network.  Orders: the rows a caller wrote before
- * kvp_remote_publish are what the value carries (the caller's own writes;
- * the cell's sequence number hands them to the writer); what a fetch
- * writes into a block happens-before any later match of that block.
+ * The writer thread takes no lock a publisher takes.  It reads queue
+ * cells, and (copy_rows false) holds a block only while it copies it,
+ * through the pool's own calls.  Threads that do not call this API never
+ * wait for the network.  Orders:
+ *   - The value carries the rows a caller wrote before kvp_remote_publish.
+ *     Those are the caller's own writes; the cell's sequence number hands
+ *     them to the writer.
+ *   - What a fetch writes into a block happens-before any later match of
+ *     that block.
  *
  * Builds without hiredis (KVP_NO_HIREDIS) keep every function:
  * kvp_remote_config_init and kvp_remote_stats_to_prometheus work,
@@ -182,10 +185,15 @@ int kvp_remote_config_init(kvp_remote_config *c);
  * made by the first call that needs one: a server that does not answer
  * is no error here.
  *
- * Returns KVP_OK; KVP_EINVAL (NULL args, a URL it cannot parse, a
- * namespace with a space or over 64 bytes, timeout_ms 0, a pool without
- * the prefix cache); KVP_ENOMEM (memory or the thread); KVP_ENOTSUP
- * (built without hiredis).  Thread-safe.
+ * Returns:
+ *   - KVP_OK;
+ *   - KVP_EINVAL: NULL args, a URL it cannot parse, a namespace with a
+ *     space or over 64 bytes, timeout_ms 0, or a pool without the prefix
+ *     cache;
+ *   - KVP_ENOMEM: memory or the thread;
+ *   - KVP_ENOTSUP: built without hiredis.
+ *
+ * Thread-safe.
  */
 int kvp_remote_create(kvp_storage *storage, const kvp_remote_config *c, kvp_remote **out);
 
@@ -205,11 +213,11 @@ void kvp_remote_destroy(kvp_remote *r);
  * @ref: as for kvp_prefix_publish: a full block in use, its rows written
  * @key: its content key
  *
- * Returns what kvp_prefix_publish returned; on KVP_OK the block's rows
- * are copied onto the queue, or dropped and counted when the queue is
- * full (or skipped when the block has no rows stored in the tier's
- * storage).  KVP_EINVAL for NULL @r.  The caller must hold @ref, as for
- * kvp_prefix_publish.
+ * Returns what kvp_prefix_publish returned, or KVP_EINVAL for NULL @r.  On
+ * KVP_OK the block's rows are copied onto the queue.  When the queue is
+ * full they are dropped and counted instead.  They are skipped when the
+ * block has no rows stored in the tier's storage.  The caller must hold
+ * @ref, as for kvp_prefix_publish.
  * Never waits on the network.  Thread-safe, lock-free apart from the
  * block's lock bit.
  */

@@ -14,22 +14,22 @@
  *                                                        own lock while writing
  *
  * Figures read while other threads allocate and free are each exact at
- * some instant during the call (see kvpool/stats.h); the per-stream in-use
- * count is managed minus free, so it may be off by blocks in transit and
- * is never negative.
+ * some instant during the call (see kvpool/stats.h).  The per-stream in-use
+ * count is managed minus free.  So it may be off by blocks in transit, and
+ * it is never negative.
  *
- * Environment: with KVPOOL_SHOW_STATS=1 (or any value other than "" and
- * "0"; "json" selects KVP_DUMP_JSON) kvp_pool_destroy writes
- * kvp_pool_dump's report of the pool to stderr before freeing it, as
- * jemalloc's opt.stats_print does; and at exit (atexit) the report of
- * every pool made while the variable was set and not destroyed by then, as
- * mimalloc's MIMALLOC_SHOW_STATS does.  This is the only output the library
- * ever makes on its own.
+ * Environment: KVPOOL_SHOW_STATS.  Set it to 1, or any value other than ""
+ * and "0", to get reports on stderr; "json" selects KVP_DUMP_JSON.  Then
+ * kvp_pool_destroy writes kvp_pool_dump's report of the pool before freeing
+ * it, as jemalloc's opt.stats_print does.  At exit (atexit) the library
+ * also reports every pool made while the variable was set and not
+ * destroyed by then, as mimalloc's MIMALLOC_SHOW_STATS does.  This is the
+ * only output the library ever makes on its own.
  *
  * Allocate latency: one kvp_allocate call in 64 of each thread is timed
- * (CLOCK_MONOTONIC) into its pool's histogram, which
- * kvp_pools_to_prometheus exports; the other calls pay a thread-local
- * increment and a branch.
+ * (CLOCK_MONOTONIC) into its pool's histogram.  The function
+ * kvp_pools_to_prometheus exports that histogram.  The other calls pay a
+ * thread-local increment and a branch.
  */
 #ifndef KVPOOL_REPORT_H
 #define KVPOOL_REPORT_H
@@ -63,62 +63,79 @@ size_t kvp_pool_n_managed(kvp_pool *pool, kvp_stream stream);
 /**
  * kvp_pool_to_prometheus - Prometheus text exposition of a live pool
  * @pool:   the pool
- * @prefix: metric name prefix ([a-zA-Z_:][a-zA-Z0-9_:]*), NULL for
- *          "kvpool_block_pool"
+ * @prefix: metric name prefix, NULL for "kvpool_block_pool"
  * @buf:    output buffer (may be NULL when @cap is 0)
  * @cap:    its capacity in bytes
  * @len:    set to the text's length without a NUL (or the length needed)
  *
- * Writes every family of kvp_stats_to_prometheus for a kvp_pool_stats
- * snapshot, then the per-stream gauges <prefix>_stream_blocks_in_use and
- * <prefix>_stream_blocks_free with a label stream="k" and stream="v"
- * (stream="kv" without separate_kv), <prefix>_config_info with the labels
- * block_size, n_blocks (the configured initial count), max_blocks (the
- * growth cap, "unbounded" without one) and prefix_cache ("true"/"false"),
- * and <prefix>_build_info{version="..."}, both with the value 1.  The text
- * is NUL-terminated when it fits with its NUL.  Each pool gets its own
- * family names; to tell pools apart by a label instead, use
+ * A valid @prefix matches [a-zA-Z_:][a-zA-Z0-9_:]*.  The text holds, in
+ * order:
+ *   - every family of kvp_stats_to_prometheus, for a kvp_pool_stats
+ *     snapshot;
+ *   - the per-stream gauges <prefix>_stream_blocks_in_use and
+ *     <prefix>_stream_blocks_free, with a label stream="k" and stream="v"
+ *     (stream="kv" without separate_kv);
+ *   - <prefix>_config_info, with the value 1 and the labels block_size,
+ *     n_blocks (the configured initial count), max_blocks (the growth cap,
+ *     "unbounded" without one) and prefix_cache ("true"/"false");
+ *   - <prefix>_build_info{version="..."}, with the value 1.
+ *
+ * The text is NUL-terminated when it fits with its NUL.  Each pool gets its
+ * own family names.  To tell pools apart by a label instead, use
  * kvp_pools_to_prometheus.
  *
- * Returns KVP_OK, KVP_ERANGE when @cap < *@len + 1 (with *@len set to the
- * length needed; call again with more room, the figures may have moved),
- * KVP_EINVAL for a NULL @pool or @len, NULL @buf with @cap > 0, or an
- * invalid @prefix.  Thread-safe; takes no lock.
+ * Returns:
+ *   - KVP_OK;
+ *   - KVP_ERANGE when @cap < *@len + 1, with *@len set to the length
+ *     needed (call again with more room; the figures may have moved);
+ *   - KVP_EINVAL for a NULL @pool or @len, NULL @buf with @cap > 0, or an
+ *     invalid @prefix.
+ *
+ * Thread-safe; takes no lock.
  */
 int kvp_pool_to_prometheus(kvp_pool *pool, const char *prefix, char *buf, size_t cap, size_t *len);
 
 /**
  * kvp_pools_to_prometheus - Prometheus text of several live pools, told apart by a label
  * @pools: the pools, @n of them
- * @names: the value of each pool's label pool="..." (any text; \, " and
- *         newline are escaped), distinct; NULL to label them "0", "1", ...
+ * @names: each pool's value of the label pool="..."; NULL for "0", "1", ...
  * @n:     how many pools (at least 1)
  * @buf:   output buffer (may be NULL when @cap is 0)
  * @cap:   its capacity in bytes
  * @len:   set to the text's length without a NUL (or the length needed)
  *
- * One set of family names for every pool of a process: each family's
- * # HELP and # TYPE once, then a sample per pool with the label pool.
- * Gauges kvpool_blocks_in_use, _blocks_managed, _usage_ratio,
- * _fragmentation, _peak_blocks_in_use, _cached_blocks; counters
- * kvpool_allocations_total, _frees_total, _reused_total, _exhausted_total,
- * _grown_total, _retired_total, _stale_frees_total, _prefix_queries_total,
- * _prefix_hits_total, _evictions_total; kvpool_stream_blocks_in_use and
- * _stream_blocks_free with a label stream ("k", "v" or "kv");
- * kvpool_config_info{block_size, n_blocks, max_blocks, prefix_cache} 1 (as
- * kvp_pool_to_prometheus's); the histogram kvpool_allocate_duration_seconds
- * (buckets 100 ns to 100 ms; one kvp_allocate call in 64 per thread
- * sampled, so _count is about a 64th of the calls); and once,
- * kvpool_build_info{version="..."} 1.  Each pool's figures are read once,
+ * The names must be distinct.  They may be any text; \, " and newline are
+ * escaped.  One set of family names serves every pool of a process.  Each
+ * family's # HELP and # TYPE come once, then a sample per pool with the
+ * label pool.  The families are:
+ *   - gauges kvpool_blocks_in_use, _blocks_managed, _usage_ratio,
+ *     _fragmentation, _peak_blocks_in_use, _cached_blocks;
+ *   - counters kvpool_allocations_total, _frees_total, _reused_total,
+ *     _exhausted_total, _grown_total, _retired_total, _stale_frees_total,
+ *     _prefix_queries_total, _prefix_hits_total, _evictions_total;
+ *   - kvpool_stream_blocks_in_use and _stream_blocks_free, with a label
+ *     stream ("k", "v" or "kv");
+ *   - kvpool_config_info{block_size, n_blocks, max_blocks, prefix_cache} 1,
+ *     as in kvp_pool_to_prometheus;
+ *   - the histogram kvpool_allocate_duration_seconds, with buckets from
+ *     100 ns to 100 ms;
+ *   - once, kvpool_build_info{version="..."} 1.
+ *
+ * The histogram samples one kvp_allocate call in 64 per thread.  So its
+ * _count is about a 64th of the calls.  Each pool's figures are read once,
  * so all its families show one snapshot.  The text is NUL-terminated when
  * it fits with its NUL.
  *
- * Returns KVP_OK, KVP_ERANGE when @cap < *@len + 1 (with *@len set to the
- * length needed and @buf an empty string when @cap > 0: call again with
- * more room, the figures may have moved), KVP_ENOMEM when the snapshots
- * cannot be allocated, KVP_EINVAL for NULL @pools or @len, @n 0, a NULL
- * pool or name, two equal names, or NULL @buf with @cap > 0.  Thread-safe;
- * takes no lock.
+ * Returns:
+ *   - KVP_OK;
+ *   - KVP_ERANGE when @cap < *@len + 1, with *@len set to the length
+ *     needed and @buf an empty string when @cap > 0 (call again with more
+ *     room; the figures may have moved);
+ *   - KVP_ENOMEM when the snapshots cannot be allocated;
+ *   - KVP_EINVAL for NULL @pools or @len, @n 0, a NULL pool or name, two
+ *     equal names, or NULL @buf with @cap > 0.
+ *
+ * Thread-safe; takes no lock.
  */
 int kvp_pools_to_prometheus(kvp_pool *const *pools, const char *const *names, size_t n, char *buf,
                             size_t cap, size_t *len);
@@ -130,15 +147,21 @@ int kvp_pools_to_prometheus(kvp_pool *const *pools, const char *const *names, si
  * @flags: 0 for a multi-line human report, KVP_DUMP_JSON for one JSON
  *         object on one line
  *
- * The report holds the layout (block size, separate K/V, thread cache,
- * growth and its cap: "unbounded", JSON null, without one), blocks managed, in use and free per
- * stream, the usage ratio, the cumulative counters of kvp_stats and the fragmentation. It is
- * composed in memory first and written with one fwrite.
+ * The report holds the layout: block size, separate K/V, thread cache,
+ * growth and its cap.  A pool without a cap shows "unbounded" (JSON null).
+ * It then holds the blocks managed, in use and free per stream, the usage
+ * ratio, the cumulative counters of kvp_stats and the fragmentation.  The
+ * report is composed in memory first and written with one fwrite.
  *
- * Returns KVP_OK; KVP_EINVAL for a NULL @pool or @f, or unknown @flags
- * (nothing written); KVP_ENOMEM when the report cannot be composed
- * (nothing written); KVP_ERANGE when @f did not take the whole report (a
- * write error; ferror(@f) tells more).  Thread-safe; takes no pool lock.
+ * Returns:
+ *   - KVP_OK;
+ *   - KVP_EINVAL for a NULL @pool or @f, or unknown @flags (nothing
+ *     written);
+ *   - KVP_ENOMEM when the report cannot be composed (nothing written);
+ *   - KVP_ERANGE when @f did not take the whole report (a write error;
+ *     ferror(@f) tells more).
+ *
+ * Thread-safe; takes no pool lock.
  */
 int kvp_pool_dump(kvp_pool *pool, FILE *f, unsigned flags);
 

@@ -56,10 +56,11 @@ typedef struct kvp_stats {
  * @out:  where to write the snapshot
  *
  * peak_blocks_in_use is exact when one thread uses the pool.  With several
- * threads it never reports a peak that did not happen, may miss one by at
- * most KVP_PEAK_BATCH blocks per other thread (blocks a thread has
- * allocated but not yet published), and is never below the blocks in use
- * at the time of the call.
+ * threads it holds three promises:
+ *   - it never reports a peak that did not happen;
+ *   - it may miss one by at most KVP_PEAK_BATCH blocks per other thread,
+ *     the blocks a thread has allocated but not yet published;
+ *   - it is never below the blocks in use at the time of the call.
  *
  * Returns KVP_OK, or KVP_EINVAL when @pool or @out is NULL.
  * Thread-safe; reads a per-thread slot list, takes no lock.
@@ -108,24 +109,30 @@ int kvp_stats_format(const kvp_stats *s, char *buf, size_t cap);
 /**
  * kvp_stats_to_prometheus - Prometheus text exposition of a snapshot
  * @s:      the snapshot
- * @prefix: metric name prefix ([a-zA-Z_:][a-zA-Z0-9_:]*), NULL for
- *          "kvpool_block_pool"
+ * @prefix: metric name prefix, NULL for "kvpool_block_pool"
  * @buf:    output buffer (may be NULL when @cap is 0)
  * @cap:    its capacity in bytes
  * @len:    set to the text's length without a NUL (or the length needed)
  *
- * Gauges <prefix>_blocks_in_use, _blocks_managed, _fragmentation,
- * _usage_ratio (blocks in use / blocks managed, 0 when none are managed),
- * _peak_blocks_in_use; counters _allocations_total, _frees_total,
- * _reused_total, _exhausted_total, _grown_total, _retired_total,
- * _stale_frees_total, and for the prefix cache (kvpool/prefix.h; 0 when it
- * is off) gauge _cached_blocks and counters _prefix_queries_total,
- * _prefix_hits_total, _evictions_total; each with # HELP and # TYPE lines.  The text is
- * NUL-terminated when it fits with its NUL.
+ * A valid @prefix matches [a-zA-Z_:][a-zA-Z0-9_:]*.  The families are:
+ *   - gauges <prefix>_blocks_in_use, _blocks_managed, _fragmentation,
+ *     _usage_ratio (blocks in use / blocks managed, 0 when none are
+ *     managed), _peak_blocks_in_use;
+ *   - counters _allocations_total, _frees_total, _reused_total,
+ *     _exhausted_total, _grown_total, _retired_total, _stale_frees_total;
+ *   - for the prefix cache (kvpool/prefix.h; 0 when it is off), the gauge
+ *     _cached_blocks and the counters _prefix_queries_total,
+ *     _prefix_hits_total, _evictions_total.
  *
- * Returns KVP_OK, KVP_ERANGE when @cap < *@len + 1 (with *@len set to the
- * length needed, and @buf an empty string when @cap > 0: never partial
- * text), KVP_EINVAL for NULL @s/@len or an invalid @prefix.
+ * Each comes with # HELP and # TYPE lines.  The text is NUL-terminated when
+ * it fits with its NUL.
+ *
+ * Returns:
+ *   - KVP_OK;
+ *   - KVP_ERANGE when @cap < *@len + 1, with *@len set to the length needed
+ *     and @buf an empty string when @cap > 0 (never partial text);
+ *   - KVP_EINVAL for NULL @s/@len or an invalid @prefix.
+ *
  * Pure; thread-safe.
  */
 int kvp_stats_to_prometheus(const kvp_stats *s, const char *prefix, char *buf, size_t cap,

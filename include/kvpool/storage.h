@@ -1,16 +1,19 @@
 /*
  * kvpool/storage.h - K/V row storage for pool blocks, one buffer per block id.
  *
- * A storage keeps the rows of one stream (typically one storage for K and
- * one for V) for every block of one pool.  A block's buffer holds
- * block_size rows of row_dim elements encoded in the block's format (the
- * format given to kvp_allocate, read back with kvp_block_get).  The buffer is
- * made lazily by the first write to the block (from the kvp_bufcache given
- * at create, else from the system), reused in place every time the block is
- * handed out again, and replaced only when a write finds that the block's
- * format changed.  A buffer goes away when kvp_storage_release drops it,
- * when kvp_shrink retires its block (an id that growth later reuses starts
- * without a buffer), or with the storage.
+ * A storage keeps the rows of one stream for every block of one pool.
+ * Typically there is one storage for K and one for V.  A block's buffer
+ * holds block_size rows of row_dim elements, encoded in the block's format.
+ * That format is the one given to kvp_allocate; kvp_block_get reads it
+ * back.
+ *
+ * Buffers.  The first write to a block makes its buffer.  It comes from the
+ * kvp_bufcache given at create, else from the system.  The buffer is reused
+ * in place every time the block is handed out again.  It is replaced only
+ * when a write finds that the block's format changed.  A buffer goes away
+ * in three ways: kvp_storage_release drops it; kvp_shrink retires its
+ * block; or the storage is destroyed.  An id that growth later reuses
+ * starts without a buffer.
  *
  * Formats and the layout kvp_storage_read returns (row stride:
  * kvp_storage_row_bytes):
@@ -25,41 +28,46 @@
  *             scale = absmax(row) / 7
  *   KVP_INT2, KVP_INT1: tags only.  Blocks may carry them, but no codec
  *             exists: writes are KVP_EINVAL and kvp_storage_row_bytes is 0.
- * Quantized rows are padded to a multiple of 4 bytes.  int8/int4 cannot hold
- * inf or NaN: a write with one is KVP_EINVAL and writes nothing.  Error
- * bounds per element: fp16 2^-11 |x| (normal range), bf16 2^-8 |x|,
- * int8 absmax/254, int4 absmax/14 (see docs/KVCACHE.md).
  *
- * Rows and n_used: a write raises the block's n_used (kvp_block_set_used) to
- * cover the rows written, never lowers it.  It does so after storing the
- * rows and letting the block's slot lock go (a pool call made under that
- * lock could close a lock cycle with kvp_shrink's retire hook), so a write
- * concurrent with another write or an n_used change on the same block (the
- * caller's to serialize, see below) may leave either value.  Reads return
- * the block's n_used rows.  Rows below n_used that were not written since
- * kvp_allocate (or kvp_alloc_block) last handed the block out read as
- * zeros: never a previous owner's rows, nor the bytes a new buffer came
- * with.  Storage keeps a written-rows mark per buffer (the hand-out it
- * belongs to and how many leading rows are valid) instead of clearing
- * buffers: a write that leaves a gap zeroes the gap's rows, and a read
- * that finds n_used above the mark (n_used raised by kvp_block_set_used
- * without writes) zeroes the rows between, once per hand-out, under the
- * block's slot lock (read_f32 returns zeros without touching the buffer).
- * A block in use that was never written has no buffer, and reads return
- * 0 rows.
+ * Quantized rows are padded to a multiple of 4 bytes.  The int8 and int4
+ * formats cannot hold inf or NaN.  A write with one is KVP_EINVAL and
+ * writes nothing.  Error bounds per element: fp16 2^-11 |x| (normal range),
+ * bf16 2^-8 |x|, int8 absmax/254, int4 absmax/14 (see docs/KVCACHE.md).
+ *
+ * Rows and n_used.  A write raises the block's n_used (kvp_block_set_used)
+ * to cover the rows written; it never lowers it.  It does so after storing
+ * the rows and letting the block's slot lock go.  The reason: a pool call
+ * made under that lock could close a lock cycle with kvp_shrink's retire
+ * hook.  So when a write races another write or an n_used change on the
+ * same block, either value may stay.  Such races are the caller's to
+ * serialize (see below).  Reads return the block's n_used rows.
+ *
+ * Unwritten rows read as zeros.  This covers rows below n_used not written
+ * since kvp_allocate (or kvp_alloc_block) last handed the block out.  They
+ * never show a previous owner's rows, nor the bytes a new buffer came
+ * with.  Storage does not clear buffers for this.  It keeps a written-rows
+ * mark per buffer: the hand-out it belongs to and how many leading rows are
+ * valid.  A write that leaves a gap zeroes the gap's rows.  A read may find
+ * n_used above the mark, when kvp_block_set_used raised n_used without
+ * writes.  It then zeroes the rows between, once per hand-out, under the
+ * block's slot lock.  The call kvp_storage_read_f32 instead returns zeros
+ * for those rows without touching the buffer.  A block in use that was never written has no buffer,
+ * and reads return 0 rows.
  *
  * Rows follow the holder, not the block's history (prefix cache,
- * kvpool/prefix.h).  What a holder reads is what the block's holders
- * wrote since kvp_allocate (or kvp_alloc_block, growth, an eviction) last
- * handed it out afresh, and zeros for rows not written since.  A prefix
- * match that takes a block, held or cached, is not a fresh hand-out: it
- * shares exactly those rows.  So a block published without a write reads
- * zeros, never a previous owner's rows.  A block that is published, or
- * that has two or more holders (also after kvp_prefix_reset unpublished
- * it), takes no write: kvp_storage_write and kvp_block_set_used on it are
- * KVP_EINVAL.  kvp_prefix_reset, an eviction of other blocks, kvp_shrink
- * and growth never change what a holder reads, and no read changes a
- * shared buffer's valid rows.  docs/PREFIX.md has the argument.
+ * kvpool/prefix.h).  A holder reads what the block's holders wrote since it
+ * was last handed out afresh, and zeros for rows not written since.  A
+ * fresh hand-out is kvp_allocate, kvp_alloc_block, growth or an eviction.
+ * A prefix match that takes a block, held or cached, is not a fresh
+ * hand-out: it shares exactly those rows.  So a block published without a
+ * write reads zeros, never a previous owner's rows.
+ *
+ * Some blocks take no write: a published block, and a block with two or
+ * more holders (also after kvp_prefix_reset unpublished it).  On them
+ * kvp_storage_write and kvp_block_set_used are KVP_EINVAL.  What a holder
+ * reads never changes under kvp_prefix_reset, an eviction of other blocks,
+ * kvp_shrink or growth.  No read changes a shared buffer's valid rows.
+ * docs/PREFIX.md has the argument.
  *
  * Synchronization:
  *
@@ -80,38 +88,49 @@
  *   retire hook (in kvp_shrink)    everything                    the block's slot lock;
  *                                                                readers of its buffer
  *
- * Calls on different blocks never wait for each other, and no call takes a
- * lock shared by all blocks.  Calls on the same block: writes are the
- * caller's to serialize (two concurrent writes to one block, or a read
- * concurrent with a write to it, give unspecified rows and are data races
- * in C11 terms); the owner of a block orders its own writes and reads.
- * A write's rows are visible to whoever next receives the block from the
- * pool (kvp_free happens-before the kvp_allocate that hands it out again).
- * Prefix cache (kvpool/prefix.h): publish a block after its last write
- * (a write racing kvp_prefix_publish of its block is the caller's to
- * serialize, like two writes); every owner that then matches the block,
- * also after it was cached, reads the published rows.
+ * Calls on different blocks never wait for each other.  No call takes a
+ * lock shared by all blocks.
  *
- * Stale refs: every call validates @ref with kvp_block_get; a stale
+ * Calls on the same block.  Writes are the caller's to serialize.  Two
+ * concurrent writes to one block give unspecified rows, and so does a read
+ * concurrent with a write to it; both are data races in C11 terms.  The
+ * owner of a block orders its own writes and reads.  A write's rows are
+ * visible to whoever next receives the block from the pool: kvp_free
+ * happens-before the kvp_allocate that hands it out again.
+ *
+ * Prefix cache (kvpool/prefix.h).  Publish a block after its last write.  A
+ * write racing kvp_prefix_publish of its block is the caller's to
+ * serialize, like two writes.  Every owner that then matches the block
+ * reads the published rows, also after the block was cached.
+ *
+ * Stale refs.  Every call validates @ref with kvp_block_get.  A stale
  * generation, a retired block or an id never created is KVP_ENOENT and
  * changes nothing.  A write validates under the block's slot lock and
- * stores its rows there; should another thread free the block between
- * that and the write's n_used update, the write has taken effect before
- * the free and returns KVP_OK, and the update (which validates the
- * generation again) leaves the freed block and any later holder alone.
- * A reader whose ref goes stale while it copies (another thread frees the
- * block, then releases or retires it) never touches freed memory: a reader
- * protects the buffer with a hazard pointer before it validates, and a
- * buffer taken out of the table is freed only once no reader protects it
- * (lib/storage/storage_hazard.h has the argument).  read_f32 re-validates after
- * its copy and then returns KVP_ENOENT.  The one remaining overlap is
- * benign by construction but still a C11 data race: a stale reader
- * copying a block that was handed out again while its new owner writes it
- * (the copy is then discarded with KVP_ENOENT).
+ * stores its rows there.  Another thread may free the block between that
+ * and the write's n_used update.  The write has then taken effect before
+ * the free, and returns KVP_OK.  The update validates the generation again,
+ * so it leaves the freed block and any later holder alone.
  *
- * Memory: one storage uses at most one buffer per block id ever written
- * plus a table of 8 bytes per id (in segments made on demand; ids never
- * move).  The pool and the bufcache must outlive the storage.
+ * A reader whose ref goes stale while it copies never touches freed
+ * memory.  (The ref goes stale when another thread frees the block, then
+ * releases or retires it.)  A reader protects the buffer with a hazard
+ * pointer before it validates the ref.  A buffer taken out of the table is
+ * freed only once no reader protects it.  The reader announces the buffer,
+ * then checks that the table still holds it.  The freer takes the buffer
+ * out of the table, then waits for every announcement of it.  Both sides
+ * use sequentially consistent atomics.  So either the freer sees the
+ * announcement and waits, or the reader sees the buffer gone and never
+ * touches it.  The call kvp_storage_read_f32 also re-validates the ref
+ * after its copy; if the ref went stale, it returns KVP_ENOENT.
+ *
+ * One overlap remains.  A stale reader may copy a block that was handed out
+ * again while its new owner writes it.  That copy is discarded with
+ * KVP_ENOENT, so the overlap is benign by construction.  It is still a C11
+ * data race.
+ *
+ * Memory.  One storage uses at most one buffer per block id ever written.
+ * It also keeps a table of 8 bytes per id, in segments made on demand; ids
+ * never move.  The pool and the bufcache must outlive the storage.
  */
 #ifndef KVPOOL_STORAGE_H
 #define KVPOOL_STORAGE_H
@@ -138,8 +157,8 @@ typedef struct kvp_storage kvp_storage;
  * @cache:   where buffers come from and go back to; NULL for the system
  * @out:     the new storage
  *
- * Registers a retire hook with @pool (kvp_pool_add_retire_hook), so a pool
- * carries at most KVP_MAX_RETIRE_HOOKS storages.
+ * Registers a retire hook with @pool (kvp_pool_add_retire_hook).  So a
+ * pool carries at most KVP_MAX_RETIRE_HOOKS storages.
  *
  * Returns KVP_OK; KVP_EINVAL (NULL @pool or @out, @row_dim 0 or so large a
  * fp32 row would not fit in 32 bits); KVP_ERANGE (the pool has no retire
@@ -163,19 +182,24 @@ void kvp_storage_destroy(kvp_storage *s);
  * @rows:   @n_rows rows of row_dim floats
  * @n_rows: rows to write, at least 1
  *
- * Makes the block's buffer when it has none (or has one of another format,
- * which is then freed once no reader holds it), encodes the rows in the
- * block's format and raises the block's n_used to @offset + @n_rows when it
- * was lower.
+ * Makes the block's buffer when it has none.  It also makes a new one when
+ * the buffer holds another format; the old one is freed once no reader
+ * holds it.  Encodes the rows in the block's format.  Raises the block's
+ * n_used to @offset + @n_rows when it was lower.
  *
- * Returns KVP_OK; KVP_EINVAL (NULL @s or @rows, @n_rows 0, a format without
- * codec, inf/NaN for int8/int4, or the block is shared: published under a
- * prefix key, or held by two or more owners, kvpool/prefix.h: its rows are
- * fixed); KVP_ERANGE (@offset + @n_rows > block_size);
- * KVP_ENOENT (stale ref, block not in use when the call checks it);
- * KVP_ENOMEM (no buffer).  On failure nothing changed.  A block freed by
- * another thread while the call runs, after its check: KVP_OK, the rows
- * stored, n_used left as the free left it (see "Stale refs" above).
+ * Returns:
+ *   - KVP_OK;
+ *   - KVP_EINVAL (NULL @s or @rows, @n_rows 0, a format without codec,
+ *     inf/NaN for int8/int4, or the block is shared).  A shared block is
+ *     published under a prefix key, or held by two or more owners
+ *     (kvpool/prefix.h).  Its rows are fixed.
+ *   - KVP_ERANGE (@offset + @n_rows > block_size);
+ *   - KVP_ENOENT (stale ref, block not in use when the call checks it);
+ *   - KVP_ENOMEM (no buffer).
+ *
+ * On failure nothing changed.  Another thread may free the block while the
+ * call runs, after its check.  The call then returns KVP_OK with the rows
+ * stored, and n_used left as the free left it (see "Stale refs" above).
  * Thread-safe; see the table for same-block calls.
  */
 int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float *rows,
@@ -185,19 +209,19 @@ int kvp_storage_write(kvp_storage *s, kvp_ref ref, uint32_t offset, const float 
  * kvp_storage_read - the block's live rows, as stored, without a copy
  * @s:      the storage
  * @ref:    a block in use
- * @data:   receives the first row (NULL when the block has no rows stored);
- *          rows are kvp_storage_row_bytes(@s, format) apart, format as
- *          kvp_block_get reports it
- * @n_rows: receives the block's n_used (0 when it has no buffer yet, or its
- *          buffer still holds another format)
+ * @data:   receives the first row (NULL when the block has no rows stored)
+ * @n_rows: receives the block's n_used, or 0 (see below)
  *
- * The pointer stays valid while the caller holds the block: until the block
- * is freed (then released or retired) or written in another format.
+ * Rows are kvp_storage_row_bytes(@s, format) apart, with the format that
+ * kvp_block_get reports.  *@n_rows is 0 when the block has no buffer yet,
+ * or its buffer still holds another format.  The pointer stays valid while
+ * the caller holds the block.  That is until the block is freed (then
+ * released or retired) or written in another format.
  *
  * Returns KVP_OK; KVP_EINVAL (NULL args); KVP_ENOENT (stale ref, block not
  * in use); KVP_ENOMEM (the thread's first read could not get a hazard
- * record).  Thread-safe, lock-free except for zeroing rows not written
- * since the hand-out below n_used (see the top of this file).
+ * record).  Thread-safe.  Lock-free, except when it zeroes rows below
+ * n_used not written since the hand-out (see the top of this file).
  */
 int kvp_storage_read(kvp_storage *s, kvp_ref ref, const void **data, uint32_t *n_rows);
 
@@ -209,10 +233,15 @@ int kvp_storage_read(kvp_storage *s, kvp_ref ref, const void **data, uint32_t *n
  * @cap_rows: capacity of @rows in rows
  * @n_rows:   receives the rows written (or needed, on KVP_ERANGE)
  *
- * Returns KVP_OK; KVP_EINVAL (NULL args); KVP_ERANGE (@cap_rows < n_used,
- * nothing written); KVP_ENOENT (stale ref or block not in use, checked
- * before and after the copy: the contents of @rows are then unspecified);
- * KVP_ENOMEM as for kvp_storage_read.  Thread-safe, lock-free.
+ * Returns:
+ *   - KVP_OK;
+ *   - KVP_EINVAL (NULL args);
+ *   - KVP_ERANGE (@cap_rows < n_used, nothing written);
+ *   - KVP_ENOENT (stale ref or block not in use, checked before and after
+ *     the copy; the contents of @rows are then unspecified);
+ *   - KVP_ENOMEM, as for kvp_storage_read.
+ *
+ * Thread-safe, lock-free.
  */
 int kvp_storage_read_f32(kvp_storage *s, kvp_ref ref, float *rows, uint32_t cap_rows,
                          uint32_t *n_rows);
@@ -220,11 +249,11 @@ int kvp_storage_read_f32(kvp_storage *s, kvp_ref ref, float *rows, uint32_t cap_
 /**
  * kvp_storage_resident_bytes - bytes of the buffers that exist now
  *
- * Counts each buffer's full allocation (its true capacity from the
- * bufcache, header included).  Drops when a buffer is given back, which
- * the call that dropped it (release, a shrink's retire hook, a write that
- * changed the format) does before it returns.  0 for NULL.  Thread-safe,
- * wait-free.
+ * Counts each buffer's full allocation: its true capacity from the
+ * bufcache, header included.  The count drops when a buffer is given back.
+ * The call that dropped the buffer gives it back before it returns: a
+ * release, a shrink's retire hook, or a write that changed the format.
+ * Returns 0 for NULL.  Thread-safe, wait-free.
  */
 size_t kvp_storage_resident_bytes(kvp_storage *s);
 
@@ -233,16 +262,20 @@ size_t kvp_storage_resident_bytes(kvp_storage *s);
  * @s:   the storage
  * @ref: the block's current ref (freed since it was handed out with it)
  *
- * The buffer goes back to the bufcache (or the system) before this returns,
- * once no stale reader still copies it; the next write to the block makes
- * a new one.
- * A free block without buffer is fine (KVP_OK, nothing to do).
+ * The buffer goes back to the bufcache (or the system) before this
+ * returns, once no stale reader still copies it.  The next write to the
+ * block makes a new one.  A free block without buffer is fine: KVP_OK,
+ * nothing to do.
  *
- * Returns KVP_OK; KVP_EINVAL (NULL @s, or the block is in use: release is
- * for free blocks only, a block's holder keeps its buffer; or the block is
- * cached under a prefix key, kvpool/prefix.h: it keeps its rows for a
- * later match, and eviction reuses the buffer in place); KVP_ENOENT
- * (stale ref: the block was handed out again, retired, or never created).
+ * Returns:
+ *   - KVP_OK;
+ *   - KVP_EINVAL: NULL @s, or the block is in use, or it is cached under a
+ *     prefix key.  Release is for free blocks only; a block's holder keeps
+ *     its buffer.  A cached block (kvpool/prefix.h) keeps its rows for a
+ *     later match, and eviction reuses the buffer in place.
+ *   - KVP_ENOENT: stale ref.  The block was handed out again, retired, or
+ *     never created.
+ *
  * Thread-safe; waits for the slot lock and for readers of that buffer.
  */
 int kvp_storage_release(kvp_storage *s, kvp_ref ref);
@@ -274,6 +307,7 @@ typedef struct kvp_storage_stats {
  * kvp_storage_get_stats - counters of @s
  *
  * Each figure is exact at some instant during the call (not an atomic cut).
+ *
  * Returns KVP_OK or KVP_EINVAL (NULL args).  Thread-safe, wait-free.
  */
 int kvp_storage_get_stats(kvp_storage *s, kvp_storage_stats *out);

@@ -13,8 +13,8 @@
  *   compiler barrier before its load; the rare side calls
  *   kvpi_barrier_heavy() between its seq_cst store and its loads.  The
  *   heavy barrier runs a full fence on every CPU running one of our
- *   threads, so either the frequent side's store was visible before it,
- *   or the frequent side's later load comes after it and sees the rare
+ *   threads.  So either the frequent side's store was visible before it.
+ *   Or the frequent side's later load comes after it, and sees the rare
  *   side's store.
  *
  * One policy for the whole library, applied when an object (a pool, a
@@ -26,11 +26,11 @@
  *   this process could register for it, and the fallback page below could
  *   be mapped (both decided once per process).
  *
- * The heavy barrier is membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED).  If
- * that call ever fails after start-up (a seccomp filter installed later,
- * say), the barrier switches for good to an mprotect TLB shootdown of one
- * process-wide page, which gives the same guarantee (barrier.c), so the
- * frequent sides' protocol never changes.
+ * The heavy barrier is membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED).  That
+ * call may fail after start-up, e.g. when a seccomp filter is installed
+ * later.  The barrier then switches for good to an mprotect TLB shootdown
+ * of one process-wide page, which gives the same guarantee (barrier.c).  So
+ * the frequent sides' protocol never changes.
  *
  * Synchronization:
  *

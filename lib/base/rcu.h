@@ -19,11 +19,11 @@
  *
  * The block pool's own paths use none of these: its block table never
  * moves, so nothing a pool call reads is freed before kvp_pool_destroy.
- * The prefix cache (lib/prefix*.c, pools made with prefix_cache) uses them
- * for its key index.  Note that liburcu-bp registers a thread on its first
- * read-side section or read_ongoing query by mapping memory, and that the
- * first call_rcu starts a worker thread; liburcu aborts the process if
- * either fails.
+ * The prefix cache (lib/prefix/, pools made with prefix_cache) uses them
+ * for its key index.  Note two things liburcu does.  liburcu-bp registers a
+ * thread on its first read-side section or read_ongoing query, by mapping
+ * memory.  The first call_rcu starts a worker thread.  liburcu aborts the
+ * process if either fails.
  */
 #ifndef KVPOOL_LIB_RCU_H
 #define KVPOOL_LIB_RCU_H
@@ -63,19 +63,22 @@ void kvpi_rcu_call(struct kvpi_rcu_cb *cb, void (*fn)(struct kvpi_rcu_cb *cb));
 /**
  * kvpi_rcu_start_threads - make liburcu's call_rcu worker exist, or fail
  *
- * liburcu starts its threads lazily (the call_rcu worker at the first
- * call_rcu; the cds_lfht resize worker at the first auto-resizing table)
- * and aborts the process if pthread_create fails then.  This first creates
- * and joins a trivial thread, returning -1 if that fails (nothing else
- * done), then has liburcu create the default call_rcu worker, which lives
- * for the rest of the process, so later kvpi_rcu_call / kvpi_rcu_free_deferred
- * never start a thread.  Call it before making an auto-resizing cds_lfht.
+ * liburcu starts its threads lazily: the call_rcu worker at the first
+ * call_rcu, the cds_lfht resize worker at the first auto-resizing table.
+ * It aborts the process if pthread_create fails then.  This function first
+ * creates and joins a trivial thread.  If that fails it returns -1, having
+ * done nothing else.  It then has liburcu create the default call_rcu
+ * worker, which lives for the rest of the process.  So later kvpi_rcu_call
+ * and kvpi_rcu_free_deferred never start a thread.  Call it before making
+ * an auto-resizing cds_lfht.  Returns 0 on success.
  *
- * Remaining window: a thread limit reached by another thread of the process
- * between the probe and liburcu's own pthread_create (at most two creations
- * later, in this same call or the caller's next cds_lfht_new) still aborts;
- * and after fork() the child has no call_rcu worker until liburcu restarts
- * it (urcu_bp_call_rcu_after_fork_child).  Returns 0 on success.
+ * Two windows remain:
+ *   - Another thread of the process may reach a thread limit between the
+ *     probe and liburcu's own pthread_create.  That still aborts.  The
+ *     window spans at most two creations, in this same call or the
+ *     caller's next cds_lfht_new.
+ *   - After fork() the child has no call_rcu worker until liburcu restarts
+ *     it (urcu_bp_call_rcu_after_fork_child).
  */
 int kvpi_rcu_start_threads(void);
 

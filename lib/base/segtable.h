@@ -1,23 +1,26 @@
 /*
  * lib/base/segtable.h - ids in geometric segments that never move.
  *
- * A table indexed by a dense 32-bit id that must grow while readers look
- * entries up, without ever moving one (so a pointer to an entry stays good
- * for the table's life and readers need no protection), keeps its entries
- * in segments of doubling size: with B = 1 << shift, segment k holds B << k
- * entries and covers the ids from B * (2^k - 1) up.  An id finds its entry
- * with one clz and no loop:
+ * Some tables are indexed by a dense 32-bit id and must grow while readers
+ * look entries up.  They must never move an entry: then a pointer to an
+ * entry stays good for the table's life, and readers need no protection.
+ * Such a table keeps its entries in segments of doubling size.  With
+ * B = 1 << shift, segment k holds B << k entries and covers the ids from
+ * B * (2^k - 1) up.  An id finds its entry with one clz and no loop:
  *
  *     v = id + B,  m = floor(log2 v),  segment k = m - shift,  offset = v - 2^m
  *
  * so at most 32 - shift segments cover every 32-bit id and the directory is
  * a fixed array of pointers, filled once per segment, never replaced.
  *
- * Used by storage's slot table (lib/storage/storage.c: segments made on
- * first write, installed by CAS), the buffer cache's node slab
- * (lib/bufcache/bufcache_node.c: segments made under its grow lock), and,
- * for its growth segments, the pool's block table (lib/pool/blocktable.h:
- * the geometry only, see docs/DESIGN.md "One segmented id table").
+ * Three tables use it:
+ *   - storage's slot table (lib/storage/storage.c): segments made on first
+ *     write, installed by CAS;
+ *   - the buffer cache's node slab (lib/bufcache/bufcache_node.c):
+ *     segments made under its grow lock;
+ *   - the pool's block table, for its growth segments
+ *     (lib/pool/blocktable.h).  It uses the geometry only; see
+ *     docs/DESIGN.md, "One segmented id table".
  *
  * Synchronization:
  *

@@ -1,12 +1,13 @@
 /*
  * lib/base/sysmem.h - the one door to the system allocator, with fault injection.
  *
- * Every allocation kvpool makes from the system (block-table segments, owner
- * records, thread slots, cached buffers, storage buffers) goes through
- * kvpi_sys_alloc, and every thread-local key and thread it makes through
- * kvpi_sys_key_create and kvpi_sys_thread_create, so tests and the stress
- * harness can make those system calls fail on demand (one fault counter for
- * all three) and check that nothing is lost.
+ * Every allocation kvpool makes from the system goes through
+ * kvpi_sys_alloc: block-table segments, owner records, thread slots, cached
+ * buffers, storage buffers.  Every thread-local key it makes goes through
+ * kvpi_sys_key_create, and every thread through kvpi_sys_thread_create.  So
+ * tests and the stress harness can make those system calls fail on demand,
+ * with one fault counter for all three.  They then check that nothing is
+ * lost.
  *
  * Thread-safe.  The fault counters are process-wide atomics, read with
  * relaxed order: injection needs no ordering with the memory it guards.

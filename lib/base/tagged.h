@@ -8,9 +8,9 @@
  *     bits 31..0   index of the entry (the list's "none" value when empty)
  *
  * A CAS on the word succeeds only if neither the index nor the tag changed
- * since the load, so a thread that read a head, slept while the entry was
- * popped and pushed back, and then tries its CAS fails instead of
- * installing a stale successor.  32 bits of tag wrap only after 2^32
+ * since the load.  Take a thread that read a head and slept while the entry
+ * was popped and pushed back.  When it then tries its CAS, the CAS fails
+ * instead of installing a stale successor.  32 bits of tag wrap only after 2^32
  * successful changes between one thread's load and its CAS.
  *
  * Used by the pool's free stacks (lib/pool/freestack.h) and the buffer

@@ -1,13 +1,14 @@
 /*
  * lib/base/text.h - bounded text building and Prometheus exposition lines.
  *
- * Every text kvpool writes into a caller's buffer (the one-line stats
- * summary aside) goes through one appender: it writes what fits, counts the
- * length the whole text needs, and at the end either leaves the complete
- * NUL-terminated text or, when the buffer was short, an empty string and
- * KVP_ERANGE with the length needed, so no caller ever sees partial text.
- * The Prometheus helpers write one family (# HELP, # TYPE, the sample) in the
- * text exposition format that promtool accepts.
+ * Every text kvpool writes into a caller's buffer goes through one
+ * appender; only the one-line stats summary does not.  The appender writes
+ * what fits and counts the length the whole text needs.  At the end it
+ * leaves the complete NUL-terminated text.  When the buffer was short, it
+ * leaves an empty string instead, and returns KVP_ERANGE with the length
+ * needed.  So no caller ever sees partial text.  The Prometheus helpers
+ * write one family (# HELP, # TYPE, the sample) in the text exposition
+ * format that promtool accepts.
  *
  *   function              who may call          notes
  *   --------------------  --------------------  ----------------------------

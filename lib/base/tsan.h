@@ -2,10 +2,11 @@
  * lib/base/tsan.h - ThreadSanitizer annotations, compiled away elsewhere.
  *
  * liburcu 0.13 orders memory with inline assembly and volatile accesses
- * that TSan cannot see.  Where kvpool relies on an RCU grace period for
- * ordering (a reader's critical section ends before the memory it read is
- * freed), it tells TSan with a release at read-unlock and an acquire after
- * synchronize_rcu on one sync address.  That is all these macros are for.
+ * that TSan cannot see.  In places kvpool relies on an RCU grace period for
+ * ordering: a reader's critical section ends before the memory it read is
+ * freed.  There it tells TSan with a release at read-unlock, and an acquire
+ * after synchronize_rcu, on one sync address.  That is all these macros
+ * are for.
  */
 #ifndef KVPOOL_LIB_TSAN_H
 #define KVPOOL_LIB_TSAN_H

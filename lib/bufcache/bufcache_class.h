@@ -4,12 +4,13 @@
  * Capacities are multiples of KVP_BUF_ALIGN (256).  A capacity of u units
  * (u * 256 bytes) belongs to one of two tiers:
  *
- *   exact tier   1 <= u <= KVPI_BC_EXACT_UNITS (capacities up to 64 MiB): one size
- *                class per capacity, class index u - 1.  Best fit is "the first
- *                non-empty class at or above the request", found through a
- *                three-level bitmap (64 x 64 x 64 bits) in three word loads.
- *   large tier   u > KVPI_BC_EXACT_UNITS: one class per power of two of u (see
- *                bufcache_large.h).
+ *   exact tier   1 <= u <= KVPI_BC_EXACT_UNITS (capacities up to 64 MiB).
+ *                One size class per capacity, class index u - 1.  Best fit
+ *                is "the first non-empty class at or above the request".
+ *                A three-level bitmap (64 x 64 x 64 bits) finds it in three
+ *                word loads.
+ *   large tier   u > KVPI_BC_EXACT_UNITS.  One class per power of two of u
+ *                (see bufcache_large.h).
  *
  * Synchronization (kvpi_bc_bitmap):
  *
@@ -20,18 +21,22 @@
  *   kvpi_bc_bitmap_find   everything                  lock-free   seq_cst loads
  *   init / destroy        nothing
  *
- * The bitmap is a hint that converges: a class's bit is set by whoever takes
- * the class's buffer count from 0 to 1, and cleared by whoever takes it from 1
- * to 0, who then re-reads the count and sets the bit again if a buffer came
- * in meanwhile.  The same "clear, then re-check the child word" protocol runs
- * at each upper level.  All of it is seq_cst so that of two racing threads
- * (one clearing, one setting) at least one sees the other's write: once the
- * cache is quiescent a bit is set exactly when its class holds a buffer.
- * While threads race, a bit may be briefly set for an empty class (a reader
- * then finds the queue empty and moves on) or briefly clear for a class that
- * just received a buffer (a reader misses it, which is only an approximation
- * of best fit).  On x86 seq_cst RMWs cost the same as any lock-prefixed RMW
- * and seq_cst loads are plain loads.
+ * The bitmap is a hint that converges.  Whoever takes a class's buffer
+ * count from 0 to 1 sets the class's bit.  Whoever takes it from 1 to 0
+ * clears the bit.  That thread then re-reads the count, and sets the bit
+ * again if a buffer came in meanwhile.  The same "clear, then re-check the
+ * child word" protocol runs at each upper level.
+ *
+ * All of it is seq_cst, so that of two racing threads (one clearing, one
+ * setting) at least one sees the other's write.  So once the cache is
+ * quiescent, a bit is set exactly when its class holds a buffer.  While
+ * threads race, a bit may be briefly wrong in two ways:
+ *   - set for an empty class: a reader then finds the queue empty and
+ *     moves on;
+ *   - clear for a class that just received a buffer: a reader misses it,
+ *     which only approximates best fit.
+ * On x86 seq_cst RMWs cost the same as any lock-prefixed RMW, and seq_cst
+ * loads are plain loads.
  */
 #ifndef KVPOOL_LIB_BUFCACHE_CLASS_H
 #define KVPOOL_LIB_BUFCACHE_CLASS_H

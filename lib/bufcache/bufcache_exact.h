@@ -2,9 +2,10 @@
  * lib/bufcache/bufcache_exact.h - the exact tier: one lock-free FIFO per capacity up to 64 MiB.
  *
  * Class c (0 <= c < KVPI_BC_EXACT_UNITS) holds buffers of capacity (c + 1) * 256.
- * Classes come in groups of 64 (one bitmap word); a group's 64 queues are
- * allocated on the miss path, the first time a buffer of one of its
- * capacities comes from the system, and kept until the cache is destroyed.
+ * Classes come in groups of 64, one bitmap word each.  A group's 64 queues
+ * are allocated on the miss path, the first time a buffer of one of its
+ * capacities comes from the system.  They are kept until the cache is
+ * destroyed.
  * A buffer can only be cached in a class whose group exists.
  *
  * Synchronization:
@@ -17,9 +18,9 @@
  *   kvpi_bc_exact_ensure_group everything but destroy        group lock (miss path)
  *   init / destroy             nothing
  *
- * Each queue keeps a count of its buffers; the thread that moves the count
- * from 0 to 1 sets the class's bitmap bit, the one that moves it from 1 to 0
- * clears it and re-checks (bufcache_class.h).  The count is raised before the
+ * Each queue keeps a count of its buffers.  The thread that moves the count
+ * from 0 to 1 sets the class's bitmap bit.  The one that moves it from 1 to
+ * 0 clears the bit and re-checks (bufcache_class.h).  The count is raised before the
  * enqueue and lowered after the dequeue, so it never under-counts.
  *
  * Best fit: kvpi_bc_exact_take(from) dequeues from the first non-empty class >=

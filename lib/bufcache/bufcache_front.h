@@ -1,28 +1,33 @@
 /*
  * lib/bufcache/bufcache_front.h - per-thread fronts of the buffer cache.
  *
- * Each thread that calls a cache gets one front for that cache: a handful of
- * recently freed buffers per capacity class (capacities up to
- * KVPI_BC_FRONT_UNITS * 256 = 128 KiB, at most KVPI_BC_FRONT_DEPTH per class), an
- * unused budget reservation, and the thread's event counters.  A hit or a
- * free served by the front writes only the front (its own cache lines) and
- * reads the cache's shared bitmap and budget words, which nobody writes
- * while every thread is served by its front.
+ * Each thread that calls a cache gets one front for that cache.  A front
+ * holds:
+ *   - a handful of recently freed buffers per capacity class: capacities up
+ *     to KVPI_BC_FRONT_UNITS * 256 = 128 KiB, at most KVPI_BC_FRONT_DEPTH
+ *     per class;
+ *   - an unused budget reservation;
+ *   - the thread's event counters.
+ * A hit or a free served by the front writes only the front (its own cache
+ * lines).  It reads the cache's shared bitmap and budget words.  Nobody
+ * writes those while every thread is served by its front.
  *
- * Buffers in a front are linked through their first 8 bytes (a cached
- * buffer's contents belong to the cache), in one FIFO per class, oldest at
- * the head; a two-level bitmap (8 words under one) finds the smallest
+ * Buffers in a front are linked through their first 8 bytes; a cached
+ * buffer's contents belong to the cache.  Each class has one FIFO, oldest
+ * at the head.  A two-level bitmap (8 words under one) finds the smallest
  * non-empty class at or above a request in two loads.
  *
- * Fronts sit on an add-only list owned by the cache; a front is freed only
+ * Fronts sit on an add-only list owned by the cache.  A front is freed only
  * with the cache.  A thread finds its front for a cache in a thread-local
- * table indexed by the cache's registry index (any number of caches per
- * thread and per process, each one lookup).  An exiting thread parks its
- * fronts: the buffers stay in them, the reservation goes back, and the next
- * thread that needs a front for that cache takes one whole, so a new thread
- * starts warm and the shared tier does not fill with what exited threads
- * held.  Parked buffers are reached by claims like any front's (evictions
- * empty parked fronts first, OOM retries, clear, destroy).
+ * table, indexed by the cache's registry index.  Any number of caches may
+ * exist per thread and per process, each found with one lookup.
+ *
+ * An exiting thread parks its fronts.  The buffers stay in them, and the
+ * reservation goes back.  The next thread that needs a front for that cache
+ * takes one whole.  So a new thread starts warm, and the shared tier does
+ * not fill with what exited threads held.  Claims reach parked buffers like
+ * any front's: evictions (which empty parked fronts first), OOM retries,
+ * clear and destroy.
  *
  * Holding a front (state and claim words):
  *
@@ -31,41 +36,55 @@
  *             it until it stores claim = 0 (token: an address of the claimer's
  *             stack frame, so a claimer tells its own claims from others')
  *
- * Whoever holds a front (its owner between enter and leave, or a claimer
- * between its claim and its release) alone touches its classes, bitmap,
- * reservation and byte counts.  An owner that finds the front claimed leaves
- * at once and serves the call from the shared tier; it never waits.  The
- * owner's store of BUSY and its load of claim against the claimer's CAS and
- * load of state is a Dekker pair: at least one side sees the other.
+ * Only the holder of a front touches its classes, bitmap, reservation and
+ * byte counts.  The holder is its owner between enter and leave, or a
+ * claimer between its claim and its release.  An owner that finds the
+ * front claimed leaves at once and serves the call from the shared tier; it
+ * never waits.  Two pairs of accesses form a Dekker pair: the owner's store
+ * of BUSY and load of claim, against the claimer's CAS and load of state.
+ * At least one side sees the other.
  *
- * Two ways to make the pair hold, chosen per cache at creation by the
- * library's barrier policy (lib/base/barrier.h; each front copies it):
- * - symmetric (ThreadSanitizer builds, KVPOOL_FORCE_FALLBACK=1, or
- *   membarrier unavailable): the owner stores BUSY seq_cst (an xchg on x86)
- *   and loads claim seq_cst;
- * - asymmetric (the default where the kernel allows it): the owner stores
- *   BUSY relaxed, with only a compiler barrier before its load of claim; the
- *   claimer calls kvpi_barrier_heavy() between its CAS and its loads of
- *   state, which runs a full barrier on every CPU that runs one of our
- *   threads (membarrier, or its mprotect fallback once membarrier has been
- *   denied).  Either the owner's BUSY was visible before that barrier (the
- *   claimer sees it and waits), or the owner's later load of claim comes
- *   after the barrier, which follows the claimer's CAS (the owner sees the
- *   claim and backs off).  TSan cannot see this ordering, which is why its
- *   builds use the symmetric protocol; the race tests run both.
+ * Two protocols make the pair hold.  The library's barrier policy
+ * (lib/base/barrier.h) picks one per cache at creation, and each front
+ * copies it.
+ * - Symmetric: ThreadSanitizer builds, KVPOOL_FORCE_FALLBACK=1, or
+ *   membarrier unavailable.  The owner stores BUSY seq_cst (an xchg on
+ *   x86) and loads claim seq_cst.
+ * - Asymmetric: the default where the kernel allows it.  The owner stores
+ *   BUSY relaxed, with only a compiler barrier before its load of claim.
+ *   The claimer calls kvpi_barrier_heavy() between its CAS and its loads of
+ *   state.  That runs a full barrier on every CPU that runs one of our
+ *   threads: membarrier, or its mprotect fallback once membarrier has been
+ *   denied.  Either the owner's BUSY was visible before that barrier; then
+ *   the claimer sees it and waits.  Or the owner's later load of claim comes
+ *   after the barrier, which follows the claimer's CAS; then the owner sees
+ *   the claim and backs off.  TSan cannot see this ordering, which is why
+ *   its builds use the symmetric protocol.  The race tests run both.
  *
- * Synchronization:
+ * Synchronization.  kvpi_bc_front_lookup (lib/bufcache/bufcache_internal.h)
+ * is kvpi_bc_front_here, then kvpi_bc_front_get_slow when that finds
+ * nothing.  A thread's exit parks its fronts under the registry mutex.
  *
- *   operation                     may run concurrently with        progress
- *   ----------------------------  -------------------------------  --------------------------
- *   kvpi_bc_front_lookup          everything but destroy           wait-free (TLS table) /
- *                                                                  registry lock on a thread's
- *                                                                  first call on a cache
- *   kvpi_bc_front_enter / leave   claims of the same front         wait-free
- *   kvpi_bc_front_find/pop/push   nothing on the same front        holder only, O(1)
- *   kvpi_bc_fronts_drain          everything but destroy           waits out owners' calls
- *   kvpi_bc_front_ctr_add         readers of the counter           owner thread only
- *   reserve, bytes, nbufs         readers (relaxed loads)          written by the holder
+ *   operation                        may run concurrently with     progress
+ *   -------------------------------  ----------------------------  --------------------------
+ *   kvpi_bc_front_here               everything but destroy        wait-free (TLS table)
+ *   kvpi_bc_front_get_slow           everything but destroy        lock-free: takes a parked
+ *                                                                  front (CAS) or makes one
+ *                                                                  (allocates, CAS push)
+ *   kvpi_bc_front_alloc              everything                    allocates
+ *   kvpi_bc_front_enter / leave      claims of the same front      wait-free
+ *   kvpi_bc_front_find / largest /   nothing on the same front     holder only, O(1)
+ *   pop / push
+ *   kvpi_bc_front_set / get          readers (relaxed loads)       holder writes; wait-free
+ *   kvpi_bc_front_cap                everything                    pure
+ *   kvpi_bc_front_ctr_add            readers of the counter        owner thread only
+ *   kvpi_bc_fronts_drain             everything but destroy        waits out owners' calls
+ *                                                                  and other drainers
+ *   kvpi_bc_fronts_reserve_sum       everything but destroy        wait-free, O(fronts);
+ *                                                                  a racy sum
+ *   kvpi_bc_front_registry_add /     everything                    the registry mutex
+ *   remove
+ *   reserve, bytes, nbufs            readers (relaxed loads)       written by the holder
  */
 #ifndef KVPOOL_LIB_BUFCACHE_FRONT_H
 #define KVPOOL_LIB_BUFCACHE_FRONT_H
@@ -271,8 +290,8 @@ struct kvpi_bc_front *kvpi_bc_front_alloc(int asym);
  *           KVPI_BC_DRAIN_PARKED: as 1, parked fronts only (no thread owns them)
  *
  * Waits for owners inside a call (a bounded window) and for other drainers.
- * The caller must not hold its own front.  Returns how many buffers moved
- * plus 1 if any reservation came back (0: nothing was reachable).
+ * The caller must not hold its own front.  Returns how many buffers moved,
+ * plus 1 if any reservation came back.  0 means nothing was reachable.
  */
 #define KVPI_BC_DRAIN_PARKED 2
 uint64_t kvpi_bc_fronts_drain(struct kvp_bufcache *c, struct kvpi_bc_front *me, int buffers);
@@ -283,8 +302,8 @@ size_t kvpi_bc_fronts_reserve_sum(struct kvp_bufcache *c, struct kvpi_bc_front *
 /*
  * kvpi_bc_front_registry_add / remove - the live-cache registry (thread exit against destroy)
  *
- * add gives @c the lowest free registry index (c->idx, its slot in every
- * thread's table); 0, or -1 when the registry could not grow.
+ * Add gives @c the lowest free registry index: c->idx, its slot in every
+ * thread's table.  It returns 0, or -1 when the registry could not grow.
  */
 int kvpi_bc_front_registry_add(struct kvp_bufcache *c);
 void kvpi_bc_front_registry_remove(struct kvp_bufcache *c);

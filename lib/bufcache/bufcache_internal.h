@@ -5,13 +5,14 @@
  *
  * Budget words (see lib/bufcache/bufcache_budget.c for the protocol):
  *
- *   cached     bytes reserved against the budget: buffers in the shared tier,
- *              buffers in fronts, and the fronts' unused reservations.  Never
- *              above budget.  Written on shared paths and when a front takes
- *              or gives back a batch; read (not written) by front hits/frees.
- *   peak       high-water mark of the cached bytes (reservations excluded).
- *   live, live_bytes  buffers from the system not yet given back (miss and
- *              system-free paths only).
+ *   cached     bytes reserved against the budget: buffers in the shared
+ *              tier, buffers in fronts, and the fronts' unused
+ *              reservations.  Never above budget.  Written on shared paths,
+ *              and when a front takes or gives back a batch.  Front hits and
+ *              frees read it but do not write it.
+ *   peak       high-water mark of the cached bytes, reservations excluded.
+ *   live, live_bytes  buffers from the system not yet given back.  Written
+ *              on the miss and system-free paths only.
  *
  * Everything above `cached` is written at creation only, so the front's hot
  * path reads it from a line no thread writes.

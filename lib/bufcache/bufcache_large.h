@@ -2,17 +2,17 @@
  * lib/bufcache/bufcache_large.h - the large tier: buffers above 64 MiB, one sorted list per power
  * of two.
  *
- * Capacities above KVPI_BC_EXACT_UNITS * 256 (64 MiB) are too many to give each
- * its own class, so they are grouped by floor(log2(units)), and each group
- * keeps its buffers in a doubly-linked list sorted by capacity, least
- * recently cached first among equal capacities.  A list is guarded by its own
- * mutex (one shard of the large tier); nothing else in the cache is.
+ * Capacities above KVPI_BC_EXACT_UNITS * 256 (64 MiB) are too many to give
+ * each its own class.  So they are grouped by floor(log2(units)).  Each
+ * group keeps its buffers in a doubly-linked list sorted by capacity, least
+ * recently cached first among equal capacities.  A list is guarded by its
+ * own mutex (one shard of the large tier); nothing else in the cache is.
  *
- * Why a lock is acceptable here: every buffer in this tier is > 64 MiB, so a
- * list holds at most max_cached_bytes / 64 MiB entries (16 per GiB of
- * budget), the walk under the lock is that short, and the caller is about to
- * use at least 64 MiB of memory.  The hit path of the exact tier (every
- * capacity up to 64 MiB) takes no lock.
+ * Why a lock is acceptable here: every buffer in this tier is > 64 MiB.  So
+ * a list holds at most max_cached_bytes / 64 MiB entries, 16 per GiB of
+ * budget, and the walk under the lock is that short.  And the caller is
+ * about to use at least 64 MiB of memory.  The hit path of the exact tier
+ * (every capacity up to 64 MiB) takes no lock.
  *
  * Synchronization:
  *

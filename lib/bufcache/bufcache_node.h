@@ -4,17 +4,19 @@
  * A node describes one cached buffer (pointer and capacity) and carries the
  * links of whatever structure holds it: the lock-free queue of an exact
  * class (bufcache_queue.h) or the sorted list of a large class
- * (bufcache_large.h).  Nodes never live inside the buffers: a cached buffer
- * can be handed out or given back to the system at any moment while another
- * thread still reads the node that described it, so nodes live in segments
- * that are freed only by kvpi_bc_nodes_destroy ("type-stable memory").  Stale reads
- * of a recycled node are therefore harmless and are caught by the 32-bit tags
- * of the compare-and-swap words that index nodes.
+ * (bufcache_large.h).
  *
- * Nodes are named by a 32-bit index (KVPI_BC_NIL = none) and live in the
- * library's segmented id table (lib/base/segtable.h): segment k holds
- * 256 << k nodes, so KVPI_BC_NODE_SEGS segments cover the whole index space and
- * the directory is a fixed array: no pointer ever moves.
+ * Nodes never live inside the buffers.  A cached buffer can be handed out,
+ * or given back to the system, at any moment while another thread still
+ * reads the node that described it.  So nodes live in segments that are
+ * freed only by kvpi_bc_nodes_destroy ("type-stable memory").  Stale reads
+ * of a recycled node are therefore harmless.  The 32-bit tags of the
+ * compare-and-swap words that index nodes catch them.
+ *
+ * Nodes are named by a 32-bit index (KVPI_BC_NIL = none).  They live in the
+ * library's segmented id table (lib/base/segtable.h), where segment k holds
+ * 256 << k nodes.  So KVPI_BC_NODE_SEGS segments cover the whole index
+ * space, and the directory is a fixed array: no pointer ever moves.
  *
  * Synchronization:
  *
@@ -26,9 +28,10 @@
  *   kvpi_bc_nodes_grow    everything but destroy      grow lock    miss path only
  *   init / destroy        nothing
  *
- * The free list is split in KVPI_BC_SHARDS stacks so that threads do not all
- * hammer one cache line; a thread pushes to its own shard and pops from its
- * own first, then from the others, so no free node is ever out of reach.
+ * The free list is split in KVPI_BC_SHARDS stacks, so that threads do not
+ * all hammer one cache line.  A thread pushes to its own shard.  It pops
+ * from its own first, then from the others.  So no free node is ever out of
+ * reach.
  */
 #ifndef KVPOOL_LIB_BUFCACHE_NODE_H
 #define KVPOOL_LIB_BUFCACHE_NODE_H

@@ -1,12 +1,12 @@
 /*
  * lib/bufcache/bufcache_queue.h - lock-free FIFO of cached buffers for one exact size class.
  *
- * A Michael-Scott queue (PODC 1996) over bufcache_node.h's type-stable nodes,
- * with counted links: head, tail and every node's next are 64-bit words
- * {32-bit tag, 32-bit index} changed by single CAS, each success bumping the
- * tag.  The queue always holds one dummy node; a dequeue returns the first
- * real node's buffer, makes that node the new dummy and hands the old dummy
- * back to the caller to free.
+ * A Michael-Scott queue (PODC 1996) over bufcache_node.h's type-stable
+ * nodes, with counted links.  Head, tail and every node's next are 64-bit
+ * words {32-bit tag, 32-bit index}.  A single CAS changes each, and each
+ * success bumps the tag.  The queue always holds one dummy node.  A dequeue
+ * returns the first real node's buffer and makes that node the new dummy.
+ * It hands the old dummy back to the caller to free.
  *
  * FIFO is what the cache needs: within one capacity, both a hit and an
  * eviction take the least recently cached buffer, and the linearisation
@@ -20,12 +20,13 @@
  *   kvpi_bc_queue_dequeue   enqueue, dequeue            lock-free
  *   kvpi_bc_queue_init      nothing (before publication)
  *
- * Memory order: the link CAS in enqueue is release, dequeue's loads of links
- * are acquire: the enqueuer's writes to the node (ptr, cap) and, through the
- * free() that cached the buffer, the user's writes to the buffer itself,
- * happen before the dequeuer hands the buffer out.  The head CAS is acq_rel,
- * so each dequeuer synchronises with the one before it and never follows a
- * stale link of a node that was recycled and enqueued again.
+ * Memory order.  The link CAS in enqueue is release, and dequeue's loads of
+ * links are acquire.  So the enqueuer's writes to the node (ptr, cap)
+ * happen before the dequeuer hands the buffer out.  So do the user's writes
+ * to the buffer itself, through the free() that cached the buffer.  The
+ * head CAS is acq_rel.  So each dequeuer synchronises with the one before
+ * it, and never follows a stale link of a node that was recycled and
+ * enqueued again.
  */
 #ifndef KVPOOL_LIB_BUFCACHE_QUEUE_H
 #define KVPOOL_LIB_BUFCACHE_QUEUE_H

@@ -4,14 +4,19 @@
  * Block metadata lives in segments whose addresses are fixed once made.
  * Segment 0 holds the n0 blocks the pool was created with; growth segment
  * k (k = 0 .. KVPI_BT_MAX_SEGS-1) holds KVPI_BT_BASE << k blocks and covers
- * the ids from n0 + KVPI_BT_BASE * (2^k - 1) up.  An id finds its block in
- * two loads and no read-side section: for id >= n0, v = id - n0 +
- * KVPI_BT_BASE, k = floor(log2 v) - log2 KVPI_BT_BASE (one clz), offset =
- * v - 2^floor(log2 v): the geometry of lib/base/segtable.h, shared with
- * storage and the buffer cache (docs/DESIGN.md says why this table keeps
- * its own directory).  Every segment pointer sits in the table itself
- * (an inline array), so nothing is ever replaced or freed before the pool
- * is destroyed: a block pointer stays valid for the pool's life.
+ * the ids from n0 + KVPI_BT_BASE * (2^k - 1) up.
+ *
+ * An id finds its block in two loads and no read-side section.  For
+ * id >= n0:
+ *   v = id - n0 + KVPI_BT_BASE
+ *   k = floor(log2 v) - log2 KVPI_BT_BASE   (one clz)
+ *   offset = v - 2^floor(log2 v)
+ *
+ * This is the geometry of lib/base/segtable.h, shared with storage and the
+ * buffer cache.  docs/DESIGN.md says why this table keeps its own
+ * directory.  Every segment pointer sits in the table itself, in an inline
+ * array.  So nothing is ever replaced or freed before the pool is
+ * destroyed, and a block pointer stays valid for the pool's life.
  *
  * Synchronization:
  *
@@ -32,12 +37,12 @@
  *
  * One block's metadata is 32 bytes:
  *
- *   state      64-bit word changed only by CAS or under the block's
- *              exclusion (its exclusive holder after a pop, its owner's
- *              exclusion, or a raw op: lib/pool/block_state.h): generation (32)
- *              | n_used (16) | in_use | ever_allocated | retired | raw (no
- *              owner) | stream (2) | format (4); in prefix mode also
- *              published, cached, evicting, locked
+ *   state      64-bit word: generation (32) | n_used (16) | in_use |
+ *              ever_allocated | retired | raw (no owner) | stream (2) |
+ *              format (4); in prefix mode also published, cached,
+ *              evicting, locked.  Changed only by CAS, or under the
+ *              block's exclusion: its exclusive holder after a pop, its
+ *              owner's exclusion, or a raw op (lib/pool/block_state.h).
  *   owner      the owner id while in use; for a raw block the thread slot
  *              it is biased to, or 0 (relaxed; validated by the state)
  *   free_next  link of the free stack (atomic: read by racing poppers)

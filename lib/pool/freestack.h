@@ -29,11 +29,12 @@
 #include "lib/pool/blocktable.h"
 
 /*
- * Block ids as the block layer writes them out: kvp_allocate has them
+ * Block ids as the block layer writes them out.  kvp_allocate has them
  * written into the caller's kvp_ref (uint64_t) array before it widens them
- * to refs, so every function that stores ids (kvpi_get_blocks and what it
- * calls, kvpi_fs_pop_reserved) takes a may_alias pointer: C's aliasing rules
- * then allow those stores whatever gets inlined where (LTO included).
+ * to refs.  So every function that stores ids takes a may_alias pointer:
+ * kvpi_get_blocks and what it calls, and kvpi_fs_pop_reserved.  C's
+ * aliasing rules then allow those stores whatever gets inlined where (LTO
+ * included).
  */
 typedef uint32_t __attribute__((may_alias)) kvpi_u32_alias;
 

@@ -2,36 +2,45 @@
  * lib/pool/magazine.h - the magazine protocol: a thread's cache of free blocks,
  * entered by its owner with plain stores and drained by starving threads.
  *
- * Included by lib/pool/pool_internal.h (it needs struct kvp_pool); include
- * that header, not this one.  The drain itself is in lib/pool/magazine.c.
+ * Included by lib/pool/pool_internal.h, since it needs struct kvp_pool.
+ * Include that header, not this one.  The drain itself is in
+ * lib/pool/magazine.c.
  *
  * Protocol (one magazine per stream per slot; struct kvpi_mag in lib/pool/tslot.h):
  *
- *   in_call   written only by the slot's thread: 1 while it is inside a
- *             block-path call that may touch the magazine, else 0;
- *   claimed   taken by a drainer (or the exiting owner) with a CAS, 0 -> 1,
- *             among threads that are not the magazine's owner;
- *   starving  (per stream, in the pool) raised by every drainer, seq_cst,
+ *   in_call   written only by the slot's thread.  It is 1 while the thread
+ *             is inside a block-path call that may touch the magazine,
+ *             else 0.
+ *   claimed   taken with a CAS, 0 -> 1, by a drainer (or the exiting
+ *             owner), among threads that are not the magazine's owner.
+ *   starving  per stream, in the pool.  Every drainer raises it (seq_cst)
  *             for the whole drain.
  *
- * The owner enters by storing in_call = 1 and then loading starving; if it
- * is not 0 it stores in_call = 0 and leaves the magazine alone (the global
- * stack serves it).  A drainer raises starving, issues the heavy barrier
- * (membarrier in asym mode, nothing in the seq_cst fallback: see
- * kvpi_light_store below), then for each magazine loads
- * in_call: at 0 it claims the magazine and empties it into the global
- * stack, at 1 it skips it or waits for 0.  By the Dekker argument, an owner
- * that loaded starving == 0 has its in_call == 1 seen by every drainer that
- * raised starving before, and an owner that entered after a drainer's
- * barrier sees starving != 0: the owner and a drainer are never inside the
- * same magazine.  Drainers exclude each other with 'claimed'.  So after one
- * pass that waited for every in_call == 1, each free block of the stream is
- * on the global stack or in transit in a call about to push it there.  The
- * owner never executes a locked instruction for its magazine in asym mode.
+ * The owner enters by storing in_call = 1 and then loading starving.  If
+ * starving is not 0, the owner stores in_call = 0 and leaves the magazine
+ * alone; the global stack serves it.
  *
- * The same asymmetric Dekker pair guards the owner op against a bias
- * revoker (lib/pool/owner.h) and a raw op against a raw-bias revoker
- * (lib/pool/bias.c); kvpi_light_store is its frequent side.
+ * A drainer raises starving and issues the heavy barrier.  That barrier is
+ * membarrier in asym mode, and nothing in the seq_cst fallback (see
+ * kvpi_light_store below).  Then it loads in_call of each magazine.  At 0
+ * it claims the magazine and empties it into the global stack.  At 1 it
+ * skips the magazine or waits for 0.
+ *
+ * Why the owner and a drainer are never inside the same magazine (the
+ * Dekker argument):
+ *   - an owner that loaded starving == 0 has its in_call == 1 seen by every
+ *     drainer that raised starving before;
+ *   - an owner that entered after a drainer's barrier sees starving != 0.
+ * Drainers exclude each other with 'claimed'.  So take one pass that waited
+ * for every in_call == 1.  After it, each free block of the stream is on
+ * the global stack, or in transit in a call about to push it there.  In
+ * asym mode the owner never executes a locked instruction for its
+ * magazine.
+ *
+ * The same asymmetric Dekker pair guards two more things: the owner op
+ * against a bias revoker (lib/pool/owner.h), and a raw op against a
+ * raw-bias revoker (lib/pool/bias.c).  kvpi_light_store is its
+ * frequent side.
  *
  * Synchronization:
  *
@@ -52,22 +61,25 @@
 #endif
 
 /*
- * The two asymmetric Dekker pairs (magazine entry vs drainer, owner op vs
- * bias revoker).  The frequent side stores its "inside" word and then loads
- * the other side's word; the rare side stores its word, issues the heavy
- * barrier, then loads the frequent side's word.  (Once membarrier has
- * failed, kvpi_heavy_barrier uses an mprotect TLB shootdown instead, which
- * gives the same every-CPU fence; lib/pool/pool.c.)
+ * The two asymmetric Dekker pairs: magazine entry against a drainer, and
+ * owner op against a bias revoker.  The frequent side stores its "inside"
+ * word and then loads the other side's word.  The rare side stores its
+ * word, issues the heavy barrier, then loads the frequent side's word.
+ * Once membarrier has failed, kvpi_heavy_barrier uses an mprotect TLB
+ * shootdown instead, which gives the same every-CPU fence
+ * (lib/base/barrier.c).
  *
- * asym mode: the frequent side's store (release) and load (relaxed or
- * acquire) are plain moves on x86, with a compiler barrier between them, and the heavy barrier is
- * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED): it runs a full fence on
- * every CPU running a thread of the process before it returns, so either
- * the frequent thread's store had left its store buffer before the rare
- * side's load (which then sees it), or the frequent thread's load runs
- * after the fence and sees the rare side's store, made before the syscall.
- * fallback mode: all four accesses are seq_cst and the heavy barrier is
- * empty: in the single total order of seq_cst operations one of the two
+ * asym mode.  The frequent side's store (release) and load (relaxed or
+ * acquire) are plain moves on x86, with a compiler barrier between them.
+ * The heavy barrier is membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED).  It
+ * runs a full fence on every CPU running a thread of the process before it
+ * returns.  So one of two things holds.  Either the frequent thread's store
+ * had left its store buffer before the rare side's load, which then sees
+ * it.  Or the frequent thread's load runs after the fence, and sees the
+ * rare side's store, made before the syscall.
+ *
+ * fallback mode.  All four accesses are seq_cst, and the heavy barrier is
+ * empty.  In the single total order of seq_cst operations, one of the two
  * stores precedes the other side's load.
  */
 static inline void kvpi_light_store_m(bool asym, _Atomic uintptr_t *w, uintptr_t v)

@@ -10,11 +10,11 @@
  *
  * Why a lock per shard and not a lock-free table: every operation on one
  * owner (extend, free, free_all, blocks_for) must see and change that
- * owner's list atomically, and kvp_register_owner must detect a collision
- * exactly; a per-owner critical section is needed anyway.  Sharding makes
- * two threads contend only when their owners hash to the same shard (1 in
- * KVPI_OWNER_SHARDS), and a thread holds a shard lock for O(blocks in the
- * call), never across a system call or another lock.
+ * owner's list atomically.  kvp_register_owner must detect a collision
+ * exactly.  So a per-owner critical section is needed anyway.  Sharding
+ * makes two threads contend only when their owners hash to the same shard
+ * (1 in KVPI_OWNER_SHARDS).  A thread holds a shard lock for O(blocks in
+ * the call), never across a system call or another lock.
  *
  * Synchronization:
  *
@@ -31,28 +31,37 @@
  *   kvpi_orec_append/unlink  the owner's exclusion     O(1)
  *
  * Biased records.  A record is biased to the slot of the thread that first
- * allocates for it ('bias' = the slot; kvp_register_owner makes it
- * unbiased): while it stays biased,
- * that thread alone changes the record's list and count, without the shard
- * lock, inside an owner op (lib/pool/pool_internal.h, kvpi_bias_enter/leave: a
- * plain store of the slot's in_owner_op word and a load of 'bias', no
- * locked instruction in asym mode).  Any other thread that must touch the
- * record (a free of its blocks from elsewhere, free_all, blocks_for,
- * release, an allocate from another thread) takes the shard lock and
- * revokes the bias first: 'bias' = 0 (seq_cst), the heavy barrier
- * (membarrier, 0.13-0.8 us here; nothing in the seq_cst fallback), then a
- * wait while the biased slot's in_owner_op names the record (a few dozen
- * instructions unless that thread is preempted inside its op).  From then on
- * the record is shard-locked as any other.  Re-biasing: an allocate under
- * the shard lock that finds the record unbiased biases it to its own
- * thread, at most KVPI_BIAS_MAX_REVOKES times per record life (so two threads
- * sharing one owner settle on the lock instead of ping-ponging); a record
- * made again (the owner released and allocated anew) is biased to the
- * thread whose allocate made it.  A thread touching an unbiased record, or
- * one biased to itself, revokes nothing.  The fields 'bias' (written under the shard lock
- * only), 'key' and 'epoch' are what a thread's owner cache validates:
- * 'epoch' grows each time the record is (re)inserted, so a cache entry made
- * for an earlier life of a recycled record never matches.
+ * allocates for it: 'bias' = the slot.  kvp_register_owner makes it
+ * unbiased.  While it stays biased, that thread alone changes the record's
+ * list and count.  It does so without the shard lock, inside an owner op
+ * (lib/pool/pool_internal.h, kvpi_bias_enter/leave).  An owner op is a
+ * plain store of the slot's in_owner_op word and a load of 'bias'.  In asym
+ * mode it takes no locked instruction.
+ *
+ * Revocation.  Another thread may need to touch the record: a free of its
+ * blocks from elsewhere, free_all, blocks_for, release, or an allocate from
+ * another thread.  That thread takes the shard lock and revokes the bias
+ * first, in three steps:
+ *   1. 'bias' = 0 (seq_cst);
+ *   2. the heavy barrier (membarrier, 0.13-0.8 us; nothing in the seq_cst
+ *      fallback);
+ *   3. a wait while the biased slot's in_owner_op names the record.  That
+ *      is a few dozen instructions, unless that thread is preempted inside
+ *      its op.
+ * From then on the record is shard-locked as any other.
+ *
+ * Re-biasing.  An allocate under the shard lock may find the record
+ * unbiased.  It then biases the record to its own thread, at most
+ * KVPI_BIAS_MAX_REVOKES times per record life.  So two threads sharing one
+ * owner settle on the lock instead of ping-ponging.  A record made again
+ * (the owner released and allocated anew) is biased to the thread whose
+ * allocate made it.  A thread touching an unbiased record, or one biased to
+ * itself, revokes nothing.
+ *
+ * A thread's owner cache validates three fields: 'bias' (written under the
+ * shard lock only), 'key' and 'epoch'.  'epoch' grows each time the record
+ * is (re)inserted.  So a cache entry made for an earlier life of a recycled
+ * record never matches.
  */
 #ifndef KVPOOL_LIB_OWNER_H
 #define KVPOOL_LIB_OWNER_H

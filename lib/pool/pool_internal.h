@@ -1,10 +1,13 @@
 /*
  * lib/pool/pool_internal.h - the pool object and the functions its .c files share.
  *
- * Laid out as: the struct; the functions the .c files share, declared under
- * the file that defines each; then the small inline helpers (thread slots,
- * streams, the owner op, statistics), with the magazine protocol's inline
- * half in lib/pool/magazine.h, included among them.
+ * Laid out in three parts:
+ *   - the struct;
+ *   - the functions the .c files share, declared under the file that
+ *     defines each;
+ *   - the small inline helpers: thread slots, streams, the owner op,
+ *     statistics.  The magazine protocol's inline half is in
+ *     lib/pool/magazine.h, included among them.
  *
  * Locks and waits, in the order they nest (outer first):
  *   fallback_lock (only a thread without a slot) -> owner shard lock
@@ -12,14 +15,17 @@
  *     -> grow_lock -> hist_lock
  *   any of these -> the heavy barrier's fallback lock (lib/base/barrier.c; a leaf)
  *   registry lock (thread exit) -> [waits for a drainer's claim]
- * An owner op (a thread inside its own biased owner record, lib/pool/owner.h)
- * takes no shard lock while inside, so a revoker that holds a shard lock
- * and waits for it closes no cycle.  Neither a shard lock nor an owner op
- * is held across a drain or a growth (kvp_allocate takes its blocks first),
- * except when no owner record can be reserved for lack of memory.  A drainer waits for magazines
- * whose owners are inside a block-path call (in_call), which never waits for any lock; a thread
- * entering its magazine never waits at all (it sees the stream starving and leaves the magazine
- * alone).
+ *
+ * An owner op is a thread inside its own biased owner record
+ * (lib/pool/owner.h).  It takes no shard lock while inside.  So a revoker
+ * that holds a shard lock and waits for it closes no cycle.  Neither a
+ * shard lock nor an owner op is held across a drain or a growth, since
+ * kvp_allocate takes its blocks first.  The exception is when no owner
+ * record can be reserved for lack of memory.  A drainer waits for
+ * magazines whose owners are inside a block-path call (in_call).  Such a
+ * call never waits for any lock.  A thread entering its magazine never
+ * waits at all: it sees the stream starving and leaves the magazine
+ * alone.
  */
 #ifndef KVPOOL_LIB_POOL_INTERNAL_H
 #define KVPOOL_LIB_POOL_INTERNAL_H
@@ -298,11 +304,11 @@ static inline struct kvpi_ocache_ent *kvpi_ocache_ent_of(struct kvpi_tslot *s, k
 /*
  * kvpi_bias_enter - enter @owner's record as the thread it is biased to
  *
- * Looks the owner up in the slot's owner cache; if the cached record is
- * still biased to this slot and still @owner's (key and epoch), the thread
- * is inside an owner op on it until kvpi_bias_leave and may change its list
- * and count without a lock.  Returns the record or NULL (use the locked
- * path).  Never for the fallback slot.
+ * Looks the owner up in the slot's owner cache.  The cached record may
+ * still be biased to this slot and still be @owner's (key and epoch).  The
+ * thread is then inside an owner op on it until kvpi_bias_leave.  Meanwhile
+ * it may change the record's list and count without a lock.  Returns the
+ * record, or NULL: then use the locked path.  Never for the fallback slot.
  */
 static inline __attribute__((always_inline)) struct kvpi_orec *
 kvpi_bias_enter(struct kvp_pool *p, struct kvpi_tslot *s, kvp_owner owner)
@@ -380,11 +386,12 @@ static inline void kvpi_bias_adopt(struct kvp_pool *p, struct kvpi_tslot *s, str
 /*
  * kvpi_account_in_use - note @d blocks more (or fewer) in use by this thread
  *
- * The common case stays thread-local and reads no shared word: the new
- * unpublished delta stays within [0, in_use_room], the room the slow path
- * last left (at most KVP_PEAK_BATCH - 1, and no more than the pool's peak
- * minus its published count then; -1 for the fallback slot, which always
- * publishes).  See the slow path for why the peak stays honest.
+ * The common case stays thread-local and reads no shared word.  In it the
+ * new unpublished delta stays within [0, in_use_room].  That is the room
+ * the slow path last left: at most KVP_PEAK_BATCH - 1, and no more than the
+ * pool's peak minus its published count then.  The fallback slot's room is
+ * -1, so it always publishes.  See the slow path for why the peak stays
+ * honest.
  */
 static inline void kvpi_account_in_use(struct kvp_pool *p, struct kvpi_tslot *s, int64_t d)
 {
@@ -398,9 +405,9 @@ static inline void kvpi_account_in_use(struct kvp_pool *p, struct kvpi_tslot *s,
 
 /*
  * kvpi_note_freed - count @n blocks freed by this thread and note them out of
- * use.  Call it before the blocks are given back (pushed): a summed stats
+ * use.  Call it before the blocks are given back (pushed).  A summed stats
  * snapshot then never sees a block allocated again before its free is
- * counted, and no thread that takes them next can count them in a peak
+ * counted.  And no thread that takes them next can count them in a peak
  * while we still do.
  */
 static inline void kvpi_note_freed(struct kvp_pool *p, struct kvpi_tslot *s, uint64_t n)

@@ -31,7 +31,7 @@ struct kvpi_mag {
 	_Atomic uintptr_t in_call; /* owner only writes; drainers read */
 	_Atomic uint32_t claimed;  /* drainers' (and thread exit's) CAS */
 	_Atomic uint32_t count;    /* written by the holder; read racily by kvp_n_free */
-	uint32_t cap;              /* room in ids; grown by the holder (kvpi_mag_grow) */
+	uint32_t cap;              /* room in ids; grown by the holder (pool_blocks.c, mag_grow) */
 	uint32_t *ids;             /* ids[count-1] is the most recently freed */
 	uint32_t *heap;            /* ids when grown past the slot's inline room, else NULL */
 };
@@ -70,10 +70,10 @@ struct kvpi_tslot {
 	/* The record this slot's thread is inside an owner op on, or 0;
 	 * written only by that thread (kvpi_bias_enter/leave). */
 	_Atomic uintptr_t in_owner_op;
-	/* Raw blocks stamped by this slot's thread (their owner word = the
-	 * slot) may be freed by it without a CAS while this is
-	 * KVPI_RAW_BIASED; revoked for the slot's life by the first other
-	 * thread that frees or sets the fill of one (lib/pool/bias.c). */
+	/* While this is KVPI_RAW_BIASED, the slot's thread may free the raw
+	 * blocks it stamped (owner word = the slot) without a CAS.  The first
+	 * other thread that frees or sets the fill of one revokes it for the
+	 * slot's life (lib/pool/bias.c). */
 	_Atomic uint32_t raw_bias;
 	_Atomic uint64_t ctr[KVPI_N_CTR];
 	struct kvpi_ocache_ent ocache[KVPI_OCACHE_N]; /* owner only */
@@ -96,13 +96,14 @@ struct kvp_pool;
 /* Add @d to counter @c of @s; only the slot's thread may call it. */
 static inline void kvpi_ctr_add(struct kvpi_tslot *s, enum kvpi_ctr c, uint64_t d)
 {
-	/* relaxed load: only this thread writes its counters.  release store
-	 * (a plain mov on x86, stlr on ARM; no locked instruction): a reader
-	 * that acquires this thread's new ALLOCS count must also see every
-	 * FREES count that happened before this allocation - e.g. another
-	 * thread's free of the block whose push (release) this thread's pop
-	 * (acquire) read - or kvpi_stats_sum's two passes could report more
-	 * blocks in use than there ever were (lib/pool/pool_stats.c). */
+	/* relaxed load: only this thread writes its counters.
+	 * release store (a plain mov on x86, stlr on ARM; no locked
+	 * instruction): a reader that acquires this thread's new ALLOCS count
+	 * must also see every FREES count that happened before this
+	 * allocation.  One such count is another thread's free of the block
+	 * whose push (release) this thread's pop (acquire) read.  Without it,
+	 * kvpi_stats_sum's two passes could report more blocks in use than
+	 * there ever were (lib/pool/pool_stats.c). */
 	uint64_t v = atomic_load_explicit(&s->ctr[c], memory_order_relaxed);
 	atomic_store_explicit(&s->ctr[c], v + d, memory_order_release);
 }

@@ -1,46 +1,57 @@
 /*
  * lib/prefix/prefix_internal.h - the prefix cache inside the pool (kvpool/prefix.h).
  *
- * A pool made with prefix_cache keeps, beside the ordinary block path:
+ * A pool made with prefix_cache keeps five things beside the ordinary block
+ * path.
  *
- *   - a side entry per block id (struct kvpi_pside) in a two-level table that
- *     never moves (segments of KVPI_SEG_BLOCKS entries, made with the pool's
- *     growth under its grow mutex and published with a release store):
- *     hold count, XOR of the holders' owner ids, a version bumped by every
- *     locker that changes them (for lock-free readers), the node the block
- *     is published under, its LRU links and flags, and
- *     a hint of its position in its latest holder's hold array;
- *   - a lock bit in each block's state word (KVPI_ST_LOCKED): the block's
- *     prefix fields (hold count, holder XOR, owner, published node, LRU
- *     flags) change only while it is set, and the store that clears it
- *     also writes the block's next state.  Taking it is one CAS on the
- *     state word, from a state the taker has checked; so a match, a
+ *   - Side entries.  Each block id has a side entry (struct kvpi_pside) in a
+ *     two-level table that never moves.  The table is made of segments of
+ *     KVPI_SEG_BLOCKS entries.  Segments are made with the pool's growth,
+ *     under its grow mutex, and published with a release store.  An entry
+ *     holds:
+ *       - the hold count;
+ *       - the XOR of the holders' owner ids;
+ *       - a version, bumped by every locker that changes them (for
+ *         lock-free readers);
+ *       - the node the block is published under;
+ *       - its LRU links and flags;
+ *       - a hint of its position in its latest holder's hold array.
+ *   - A lock bit in each block's state word (KVPI_ST_LOCKED).  The block's
+ *     prefix fields change only while it is set: hold count, holder XOR,
+ *     owner, published node and LRU flags.  The store that clears the bit
+ *     also writes the block's next state.  Taking the bit is one CAS on the
+ *     state word, from a state the taker has checked.  So a match, a
  *     release, a publish and an eviction of the same block are ordered by
- *     that one word, and blocks never share a lock;
- *   - the key index: liburcu's lock-free resizable hash table (cds_lfht, bp
- *     flavor) of index nodes keyed by (stream tag, 128-bit key); looked up
- *     in a read-side section with no lock, changed with the block locked
- *     (or owned by an evictor); a deleted node is reused only after a grace
- *     period (lib/prefix/prefix_nodes.c: per-thread caches of nodes, and
- *     retired nodes passed to call_rcu in batches);
- *   - per stream, KVPI_PFX_LRU_SHARDS LRU lists of cached blocks (mutex per
- *     shard; a block is cached on the shard of the thread whose release
- *     cached it, and an evictor looks in its own thread's shard first), each
- *     in order of its caching time (the coarse monotonic clock, made
- *     strictly increasing per shard) stamped under the shard mutex when a
- *     block is put on the list.  The lists are lazy: a match that takes a cached block
- *     leaves it on its list (marked stale), and a block whose last holder
- *     lets go while it is still listed stays where it is.  An evictor that
- *     meets a held block drops it from the list, and one that meets a stale
- *     cached block moves it to the tail (new sequence number); only the last
- *     release of a block that is on no list takes a shard mutex.  The
- *     number of cached blocks per stream is kept apart, in one counter
- *     changed per block at once (the exhaustion decision reads it:
- *     lib/prefix/prefix_alloc.c, "Exhaustion");
- *   - its own owner table (KVPI_PFX_OWNER_SHARDS shards, mutex each): an
- *     owner record holds the ids it holds in an array, in hold order, with
- *     tombstones (KVPI_NO_ID) compacted when they outnumber the live ids.
- *     Records and their arrays are recycled per shard.
+ *     that one word.  Blocks never share a lock.
+ *   - The key index.  It is liburcu's lock-free resizable hash table
+ *     (cds_lfht, bp flavor) of index nodes, keyed by (stream tag, 128-bit
+ *     key).  Lookups run in a read-side section with no lock.  Changes are
+ *     made with the block locked, or owned by an evictor.  A deleted node
+ *     is reused only after a grace period.  lib/prefix/prefix_nodes.c keeps
+ *     per-thread caches of nodes, and passes retired nodes to call_rcu in
+ *     batches.
+ *   - LRU lists of cached blocks: KVPI_PFX_LRU_SHARDS per stream, with a
+ *     mutex per shard.  A block is cached on the shard of the thread whose
+ *     release cached it.  An evictor looks in its own thread's shard first.
+ *     Each list is in order of caching time.  That time comes from the
+ *     coarse monotonic clock, made strictly increasing per shard.  It is
+ *     stamped under the shard mutex when a block is put on the list.
+ *   - Its own owner table: KVPI_PFX_OWNER_SHARDS shards, with a mutex each.
+ *     An owner record holds the ids it holds in an array, in hold order.
+ *     Dropped ids leave tombstones (KVPI_NO_ID).  These are compacted when
+ *     they outnumber the live ids.  Records and their arrays are recycled
+ *     per shard.
+ *
+ * The LRU lists are lazy.  A match that takes a cached block leaves it on
+ * its list, marked stale.  A block whose last holder lets go while it is
+ * still listed stays where it is.  An evictor that meets a held block drops
+ * it from the list.  An evictor that meets a stale cached block moves it to
+ * the tail, with a new sequence number.  Only the last release of a block
+ * that is on no list takes a shard mutex.
+ *
+ * The number of cached blocks per stream is kept apart, in one counter.
+ * That counter is changed per block, at once.  The exhaustion decision
+ * reads it (lib/prefix/prefix_alloc.c, "Exhaustion").
  *
  * Block states in prefix mode (state word bits, lib/pool/blocktable.h).
  * "lock" = CAS st -> st|LOCKED from a checked st; "unlock to S" = release
@@ -65,26 +76,35 @@
  *           waits), move to tail / drop from list, unlock--> same state
  *   any plain-pool writer (set_used) waits while LOCKED.
  *
- * Why nothing is lost or handed out twice: a block leaves CACHED only by a
- * CAS from a state with CACHED set and LOCKED clear: the matcher's lock
- * (which then revives it) or the evictor's CAS to EVICTING; whichever CAS
- * comes first changes the word, so the other fails and sees the new state
- * (the matcher's lock won: the block is held, and the evictor moves on;
- * the evictor won: EVICTING is not lockable, the key is a miss).  A matcher found its node in the
- * index before it locked, so after locking it checks that the block is still published under that
- * very node (pside.pub changes only while locked or while EVICTING, and a node is not reused while
- * any read-side section that saw it runs), so a block evicted and published again under another key
- * is a miss, never a wrong hit.  Every hold is counted under the lock, so the last release (count
- * to 0) is decided once; a block becomes cached (counted, listed) while
- * still locked, so an evictor never sees it CACHED and unlisted.
+ * Why nothing is lost or handed out twice:
+ *   - A block leaves CACHED only by a CAS from a state with CACHED set and
+ *     LOCKED clear.  That is either the matcher's lock, which then revives
+ *     the block, or the evictor's CAS to EVICTING.
+ *   - Whichever CAS comes first changes the word.  So the other fails and
+ *     sees the new state.  If the matcher's lock won, the block is held,
+ *     and the evictor moves on.  If the evictor won, EVICTING is not
+ *     lockable, and the key is a miss.
+ *   - A matcher found its node in the index before it locked.  So after
+ *     locking it checks that the block is still published under that very
+ *     node.  The field pside.pub changes only while locked or while
+ *     EVICTING.  A node is not reused while any read-side section that saw
+ *     it runs.  So a block evicted and published again under another key
+ *     is a miss, never a wrong hit.
+ *   - Every hold is counted under the lock.  So the last release (count to
+ *     0) is decided once.
+ *   - A block becomes cached (counted, listed) while still locked.  So an
+ *     evictor never sees it CACHED and unlisted.
+ *
  * docs/PREFIX.md ("Concurrency protocol") walks through the races.
  *
  * Lock order (outer first):
  *   owner shard mutex (prefix table) -> block lock bit -> LRU shard mutex
  *   owner shard mutex -> [leave read-side section] grow mutex (growth)
+ *
  * A thread holds at most one block lock and one LRU mutex at a time.  An
- * evictor, holding an LRU mutex, only ever tries a block lock once (a CAS
- * that fails when it is set), so it never waits for one.
+ * evictor holding an LRU mutex only ever tries a block lock once.  That try
+ * is a CAS that fails when the bit is set.  So the evictor never waits for
+ * a block lock.
  *
  * Synchronization:
  *
@@ -143,7 +163,7 @@
 #define KVPI_PFX_OWNER_SHARDS  256u
 #define KVPI_PFX_COUNT_STRIPES 16u
 /* Every this many evictions a thread compares its shard's oldest cached
- * block with the stream's, and takes the stream's oldest if it was cached
+ * block with the stream's.  It takes the stream's oldest if that was cached
  * more than KVPI_PFX_LRU_WINDOW_NS earlier (lib/prefix/prefix_lru.c). */
 #define KVPI_PFX_GLOBAL_EVERY  8u
 #define KVPI_PFX_LRU_WINDOW_NS 50000000u
@@ -190,9 +210,10 @@ struct kvpi_pside {
 	_Atomic uint32_t version; /* bumped by every locker that changes holders or owner */
 	_Atomic uint32_t pos_hint;
 	/* The generation of the block's latest fresh hand-out (allocation,
-	 * growth, eviction), kept when a match revives it: the hand-out its
-	 * storage rows belong to (lib/prefix/prefix_epoch.c).  Written only by
-	 * the hand-out, while it holds the block exclusively. */
+	 * growth, eviction).  It is kept when a match revives the block.  It
+	 * names the hand-out the block's storage rows belong to
+	 * (lib/prefix/prefix_epoch.c).  Written only by the hand-out, while it
+	 * holds the block exclusively. */
 	_Atomic uint32_t epoch;
 	_Atomic uint64_t owner_xor;
 	struct kvpi_pnode *pub; /* the node the block is published under, or NULL */
@@ -262,14 +283,16 @@ struct kvpi_prefix {
 	_Atomic(struct kvpi_pnode *) ready __attribute__((aligned(64)));
 	_Atomic(struct kvpi_pslab *) slabs;
 	/* Cached blocks per stream: one counter, changed per block at once
-	 * (kvpi_pfx_count_one).  Not striped: the exhaustion decision needs
-	 * the count of one instant, and a sum of stripes read one by one is
-	 * no instant's count (a block counted in a stripe read late and
-	 * uncounted in one read early is missed).  Only cached[0] is used. */
+	 * (kvpi_pfx_count_one).  Only cached[0] is used.  It is not striped,
+	 * because the exhaustion decision needs the count of one instant.  A
+	 * sum of stripes read one by one is no instant's count.  It misses a
+	 * block counted in a stripe read late and uncounted in one read
+	 * early. */
 	struct kvpi_pcount cached[KVPI_PFX_COUNT_STRIPES] __attribute__((aligned(64)));
-	/* Per stream: blocks reserved from the free stack by allocations that
-	 * may still give them back (low 32 bits), and how many give-backs
-	 * there were (high 32 bits): lib/prefix/prefix_alloc.c, "Exhaustion". */
+	/* Per stream, two counts (lib/prefix/prefix_alloc.c, "Exhaustion").
+	 * Low 32 bits: blocks reserved from the free stack by allocations that
+	 * may still give them back.  High 32 bits: how many give-backs there
+	 * were. */
 	struct kvpi_pcount pend __attribute__((aligned(64)));
 	_Atomic(_Atomic(struct kvpi_pside *) *) top[KVPI_PFX_TOP];
 	struct kvpi_plru lru[2][KVPI_PFX_LRU_SHARDS];
@@ -289,21 +312,23 @@ static inline struct kvpi_pside *kvpi_pfx_side(struct kvpi_prefix *pf, uint32_t 
 }
 
 /*
- * kvpi_pfx_cas - the CAS on a block's state word that takes its lock bit or
- * moves it out of CACHED (@st expected, @nst new): matches, releases and
- * evictions of one block are ordered by it, and when a match and an evictor
- * race for a cached block exactly one such CAS wins.  Out of line so the
- * race test can widen the window before it (lib/prefix/prefix_cas.c: in a
- * file of its own, so that no caller inlines it).
+ * kvpi_pfx_cas - CAS a block's state word from @st to @nst
+ *
+ * This is the CAS that takes a block's lock bit or moves it out of CACHED.
+ * Matches, releases and evictions of one block are ordered by it.  When a
+ * match and an evictor race for a cached block, exactly one such CAS wins.
+ * It is out of line so the race test can widen the window before it.  It
+ * lives in a file of its own, lib/prefix/prefix_cas.c, so that no caller
+ * inlines it.
  */
 bool kvpi_pfx_cas(struct kvpi_block *b, uint64_t st, uint64_t nst);
 
 /*
  * kvpi_pfx_lock - lock block @b when @ok(@st, @arg) accepts its state
  *
- * Waits while another thread holds the lock.  Returns the state it locked
- * (LOCKED clear in the value returned), or 0 when @ok refused the state
- * (then nothing is locked; *@seen gets the state refused).
+ * Waits while another thread holds the lock.  Returns the state it locked,
+ * with LOCKED clear in the value returned.  Returns 0 when @ok refused the
+ * state.  Then nothing is locked, and *@seen gets the state refused.
  */
 static inline uint64_t kvpi_pfx_lock(struct kvpi_block *b, bool (*ok)(uint64_t st, const void *arg),
                                      const void *arg, uint64_t *seen)
@@ -333,23 +358,26 @@ static inline void kvpi_pfx_unlock(struct kvpi_block *b, uint64_t st)
 	atomic_store_explicit(&b->state, st & ~KVPI_ST_LOCKED, memory_order_release);
 }
 
-/* A locker about to change @e's holders or the block's owner: readers that
- * straddle the change see the version move (kvpi_pfx_snapshot). */
+/* Called by a locker about to change @e's holders or the block's owner.
+ * Readers that straddle the change see the version move
+ * (kvpi_pfx_snapshot). */
 static inline void kvpi_pfx_bump(struct kvpi_pside *e)
 {
-	/* relaxed load: only lockers write it.  release store: a reader that
-	 * sees the new version (acquire) sees the lock taken, hence LOCKED or
-	 * the state after it.  release fence: a reader whose loads see a
-	 * field written below sees the new version after its acquire fence. */
+	/* relaxed load: only lockers write it.
+	 * release store: a reader that sees the new version (acquire) sees the
+	 * lock taken, hence LOCKED or the state after it.
+	 * release fence: a reader whose loads see a field written below sees
+	 * the new version after its acquire fence. */
 	uint32_t v = atomic_load_explicit(&e->version, memory_order_relaxed);
 	atomic_store_explicit(&e->version, v + 1, memory_order_release);
 	atomic_thread_fence(memory_order_release);
 }
 
 /*
- * kvpi_pfx_snapshot - a consistent read of block @b's state, owner and hold
- * count without its lock: retries while it is locked, or while the state
- * or @e's version moved during the read.
+ * kvpi_pfx_snapshot - read block @b's state, owner and hold count without its lock
+ *
+ * The read is consistent.  It retries while the block is locked, or while
+ * the state or @e's version moved during the read.
  */
 static inline uint64_t kvpi_pfx_snapshot(struct kvpi_block *b, struct kvpi_pside *e,
                                          kvp_owner *owner, uint32_t *holders)
@@ -375,8 +403,8 @@ static inline uint64_t kvpi_pfx_snapshot(struct kvpi_block *b, struct kvpi_pside
 	}
 }
 
-/* The calling thread's LRU shard and count stripe: slots made one after
- * another get different ones (up to KVPI_PFX_LRU_SHARDS threads). */
+/* The calling thread's LRU shard and count stripe.  Slots made one after
+ * another get different ones, up to KVPI_PFX_LRU_SHARDS threads. */
 static inline uint32_t kvpi_pfx_home(const struct kvpi_tslot *s)
 {
 	_Static_assert(KVPI_PFX_COUNT_STRIPES == KVPI_PFX_LRU_SHARDS, "one home index for both");
@@ -384,12 +412,14 @@ static inline uint32_t kvpi_pfx_home(const struct kvpi_tslot *s)
 }
 
 /*
- * Add @d to stream @si's cached count, at once: +1 before a block becomes
- * claimable (under its lock, before the unlock), -1 after it stopped being
- * available (revived, evicted and pushed).  So the count never falls below
- * the blocks cached and unheld.  release: a reader that sees the change
- * (acquire) sees what the caller did before (an evicted block's push onto
- * the free stack, lib/prefix/prefix_alloc.c "Exhaustion").
+ * Add @d to stream @si's cached count, at once.  Add +1 before a block
+ * becomes claimable: under its lock, before the unlock.  Add -1 after it
+ * stopped being available: revived, or evicted and pushed.  So the count
+ * never falls below the blocks cached and unheld.
+ *
+ * release: a reader that sees the change (acquire) sees what the caller
+ * did before.  That includes an evicted block's push onto the free stack
+ * (lib/prefix/prefix_alloc.c, "Exhaustion").
  */
 static inline void kvpi_pfx_count_one(struct kvpi_prefix *pf, int si, int64_t d)
 {
@@ -450,14 +480,17 @@ void kvpi_pfx_lru_insert(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int
 void kvpi_pfx_lru_unlink(struct kvpi_prefix *pf, int si, uint32_t id);
 uint64_t kvpi_pfx_n_cached(struct kvpi_prefix *pf, int si);
 /*
- * Evict cached blocks of stream @si in two steps, each block the least
- * recently cached of the calling thread's shard or of the stream
- * (kvpool/prefix.h), for a request that may still fail: claim up to @n
- * blocks (EVICTING, off their lists, keys kept: a match that finds one
- * meanwhile misses), then either commit them (keys forgotten, state words
- * plain free, held by the caller on no list) or give them back to the cache
- * as they were (unclaim: same list, same caching time, findable again).  In
- * a read-side section.
+ * Evict cached blocks of stream @si in two steps, for a request that may
+ * still fail.  Each block is the least recently cached of the calling
+ * thread's shard or of the stream (kvpool/prefix.h).  Call in a read-side
+ * section.
+ *
+ *   1. Claim up to @n blocks: EVICTING, off their lists, keys kept.  A
+ *      match that finds one meanwhile misses.
+ *   2. Either commit them, or give them back.  Commit forgets the keys and
+ *      leaves the state words plain free, held by the caller on no list.
+ *      Giving back (unclaim) leaves them as they were: same list, same
+ *      caching time, findable again.
  */
 uint32_t kvpi_pfx_claim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
                         uint32_t n);
@@ -472,10 +505,11 @@ void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvpi_tslot *s, const u
 uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
                                  uint32_t n);
 /*
- * Unclaim: @resets0 is prefix.resets as read (acquire) before the claim.  If
- * a reset ran or began since then, it may have passed the claimed blocks
- * over (they were on no list), so they are evicted instead, as the reset
- * would have (keys forgotten, counted, pushed on the free stack).
+ * Unclaim: @resets0 is prefix.resets as read (acquire) before the claim.
+ * A reset may have run or begun since then.  It may then have passed the
+ * claimed blocks over, since they were on no list.  So they are evicted
+ * instead, as the reset would have: keys forgotten, counted, pushed on the
+ * free stack.
  */
 void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids, uint32_t n,
                       uint64_t resets0);
@@ -499,10 +533,10 @@ void kvpi_pfx_oremove_at(struct kvpi_porec *r, uint32_t pos);
 /*
  * lib/prefix/prefix_alloc.c and prefix_free.c: the pool calls in prefix mode
  * (dispatched from the pool).
- * The four that kvp_allocate, kvp_alloc_block, kvp_free and kvp_free_all
- * dispatch to are declared cold: a call to one marks its branch unlikely,
- * so the plain pool's fast paths are laid out and inlined as if the
- * prefix hooks were not there (bench/prefix_offcost.sh measures it).
+ * Four of them are declared cold: those that kvp_allocate, kvp_alloc_block,
+ * kvp_free and kvp_free_all dispatch to.  A call to one marks its branch
+ * unlikely.  So the plain pool's fast paths are laid out and inlined as if
+ * the prefix hooks were not there (bench/prefix_offcost.sh measures it).
  */
 #define KVPI_PFX_COLD __attribute__((cold))
 KVPI_PFX_COLD int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner owner,

@@ -15,17 +15,21 @@
  *         nibble, 2i+1 in the high nibble, each a two's complement q in
  *         [-7, 7]; x ~= q * scale, scale >= absmax(row) / 7
  *   int2, int1  tags only: no codec; row bytes 0 and writes are refused.
- *   Quantized rows are padded to a multiple of 4 bytes so each scale is aligned.
  *
- * Special values: fp16 and bf16 keep the sign of zero, keep infinities and
- * turn every NaN into a quiet NaN of the same sign (payload not kept).
- * int8 and int4 cannot represent inf or NaN: kvpi_codec_check refuses rows
- * holding one, and storage turns that into KVP_EINVAL before writing.
+ * Quantized rows are padded to a multiple of 4 bytes, so each scale is
+ * aligned.
  *
- * Error bounds (for the tests and docs/KVCACHE.md): fp16 |d - x| <= 2^-11 |x|
- * for |x| in [2^-14, 65504], <= 2^-25 below; bf16 |d - x| <= 2^-8 |x| for
- * normal |x| up to the largest bf16; int8 / int4 |d - x| <= absmax /
- * (2 qmax) * (1 + 2^-12) for rows with absmax >= 2^-100 (qmax 127 or 7).
+ * Special values.  fp16 and bf16 keep the sign of zero and keep
+ * infinities.  They turn every NaN into a quiet NaN of the same sign; the
+ * payload is not kept.  int8 and int4 cannot represent inf or NaN.
+ * kvpi_codec_check refuses rows holding one, and storage turns that into
+ * KVP_EINVAL before writing.
+ *
+ * Error bounds, for the tests and docs/KVCACHE.md (d decoded, x written):
+ *   - fp16: |d - x| <= 2^-11 |x| for |x| in [2^-14, 65504], <= 2^-25 below;
+ *   - bf16: |d - x| <= 2^-8 |x| for normal |x| up to the largest bf16;
+ *   - int8 / int4: |d - x| <= absmax / (2 qmax) * (1 + 2^-12) for rows with
+ *     absmax >= 2^-100 (qmax 127 or 7).
  *
  * Pure functions, no state: thread-safe.  Loops are branch-free per element
  * so that -O2 vectorizes them.

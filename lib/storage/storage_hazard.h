@@ -3,38 +3,44 @@
  *
  * Storage frees a block's buffer (release, retire, format change) only once
  * no reader can still be reading it.  Each reading thread owns one hazard
- * record (a reader reads one buffer at a time) in a process-wide list;
- * a reader announces the buffer it is about to read in its record, and the
- * thread that unpublished a buffer waits until no record names it.
+ * record in a process-wide list; one is enough, since a reader reads one
+ * buffer at a time.  A reader announces the buffer it is about to read in
+ * its record.  The thread that unpublished a buffer waits until no record
+ * names it.
  *
  * Why hazard pointers and not an epoch (ck_epoch) grace period: a retire
- * hook runs once per retired block, and an epoch grace period waits for
- * every reader in a section to leave it, whatever it reads.  Measured with
- * three busy readers on this 2-core machine (tests/storage_shrink_test.c,
- * kvp_shrink of 16 blocks, timed around the call): 0.7-2.5 s per shrink
- * with ck_epoch_synchronize per block, 5.1-5.7 ms mean (max 63-72 ms) with
- * hazard pointers.  A hazard wait only waits for a reader of that very
- * buffer, and nobody reads a retired block's buffer but a thread holding a
- * stale ref.
+ * hook runs once per retired block.  An epoch grace period waits for every
+ * reader in a section to leave it, whatever it reads.  A hazard wait only
+ * waits for a reader of that very buffer.  Nobody reads a retired block's
+ * buffer but a thread holding a stale ref.  Measured with three busy
+ * readers on a 2-core machine (tests/storage_shrink_test.c, kvp_shrink of
+ * 16 blocks, timed around the call):
+ *   - with ck_epoch_synchronize per block: 0.7-2.5 s per shrink;
+ *   - with hazard pointers: 5.1-5.7 ms mean (max 63-72 ms).
  *
- * Proof (the classic Dekker argument, all four accesses seq_cst): a reader
- * stores its hazard H = p, then reloads the slot and uses p only if the
- * slot still holds p.  The reclaimer stores the slot (p leaves it), then
- * loads every H.  In the single total order of seq_cst operations either
- * the reclaimer's H load comes after the reader's H store - then it sees p
- * and waits until the reader clears H (release store, read by the
- * reclaimer's load: everything the reader did happens-before the free) -
- * or the reader's slot reload comes after the reclaimer's slot store and
- * sees that p is gone, and the reader never touches p.  The record list's
- * head is read and pushed with seq_cst too: a reader's record is reached
- * (claimed) or pushed before its hazard store, so it precedes the
- * reclaimer's walk in the same total order and the walk finds it.  All C11 atomics:
- * ThreadSanitizer sees every edge, no annotation needed.
+ * Proof (the classic Dekker argument; all four accesses are seq_cst):
+ *   - A reader stores its hazard H = p, then reloads the slot.  It uses p
+ *     only if the slot still holds p.
+ *   - The reclaimer stores the slot (p leaves it), then loads every H.
+ *   - In the single total order of seq_cst operations, one of two things
+ *     happens.  Either the reclaimer's H load comes after the reader's H
+ *     store.  Then the reclaimer sees p and waits until the reader clears
+ *     H.  That clear is a release store, read by the reclaimer's load, so
+ *     everything the reader did happens-before the free.  Or the reader's
+ *     slot reload comes after the reclaimer's slot store.  Then the reader
+ *     sees that p is gone and never touches p.
+ *   - The record list's head is read and pushed with seq_cst too.  A
+ *     reader's record is reached (claimed) or pushed before its hazard
+ *     store.  So it precedes the reclaimer's walk in the same total order,
+ *     and the walk finds it.
  *
- * Records are never freed: a thread's record is marked free by a pthread
- * key destructor at thread exit and reused by the next new thread, so the
- * list is as long as the peak number of threads that read at once, and
- * destroying a storage while threads still own records is harmless.
+ * All are C11 atomics: ThreadSanitizer sees every edge, and no annotation
+ * is needed.
+ *
+ * Records are never freed.  A pthread key destructor marks a thread's
+ * record free at thread exit, and the next new thread reuses it.  So the
+ * list is as long as the peak number of threads that read at once.
+ * Destroying a storage while threads still own records is harmless.
  *
  *   function                   may run concurrently with   waits for
  *   -------------------------  --------------------------  -------------------------
