@@ -133,6 +133,7 @@ typedef struct bufs {
 	kvp_ref *refs;
 	uint32_t *ids;
 	kvp_hash *keys;
+	int *status; /* kvp_prefix_publish_many's per-block results */
 } bufs;
 
 __attribute__((noinline)) static void one_kv(run *r, worker *me, bufs *B, const trace_request *q,
@@ -157,12 +158,20 @@ __attribute__((noinline)) static void one_kv(run *r, worker *me, bufs *B, const 
 		if (rc != KVP_OK)
 			goto failed;
 	}
-	for (uint32_t i = (uint32_t)m; r->mode == PREFIX && i < nfull; i++) {
-		rc = kvp_prefix_publish(r->kv, B->refs[i], B->keys[i]);
-		if (rc == KVP_EEXIST)
-			me->eexist++;
-		else if (rc != KVP_OK)
+	if (r->mode == PREFIX && nfull > m) {
+		/* The request's new full blocks in one call, as the mutex pool's
+		 * mbp_publish takes them. */
+		size_t np;
+		rc = kvp_prefix_publish_many(r->kv, B->refs + m, B->keys + m, nfull - m, B->status,
+		                             &np);
+		if (rc != KVP_OK)
 			goto failed;
+		for (size_t i = 0; i < nfull - m; i++) {
+			if (B->status[i] == KVP_EEXIST)
+				me->eexist++;
+			else if (B->status[i] != KVP_OK)
+				goto failed;
+		}
 	}
 	for (uint32_t d = 0; d < nd; d++) {
 		rc = kvp_allocate(r->kv, KVP_KV, BLOCK, owner, KVP_FP16, &one, 1, &n);
@@ -245,7 +254,8 @@ static void *worker_main(void *arg)
 	B.refs = malloc(r->w->max_blocks * sizeof(kvp_ref));
 	B.ids = malloc(r->w->max_blocks * sizeof(uint32_t));
 	B.keys = malloc(r->w->max_blocks * sizeof(kvp_hash));
-	if (!B.refs || !B.ids || !B.keys) {
+	B.status = malloc(r->w->max_blocks * sizeof(int));
+	if (!B.refs || !B.ids || !B.keys || !B.status) {
 		fprintf(stderr, "bench: out of memory\n");
 		exit(2);
 	}
@@ -261,6 +271,7 @@ static void *worker_main(void *arg)
 	free(B.refs);
 	free(B.ids);
 	free(B.keys);
+	free(B.status);
 	return NULL;
 }
 

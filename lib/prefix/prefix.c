@@ -270,29 +270,24 @@ static bool publish_ok(uint64_t st, const void *arg)
 	       !(st & (KVPI_ST_RAW | KVPI_ST_PUBLISHED)) && kvpi_st_used(st) == a->block_size;
 }
 
-int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
+/*
+ * Publish block @ref under @key: kvp_prefix_publish with its arguments
+ * checked but the ref's id, in a read-side section, @s the caller's slot.
+ */
+static int publish_one(struct kvp_pool *p, struct kvpi_tslot *s, kvp_ref ref, kvp_hash key)
 {
-	if (!p || !p->prefix)
-		return KVP_EINVAL;
 	uint32_t id = KVP_REF_ID(ref);
 	if (id >= kvp_pool_n_ids(p))
 		return KVP_ENOENT;
 	struct kvpi_prefix *pf = p->prefix;
 	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
-	struct kvpi_pside *e = kvpi_pfx_side(pf, id);
 	struct pub_arg arg = {KVP_REF_GEN(ref), p->block_size};
 	uint64_t seen;
-	int rc = KVP_OK;
-
-	struct kvpi_tslot *s = kvpi_tslot_get(p);
-	kvpi_rcu_read_lock();
 	uint64_t st = kvpi_pfx_lock(b, publish_ok, &arg, &seen);
-	if (!st) {
-		kvpi_rcu_read_unlock();
-		kvpi_tslot_put(p, s);
+	if (!st)
 		return kvpi_st_gen(seen) != arg.gen || (seen & KVPI_ST_RETIRED) ? KVP_ENOENT
 		                                                                : KVP_EINVAL;
-	}
+	int rc = KVP_OK;
 	struct kvpi_pnode *n = kvpi_pfx_node_get(pf, s);
 	if (!n) {
 		rc = KVP_ENOMEM;
@@ -305,13 +300,63 @@ int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
 			kvpi_pfx_node_put(s, n); /* never in the index: reusable at once */
 			rc = KVP_EEXIST;
 		} else {
-			e->pub = n;
+			kvpi_pfx_side(pf, id)->pub = n;
 			st |= KVPI_ST_PUBLISHED;
 		}
 	}
 	kvpi_pfx_unlock(b, st);
+	return rc;
+}
+
+int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
+{
+	if (!p || !p->prefix)
+		return KVP_EINVAL;
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	kvpi_rcu_read_lock();
+	int rc = publish_one(p, s, ref, key);
 	kvpi_rcu_read_unlock();
 	kvpi_tslot_put(p, s);
+	return rc;
+}
+
+/* Blocks published in one read-side section: a long batch lets grace
+ * periods (and so node reuse) through between sections. */
+#define PUBLISH_SECTION 64u
+/* How far ahead a batch publish brings blocks into the cache. */
+#define PUBLISH_AHEAD 4u
+
+int kvp_prefix_publish_many(kvp_pool *p, const kvp_ref *refs, const kvp_hash *keys, size_t n,
+                            int *status, size_t *n_published)
+{
+	if (n_published)
+		*n_published = 0;
+	if (!p || !p->prefix || (n && (!refs || !keys)))
+		return KVP_EINVAL;
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	uint32_t n_ids = kvp_pool_n_ids(p);
+	size_t done = 0;
+	int rc = KVP_OK;
+	for (size_t i = 0; i < n; i++) {
+		if (i % PUBLISH_SECTION == 0) {
+			if (i)
+				kvpi_rcu_read_unlock();
+			kvpi_rcu_read_lock();
+		}
+		if (i + PUBLISH_AHEAD < n && KVP_REF_ID(refs[i + PUBLISH_AHEAD]) < n_ids)
+			kvpi_pfx_prefetch(p, KVP_REF_ID(refs[i + PUBLISH_AHEAD]));
+		int r = publish_one(p, s, refs[i], keys[i]);
+		if (status)
+			status[i] = r;
+		done += r == KVP_OK;
+		if (r == KVP_ENOMEM)
+			rc = KVP_ENOMEM;
+	}
+	if (n)
+		kvpi_rcu_read_unlock();
+	kvpi_tslot_put(p, s);
+	if (n_published)
+		*n_published = done;
 	return rc;
 }
 
