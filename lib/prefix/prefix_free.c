@@ -43,6 +43,50 @@ static void acc_flush(struct kvp_pool *p, struct kvpi_tslot *s, struct acc *a, i
 
 enum drop { D_STALE, D_KEPT, D_CACHED, D_FREED };
 
+/*
+ * Blocks one kvp_free_all makes cached, kept locked until they are listed
+ * together: one LRU mutex, one clock read, one count update and one in-use
+ * note per batch instead of per block.
+ *
+ * Why a batch cannot close a cycle of waits.  A block in a batch has no
+ * holder left, so no other release ever needs its lock.  The others that
+ * may wait for it (a match reviving it, a snapshot) hold no block lock
+ * while they wait, and an evictor only tries block locks.  A holder of an
+ * LRU mutex never waits for a block lock, so waiting for that mutex with a
+ * batch held is safe too.  drop_lock still flushes the batch before it
+ * waits for any block lock: every waiter then holds at most its owner's
+ * shard mutex, as without batches, and a match waits no longer than one
+ * block's release.
+ */
+#define CACHE_BATCH 32u
+struct cache_batch {
+	uint32_t ids[2][CACHE_BATCH];
+	uint64_t st[2][CACHE_BATCH]; /* each block's cached state, to unlock to */
+	uint32_t n[2];
+};
+
+/* List, count and unlock stream @si's batched blocks, in the order of a
+ * single release: noted out of use, listed, counted, then unlocked. */
+static void cache_flush(struct kvp_pool *p, struct kvpi_tslot *s, struct cache_batch *cb, int si)
+{
+	uint32_t n = cb->n[si];
+	if (n == 0)
+		return;
+	kvpi_note_freed(p, s, n); /* before a match can take them again */
+	kvpi_pfx_lru_insert_many(p->prefix, s, si, cb->ids[si], n);
+	/* counted before the unlocks make them claimable */
+	kvpi_pfx_count_one(p->prefix, si, (int64_t)n);
+	for (uint32_t i = 0; i < n; i++)
+		kvpi_pfx_unlock(kvpi_bt_block(&p->bt, cb->ids[si][i]), cb->st[si][i]);
+	cb->n[si] = 0;
+}
+
+static void cache_flush_all(struct kvp_pool *p, struct kvpi_tslot *s, struct cache_batch *cb)
+{
+	cache_flush(p, s, cb, 0);
+	cache_flush(p, s, cb, 1);
+}
+
 struct drop_arg {
 	uint32_t gen;
 	bool any_gen;
@@ -56,6 +100,31 @@ static bool drop_ok(uint64_t st, const void *arg)
 }
 
 /*
+ * kvpi_pfx_lock for a release that may hold a batch @cb (or NULL): before
+ * it waits for a lock another thread holds, it flushes the batch.
+ */
+static uint64_t drop_lock(struct kvp_pool *p, struct kvpi_tslot *s, struct cache_batch *cb,
+                          struct kvpi_block *b, const struct drop_arg *arg, uint64_t *seen)
+{
+	if (!cb || (cb->n[0] | cb->n[1]) == 0)
+		return kvpi_pfx_lock(b, drop_ok, arg, seen);
+	for (;;) {
+		/* acquire: as in kvpi_pfx_lock. */
+		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+		if (st & KVPI_ST_LOCKED) {
+			cache_flush_all(p, s, cb); /* never wait holding a batch */
+			return kvpi_pfx_lock(b, drop_ok, arg, seen);
+		}
+		if (!drop_ok(st, arg)) {
+			*seen = st;
+			return 0;
+		}
+		if (kvpi_pfx_cas(b, st, st | KVPI_ST_LOCKED))
+			return st;
+	}
+}
+
+/*
  * Drop @owner's hold on block @id (at generation @gen unless @any_gen).
  * The caller holds @owner's shard mutex (none for a raw block, owner 0)
  * and has checked that @owner holds the block; the state is checked again
@@ -63,7 +132,7 @@ static bool drop_ok(uint64_t st, const void *arg)
  * before the block became cached.
  */
 static enum drop drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id, uint32_t gen,
-                           bool any_gen, kvp_owner owner, uint64_t *st_out)
+                           bool any_gen, kvp_owner owner, uint64_t *st_out, struct cache_batch *cb)
 {
 	struct kvpi_prefix *pf = p->prefix;
 	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
@@ -71,7 +140,7 @@ static enum drop drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id
 	struct drop_arg arg = {gen, any_gen};
 	uint64_t seen;
 
-	uint64_t st = kvpi_pfx_lock(b, drop_ok, &arg, &seen);
+	uint64_t st = drop_lock(p, s, cb, b, &arg, &seen);
 	if (!st)
 		return D_STALE;
 	kvpi_pfx_bump(e);
@@ -87,6 +156,16 @@ static enum drop drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id
 		return D_KEPT;
 	}
 	int si = kvpi_pfx_si(p, st);
+	if ((st & KVPI_ST_PUBLISHED) && cb && !kvpi_pfx_flag(&e->listed)) {
+		/* Cached, and listed with the batch (cache_flush). */
+		uint32_t k = cb->n[si]++;
+		cb->ids[si][k] = id;
+		cb->st[si][k] = (st & ~(KVPI_ST_IN_USE | KVPI_ST_RAW)) | KVPI_ST_CACHED;
+		if (cb->n[si] == CACHE_BATCH)
+			cache_flush(p, s, cb, si);
+		*st_out = st;
+		return D_CACHED;
+	}
 	if (st & KVPI_ST_PUBLISHED) {
 		kvpi_note_freed(p, s, 1); /* before a match can take it again */
 		/* Still listed (a match took it from its list and left it
@@ -177,7 +256,7 @@ int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
 			continue;
 		}
 		if (st & KVPI_ST_RAW) {
-			enum drop d = drop_hold(p, s, id, gen, false, 0, &fst);
+			enum drop d = drop_hold(p, s, id, gen, false, 0, &fst, NULL);
 			note(p, s, &a, d, fst, id);
 			continue;
 		}
@@ -196,7 +275,7 @@ int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
 			a.stale++;
 			continue;
 		}
-		enum drop d = drop_hold(p, s, id, gen, false, owner, &fst);
+		enum drop d = drop_hold(p, s, id, gen, false, owner, &fst, NULL);
 		if (d != D_STALE) {
 			kvpi_pfx_oremove_at(r, (uint32_t)pos);
 			if (r->count == 0 && !r->registered)
@@ -228,7 +307,7 @@ int kvpi_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs
 		uint64_t fst = 0;
 		enum drop d = D_STALE;
 		if (pos >= 0)
-			d = drop_hold(p, s, id, KVP_REF_GEN(refs[i]), false, owner, &fst);
+			d = drop_hold(p, s, id, KVP_REF_GEN(refs[i]), false, owner, &fst, NULL);
 		if (d != D_STALE)
 			kvpi_pfx_oremove_at(r, (uint32_t)pos);
 		note(p, s, &a, d, fst, id);
@@ -247,6 +326,8 @@ int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	struct kvpi_poshard *sh = kvpi_pfx_oshard(pf, owner);
 	struct acc a;
+	struct cache_batch cb;
+	cb.n[0] = cb.n[1] = 0;
 	acc_init(&a);
 	pthread_mutex_lock(&sh->lock);
 	struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
@@ -262,9 +343,10 @@ int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 		if (id == KVPI_NO_ID)
 			continue;
 		uint64_t fst = 0;
-		enum drop d = drop_hold(p, s, id, 0, true, owner, &fst);
+		enum drop d = drop_hold(p, s, id, 0, true, owner, &fst, &cb);
 		note(p, s, &a, d, fst, id);
 	}
+	cache_flush_all(p, s, &cb);
 	kvpi_pfx_oremove(sh, r);
 	pthread_mutex_unlock(&sh->lock);
 	acc_finish(p, s, &a);

@@ -101,10 +101,14 @@
  *   owner shard mutex (prefix table) -> block lock bit -> LRU shard mutex
  *   owner shard mutex -> [leave read-side section] grow mutex (growth)
  *
- * A thread holds at most one block lock and one LRU mutex at a time.  An
- * evictor holding an LRU mutex only ever tries a block lock once.  That try
- * is a CAS that fails when the bit is set.  So the evictor never waits for
- * a block lock.
+ * A thread holds at most one LRU mutex at a time, and at most one block
+ * lock, with one exception: kvp_free_all keeps the blocks it makes cached
+ * locked until it lists them together (a batch, lib/prefix/prefix_free.c).
+ * A block in a batch has no holder left, and kvp_free_all flushes its
+ * batch before it waits for any other block lock.  So a thread that waits
+ * for a block lock holds no block lock.  An evictor holding an LRU mutex
+ * only ever tries a block lock once.  That try is a CAS that fails when
+ * the bit is set.  So the evictor never waits for a block lock.
  *
  * Synchronization:
  *
@@ -476,6 +480,10 @@ void kvpi_pfx_lru_init(struct kvpi_prefix *pf);
 void kvpi_pfx_lru_destroy(struct kvpi_prefix *pf);
 /* Put @id at the tail of the calling thread's list (block locked, on no list). */
 void kvpi_pfx_lru_insert(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int si, uint32_t id);
+/* kvpi_pfx_lru_insert for @n blocks (each locked, on no list), in order,
+ * under one take of the shard mutex. */
+void kvpi_pfx_lru_insert_many(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int si,
+                              const uint32_t *ids, uint32_t n);
 /* Take @id off its list if it is on one (block locked). */
 void kvpi_pfx_lru_unlink(struct kvpi_prefix *pf, int si, uint32_t id);
 uint64_t kvpi_pfx_n_cached(struct kvpi_prefix *pf, int si);

@@ -213,6 +213,25 @@ void kvpi_pfx_lru_insert(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int
 	pthread_mutex_unlock(&l->lock);
 }
 
+void kvpi_pfx_lru_insert_many(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int si,
+                              const uint32_t *ids, uint32_t n)
+{
+	if (n == 0)
+		return;
+	struct kvpi_plru *l = &pf->lru[si][kvpi_pfx_home(s)];
+	lru_lock(l);
+	/* One clock read: the later blocks take the next stamps, so the
+	 * list stays in strictly increasing order. */
+	append_locked(pf, l, ids[0]);
+	for (uint32_t i = 1; i < n; i++) {
+		struct kvpi_pside *e = kvpi_pfx_side(pf, ids[i]);
+		e->lru_seq = ++l->last_seq;
+		e->lru_shard = (uint32_t)(l - pf->lru[0]) % KVPI_PFX_LRU_SHARDS;
+		link_locked(pf, l, ids[i], l->tail, KVPI_NO_ID);
+	}
+	pthread_mutex_unlock(&l->lock);
+}
+
 void kvpi_pfx_lru_unlink(struct kvpi_prefix *pf, int si, uint32_t id)
 {
 	/* listed and lru_shard change only under the shard mutex and the
