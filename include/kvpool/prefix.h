@@ -28,7 +28,8 @@
  * ref from before it was cached is stale.
  *
  * Eviction.  kvp_allocate takes free blocks that are not cached first
- * (last-freed-first).  Only when those run out does it evict cached blocks,
+ * (last-freed-first; other threads' per-thread caches aside, see
+ * "Per-thread caches" below).  Only when those run out does it evict cached blocks,
  * least recently cached first.  Growth happens only when free and cached
  * blocks together cannot cover a request.  kvp_free_all (or kvp_free_owned
  * with several refs) may let go of an owner's published blocks.  They then
@@ -105,10 +106,16 @@
  *     milliseconds).  So blocks cached within one tick on different shards
  *     may be evicted in either order.
  *
- * Per-thread caches.  A pool with the prefix cache keeps no per-thread
- * magazines: thread_cache is ignored.  Every uncached free block is on its
- * stream's global stack.  So "uncached first" is exact across threads, and
- * an allocation that must evict never waits for other threads' caches.
+ * Per-thread caches.  Uncached free blocks sit in per-thread caches
+ * (thread_cache, as in a plain pool) and on the stream's global stack.  An
+ * allocation takes the uncached blocks of its own thread's cache and of
+ * the global stack before it evicts any cached block.  Blocks in other
+ * threads' caches may stay there meanwhile: up to thread_cache per thread
+ * and stream.  Set thread_cache to 0 for "uncached first" across all
+ * threads.  Exhaustion stays exact either way: before an allocation
+ * reports KVP_EEXHAUSTED, it empties every thread's cache into the global
+ * stack and tries again.  That emptying waits only for a thread inside an
+ * allocate or free call of its own, and such a call waits for nothing.
  *
  * Holders and kvp_block_get.  kvp_block_info.owner is the holder when
  * n_holders is 1.  With several holders it is one of the owners that held

@@ -68,3 +68,12 @@ void kvpi_drain_magazines(struct kvp_pool *p, int si, uint32_t want)
 			return;
 	}
 }
+
+void kvpi_drain_idle_magazines(struct kvp_pool *p, int si)
+{
+	kvpi_heavy_barrier(p);
+	/* seq_cst: as in kvpi_drain_magazines. */
+	for (struct kvpi_tslot *s = atomic_load_explicit(&p->slots, memory_order_seq_cst); s;
+	     s = s->next)
+		drain_one(p, si, &s->mag[si], false);
+}

@@ -128,8 +128,7 @@ static int get_blocks_starving(struct kvp_pool *p, struct kvpi_tslot *s, int si,
 	struct kvpi_freestack *fs = &p->fs[si];
 	int rc = KVP_EEXHAUSTED;
 
-	/* seq_cst: the store half of the Dekker pair (see lib/pool/magazine.h). */
-	atomic_fetch_add_explicit(&p->starving[si], 1, memory_order_seq_cst);
+	kvpi_starve_begin(p, si);
 	/* Enough idle magazines first; if the reservation still fails, a full
 	 * drain (waiting out busy owners) before any growth or exhaustion. */
 	kvpi_drain_magazines(p, si, k);
@@ -148,13 +147,13 @@ static int get_blocks_starving(struct kvp_pool *p, struct kvpi_tslot *s, int si,
 			kvpi_history_record(p);
 		pthread_mutex_unlock(&p->grow_lock);
 	}
-	/* release: nothing to publish; only lifts the bypass. */
-	atomic_fetch_sub_explicit(&p->starving[si], 1, memory_order_release);
+	kvpi_starve_end(p, si);
 	return rc;
 }
 
-int kvpi_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
-                    uint32_t k)
+/* kvpi_get_blocks_fast's body, inlined into kvpi_get_blocks. */
+static inline __attribute__((always_inline)) bool
+get_blocks_fast(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids, uint32_t k)
 {
 	struct kvpi_freestack *fs = &p->fs[si];
 
@@ -170,7 +169,7 @@ int kvpi_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_a
 						ids[i] = m->ids[cnt - 1 - i];
 				kvpi_mag_set_count(m, cnt - k);
 				kvpi_mag_leave(m);
-				return KVP_OK;
+				return true;
 			}
 			uint32_t need = k - cnt;
 			uint32_t got = kvpi_fs_reserve(fs, need, need + m->cap / 2);
@@ -188,15 +187,29 @@ int kvpi_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_a
 				}
 				kvpi_mag_set_count(m, extra);
 				kvpi_mag_leave(m);
-				return KVP_OK;
+				return true;
 			}
 			kvpi_mag_leave(m);
 		}
 	}
 	if (kvpi_fs_reserve(fs, k, k)) {
 		kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids, k);
-		return KVP_OK;
+		return true;
 	}
+	return false;
+}
+
+bool kvpi_get_blocks_fast(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
+                          uint32_t k)
+{
+	return get_blocks_fast(p, s, si, ids, k);
+}
+
+int kvpi_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
+                    uint32_t k)
+{
+	if (get_blocks_fast(p, s, si, ids, k))
+		return KVP_OK;
 	return get_blocks_starving(p, s, si, ids, k);
 }
 

@@ -187,6 +187,13 @@ void kvpi_raw_exclude(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_bloc
 /* lib/pool/pool_blocks.c: the block path. */
 int kvpi_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
                     uint32_t k);
+/*
+ * kvpi_get_blocks_fast - kvpi_get_blocks without its starving tail: @k
+ * blocks from the slot's magazine and the global stack, or false having
+ * taken nothing (no drain, no growth).
+ */
+bool kvpi_get_blocks_fast(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
+                          uint32_t k);
 void kvpi_put_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, const uint32_t *ids,
                      uint32_t k);
 void kvpi_put_chain(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t first, uint32_t last,
@@ -211,6 +218,28 @@ void kvpi_mag_release_room(struct kvpi_mag *m, uint32_t base, uint32_t k, bool t
  * reservable (idle magazines first), or all of them (@want 0).  The caller
  * has raised starving[si] (seq_cst). */
 void kvpi_drain_magazines(struct kvp_pool *p, int si, uint32_t want);
+/* kvpi_drain_magazines' first pass only: the magazines of threads outside
+ * a call, never waiting for one inside.  The caller has raised starving. */
+void kvpi_drain_idle_magazines(struct kvp_pool *p, int si);
+
+/*
+ * kvpi_starve_begin - raise stream @si's starving count: until the matching
+ * kvpi_starve_end, no thread enters its magazine of @si, so frees go to the
+ * global stack and, after kvpi_drain_magazines, every free block of @si is
+ * there or in transit to it (lib/pool/magazine.h).
+ */
+static inline void kvpi_starve_begin(struct kvp_pool *p, int si)
+{
+	/* seq_cst: the store half of the Dekker pair (lib/pool/magazine.h). */
+	atomic_fetch_add_explicit(&p->starving[si], 1, memory_order_seq_cst);
+}
+
+/** kvpi_starve_end - lower the count kvpi_starve_begin raised */
+static inline void kvpi_starve_end(struct kvp_pool *p, int si)
+{
+	/* release: nothing to publish; only lifts the bypass. */
+	atomic_fetch_sub_explicit(&p->starving[si], 1, memory_order_release);
+}
 
 /* lib/pool/pool_resize.c: growth (grow_lock held). */
 int kvpi_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvpi_u32_alias *ids);

@@ -77,12 +77,9 @@ int kvpi_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
 	/* The prefix layer grows the pool itself, after eviction. */
 	pf->grow = cfg->grow_on_exhaustion;
 	p->grow = false;
-	/* No per-thread magazines: in a warm cache nearly every free block is
-	 * cached, so most allocations evict, and "uncached blocks first" would
-	 * make each of them drain every thread's magazine (waiting for busy
-	 * ones).  Without magazines every uncached free block is on the global
-	 * stack: the order is exact and nothing waits. */
-	p->thread_cache = 0;
+	/* Per-thread magazines hold uncached free blocks, as in a plain pool;
+	 * an allocation that must evict drains them first
+	 * (kvpi_pfx_get_blocks), so "uncached first" holds across threads. */
 	kvpi_pfx_lru_init(pf);
 	if (kvpi_pfx_owners_init(pf) != 0 || kvpi_pfx_index_init(pf, cfg->n_blocks) != 0 ||
 	    kvpi_pfx_extend(pf, cfg->n_blocks) != 0)

@@ -12,6 +12,8 @@
  * commit and unclaim (lib/prefix/prefix_lru.c) and the prefix owner table
  * (lib/prefix/prefix_owner.c).  Lock order: lib/prefix/prefix_internal.h.
  */
+#include <time.h>
+
 #include "lib/prefix/prefix_internal.h"
 
 /* Hand out block @id, held exclusively (popped, evicted or grown); returns
@@ -93,9 +95,10 @@ static int get_blocks_once(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvp
 	_Atomic int64_t *pend = &pf->pend.n[si];
 	int rc = KVP_OK;
 	/*
-	 * A prefix pool has no per-thread magazines (kvpi_pfx_create), so every
-	 * uncached free block is on the stream's global stack: no drain, no
-	 * starving flag, no heavy barrier.  Whatever uncached blocks there
+	 * The caller flushed its own magazine, so the uncached free blocks
+	 * this thread may take are on the stream's global stack (all of them
+	 * once the magazines are drained: kvpi_pfx_get_blocks).  Whatever
+	 * uncached blocks there
 	 * are, then cached ones (evicted), then growth: all or nothing, and
 	 * nothing evicted unless the request is met.  The cached blocks are
 	 * claimed first and evicted only once the request is sure to be met:
@@ -170,8 +173,10 @@ static int get_blocks_once(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvp
 	return KVP_OK;
 }
 
-int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
-                        uint32_t k)
+/* The exhaustion loop: get_blocks_once until it succeeds, or until the
+ * blocks it lacked are gone at one instant (see "Exhaustion" above). */
+static int get_blocks_retry(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
+                            uint32_t k)
 {
 	struct kvpi_spin spin = {0};
 	for (;;) {
@@ -192,6 +197,79 @@ int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u
 			return KVP_EEXHAUSTED;
 		kvpi_spin_wait(&spin);
 	}
+}
+
+/* Move the calling thread's own cached free blocks of @si to the global
+ * stack, where get_blocks_once reserves them before it evicts.  Its own
+ * magazine: no barrier, and nothing to wait for. */
+static void flush_own(struct kvp_pool *p, struct kvpi_tslot *s, int si)
+{
+	if (!kvpi_use_magazine(p, s))
+		return;
+	struct kvpi_mag *m = &s->mag[si];
+	if (kvpi_mag_enter(p, m, si)) {
+		kvpi_mag_flush_all(p, si, m);
+		kvpi_mag_leave(m);
+	}
+}
+
+/* Whether this evicting allocation should drain the idle threads'
+ * magazines first: at most once per KVPI_PFX_IDLE_DRAIN_NS per stream. */
+static bool idle_drain_due(struct kvpi_prefix *pf, int si)
+{
+	struct timespec ts;
+#ifdef CLOCK_MONOTONIC_COARSE
+	if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0)
+		return false;
+#else
+	if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+		return false;
+#endif
+	uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	/* relaxed (both): a rate limit; the CAS picks one drainer per
+	 * period, and the drain orders itself (starving, heavy barrier). */
+	uint64_t last = atomic_load_explicit(&pf->idle_drain[si], memory_order_relaxed);
+	return now - last >= KVPI_PFX_IDLE_DRAIN_NS &&
+	       atomic_compare_exchange_strong_explicit(&pf->idle_drain[si], &last, now,
+	                                               memory_order_relaxed, memory_order_relaxed);
+}
+
+/*
+ * Uncached free blocks first.  The thread's own magazine and the global
+ * stack come first, with no wait: that is all a request needs while the
+ * cache has free room.  When they fall short, the thread's magazine goes to
+ * the global stack, and so do the idle threads' magazines (those of threads
+ * outside a call: at most once a millisecond per stream, since a drain is a
+ * heavy barrier); get_blocks_once then takes every uncached block there
+ * before it evicts.  Busy threads' magazines are not waited for before an
+ * eviction: in a warm cache nearly every allocation evicts, one block at a
+ * time while decoding, and a full drain before each made two threads
+ * slower than one (docs/PREFIX.md).  They are before a failure: an
+ * allocation reports KVP_EEXHAUSTED only after a try with the stream
+ * starving and every magazine drained, when the exhaustion rule above
+ * counts every free block.
+ */
+int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
+                        uint32_t k)
+{
+	if (kvpi_get_blocks_fast(p, s, si, ids, k))
+		return KVP_OK;
+	if (!p->thread_cache)
+		return get_blocks_retry(p, s, si, ids, k);
+	flush_own(p, s, si);
+	if (idle_drain_due(p->prefix, si)) {
+		kvpi_starve_begin(p, si);
+		kvpi_drain_idle_magazines(p, si);
+		kvpi_starve_end(p, si);
+	}
+	int rc = get_blocks_retry(p, s, si, ids, k);
+	if (rc != KVP_EEXHAUSTED)
+		return rc;
+	kvpi_starve_begin(p, si);
+	kvpi_drain_magazines(p, si, 0);
+	rc = get_blocks_retry(p, s, si, ids, k);
+	kvpi_starve_end(p, si);
+	return rc;
 }
 
 int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner owner,

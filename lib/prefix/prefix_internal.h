@@ -171,6 +171,9 @@
  * more than KVPI_PFX_LRU_WINDOW_NS earlier (lib/prefix/prefix_lru.c). */
 #define KVPI_PFX_GLOBAL_EVERY  8u
 #define KVPI_PFX_LRU_WINDOW_NS 50000000u
+/* An evicting allocation drains the idle threads' magazines first, at most
+ * once in this many nanoseconds per stream (lib/prefix/prefix_alloc.c). */
+#define KVPI_PFX_IDLE_DRAIN_NS 1000000u
 /* Side table: top level of KVPI_PFX_TOP entries, each a segment directory of
  * KVPI_PFX_MID segments of KVPI_SEG_BLOCKS entries (2^31 ids in all). */
 #define KVPI_PFX_MID_SHIFT 10u
@@ -282,6 +285,9 @@ struct kvpi_prefix {
 	bool grow;                 /* the pool's grow_on_exhaustion (the pool's own flag is off) */
 	_Atomic uint64_t resets;   /* KVPI_PFX_RESET_START above; read by every claim */
 	_Atomic uint64_t deferred; /* node batches waiting for a grace period */
+	/* Per stream: when an evicting allocation last drained the idle
+	 * threads' magazines (coarse monotonic ns; kvpi_pfx_get_blocks). */
+	_Atomic uint64_t idle_drain[2];
 	/* Index nodes (lib/prefix/prefix_nodes.c): batches past their grace
 	 * period, and every slab made. */
 	_Atomic(struct kvpi_pnode *) ready __attribute__((aligned(64)));
