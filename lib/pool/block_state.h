@@ -45,6 +45,32 @@ static inline uint64_t kvpi_freed_state(uint64_t st)
 	return st & ~(KVPI_ST_IN_USE | KVPI_ST_RAW | KVPI_ST_USED_MASK);
 }
 
+/* The generation a block whose state word is @old takes when it is handed
+ * out again: one more, skipping 0 ("never handed out"). */
+static inline uint32_t kvpi_next_gen(uint64_t old)
+{
+	uint32_t gen = kvpi_st_gen(old) + 1;
+	if (gen == 0)
+		gen = 1;
+	return gen;
+}
+
+/*
+ * kvpi_stamp_publish - the last two stores of a hand-out: the owner, then
+ * the new state word @st.  The caller holds the block exclusively.
+ */
+static inline __attribute__((always_inline)) void kvpi_stamp_publish(struct kvpi_block *b,
+                                                                     kvp_owner owner, uint64_t st)
+{
+	/* release: a kvp_block_get that reads this owner (then fences) cannot
+	 * read a state word from before the free that preceded this hand-out;
+	 * free on x86. */
+	atomic_store_explicit(&b->owner, owner, memory_order_release);
+	/* release: kvp_block_get's acquire load of the state then sees the
+	 * owner written above, and whatever the caller wrote before. */
+	atomic_store_explicit(&b->state, st, memory_order_release);
+}
+
 /* Stamp a popped block as handed out; returns its new generation.  Sets
  * *reused when the block had been handed out before. */
 static inline __attribute__((always_inline)) uint32_t
@@ -57,12 +83,9 @@ kvpi_stamp_block(struct kvpi_block *b, uint32_t used, uint64_t flags, kvp_owner 
 	if (gen == 0)
 		gen = 1; /* generation 0 means "never handed out" */
 	*reused = (old & KVPI_ST_EVER) != 0;
-	/* release: a kvp_block_get that reads this owner (then fences) cannot
-	 * read a state word from before the free that preceded this hand-out;
-	 * free on x86. */
+	/* release (both): as in kvpi_stamp_publish, written out here: the
+	 * one-block fast paths' code is laid out around these two stores. */
 	atomic_store_explicit(&b->owner, owner, memory_order_release);
-	/* release: kvp_block_get's acquire load of the state then sees the
-	 * owner written above. */
 	atomic_store_explicit(&b->state,
 	                      kvpi_st_make(gen, used, KVPI_ST_IN_USE | KVPI_ST_EVER | flags,
 	                                   kvpi_st_stream(old), (uint32_t)format),

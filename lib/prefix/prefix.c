@@ -203,12 +203,8 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 
 	kvpi_rcu_read_lock();
 	pthread_mutex_lock(&sh->lock);
-	struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
-	bool made = false;
-	if (!r) {
-		r = kvpi_pfx_oinsert(sh, owner);
-		made = true;
-	}
+	bool made;
+	struct kvpi_porec *r = kvpi_pfx_oget(sh, owner, &made);
 	if (!r || kvpi_pfx_oreserve(pf, r, (uint32_t)n_keys) != 0) {
 		if (r && made)
 			kvpi_pfx_oremove(sh, r);

@@ -14,6 +14,7 @@
  */
 #include <time.h>
 
+#include "lib/pool/block_state.h"
 #include "lib/prefix/prefix_internal.h"
 
 /* Hand out block @id, held exclusively (popped, evicted or grown); returns
@@ -25,9 +26,7 @@ static uint32_t stamp(struct kvp_pool *p, uint32_t id, uint32_t used, uint64_t f
 	struct kvpi_pside *e = kvpi_pfx_side(p->prefix, id);
 	/* relaxed: we hold the block exclusively. */
 	uint64_t old = atomic_load_explicit(&b->state, memory_order_relaxed);
-	uint32_t gen = kvpi_st_gen(old) + 1;
-	if (gen == 0)
-		gen = 1;
+	uint32_t gen = kvpi_next_gen(old);
 	*reused = (old & KVPI_ST_EVER) != 0;
 	/* A fresh hand-out: the rows of earlier ones are not this holder's
 	 * (kvpool/storage.h).  release: kvpi_block_get_epoch reads it with no
@@ -37,13 +36,9 @@ static uint32_t stamp(struct kvp_pool *p, uint32_t id, uint32_t used, uint64_t f
 	/* relaxed: published by the release store of the state below. */
 	atomic_store_explicit(&e->holders, 1, memory_order_relaxed);
 	atomic_store_explicit(&e->owner_xor, owner, memory_order_relaxed);
-	/* release: as in the plain pool (kvp_block_get's seqlock). */
-	atomic_store_explicit(&b->owner, owner, memory_order_release);
-	/* release: readers that acquire the state see the fields above. */
-	atomic_store_explicit(&b->state,
-	                      kvpi_st_make(gen, used, KVPI_ST_IN_USE | KVPI_ST_EVER | flags,
-	                                   kvpi_st_stream(old), (uint32_t)format),
-	                      memory_order_release);
+	kvpi_stamp_publish(b, owner,
+	                   kvpi_st_make(gen, used, KVPI_ST_IN_USE | KVPI_ST_EVER | flags,
+	                                kvpi_st_stream(old), (uint32_t)format));
 	return gen;
 }
 
@@ -284,12 +279,8 @@ int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner o
 	kvpi_rcu_read_lock();
 	/* The owner's shard mutex for the whole call, as in the plain pool. */
 	pthread_mutex_lock(&sh->lock);
-	struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
-	bool made = false;
-	if (!r) {
-		r = kvpi_pfx_oinsert(sh, owner);
-		made = true;
-	}
+	bool made;
+	struct kvpi_porec *r = kvpi_pfx_oget(sh, owner, &made);
 	int rc = KVP_ENOMEM;
 	if (r && kvpi_pfx_oreserve(pf, r, nb) == 0)
 		rc = kvpi_pfx_get_blocks(p, s, si, ids, nb);

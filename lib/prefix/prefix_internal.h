@@ -535,6 +535,8 @@ struct kvpi_poshard *kvpi_pfx_oshard(struct kvpi_prefix *pf, kvp_owner key);
 struct kvpi_porec *kvpi_pfx_ofind(struct kvpi_poshard *sh, kvp_owner key);
 struct kvpi_porec *kvpi_pfx_oinsert(struct kvpi_poshard *sh, kvp_owner key);
 void kvpi_pfx_oremove(struct kvpi_poshard *sh, struct kvpi_porec *r);
+/* @key's record, made if it has none (*@made then true); NULL: no memory. */
+struct kvpi_porec *kvpi_pfx_oget(struct kvpi_poshard *sh, kvp_owner key, bool *made);
 /* Room for @extra more ids in @r (compacting first); 0 or -1 (no memory). */
 int kvpi_pfx_oreserve(struct kvpi_prefix *pf, struct kvpi_porec *r, uint32_t extra);
 /* Append @id (room reserved). */

@@ -213,3 +213,10 @@ void kvpi_pfx_oremove_at(struct kvpi_porec *r, uint32_t pos)
 	while (r->len && r->ids[r->len - 1] == KVPI_NO_ID)
 		r->len--;
 }
+
+struct kvpi_porec *kvpi_pfx_oget(struct kvpi_poshard *sh, kvp_owner key, bool *made)
+{
+	struct kvpi_porec *r = kvpi_pfx_ofind(sh, key);
+	*made = r == NULL;
+	return r ? r : kvpi_pfx_oinsert(sh, key);
+}
