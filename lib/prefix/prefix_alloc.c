@@ -249,21 +249,27 @@ int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u
 {
 	if (kvpi_get_blocks_fast(p, s, si, ids, k))
 		return KVP_OK;
-	if (!p->thread_cache)
-		return get_blocks_retry(p, s, si, ids, k);
-	flush_own(p, s, si);
-	if (idle_drain_due(p->prefix, si)) {
-		kvpi_starve_begin(p, si);
-		kvpi_drain_idle_magazines(p, si);
-		kvpi_starve_end(p, si);
+	/* Claims and evictions touch the index: in a read-side section. */
+	kvpi_rcu_read_lock();
+	int rc;
+	if (!p->thread_cache) {
+		rc = get_blocks_retry(p, s, si, ids, k);
+	} else {
+		flush_own(p, s, si);
+		if (idle_drain_due(p->prefix, si)) {
+			kvpi_starve_begin(p, si);
+			kvpi_drain_idle_magazines(p, si);
+			kvpi_starve_end(p, si);
+		}
+		rc = get_blocks_retry(p, s, si, ids, k);
+		if (rc == KVP_EEXHAUSTED) {
+			kvpi_starve_begin(p, si);
+			kvpi_drain_magazines(p, si, 0);
+			rc = get_blocks_retry(p, s, si, ids, k);
+			kvpi_starve_end(p, si);
+		}
 	}
-	int rc = get_blocks_retry(p, s, si, ids, k);
-	if (rc != KVP_EEXHAUSTED)
-		return rc;
-	kvpi_starve_begin(p, si);
-	kvpi_drain_magazines(p, si, 0);
-	rc = get_blocks_retry(p, s, si, ids, k);
-	kvpi_starve_end(p, si);
+	kvpi_rcu_read_unlock();
 	return rc;
 }
 
@@ -276,7 +282,6 @@ int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner o
 	kvpi_u32_alias *ids = (kvpi_u32_alias *)refs;
 	uint32_t bs = p->block_size;
 
-	kvpi_rcu_read_lock();
 	/* The owner's shard mutex for the whole call, as in the plain pool. */
 	pthread_mutex_lock(&sh->lock);
 	bool made;
@@ -288,7 +293,6 @@ int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner o
 		if (r && made)
 			kvpi_pfx_oremove(sh, r);
 		pthread_mutex_unlock(&sh->lock);
-		kvpi_rcu_read_unlock();
 		return kvpi_fail_call(p, s, rc);
 	}
 	uint64_t reused = 0;
@@ -312,7 +316,6 @@ int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner o
 	kvpi_ctr_add(s, KVPI_C_REUSED, reused);
 	kvpi_ctr_add(s, KVPI_C_NOT_FULL, last_used < bs);
 	kvpi_account_in_use(p, s, nb);
-	kvpi_rcu_read_unlock();
 	kvpi_end_call(p, s, true);
 	return KVP_OK;
 }
@@ -321,18 +324,14 @@ int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref 
 {
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	uint32_t id;
-	kvpi_rcu_read_lock();
 	int rc = kvpi_pfx_get_blocks(p, s, si, &id, 1);
-	if (rc != KVP_OK) {
-		kvpi_rcu_read_unlock();
+	if (rc != KVP_OK)
 		return kvpi_fail_call(p, s, rc);
-	}
 	bool re;
 	uint32_t gen = stamp(p, id, p->block_size, KVPI_ST_RAW, 0, format, &re);
 	kvpi_ctr_add(s, KVPI_C_ALLOCS, 1);
 	kvpi_ctr_add(s, KVPI_C_REUSED, re);
 	kvpi_account_in_use(p, s, 1);
-	kvpi_rcu_read_unlock();
 	kvpi_end_call(p, s, true);
 	*out = KVP_MAKE_REF(id, gen);
 	return KVP_OK;
