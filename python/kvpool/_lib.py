@@ -254,6 +254,10 @@ PROTOTYPES = {
         [c_void_p, c_int, c_int, P(HashC), c_size_t, c_uint64, c_uint64_p, c_size_t, P(c_size_t)],
     ),
     "kvp_prefix_publish": (c_int, [c_void_p, c_uint64, HashC]),
+    "kvp_prefix_publish_many": (
+        c_int,
+        [c_void_p, c_uint64_p, P(HashC), c_size_t, P(c_int), P(c_size_t)],
+    ),
     "kvp_free_owned": (c_int, [c_void_p, c_uint64, c_uint64_p, c_size_t]),
     "kvp_prefix_reset": (c_size_t, [c_void_p]),
     # storage.h

@@ -93,7 +93,8 @@ class PoolConfig:
         library's default, 0 none.  (Added to the compatible API.)
     history_len: snapshots kept in ``pool.history``.  (Added to the compatible API.)
     prefix_cache: blocks shared by content across requests (kvpool/prefix.h):
-        ``publish``, ``match_prefix``, ``free_owned``, ``reset_prefix_cache``.
+        ``publish``, ``publish_many``, ``match_prefix``, ``free_owned``,
+        ``reset_prefix_cache``.
         Off by default; the pool then behaves exactly as without it.
 
     Bad values raise ValueError (InvalidArgumentError), values of the wrong
@@ -569,6 +570,36 @@ class BlockPoolAllocator:
         k = key_to_c(key)
         with self._handle.use() as p:
             check(fn.kvp_prefix_publish(p, refs[0], k), f"publish block {block.block_id}")
+
+    def publish_many(self, blocks: Iterable[Block], keys) -> list:
+        """``publish`` for many blocks in one call: ``keys[i]`` is the key of
+        ``blocks[i]``.  Each block is published or not on its own, in order.
+        Returns one bool per block: True when it was published, False when
+        another block of its stream already had the key (it stays
+        unpublished; within the batch the first block with a key wins).
+        Every block is tried; then, if any failed for another reason, the
+        first such failure is raised (NotFoundError for a stale handle,
+        ValueError for a block free, not full or already published).  Raises
+        ValueError, publishing nothing, when the lengths differ or the pool
+        has no prefix cache."""
+        blocks = list(blocks)
+        ks = [key_to_c(k, f"keys[{i}]") for i, k in enumerate(keys)]
+        if len(ks) != len(blocks):
+            raise ValueError(f"publish_many: {len(blocks)} blocks but {len(ks)} keys")
+        n = len(blocks)
+        if n == 0:
+            return []
+        refs, _ = self._refs(blocks)
+        arr = (_lib.HashC * n)(*ks)
+        status = (ctypes.c_int * n)()
+        done = ctypes.c_size_t()
+        with self._handle.use() as p:
+            check(fn.kvp_prefix_publish_many(p, refs, arr, n, status, ctypes.byref(done)),
+                  "publish_many")
+        for i in range(n):
+            if status[i] not in (0, _lib.KVP_EEXIST):
+                check(status[i], f"publish_many: block {blocks[i].block_id} (keys[{i}])")
+        return [status[i] == 0 for i in range(n)]
 
     def free_owned(self, owner: int, blocks: Iterable[Block]) -> None:
         """Drop ``owner``'s hold on each block; a block whose last hold goes is

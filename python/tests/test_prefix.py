@@ -319,3 +319,24 @@ def test_a_reset_leaves_a_holders_rows_unchanged(make_pool):
         pool.free_all(2)
     finally:
         st.close()
+
+
+def test_publish_many_publishes_each_block_as_publish_would(make_pool):
+    pool = make_pool(block_size=4, n_blocks=32, prefix_cache=True)
+    keys = chain(4)
+    blocks = pool.allocate("k", 16, owner=1)
+    (other,) = pool.allocate("k", 4, owner=2)
+    pool.publish(other, keys[2])  # keys[2] is taken before the batch
+    # keys[1] twice in the batch: the first block wins.
+    got = pool.publish_many(blocks, [keys[0], keys[1], keys[2], keys[1]])
+    assert got == [True, True, False, False]
+    assert [b.published for b in blocks] == [True, True, False, False]
+    assert pool.match_prefix("k", keys[:2], owner=3) == blocks[:2]
+    assert pool.publish_many([], []) == []
+    with pytest.raises(ValueError):
+        pool.publish_many(blocks[2:], keys[:1])  # lengths differ
+    # A failure other than a taken key is raised after the batch was tried.
+    (part,) = pool.allocate("k", 3, owner=4)
+    with pytest.raises(InvalidArgumentError):
+        pool.publish_many([part, blocks[3]], [chain(1, base=9)[0], keys[3]])
+    assert blocks[3].published and not part.published
