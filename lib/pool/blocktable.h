@@ -170,23 +170,6 @@ kvpi_bt_block_at(struct kvpi_blocktable *bt, struct kvpi_block *seg0, uint32_t n
 	return __builtin_expect(id < n0, 1) ? &seg0[id] : kvpi_bt_block_slow(bt, id);
 }
 
-/*
- * kvpi_bt_block_in - kvpi_bt_block_at with the later segments' lookup
- * inline, for loops that make no other call: with no call in the loop its
- * values can live in the caller-saved registers.
- */
-static inline __attribute__((always_inline)) struct kvpi_block *
-kvpi_bt_block_in(struct kvpi_blocktable *bt, struct kvpi_block *seg0, uint32_t n0, uint32_t id)
-{
-	if (__builtin_expect(id < n0, 1))
-		return &seg0[id];
-	uint32_t i = id - n0;
-	/* relaxed: as in kvpi_bt_block. */
-	struct kvpi_block *s = atomic_load_explicit(&bt->seg[kvpi_seg_of(i, KVPI_BT_BASE_SHIFT)],
-	                                            memory_order_relaxed);
-	return &s[kvpi_seg_off(i, KVPI_BT_BASE_SHIFT)];
-}
-
 /**
  * kvpi_bt_init - a table with segment 0 of @n0 blocks (contents undefined:
  * the caller initialises every block it creates).  Returns 0 or -1 (no memory).

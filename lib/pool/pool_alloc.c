@@ -84,7 +84,7 @@ static uint64_t hand_out(struct kvp_pool *p, struct kvpi_orec *r, kvp_ref *refs,
 	uint32_t first = ids[0];
 
 	if (nb == 1) {
-		struct kvpi_block *b = kvpi_bt_block_in(bt, seg0, n0, first);
+		struct kvpi_block *b = kvpi_bt_block(bt, first);
 		uint32_t gen = stamp_fast(b, kvpi_st_with_used(full, n_tokens), owner, &reused);
 		kvpi_orec_append_b(r, bt, first, b);
 		refs[0] = KVP_MAKE_REF(first, gen);
@@ -98,7 +98,7 @@ static uint64_t hand_out(struct kvp_pool *p, struct kvpi_orec *r, kvp_ref *refs,
 	/* The first block, then the middle ones: each reads its id and both
 	 * neighbours from the ids array, so no value is carried from one
 	 * step to the next (fewer registers live across the loop). */
-	struct kvpi_block *b = kvpi_bt_block_in(bt, seg0, n0, first);
+	struct kvpi_block *b = kvpi_bt_block(bt, first);
 	uint32_t gen = stamp_fast(b, full, owner, &reused);
 	b->own_prev = prev;
 	b->own_next = ids[1];
@@ -123,7 +123,7 @@ static uint64_t hand_out(struct kvp_pool *p, struct kvpi_orec *r, kvp_ref *refs,
 		refs[i] = KVP_MAKE_REF(id, gen);
 	}
 	uint32_t id = ids[nb - 1];
-	b = kvpi_bt_block_in(bt, seg0, n0, id);
+	b = kvpi_bt_block(bt, id);
 	gen = stamp_fast(b, kvpi_st_with_used(full, n_tokens - (nb - 1) * bs), owner, &reused);
 	b->own_prev = ids[nb - 2];
 	b->own_next = KVPI_NO_ID;
