@@ -65,9 +65,9 @@ static void side_destroy(struct kvpi_prefix *pf)
 
 int kvpi_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
 {
-	/* Before anything that could make liburcu start a thread (the index's
-	 * cds_lfht resize worker, the call_rcu worker): if no thread can be
-	 * made, fail here, with nothing made, instead of liburcu aborting. */
+	/* Before anything that could make liburcu start a thread (its
+	 * call_rcu worker): if no thread can be made, fail here, with
+	 * nothing made, instead of liburcu aborting. */
 	if (kvpi_rcu_start_threads() != 0)
 		return -1;
 	struct kvpi_prefix *pf = kvpi_sys_calloc(1, sizeof(*pf), 64);
@@ -92,8 +92,10 @@ void kvpi_pfx_destroy(struct kvp_pool *p)
 	struct kvpi_prefix *pf = p->prefix;
 	if (!pf)
 		return;
-	kvpi_pfx_index_destroy(pf);
+	/* Nodes first: it waits for the retired nodes' and tables' grace
+	 * periods, whose callbacks write to the index's shards. */
 	kvpi_pfx_nodes_destroy(pf);
+	kvpi_pfx_index_destroy(pf);
 	side_destroy(pf);
 	kvpi_pfx_owners_destroy(pf);
 	kvpi_pfx_lru_destroy(pf);
@@ -289,11 +291,15 @@ static int publish_one(struct kvp_pool *p, struct kvpi_tslot *s, kvp_ref ref, kv
 		n->id = id;
 		n->stream = kvpi_st_stream(st);
 		/* Matchers that find the node wait for our lock, then check pub. */
-		if (kvpi_pfx_index_add(pf, n)) {
+		struct kvpi_pnode *had;
+		uint64_t h = kvpi_pfx_index_hash(&key, n->stream);
+		rc = kvpi_pfx_index_add(pf, n, h, &had);
+		if (rc != KVP_OK) {
 			kvpi_pfx_node_put(s, n); /* never in the index: reusable at once */
-			rc = KVP_EEXIST;
 		} else {
-			kvpi_pfx_side(pf, id)->pub = n;
+			struct kvpi_pside *e = kvpi_pfx_side(pf, id);
+			e->pub = n;
+			e->pub_h = h;
 			st |= KVPI_ST_PUBLISHED;
 		}
 	}
@@ -316,8 +322,20 @@ int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
 /* Blocks published in one read-side section: a long batch lets grace
  * periods (and so node reuse) through between sections. */
 #define PUBLISH_SECTION 64u
-/* How far ahead a batch publish brings blocks into the cache. */
-#define PUBLISH_AHEAD 4u
+/* How far ahead a batch publish brings blocks into the cache, and their
+ * index slots (which need the block's stream, so come later). */
+#define PUBLISH_AHEAD 8u
+#define SLOT_AHEAD    4u
+
+/* Bring the home index slot of @ref's block under @key into the cache: a
+ * hint, read from the block's state word (fetched PUBLISH_AHEAD before). */
+static void prefetch_slot(struct kvp_pool *p, kvp_ref ref, const kvp_hash *key)
+{
+	/* relaxed: only the stream bits are used, as a hint. */
+	uint64_t st = atomic_load_explicit(&kvpi_bt_block(&p->bt, KVP_REF_ID(ref))->state,
+	                                   memory_order_relaxed);
+	kvpi_pfx_index_prefetch(p->prefix, kvpi_pfx_index_hash(key, kvpi_st_stream(st)));
+}
 
 int kvp_prefix_publish_many(kvp_pool *p, const kvp_ref *refs, const kvp_hash *keys, size_t n,
                             int *status, size_t *n_published)
@@ -338,6 +356,8 @@ int kvp_prefix_publish_many(kvp_pool *p, const kvp_ref *refs, const kvp_hash *ke
 		}
 		if (i + PUBLISH_AHEAD < n && KVP_REF_ID(refs[i + PUBLISH_AHEAD]) < n_ids)
 			kvpi_pfx_prefetch(p, KVP_REF_ID(refs[i + PUBLISH_AHEAD]));
+		if (i + SLOT_AHEAD < n && KVP_REF_ID(refs[i + SLOT_AHEAD]) < n_ids)
+			prefetch_slot(p, refs[i + SLOT_AHEAD], &keys[i + SLOT_AHEAD]);
 		int r = publish_one(p, s, refs[i], keys[i]);
 		if (status)
 			status[i] = r;

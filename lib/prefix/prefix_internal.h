@@ -186,11 +186,7 @@ struct kvpi_prefix;
 
 /* One published key: a node of the index, owned by one block. */
 struct kvpi_pnode {
-	struct cds_lfht_node_room {
-		void *next;
-		unsigned long reverse_hash;
-	} node; /* a struct cds_lfht_node (lib/prefix/prefix_index.c checks the size) */
-	/* What a lookup reads, in the node's first cache line with the link. */
+	/* What a lookup reads, at the start of the node's cache line. */
 	kvp_hash key;
 	uint32_t id;
 	uint32_t stream;        /* stream tag (kvpi_stream_tag) */
@@ -224,6 +220,7 @@ struct kvpi_pside {
 	_Atomic uint32_t epoch;
 	_Atomic uint64_t owner_xor;
 	struct kvpi_pnode *pub; /* the node the block is published under, or NULL */
+	uint64_t pub_h;         /* its key's index hash (kvpi_pfx_index_hash) */
 	uint64_t lru_seq;
 	uint32_t lru_prev, lru_next;
 	uint32_t lru_shard; /* the list it is on (while listed) */
@@ -280,11 +277,24 @@ struct kvpi_poshard {
  * low half those running. */
 #define KVPI_PFX_RESET_START ((1ull << 32) + 1)
 
+/* The key index (lib/prefix/prefix_index.c): one shard of it. */
+#define KVPI_PIDX_SHARDS 64u
+struct kvpi_ptab;
+struct kvpi_pshard {
+	pthread_mutex_t lock;              /* writers: add, delete, rebuild */
+	_Atomic(struct kvpi_ptab *) tab;   /* stored under lock (release); read by lookups */
+	_Atomic(struct kvpi_ptab *) spare; /* a retired table past its grace period */
+	uint32_t live;                     /* keys in tab (lock) */
+	uint32_t used;                     /* keys and tombstones in tab (lock) */
+	uint32_t min_slots;                /* tab's first size */
+	bool inited;                       /* lock initialised */
+} __attribute__((aligned(64)));
+
 struct kvpi_prefix {
-	struct cds_lfht *ht;
+	struct kvpi_pshard idx[KVPI_PIDX_SHARDS];
 	bool grow;                 /* the pool's grow_on_exhaustion (the pool's own flag is off) */
 	_Atomic uint64_t resets;   /* KVPI_PFX_RESET_START above; read by every claim */
-	_Atomic uint64_t deferred; /* node batches waiting for a grace period */
+	_Atomic uint64_t deferred; /* node batches and index tables waiting for a grace period */
 	/* Per stream: when an evicting allocation last drained the idle
 	 * threads' magazines (coarse monotonic ns; kvpi_pfx_get_blocks). */
 	_Atomic uint64_t idle_drain[2];
@@ -456,15 +466,31 @@ void kvpi_pfx_destroy(struct kvp_pool *p);
 /* Side entries for ids below @n_ids; grow mutex held (or creation).  0 or -1. */
 int kvpi_pfx_extend(struct kvpi_prefix *pf, uint32_t n_ids);
 
-/* lib/prefix/prefix_index.c: the key index.  All in a read-side section. */
+/* lib/prefix/prefix_index.c: the key index.  All in a read-side section;
+ * kvpi_pfx_index_destroy after kvpi_pfx_nodes_destroy. */
 int kvpi_pfx_index_init(struct kvpi_prefix *pf, uint32_t n_blocks);
 void kvpi_pfx_index_destroy(struct kvpi_prefix *pf);
 struct kvpi_pnode *kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream,
                                          const kvp_hash *key);
-/* Add @n; returns NULL, or the node already published under its key. */
-struct kvpi_pnode *kvpi_pfx_index_add(struct kvpi_prefix *pf, struct kvpi_pnode *n);
-/* Delete @n (block locked or EVICTING); retired to a grace period by @s's thread. */
-void kvpi_pfx_index_del(struct kvpi_prefix *pf, struct kvpi_tslot *s, struct kvpi_pnode *n);
+/* The index hash of (@stream, @key): a pure function. */
+static inline uint64_t kvpi_pfx_index_hash(const kvp_hash *key, uint32_t stream)
+{
+	/* The key is a cryptographic hash already: fold it, and set the
+	 * streams apart. */
+	uint64_t h = key->lo ^ (key->hi * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)stream << 61);
+	return h ^ (h >> 29);
+}
+/* Bring the home slot of hash @h into the cache (a hint; no effect else). */
+void kvpi_pfx_index_prefetch(struct kvpi_prefix *pf, uint64_t h);
+/* Add @n, whose key hashes to @h: KVP_OK; KVP_EEXIST with *@had the node
+ * already published under its key; or KVP_ENOMEM (its shard is full and
+ * could not grow). */
+int kvpi_pfx_index_add(struct kvpi_prefix *pf, struct kvpi_pnode *n, uint64_t h,
+                       struct kvpi_pnode **had);
+/* Delete @n, whose key hashes to @h (block locked or EVICTING); retired to
+ * a grace period by @s's thread. */
+void kvpi_pfx_index_del(struct kvpi_prefix *pf, struct kvpi_tslot *s, struct kvpi_pnode *n,
+                        uint64_t h);
 /* Call @fn on every node in the index (read-side section; @fn may delete it). */
 void kvpi_pfx_index_each(struct kvpi_prefix *pf, void (*fn)(struct kvpi_pnode *n, void *arg),
                          void *arg);
@@ -478,7 +504,7 @@ struct kvpi_pnode *kvpi_pfx_node_get(struct kvpi_prefix *pf, struct kvpi_tslot *
 void kvpi_pfx_node_put(struct kvpi_tslot *s, struct kvpi_pnode *n);
 /* A node deleted from the index (in a read-side section): reusable after a grace period. */
 void kvpi_pfx_node_retire(struct kvpi_prefix *pf, struct kvpi_tslot *s, struct kvpi_pnode *n);
-/* Wait for retired batches in flight and free every node (index destroyed). */
+/* Wait for retired node batches and index tables in flight; free every node. */
 void kvpi_pfx_nodes_destroy(struct kvpi_prefix *pf);
 
 /* lib/prefix/prefix_lru.c: LRU lists of cached blocks. */

@@ -406,11 +406,23 @@ void kvpi_pfx_commit(struct kvp_pool *p, struct kvpi_tslot *s, int si, const uin
 	kvpi_pfx_count_one(p->prefix, si, -(int64_t)n);
 }
 
+/* How far ahead an eviction brings side entries into the cache. */
+#define COMMIT_AHEAD 8u
+
 void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvpi_tslot *s, const uint32_t *ids,
                                uint32_t n)
 {
 	struct kvpi_prefix *pf = p->prefix;
 	for (uint32_t i = 0; i < n; i++) {
+		/* The side entries ahead, then the index slots their keys
+		 * name (EVICTING: ours, read with no lock). */
+		if (i + COMMIT_AHEAD < n)
+			kvpi_pfx_prefetch(p, ids[i + COMMIT_AHEAD]);
+		if (i + COMMIT_AHEAD / 2 < n) {
+			struct kvpi_pside *e = kvpi_pfx_side(pf, ids[i + COMMIT_AHEAD / 2]);
+			if (e->pub)
+				kvpi_pfx_index_prefetch(pf, e->pub_h);
+		}
 		struct kvpi_block *b = kvpi_bt_block(&p->bt, ids[i]);
 		/* We own the block (EVICTING): no match can lock it, and a
 		 * matcher that found the old node sees EVICTING, then free. */

@@ -121,6 +121,8 @@ struct kvpi_pnode *kvpi_pfx_node_get(struct kvpi_prefix *pf, struct kvpi_tslot *
 	} else {
 		s->pfx_nodes = n->batch_next;
 	}
+	/* The next publish fills the next node: bring its line in now. */
+	__builtin_prefetch(s->pfx_nodes, 1);
 	return n;
 }
 
