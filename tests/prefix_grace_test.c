@@ -43,11 +43,10 @@ static kvp_hash key_of(uint64_t i)
 	return (kvp_hash){i * 0x9e3779b97f4a7c15ull + 3, i ^ 0x77u};
 }
 
-struct kvpi_pnode *__wrap_kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream,
-                                                const kvp_hash *key)
+uint32_t __wrap_kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key)
 {
-	struct kvpi_pnode *n = __real_kvpi_pfx_index_lookup(pf, stream, key);
-	if (stall && n) {
+	uint32_t n = __real_kvpi_pfx_index_lookup(pf, stream, key);
+	if (stall && n != UINT32_MAX) {
 		stall = false;
 		atomic_store(&phase, 1);
 		while (atomic_load(&phase) != 2)

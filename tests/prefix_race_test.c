@@ -66,10 +66,9 @@ bool __wrap_kvpi_pfx_cas(struct kvpi_block *b, uint64_t st, uint64_t nst)
 }
 
 /* A lookup, then a pause now and then before its block is locked. */
-struct kvpi_pnode *__wrap_kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream,
-                                                const kvp_hash *key)
+uint32_t __wrap_kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key)
 {
-	struct kvpi_pnode *n = __real_kvpi_pfx_index_lookup(pf, stream, key);
+	uint32_t n = __real_kvpi_pfx_index_lookup(pf, stream, key);
 	if (tu_rand(&wrap_rng) % 4 == 0)
 		sched_yield();
 	return n;

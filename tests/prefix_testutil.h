@@ -65,15 +65,12 @@ static inline uint64_t tpx_seed(void)
 }
 
 struct kvpi_prefix;
-struct kvpi_pnode;
 struct kvpi_block;
 struct kvpi_tslot;
 
 /* The key index's lookup (lib/prefix/prefix_index.c). */
-struct kvpi_pnode *__real_kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream,
-                                                const kvp_hash *key);
-struct kvpi_pnode *__wrap_kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream,
-                                                const kvp_hash *key);
+uint32_t __real_kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key);
+uint32_t __wrap_kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key);
 /* Every CAS on a block's state word (lib/prefix/prefix_cas.c). */
 bool __real_kvpi_pfx_cas(struct kvpi_block *b, uint64_t st, uint64_t nst);
 bool __wrap_kvpi_pfx_cas(struct kvpi_block *b, uint64_t st, uint64_t nst);

@@ -69,11 +69,10 @@ static void wait_phase(int ph)
 		sched_yield();
 }
 
-struct kvpi_pnode *__wrap_kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream,
-                                                const kvp_hash *key)
+uint32_t __wrap_kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key)
 {
-	struct kvpi_pnode *n = __real_kvpi_pfx_index_lookup(pf, stream, key);
-	if (stall_lookup && n) {
+	uint32_t n = __real_kvpi_pfx_index_lookup(pf, stream, key);
+	if (stall_lookup && n != UINT32_MAX) {
 		stall_lookup = false;
 		atomic_store(&m_phase, 1);
 		wait_phase(2);

@@ -25,8 +25,6 @@
 
 #include "lib/pool/owner.h"
 
-struct kvpi_pnode; /* the prefix cache's index node (lib/prefix) */
-
 struct kvpi_mag {
 	_Atomic uintptr_t in_call; /* owner only writes; drainers read */
 	_Atomic uint32_t claimed;  /* drainers' (and thread exit's) CAS */
@@ -83,11 +81,8 @@ struct kvpi_tslot {
 	                             * (kvpi_account_in_use); -1 for the fallback slot */
 	uint32_t calls;             /* owner only: mutating calls, for history cadence */
 	uint32_t idx;               /* immutable: 1, 2, ... in order made; 0 the fallback slot */
-	/* Owner only, prefix cache: evictions made (lib/prefix/prefix_lru.c),
-	 * free index nodes and a batch of retired ones (lib/prefix/prefix_nodes.c). */
+	/* Owner only, prefix cache: evictions made (lib/prefix/prefix_lru.c). */
 	uint32_t pfx_evictions;
-	uint32_t pfx_n_retired;
-	struct kvpi_pnode *pfx_nodes, *pfx_retired;
 	uint32_t ids[] __attribute__((aligned(64)));
 } __attribute__((aligned(64)));
 

@@ -92,9 +92,6 @@ void kvpi_pfx_destroy(struct kvp_pool *p)
 	struct kvpi_prefix *pf = p->prefix;
 	if (!pf)
 		return;
-	/* Nodes first: it waits for the retired nodes' and tables' grace
-	 * periods, whose callbacks write to the index's shards. */
-	kvpi_pfx_nodes_destroy(pf);
 	kvpi_pfx_index_destroy(pf);
 	side_destroy(pf);
 	kvpi_pfx_owners_destroy(pf);
@@ -112,14 +109,15 @@ static bool match_ok(uint64_t st, const void *arg)
 }
 
 /*
- * Take @owner's hold on the block @n names, if it is still published under
- * @n in @format.  Returns false for a miss.  Owner shard mutex held.
+ * Take @owner's hold on block @id, which the index gave for (@tag, @key),
+ * if it is still published under that key in @format.  Returns false for
+ * a miss.  Owner shard mutex held.
  */
-static bool take_hold(struct kvp_pool *p, struct kvpi_porec *r, struct kvpi_pnode *n,
-                      uint32_t format, kvp_owner owner, kvp_ref *out, int64_t *revived)
+static bool take_hold(struct kvp_pool *p, struct kvpi_porec *r, uint32_t id, uint32_t tag,
+                      const kvp_hash *key, uint32_t format, kvp_owner owner, kvp_ref *out,
+                      int64_t *revived)
 {
 	struct kvpi_prefix *pf = p->prefix;
-	uint32_t id = n->id;
 	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 	struct kvpi_pside *e = kvpi_pfx_side(pf, id);
 	uint64_t seen;
@@ -128,7 +126,10 @@ static bool take_hold(struct kvp_pool *p, struct kvpi_porec *r, struct kvpi_pnod
 	uint64_t st = kvpi_pfx_lock(b, match_ok, &format, &seen);
 	if (!st)
 		return false;
-	if (e->pub != n) { /* evicted and published again meanwhile */
+	/* Evicted and published again meanwhile, or another key of the
+	 * same 64-bit hash: a miss. */
+	if (!e->pub || e->pub_stream != tag || e->pub_key.lo != key->lo ||
+	    e->pub_key.hi != key->hi) {
 		kvpi_pfx_unlock(b, st);
 		return false;
 	}
@@ -219,16 +220,16 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 	 * overlap, and the blocks' lines are fetched meanwhile), then the
 	 * holds in order, up to the first miss. */
 	while (i < n_keys) {
-		struct kvpi_pnode *nodes[MATCH_CHUNK];
+		uint32_t ids[MATCH_CHUNK];
 		size_t c = n_keys - i < MATCH_CHUNK ? n_keys - i : MATCH_CHUNK, found = 0, j = 0;
 		for (; found < c; found++) {
-			nodes[found] = kvpi_pfx_index_lookup(pf, tag, &keys[i + found]);
-			if (!nodes[found])
+			ids[found] = kvpi_pfx_index_lookup(pf, tag, &keys[i + found]);
+			if (ids[found] == KVPI_NO_ID)
 				break;
-			kvpi_pfx_prefetch(p, nodes[found]->id);
+			kvpi_pfx_prefetch(p, ids[found]);
 		}
-		while (j < found &&
-		       take_hold(p, r, nodes[j], (uint32_t)format, owner, &refs[i + j], revived))
+		while (j < found && take_hold(p, r, ids[j], tag, &keys[i + j], (uint32_t)format,
+		                              owner, &refs[i + j], revived))
 			j++;
 		i += j;
 		if (j < c)
@@ -269,7 +270,7 @@ static bool publish_ok(uint64_t st, const void *arg)
  * Publish block @ref under @key: kvp_prefix_publish with its arguments
  * checked but the ref's id, in a read-side section, @s the caller's slot.
  */
-static int publish_one(struct kvp_pool *p, struct kvpi_tslot *s, kvp_ref ref, kvp_hash key)
+static int publish_one(struct kvp_pool *p, kvp_ref ref, kvp_hash key)
 {
 	uint32_t id = KVP_REF_ID(ref);
 	if (id >= kvp_pool_n_ids(p))
@@ -282,26 +283,17 @@ static int publish_one(struct kvp_pool *p, struct kvpi_tslot *s, kvp_ref ref, kv
 	if (!st)
 		return kvpi_st_gen(seen) != arg.gen || (seen & KVPI_ST_RETIRED) ? KVP_ENOENT
 		                                                                : KVP_EINVAL;
-	int rc = KVP_OK;
-	struct kvpi_pnode *n = kvpi_pfx_node_get(pf, s);
-	if (!n) {
-		rc = KVP_ENOMEM;
-	} else {
-		n->key = key;
-		n->id = id;
-		n->stream = kvpi_st_stream(st);
-		/* Matchers that find the node wait for our lock, then check pub. */
-		struct kvpi_pnode *had;
-		uint64_t h = kvpi_pfx_index_hash(&key, n->stream);
-		rc = kvpi_pfx_index_add(pf, n, h, &had);
-		if (rc != KVP_OK) {
-			kvpi_pfx_node_put(s, n); /* never in the index: reusable at once */
-		} else {
-			struct kvpi_pside *e = kvpi_pfx_side(pf, id);
-			e->pub = n;
-			e->pub_h = h;
-			st |= KVPI_ST_PUBLISHED;
-		}
+	/* The key first: the index's uniqueness check reads it from here.
+	 * Matchers that find the id wait for our lock, then check pub. */
+	struct kvpi_pside *e = kvpi_pfx_side(pf, id);
+	e->pub_key = key;
+	e->pub_stream = kvpi_st_stream(st);
+	e->pub_h = kvpi_pfx_index_hash(&key, e->pub_stream);
+	uint32_t had;
+	int rc = kvpi_pfx_index_add(pf, id, e->pub_h, &had);
+	if (rc == KVP_OK) {
+		e->pub = true;
+		st |= KVPI_ST_PUBLISHED;
 	}
 	kvpi_pfx_unlock(b, st);
 	return rc;
@@ -313,14 +305,14 @@ int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
 		return KVP_EINVAL;
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	kvpi_rcu_read_lock();
-	int rc = publish_one(p, s, ref, key);
+	int rc = publish_one(p, ref, key);
 	kvpi_rcu_read_unlock();
 	kvpi_tslot_put(p, s);
 	return rc;
 }
 
 /* Blocks published in one read-side section: a long batch lets grace
- * periods (and so node reuse) through between sections. */
+ * periods (and so retired index tables) through between sections. */
 #define PUBLISH_SECTION 64u
 /* How far ahead a batch publish brings blocks into the cache, and their
  * index slots (which need the block's stream, so come later). */
@@ -358,7 +350,7 @@ int kvp_prefix_publish_many(kvp_pool *p, const kvp_ref *refs, const kvp_hash *ke
 			kvpi_pfx_prefetch(p, KVP_REF_ID(refs[i + PUBLISH_AHEAD]));
 		if (i + SLOT_AHEAD < n && KVP_REF_ID(refs[i + SLOT_AHEAD]) < n_ids)
 			prefetch_slot(p, refs[i + SLOT_AHEAD], &keys[i + SLOT_AHEAD]);
-		int r = publish_one(p, s, refs[i], keys[i]);
+		int r = publish_one(p, refs[i], keys[i]);
 		if (status)
 			status[i] = r;
 		done += r == KVP_OK;
@@ -388,7 +380,6 @@ int kvp_free_owned(kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n)
 
 struct unpub_arg {
 	struct kvp_pool *p;
-	struct kvpi_tslot *s;
 	size_t n;
 };
 
@@ -399,19 +390,19 @@ static bool unpub_ok(uint64_t st, const void *arg)
 	return (st & KVPI_ST_PUBLISHED) && (st & KVPI_ST_IN_USE);
 }
 
-/* Unpublish the held block @n names (locked here). */
-static void unpublish(struct kvpi_pnode *n, void *arg)
+/* Unpublish block @id if it is held (locked here). */
+static void unpublish(uint32_t id, void *arg)
 {
 	struct unpub_arg *a = arg;
 	struct kvpi_prefix *pf = a->p->prefix;
-	struct kvpi_block *b = kvpi_bt_block(&a->p->bt, n->id);
-	struct kvpi_pside *e = kvpi_pfx_side(pf, n->id);
+	struct kvpi_block *b = kvpi_bt_block(&a->p->bt, id);
+	struct kvpi_pside *e = kvpi_pfx_side(pf, id);
 	uint64_t seen;
 	uint64_t st = kvpi_pfx_lock(b, unpub_ok, NULL, &seen);
 	if (!st)
 		return; /* cached (or evicted) since the reset's eviction pass */
-	if (e->pub == n) {
-		kvpi_pfx_forget(pf, a->s, e);
+	if (e->pub) {
+		kvpi_pfx_forget(pf, e, id);
 		st &= ~KVPI_ST_PUBLISHED;
 		a->n++;
 	}
@@ -442,7 +433,7 @@ size_t kvp_prefix_reset(kvp_pool *p)
 				break;
 		}
 	}
-	struct unpub_arg a = {p, s, 0};
+	struct unpub_arg a = {p, 0};
 	kvpi_rcu_read_lock();
 	kvpi_pfx_index_each(pf, unpublish, &a);
 	kvpi_rcu_read_unlock();

@@ -3,7 +3,7 @@
  *
  * Owns: kvp_free, kvp_free_all, kvp_blocks_for, kvp_register_owner,
  * kvp_release_owner, kvp_shrink and kvp_block_get when the pool has the
- * prefix cache on.  These read no index node, so they run outside RCU
+ * prefix cache on.  These read no index table, so they run outside RCU
  * read-side sections (the side table never moves).
  *
  * Dropping a hold (drop_hold) runs under the holder's owner shard mutex,

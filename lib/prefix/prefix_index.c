@@ -1,10 +1,10 @@
 /*
  * lib/prefix/prefix_index.c - the key index of the prefix cache: sharded open addressing.
  *
- * Keys are (stream tag, 128-bit content key); a key names one index node,
- * which names one block.  The index is KVPI_PIDX_SHARDS shards, picked by
- * the top bits of the key's 64-bit hash.  Each shard is one table of slots
- * with linear probing, a mutex for writers and nothing for readers.
+ * Keys are (stream tag, 128-bit content key); a key names the one block
+ * published under it.  The index is KVPI_PIDX_SHARDS shards, picked by the
+ * top bits of the key's 64-bit hash.  Each shard is one table of slots with
+ * linear probing, a mutex for writers and nothing for readers.
  *
  * Why not liburcu's cds_lfht, which this file used before.  A split-ordered
  * list visits a bucket node and then a chain of nodes, each its own cache
@@ -12,13 +12,17 @@
  * again to unlink.  On the serving loop (bench/lifecycle, prefix mode, one
  * thread) perf put 51% of a request's samples in cds_lfht_del under
  * eviction, and most of the rest of the index's time in the add of
- * publish: about 80% of the loop.  Here a lookup reads one slot line and
- * the node it names; an add or a delete reads the same under a shard mutex
- * no other thread is likely to hold (docs/DESIGN.md has the figures).
+ * publish: about 80% of the loop.  The table needed a node per key, with
+ * its own grace period before reuse, and every node was a further miss.
+ * Here a lookup reads one slot line; an add or a delete reads the same
+ * under a shard mutex no other thread is likely to hold (docs/DESIGN.md
+ * has the figures).
  *
- * A slot is (hash, node).  node is 0 for an empty slot, KVPI_PIDX_TOMB for
- * a deleted one, else the node's address.  Readers take no lock, so slots
- * never move inside a table:
+ * A slot is (hash, v): v is 0 for an empty slot, TOMB for a deleted one,
+ * else the block id + 2.  A lookup compares hashes only.  The key itself
+ * lives in the block's side entry, and a match compares it there under
+ * the block's lock (lib/prefix/prefix.c), so a lookup is a hint.  Readers
+ * take no lock, so slots never move inside a table:
  *   - an add fills the first tombstone or empty slot of its probe run;
  *   - a delete leaves a tombstone, or an empty slot when the next slot is
  *     empty (then no probe run passes through it), and so for tombstones
@@ -29,22 +33,25 @@
  * A key present for the whole of a lookup keeps its slot, and every slot
  * of its probe run before it stays non-empty, so the lookup finds it.  A
  * lookup that runs beside an add or a delete of its key may miss it or
- * find a node being deleted; match holds a block only after checking,
- * under the block's lock, that the block is still published under that
- * node (lib/prefix/prefix.c), as it did with cds_lfht.
+ * find a block being evicted; match holds a block only after checking,
+ * under the block's lock, that it is still published under that key.  A
+ * 64-bit hash shared by two live keys makes the later one a miss, never a
+ * wrong hit.
  *
- * A lookup reads the fields of the node a slot names.  Nodes are reused
- * only after a grace period (lib/prefix/prefix_nodes.c), and so are
- * tables, so every caller is in a read-side section.  A retired table comes
- * back as its shard's spare after the grace period: a warm shard allocates
- * nothing when it rebuilds.
+ * A replaced table is freed only after a grace period, so every lookup
+ * runs in a read-side section.  A retired table comes back as its shard's
+ * spare after the grace period: a warm shard allocates nothing when it
+ * rebuilds.
  */
 #include <string.h>
+#include <time.h>
 
 #include "lib/base/sysmem.h"
 #include "lib/prefix/prefix_internal.h"
 
-#define TOMB        ((uintptr_t)1)
+#define TOMB        ((uint64_t)1)
+#define V_OF(id)    ((uint64_t)(id) + 2)
+#define ID_OF(v)    ((uint32_t)((v)-2))
 #define SHARD_SHIFT (64 - 6) /* KVPI_PIDX_SHARDS == 64 */
 #define MIN_SLOTS   64u
 #define MAX_SLOTS   (1u << 30)
@@ -52,7 +59,7 @@ _Static_assert(KVPI_PIDX_SHARDS == 64, "SHARD_SHIFT assumes 64 shards");
 
 struct kvpi_pslot {
 	_Atomic uint64_t h;
-	_Atomic uintptr_t node;
+	_Atomic uint64_t v; /* 0 empty, TOMB, or block id + 2 */
 };
 
 struct kvpi_ptab {
@@ -68,9 +75,12 @@ static struct kvpi_pshard *shard_of(struct kvpi_prefix *pf, uint64_t h)
 	return &pf->idx[h >> SHARD_SHIFT];
 }
 
-static bool node_is(const struct kvpi_pnode *n, uint32_t stream, const kvp_hash *key)
+/* Whether block @a's key (published, in the index) is the key of @eb. */
+static bool same_key(struct kvpi_prefix *pf, uint32_t a, const struct kvpi_pside *eb)
 {
-	return n->stream == stream && n->key.lo == key->lo && n->key.hi == key->hi;
+	const struct kvpi_pside *ea = kvpi_pfx_side(pf, a);
+	return ea->pub_stream == eb->pub_stream && ea->pub_key.lo == eb->pub_key.lo &&
+	       ea->pub_key.hi == eb->pub_key.hi;
 }
 
 static struct kvpi_ptab *tab_new(struct kvpi_prefix *pf, struct kvpi_pshard *sh, uint32_t slots)
@@ -97,7 +107,7 @@ static void tab_back(struct kvpi_rcu_cb *cb)
 	struct kvpi_ptab *old = atomic_exchange_explicit(&t->sh->spare, t, memory_order_acq_rel);
 	kvpi_sys_free(old);
 	/* release: the last touch of the pool's memory by this callback;
-	 * kvpi_pfx_nodes_destroy (acquire) waits for 0. */
+	 * kvpi_pfx_index_destroy (acquire) waits for 0. */
 	atomic_fetch_sub_explicit(&pf->deferred, 1, memory_order_release);
 }
 
@@ -126,8 +136,14 @@ int kvpi_pfx_index_init(struct kvpi_prefix *pf, uint32_t n_blocks)
 
 void kvpi_pfx_index_destroy(struct kvpi_prefix *pf)
 {
-	/* Called after kvpi_pfx_nodes_destroy, which waited for every
-	 * retired table's callback (pf->deferred). */
+	/* Retired tables' callbacks still queued write to their shards: wait
+	 * until the last has run (acquire: pairs with its release
+	 * decrement).  Not urcu_bp_barrier: its own work items are invisible
+	 * to TSan. */
+	while (atomic_load_explicit(&pf->deferred, memory_order_acquire) != 0) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
 	for (uint32_t i = 0; i < KVPI_PIDX_SHARDS; i++) {
 		struct kvpi_pshard *sh = &pf->idx[i];
 		kvpi_sys_free(atomic_load_explicit(&sh->tab, memory_order_relaxed));
@@ -140,38 +156,33 @@ void kvpi_pfx_index_destroy(struct kvpi_prefix *pf)
 	}
 }
 
-struct kvpi_pnode *kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream,
-                                         const kvp_hash *key)
+uint32_t kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key)
 {
 	uint64_t h = kvpi_pfx_index_hash(key, stream);
 	/* acquire: pairs with the release store that published the table,
 	 * so its slots as copied are seen. */
 	struct kvpi_ptab *t = atomic_load_explicit(&shard_of(pf, h)->tab, memory_order_acquire);
 	for (uint32_t i = (uint32_t)h & t->mask, k = 0; k <= t->mask; i = (i + 1) & t->mask, k++) {
-		/* acquire: pairs with the add's release store, so the node's
-		 * fields as filled before it are seen. */
-		uintptr_t v = atomic_load_explicit(&t->slot[i].node, memory_order_acquire);
+		/* relaxed (both): the id is a hint, checked under the block's
+		 * lock, which orders everything the match reads. */
+		uint64_t v = atomic_load_explicit(&t->slot[i].v, memory_order_relaxed);
 		if (v == 0)
-			return NULL;
-		/* relaxed: a filter only; node_is decides. */
-		if (v == TOMB || atomic_load_explicit(&t->slot[i].h, memory_order_relaxed) != h)
-			continue;
-		struct kvpi_pnode *n = (struct kvpi_pnode *)v;
-		if (node_is(n, stream, key))
-			return n;
+			return KVPI_NO_ID;
+		if (v != TOMB && atomic_load_explicit(&t->slot[i].h, memory_order_relaxed) == h)
+			return ID_OF(v);
 	}
-	return NULL;
+	return KVPI_NO_ID;
 }
 
 /* Put (@h, @v) into @t, which has no tombstones and room (a rebuild). */
-static void put_fresh(struct kvpi_ptab *t, uint64_t h, uintptr_t v)
+static void put_fresh(struct kvpi_ptab *t, uint64_t h, uint64_t v)
 {
 	uint32_t i = (uint32_t)h & t->mask;
 	/* relaxed (all): the table is not published yet. */
-	while (atomic_load_explicit(&t->slot[i].node, memory_order_relaxed))
+	while (atomic_load_explicit(&t->slot[i].v, memory_order_relaxed))
 		i = (i + 1) & t->mask;
 	atomic_store_explicit(&t->slot[i].h, h, memory_order_relaxed);
-	atomic_store_explicit(&t->slot[i].node, v, memory_order_relaxed);
+	atomic_store_explicit(&t->slot[i].v, v, memory_order_relaxed);
 }
 
 /*
@@ -197,7 +208,7 @@ static struct kvpi_ptab *rebuild(struct kvpi_prefix *pf, struct kvpi_pshard *sh,
 	}
 	for (uint32_t i = 0; i <= old->mask; i++) {
 		/* relaxed: we are the only writer (shard mutex). */
-		uintptr_t v = atomic_load_explicit(&old->slot[i].node, memory_order_relaxed);
+		uint64_t v = atomic_load_explicit(&old->slot[i].v, memory_order_relaxed);
 		if (v > TOMB)
 			put_fresh(t, atomic_load_explicit(&old->slot[i].h, memory_order_relaxed),
 			          v);
@@ -218,10 +229,10 @@ void kvpi_pfx_index_prefetch(struct kvpi_prefix *pf, uint64_t h)
 	__builtin_prefetch(&t->slot[(uint32_t)h & t->mask]);
 }
 
-int kvpi_pfx_index_add(struct kvpi_prefix *pf, struct kvpi_pnode *n, uint64_t h,
-                       struct kvpi_pnode **had)
+int kvpi_pfx_index_add(struct kvpi_prefix *pf, uint32_t id, uint64_t h, uint32_t *had)
 {
 	struct kvpi_pshard *sh = shard_of(pf, h);
+	const struct kvpi_pside *e = kvpi_pfx_side(pf, id);
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
 	/* relaxed: only writers store it, under this mutex. */
@@ -235,16 +246,18 @@ int kvpi_pfx_index_add(struct kvpi_prefix *pf, struct kvpi_pnode *n, uint64_t h,
 	}
 	uint32_t i = (uint32_t)h & t->mask, put = UINT32_MAX;
 	for (; rc == KVP_OK; i = (i + 1) & t->mask) {
-		/* relaxed: we are the only writer. */
-		uintptr_t v = atomic_load_explicit(&t->slot[i].node, memory_order_relaxed);
+		/* relaxed: we are the only writer.  A block in a slot keeps its
+		 * key until its delete, which needs this mutex: reading it
+		 * here races with nothing. */
+		uint64_t v = atomic_load_explicit(&t->slot[i].v, memory_order_relaxed);
 		if (v == 0)
 			break;
 		if (v == TOMB) {
 			if (put == UINT32_MAX)
 				put = i;
 		} else if (atomic_load_explicit(&t->slot[i].h, memory_order_relaxed) == h &&
-		           node_is((struct kvpi_pnode *)v, n->stream, &n->key)) {
-			*had = (struct kvpi_pnode *)v;
+		           same_key(pf, ID_OF(v), e)) {
+			*had = ID_OF(v);
 			rc = KVP_EEXIST;
 		}
 	}
@@ -254,72 +267,69 @@ int kvpi_pfx_index_add(struct kvpi_prefix *pf, struct kvpi_pnode *n, uint64_t h,
 			sh->used++;
 		}
 		sh->live++;
-		/* relaxed: the node store below publishes it. */
+		/* relaxed (both): a lookup's result is a hint, and the match
+		 * that follows it reads the key under the block's lock. */
 		atomic_store_explicit(&t->slot[put].h, h, memory_order_relaxed);
-		/* release: a lookup that loads the slot (acquire) sees the
-		 * node's fields as the publisher filled them. */
-		atomic_store_explicit(&t->slot[put].node, (uintptr_t)n, memory_order_release);
+		atomic_store_explicit(&t->slot[put].v, V_OF(id), memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&sh->lock);
 	return rc;
 }
 
-void kvpi_pfx_index_del(struct kvpi_prefix *pf, struct kvpi_tslot *s, struct kvpi_pnode *n,
-                        uint64_t h)
+void kvpi_pfx_index_del(struct kvpi_prefix *pf, uint32_t id, uint64_t h)
 {
 	struct kvpi_pshard *sh = shard_of(pf, h);
 	pthread_mutex_lock(&sh->lock);
-	/* relaxed (all loads): we are the only writer. */
+	/* relaxed (all): we are the only writer, and lookups' results are
+	 * hints (kvpi_pfx_index_add). */
 	struct kvpi_ptab *t = atomic_load_explicit(&sh->tab, memory_order_relaxed);
 	for (uint32_t i = (uint32_t)h & t->mask, k = 0; k <= t->mask; i = (i + 1) & t->mask, k++) {
-		uintptr_t v = atomic_load_explicit(&t->slot[i].node, memory_order_relaxed);
+		uint64_t v = atomic_load_explicit(&t->slot[i].v, memory_order_relaxed);
 		if (v == 0)
 			break; /* not in the index: nothing to undo */
-		if (v != (uintptr_t)n)
+		if (v != V_OF(id))
 			continue;
 		sh->live--;
 		/* An empty slot ends every probe run through it: only when
 		 * the next slot is empty may this one, and the tombstones
-		 * just before it, become empty.  release (all stores): they
-		 * are what lookups load with acquire. */
-		if (atomic_load_explicit(&t->slot[(i + 1) & t->mask].node, memory_order_relaxed)) {
-			atomic_store_explicit(&t->slot[i].node, TOMB, memory_order_release);
+		 * just before it, become empty. */
+		if (atomic_load_explicit(&t->slot[(i + 1) & t->mask].v, memory_order_relaxed)) {
+			atomic_store_explicit(&t->slot[i].v, TOMB, memory_order_relaxed);
 			break;
 		}
 		for (;;) {
-			atomic_store_explicit(&t->slot[i].node, 0, memory_order_release);
+			atomic_store_explicit(&t->slot[i].v, 0, memory_order_relaxed);
 			sh->used--;
 			i = (i - 1) & t->mask;
-			if (atomic_load_explicit(&t->slot[i].node, memory_order_relaxed) != TOMB)
+			if (atomic_load_explicit(&t->slot[i].v, memory_order_relaxed) != TOMB)
 				break;
 		}
 		break;
 	}
 	pthread_mutex_unlock(&sh->lock);
-	kvpi_pfx_node_retire(pf, s, n);
 }
 
-void kvpi_pfx_forget(struct kvpi_prefix *pf, struct kvpi_tslot *s, struct kvpi_pside *e)
+void kvpi_pfx_forget(struct kvpi_prefix *pf, struct kvpi_pside *e, uint32_t id)
 {
 	if (!e->pub)
 		return;
-	kvpi_pfx_index_del(pf, s, e->pub, e->pub_h);
-	e->pub = NULL;
+	kvpi_pfx_index_del(pf, id, e->pub_h);
+	e->pub = false;
 }
 
-void kvpi_pfx_index_each(struct kvpi_prefix *pf, void (*fn)(struct kvpi_pnode *n, void *arg),
-                         void *arg)
+void kvpi_pfx_index_each(struct kvpi_prefix *pf, void (*fn)(uint32_t id, void *arg), void *arg)
 {
 	/* Slots never move inside a table, so a key present throughout is
 	 * met once, whatever @fn deletes; a rebuild meanwhile leaves this
 	 * table as it was (only the new one changes). */
 	for (uint32_t s = 0; s < KVPI_PIDX_SHARDS; s++) {
-		/* acquire (both): as in kvpi_pfx_index_lookup. */
+		/* acquire: as in kvpi_pfx_index_lookup. */
 		struct kvpi_ptab *t = atomic_load_explicit(&pf->idx[s].tab, memory_order_acquire);
 		for (uint32_t i = 0; i <= t->mask; i++) {
-			uintptr_t v = atomic_load_explicit(&t->slot[i].node, memory_order_acquire);
+			/* relaxed: @fn checks the block under its lock. */
+			uint64_t v = atomic_load_explicit(&t->slot[i].v, memory_order_relaxed);
 			if (v > TOMB)
-				fn((struct kvpi_pnode *)v, arg);
+				fn(ID_OF(v), arg);
 		}
 	}
 }

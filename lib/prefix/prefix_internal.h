@@ -13,23 +13,22 @@
  *       - the XOR of the holders' owner ids;
  *       - a version, bumped by every locker that changes them (for
  *         lock-free readers);
- *       - the node the block is published under;
+ *       - the key the block is published under, and its index hash;
  *       - its LRU links and flags;
  *       - a hint of its position in its latest holder's hold array.
  *   - A lock bit in each block's state word (KVPI_ST_LOCKED).  The block's
  *     prefix fields change only while it is set: hold count, holder XOR,
- *     owner, published node and LRU flags.  The store that clears the bit
+ *     owner, published key and LRU flags.  The store that clears the bit
  *     also writes the block's next state.  Taking the bit is one CAS on the
  *     state word, from a state the taker has checked.  So a match, a
  *     release, a publish and an eviction of the same block are ordered by
  *     that one word.  Blocks never share a lock.
- *   - The key index.  It is liburcu's lock-free resizable hash table
- *     (cds_lfht, bp flavor) of index nodes, keyed by (stream tag, 128-bit
- *     key).  Lookups run in a read-side section with no lock.  Changes are
- *     made with the block locked, or owned by an evictor.  A deleted node
- *     is reused only after a grace period.  lib/prefix/prefix_nodes.c keeps
- *     per-thread caches of nodes, and passes retired nodes to call_rcu in
- *     batches.
+ *   - The key index (lib/prefix/prefix_index.c): open addressing in
+ *     KVPI_PIDX_SHARDS shards, mapping (stream tag, 128-bit key) to the
+ *     block id published under it.  Lookups take no lock and run in a
+ *     read-side section (a full table is replaced and retired to a grace
+ *     period).  Changes are made under the shard's mutex, with the block
+ *     locked or owned by an evictor.
  *   - LRU lists of cached blocks: KVPI_PFX_LRU_SHARDS per stream, with a
  *     mutex per shard.  A block is cached on the shard of the thread whose
  *     release cached it.  An evictor looks in its own thread's shard first.
@@ -67,7 +66,7 @@
  *                                   if on no list, unlock to--> CACHED|PUBLISHED
  *   CACHED --match: lock, 1 holder, unlock to--> IN_USE|PUBLISHED, gen + 1
  *   CACHED, not stale --evictor: CAS (LRU mutex held)--> EVICTING --index
- *           node deleted, store--> free (exclusive: handed out or pushed)
+ *           key deleted, store--> free (exclusive: handed out or pushed)
  *   EVICTING (claimed by an allocation that then fails) --relisted in
  *           caching-time order, store--> CACHED (key never left the index);
  *           if a reset began since the claim: unlisted, evicted as above
@@ -84,12 +83,12 @@
  *     sees the new state.  If the matcher's lock won, the block is held,
  *     and the evictor moves on.  If the evictor won, EVICTING is not
  *     lockable, and the key is a miss.
- *   - A matcher found its node in the index before it locked.  So after
- *     locking it checks that the block is still published under that very
- *     node.  The field pside.pub changes only while locked or while
- *     EVICTING.  A node is not reused while any read-side section that saw
- *     it runs.  So a block evicted and published again under another key
- *     is a miss, never a wrong hit.
+ *   - A matcher found the block's id in the index before it locked.  So
+ *     after locking it checks that the block is still published under the
+ *     very key it looked up (pside.pub, .pub_stream, .pub_key).  Those
+ *     fields change only while locked or while EVICTING.  So a block
+ *     evicted and published again under another key is a miss, never a
+ *     wrong hit.
  *   - Every hold is counted under the lock.  So the last release (count to
  *     0) is decided once.
  *   - A block becomes cached (counted, listed) while still locked.  So an
@@ -118,8 +117,10 @@
  *                              (exclusive) before its         racily (seqlock on the
  *                              release store of the state     state word, retry while
  *                                                             locked)
- *   pside.pub                  block lock, or an evictor      block lock
- *                              (EVICTING, exclusive)
+ *   pside.pub, .pub_key,       block lock, or an evictor      block lock; the index's
+ *   .pub_stream, .pub_h        (EVICTING, exclusive); set     shard mutex while the
+ *                              before the index add, cleared  index holds the block
+ *                              after the delete               (uniqueness check)
  *   pside.listed, lru links,   LRU shard mutex (+ block lock  LRU shard mutex; listed
  *   seq and shard              for listed and shard, or the   and shard also under
  *                              claim: EVICTING, exclusive)    the block lock
@@ -140,14 +141,15 @@
  *   prefix.pend                allocations (kvpi_pfx_get_    the exhaustion decision
  *                              blocks): RMW before a partial  (kvpi_pfx_get_blocks)
  *                              reserve, after a give-back
- *   index (cds_lfht)           add/del with the block locked  lookups in a read-side
- *                              or EVICTING, in a read-side    section, no lock
- *                              section
+ *   index slots                shard mutex (release stores),  lookups: no lock, in a
+ *                              with the block locked or       read-side section
+ *                              EVICTING                       (acquire loads)
+ *   index shard's table        shard mutex (release store);   lookups (acquire), in a
+ *                              the old one retired to a       read-side section
+ *                              grace period
+ *   index shard's spare        the retired table's callback   the shard's writer
+ *                              (exchange, acq_rel)            (exchange, acquire)
  *   porec (owner records)      owner shard mutex              owner shard mutex
- *   tslot.pfx_nodes, _retired  the slot's thread              the slot's thread
- *   prefix.ready (batches)     push (CAS, release): the       take: exchange with NULL
- *                              call_rcu callback of a batch   (acquire), any thread
- *   prefix.slabs               push: any (CAS)                kvpi_pfx_nodes_destroy
  */
 #ifndef KVPOOL_LIB_PREFIX_INTERNAL_H
 #define KVPOOL_LIB_PREFIX_INTERNAL_H
@@ -184,29 +186,6 @@
 
 struct kvpi_prefix;
 
-/* One published key: a node of the index, owned by one block. */
-struct kvpi_pnode {
-	/* What a lookup reads, at the start of the node's cache line. */
-	kvp_hash key;
-	uint32_t id;
-	uint32_t stream;        /* stream tag (kvpi_stream_tag) */
-	struct kvpi_prefix *pf; /* for the deferred callback */
-	/* Off the index (lib/prefix/prefix_nodes.c): the next node in a
-	 * thread's cache or a batch; and, in a batch's first node, the
-	 * next batch and the grace-period callback. */
-	struct kvpi_pnode *next;
-	struct kvpi_pnode *batch_next;
-	struct kvpi_rcu_cb rcu;
-} __attribute__((aligned(64))); /* a lookup's fields in one line of its own */
-
-/* Index nodes are allocated KVPI_PFX_NODE_BATCH at a time, and retired to a
- * grace period in batches of as many. */
-#define KVPI_PFX_NODE_BATCH 64u
-struct kvpi_pslab {
-	struct kvpi_pnode nodes[KVPI_PFX_NODE_BATCH];
-	struct kvpi_pslab *next;
-};
-
 /* Per-block prefix state (see the table above). */
 struct kvpi_pside {
 	_Atomic uint32_t holders;
@@ -219,8 +198,12 @@ struct kvpi_pside {
 	 * holds the block exclusively. */
 	_Atomic uint32_t epoch;
 	_Atomic uint64_t owner_xor;
-	struct kvpi_pnode *pub; /* the node the block is published under, or NULL */
-	uint64_t pub_h;         /* its key's index hash (kvpi_pfx_index_hash) */
+	/* The key the block is published under (while pub), its stream tag
+	 * and its index hash (kvpi_pfx_index_hash). */
+	kvp_hash pub_key;
+	uint64_t pub_h;
+	uint32_t pub_stream;
+	bool pub;
 	uint64_t lru_seq;
 	uint32_t lru_prev, lru_next;
 	uint32_t lru_shard; /* the list it is on (while listed) */
@@ -294,14 +277,10 @@ struct kvpi_prefix {
 	struct kvpi_pshard idx[KVPI_PIDX_SHARDS];
 	bool grow;                 /* the pool's grow_on_exhaustion (the pool's own flag is off) */
 	_Atomic uint64_t resets;   /* KVPI_PFX_RESET_START above; read by every claim */
-	_Atomic uint64_t deferred; /* node batches and index tables waiting for a grace period */
+	_Atomic uint64_t deferred; /* index tables waiting for a grace period */
 	/* Per stream: when an evicting allocation last drained the idle
 	 * threads' magazines (coarse monotonic ns; kvpi_pfx_get_blocks). */
 	_Atomic uint64_t idle_drain[2];
-	/* Index nodes (lib/prefix/prefix_nodes.c): batches past their grace
-	 * period, and every slab made. */
-	_Atomic(struct kvpi_pnode *) ready __attribute__((aligned(64)));
-	_Atomic(struct kvpi_pslab *) slabs;
 	/* Cached blocks per stream: one counter, changed per block at once
 	 * (kvpi_pfx_count_one).  Only cached[0] is used.  It is not striped,
 	 * because the exhaustion decision needs the count of one instant.  A
@@ -466,12 +445,11 @@ void kvpi_pfx_destroy(struct kvp_pool *p);
 /* Side entries for ids below @n_ids; grow mutex held (or creation).  0 or -1. */
 int kvpi_pfx_extend(struct kvpi_prefix *pf, uint32_t n_ids);
 
-/* lib/prefix/prefix_index.c: the key index.  All in a read-side section;
- * kvpi_pfx_index_destroy after kvpi_pfx_nodes_destroy. */
+/* lib/prefix/prefix_index.c: the key index.  All but init and destroy in a
+ * read-side section. */
 int kvpi_pfx_index_init(struct kvpi_prefix *pf, uint32_t n_blocks);
+/* Waits for retired tables' grace periods, then frees the index. */
 void kvpi_pfx_index_destroy(struct kvpi_prefix *pf);
-struct kvpi_pnode *kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream,
-                                         const kvp_hash *key);
 /* The index hash of (@stream, @key): a pure function. */
 static inline uint64_t kvpi_pfx_index_hash(const kvp_hash *key, uint32_t stream)
 {
@@ -480,32 +458,21 @@ static inline uint64_t kvpi_pfx_index_hash(const kvp_hash *key, uint32_t stream)
 	uint64_t h = key->lo ^ (key->hi * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)stream << 61);
 	return h ^ (h >> 29);
 }
+/* The id of a block the index holds under a key of @key's hash, or
+ * KVPI_NO_ID.  A hint: the caller checks the block's key under its lock. */
+uint32_t kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key);
 /* Bring the home slot of hash @h into the cache (a hint; no effect else). */
 void kvpi_pfx_index_prefetch(struct kvpi_prefix *pf, uint64_t h);
-/* Add @n, whose key hashes to @h: KVP_OK; KVP_EEXIST with *@had the node
- * already published under its key; or KVP_ENOMEM (its shard is full and
- * could not grow). */
-int kvpi_pfx_index_add(struct kvpi_prefix *pf, struct kvpi_pnode *n, uint64_t h,
-                       struct kvpi_pnode **had);
-/* Delete @n, whose key hashes to @h (block locked or EVICTING); retired to
- * a grace period by @s's thread. */
-void kvpi_pfx_index_del(struct kvpi_prefix *pf, struct kvpi_tslot *s, struct kvpi_pnode *n,
-                        uint64_t h);
-/* Call @fn on every node in the index (read-side section; @fn may delete it). */
-void kvpi_pfx_index_each(struct kvpi_prefix *pf, void (*fn)(struct kvpi_pnode *n, void *arg),
-                         void *arg);
+/* Add block @id, whose side entry holds its key (pub_key, pub_stream) and
+ * hash @h: KVP_OK; KVP_EEXIST with *@had the block already published
+ * under that key; or KVP_ENOMEM (the shard is full and could not grow). */
+int kvpi_pfx_index_add(struct kvpi_prefix *pf, uint32_t id, uint64_t h, uint32_t *had);
+/* Delete block @id, added under hash @h (block locked or EVICTING). */
+void kvpi_pfx_index_del(struct kvpi_prefix *pf, uint32_t id, uint64_t h);
+/* Call @fn on every block in the index (read-side section; @fn may delete it). */
+void kvpi_pfx_index_each(struct kvpi_prefix *pf, void (*fn)(uint32_t id, void *arg), void *arg);
 /* Forget the key of block @e: locked, or EVICTING. */
-void kvpi_pfx_forget(struct kvpi_prefix *pf, struct kvpi_tslot *s, struct kvpi_pside *e);
-
-/* lib/prefix/prefix_nodes.c: index nodes.  @s is the calling thread's slot. */
-/* A free node, from @s's cache, the ready batches or a new slab (NULL: no memory). */
-struct kvpi_pnode *kvpi_pfx_node_get(struct kvpi_prefix *pf, struct kvpi_tslot *s);
-/* Give back a node that never was in the index (reusable at once). */
-void kvpi_pfx_node_put(struct kvpi_tslot *s, struct kvpi_pnode *n);
-/* A node deleted from the index (in a read-side section): reusable after a grace period. */
-void kvpi_pfx_node_retire(struct kvpi_prefix *pf, struct kvpi_tslot *s, struct kvpi_pnode *n);
-/* Wait for retired node batches and index tables in flight; free every node. */
-void kvpi_pfx_nodes_destroy(struct kvpi_prefix *pf);
+void kvpi_pfx_forget(struct kvpi_prefix *pf, struct kvpi_pside *e, uint32_t id);
 
 /* lib/prefix/prefix_lru.c: LRU lists of cached blocks. */
 void kvpi_pfx_lru_init(struct kvpi_prefix *pf);

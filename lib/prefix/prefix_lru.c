@@ -426,7 +426,7 @@ void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvpi_tslot *s, const u
 		struct kvpi_block *b = kvpi_bt_block(&p->bt, ids[i]);
 		/* We own the block (EVICTING): no match can lock it, and a
 		 * matcher that found the old node sees EVICTING, then free. */
-		kvpi_pfx_forget(pf, s, kvpi_pfx_side(pf, ids[i]));
+		kvpi_pfx_forget(pf, kvpi_pfx_side(pf, ids[i]), ids[i]);
 		/* relaxed load: ours.  release store: a kvp_block_get or a
 		 * matcher (acquire) sees a whole word, and the next owner the
 		 * last holders' writes (chained through our acquire CAS). */
