@@ -4,16 +4,15 @@
  *
  * A thread that cannot get a slot of its own uses the pool's fallback slot
  * under its mutex (lib/pool/tslot.c); the prefix cache keeps per-slot state
- * there too: the index-node cache and the batch of retired nodes
- * (lib/prefix/prefix_nodes.c), the eviction count, the home shard.  Here
+ * there too: the eviction count and the home shard.  Here
  * the thread-local key cannot be made (an injected fault on the first
  * kvpi_sys_key_create), so every thread of the process uses the fallback
  * slot, and 4 threads match, allocate, publish, hold and let go on a
  * 16-block pool under constant eviction, with a content ledger as in
  * tests/prefix_race_test.c: a match that gets a block of other contents, or
  * a held block whose contents change, is a violation, and TSan sees the
- * ledger's plain accesses.  Retired node batches come back from liburcu's
- * callback thread while the threads take them.  At the end every block is
+ * ledger's plain accesses.  Retired index tables come back from liburcu's
+ * callback thread while the threads rebuild.  At the end every block is
  * free again and the counts add up.
  *
  * A process-wide fault (the key is made once per process): a program of
@@ -135,7 +134,7 @@ static void test_all_on_fallback(void)
 	       NTHREADS, ITERS, (unsigned long long)s.n_prefix_hits,
 	       (unsigned long long)s.n_evictions);
 	CHECK_EQ(s.n_prefix_hits, matched);
-	CHECK(s.n_evictions > 1000); /* nodes retired in many batches */
+	CHECK(s.n_evictions > 1000); /* keys deleted and published again many times */
 	CHECK(matched > 0);
 	CHECK_EQ(kvp_stats_blocks_in_use(&s), 0);
 	CHECK_EQ(s.n_allocations, s.n_frees);

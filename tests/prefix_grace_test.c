@@ -1,21 +1,20 @@
 /*
- * tests/prefix_grace_test.c - an index node is not handed out again while a
- * lookup that found it may still read it.
+ * tests/prefix_grace_test.c - a lookup's answer that goes stale before the
+ * match locks the block is a miss, never another key's block.
  *
  * Thread R matches key K0, published on a cached block, and stops right
- * after its index lookup found K0's node (kvpi_pfx_index_lookup wrapped,
+ * after its index lookup found K0's block (kvpi_pfx_index_lookup wrapped,
  * -Wl,--wrap), inside its read-side section and before it locks the block.
- * Meanwhile the main thread resets the cache (evicting that block: K0's node
- * is deleted and retired) and then allocates, publishes under fresh keys
+ * Meanwhile the main thread resets the cache (evicting that block: K0 is
+ * deleted from the index) and then allocates, publishes under fresh keys
  * and caches CHURN blocks on the 8-block pool, so that every allocation
- * evicts: each eviction retires a node (lib/prefix/prefix_nodes.c: into the
- * thread's batch, 64 to a call_rcu callback) and each publish takes one
- * (from the thread's cache, the batches past their grace period, or a new
- * slab).  Then R goes on.  K0 is in no block any more, so its match must be
- * a miss; had K0's node been handed out again within R's section, it would
- * name the block published under it now, and R's match would return that
- * block for K0.  (TSan cannot tell here: the hand-over of `phase` orders
- * R's read of the node before the main thread's writes; the miss is the check.)
+ * evicts and K0's block is published again under other keys, and the
+ * index's tables are rebuilt and retired while R's section runs.  Then R
+ * goes on.  K0 is in no block any more, so its match must be a miss: the
+ * block the lookup named now holds another key, which the match must see
+ * under the block's lock.  (TSan cannot tell here: the hand-over of
+ * `phase` orders R's reads before the main thread's writes; the miss is
+ * the check.)
  *
  * R's owner (1) and the main thread's (2) are on different owner shards
  * of the prefix table, whose mutex R holds while it waits.
@@ -94,7 +93,7 @@ static void test_node_outlives_lookup(void)
 		cache_one(i);
 	kvp_stats s;
 	CHECK_EQ(kvp_pool_stats(pool, &s), KVP_OK);
-	CHECK(s.n_evictions >= CHURN - NBLOCKS); /* nodes were retired all along */
+	CHECK(s.n_evictions >= CHURN - NBLOCKS); /* K0's block was reused all along */
 	atomic_store(&phase, 2);
 	CHECK_EQ(pthread_join(r, NULL), 0);
 	CHECK_EQ(matched, 0);

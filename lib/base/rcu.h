@@ -20,10 +20,11 @@
  * The block pool's own paths use none of these: its block table never
  * moves, so nothing a pool call reads is freed before kvp_pool_destroy.
  * The prefix cache (lib/prefix/, pools made with prefix_cache) uses them
- * for its key index.  Note two things liburcu does.  liburcu-bp registers a
- * thread on its first read-side section or read_ongoing query, by mapping
- * memory.  The first call_rcu starts a worker thread.  liburcu aborts the
- * process if either fails.
+ * for its key index: lookups run in read-side sections, and a replaced
+ * table is retired with kvpi_rcu_call.  Note two things liburcu does.
+ * liburcu-bp registers a thread on its first read-side section or
+ * read_ongoing query, by mapping memory.  The first call_rcu starts a
+ * worker thread.  liburcu aborts the process if either fails.
  */
 #ifndef KVPOOL_LIB_RCU_H
 #define KVPOOL_LIB_RCU_H
@@ -63,20 +64,19 @@ void kvpi_rcu_call(struct kvpi_rcu_cb *cb, void (*fn)(struct kvpi_rcu_cb *cb));
 /**
  * kvpi_rcu_start_threads - make liburcu's call_rcu worker exist, or fail
  *
- * liburcu starts its threads lazily: the call_rcu worker at the first
- * call_rcu, the cds_lfht resize worker at the first auto-resizing table.
- * It aborts the process if pthread_create fails then.  This function first
- * creates and joins a trivial thread.  If that fails it returns -1, having
- * done nothing else.  It then has liburcu create the default call_rcu
- * worker, which lives for the rest of the process.  So later kvpi_rcu_call
- * and kvpi_rcu_free_deferred never start a thread.  Call it before making
- * an auto-resizing cds_lfht.  Returns 0 on success.
+ * liburcu starts its call_rcu worker lazily, at the first call_rcu.  It
+ * aborts the process if pthread_create fails then.  The pool makes no
+ * cds_lfht, so that worker is the only thread liburcu runs for it.  This
+ * function first creates and joins a trivial thread.  If that fails it
+ * returns -1, having done nothing else.  It then has liburcu create the
+ * default call_rcu worker, which lives for the rest of the process.  So
+ * later kvpi_rcu_call and kvpi_rcu_free_deferred never start a thread.
+ * Call it before the first call_rcu could happen.  Returns 0 on success.
  *
  * Two windows remain:
  *   - Another thread of the process may reach a thread limit between the
  *     probe and liburcu's own pthread_create.  That still aborts.  The
- *     window spans at most two creations, in this same call or the
- *     caller's next cds_lfht_new.
+ *     window spans one creation, in this same call.
  *   - After fork() the child has no call_rcu worker until liburcu restarts
  *     it (urcu_bp_call_rcu_after_fork_child).
  */

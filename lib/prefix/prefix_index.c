@@ -276,17 +276,16 @@ int kvpi_pfx_index_add(struct kvpi_prefix *pf, uint32_t id, uint64_t h, uint32_t
 	return rc;
 }
 
-void kvpi_pfx_index_del(struct kvpi_prefix *pf, uint32_t id, uint64_t h)
+/* Delete block @id, added under hash @h, from @t, @sh's table.  Shard mutex
+ * held. */
+static void del_locked(struct kvpi_pshard *sh, struct kvpi_ptab *t, uint32_t id, uint64_t h)
 {
-	struct kvpi_pshard *sh = shard_of(pf, h);
-	pthread_mutex_lock(&sh->lock);
 	/* relaxed (all): we are the only writer, and lookups' results are
 	 * hints (kvpi_pfx_index_add). */
-	struct kvpi_ptab *t = atomic_load_explicit(&sh->tab, memory_order_relaxed);
 	for (uint32_t i = (uint32_t)h & t->mask, k = 0; k <= t->mask; i = (i + 1) & t->mask, k++) {
 		uint64_t v = atomic_load_explicit(&t->slot[i].v, memory_order_relaxed);
 		if (v == 0)
-			break; /* not in the index: nothing to undo */
+			return; /* not in the index: nothing to undo */
 		if (v != V_OF(id))
 			continue;
 		sh->live--;
@@ -295,17 +294,24 @@ void kvpi_pfx_index_del(struct kvpi_prefix *pf, uint32_t id, uint64_t h)
 		 * just before it, become empty. */
 		if (atomic_load_explicit(&t->slot[(i + 1) & t->mask].v, memory_order_relaxed)) {
 			atomic_store_explicit(&t->slot[i].v, TOMB, memory_order_relaxed);
-			break;
+			return;
 		}
 		for (;;) {
 			atomic_store_explicit(&t->slot[i].v, 0, memory_order_relaxed);
 			sh->used--;
 			i = (i - 1) & t->mask;
 			if (atomic_load_explicit(&t->slot[i].v, memory_order_relaxed) != TOMB)
-				break;
+				return;
 		}
-		break;
 	}
+}
+
+void kvpi_pfx_index_del(struct kvpi_prefix *pf, uint32_t id, uint64_t h)
+{
+	struct kvpi_pshard *sh = shard_of(pf, h);
+	pthread_mutex_lock(&sh->lock);
+	/* relaxed: only writers store it, under this mutex. */
+	del_locked(sh, atomic_load_explicit(&sh->tab, memory_order_relaxed), id, h);
 	pthread_mutex_unlock(&sh->lock);
 }
 
@@ -315,6 +321,59 @@ void kvpi_pfx_forget(struct kvpi_prefix *pf, struct kvpi_pside *e, uint32_t id)
 		return;
 	kvpi_pfx_index_del(pf, id, e->pub_h);
 	e->pub = false;
+}
+
+/* Evicted blocks forgotten per call of kvpi_pfx_forget_many's inner loop. */
+#define FORGET_CHUNK 256u
+#define FORGET_AHEAD 8u
+
+/*
+ * Forget the keys of a chunk of blocks: sorted by shard (a counting sort),
+ * each shard's deleted under one hold of its mutex.  An eviction of a
+ * prompt's worth of blocks takes each shard's mutex once, not once a block.
+ */
+static void forget_chunk(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n)
+{
+	uint32_t start[KVPI_PIDX_SHARDS + 1] = {0};
+	uint32_t order[FORGET_CHUNK];
+	uint8_t shard[FORGET_CHUNK];
+	for (uint32_t i = 0; i < n; i++) {
+		if (i + FORGET_AHEAD < n)
+			__builtin_prefetch(kvpi_pfx_side(pf, ids[i + FORGET_AHEAD]));
+		const struct kvpi_pside *e = kvpi_pfx_side(pf, ids[i]);
+		shard[i] = e->pub ? (uint8_t)(e->pub_h >> SHARD_SHIFT) : UINT8_MAX;
+		if (e->pub) {
+			start[shard[i] + 1]++;
+			kvpi_pfx_index_prefetch(pf, e->pub_h);
+		}
+	}
+	for (uint32_t k = 0; k < KVPI_PIDX_SHARDS; k++)
+		start[k + 1] += start[k];
+	uint32_t fill[KVPI_PIDX_SHARDS];
+	memcpy(fill, start, sizeof(fill));
+	for (uint32_t i = 0; i < n; i++)
+		if (shard[i] != UINT8_MAX)
+			order[fill[shard[i]]++] = i;
+	for (uint32_t k = 0; k < KVPI_PIDX_SHARDS; k++) {
+		if (start[k] == start[k + 1])
+			continue;
+		struct kvpi_pshard *sh = &pf->idx[k];
+		pthread_mutex_lock(&sh->lock);
+		/* relaxed: only writers store it, under this mutex. */
+		struct kvpi_ptab *t = atomic_load_explicit(&sh->tab, memory_order_relaxed);
+		for (uint32_t j = start[k]; j < start[k + 1]; j++) {
+			struct kvpi_pside *e = kvpi_pfx_side(pf, ids[order[j]]);
+			del_locked(sh, t, ids[order[j]], e->pub_h);
+			e->pub = false;
+		}
+		pthread_mutex_unlock(&sh->lock);
+	}
+}
+
+void kvpi_pfx_forget_many(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i += FORGET_CHUNK)
+		forget_chunk(pf, ids + i, n - i < FORGET_CHUNK ? n - i : FORGET_CHUNK);
 }
 
 void kvpi_pfx_index_each(struct kvpi_prefix *pf, void (*fn)(uint32_t id, void *arg), void *arg)

@@ -141,9 +141,11 @@
  *   prefix.pend                allocations (kvpi_pfx_get_    the exhaustion decision
  *                              blocks): RMW before a partial  (kvpi_pfx_get_blocks)
  *                              reserve, after a give-back
- *   index slots                shard mutex (release stores),  lookups: no lock, in a
+ *   index slots                shard mutex (relaxed stores),  lookups: no lock, in a
  *                              with the block locked or       read-side section
- *                              EVICTING                       (acquire loads)
+ *                              EVICTING                       (relaxed loads: a hint,
+ *                                                             checked under the block
+ *                                                             lock)
  *   index shard's table        shard mutex (release store);   lookups (acquire), in a
  *                              the old one retired to a       read-side section
  *                              grace period
@@ -264,13 +266,15 @@ struct kvpi_poshard {
 #define KVPI_PIDX_SHARDS 64u
 struct kvpi_ptab;
 struct kvpi_pshard {
-	pthread_mutex_t lock;              /* writers: add, delete, rebuild */
-	_Atomic(struct kvpi_ptab *) tab;   /* stored under lock (release); read by lookups */
+	/* Lookups read this line; writers write it only when they rebuild. */
+	_Atomic(struct kvpi_ptab *) tab; /* stored under lock (release); read by lookups */
+	uint32_t min_slots;              /* tab's first size */
+	bool inited;                     /* lock initialised */
+	/* Writers' line. */
+	pthread_mutex_t lock __attribute__((aligned(64))); /* add, delete, rebuild */
 	_Atomic(struct kvpi_ptab *) spare; /* a retired table past its grace period */
 	uint32_t live;                     /* keys in tab (lock) */
 	uint32_t used;                     /* keys and tombstones in tab (lock) */
-	uint32_t min_slots;                /* tab's first size */
-	bool inited;                       /* lock initialised */
 } __attribute__((aligned(64)));
 
 struct kvpi_prefix {
@@ -473,6 +477,8 @@ void kvpi_pfx_index_del(struct kvpi_prefix *pf, uint32_t id, uint64_t h);
 void kvpi_pfx_index_each(struct kvpi_prefix *pf, void (*fn)(uint32_t id, void *arg), void *arg);
 /* Forget the key of block @e: locked, or EVICTING. */
 void kvpi_pfx_forget(struct kvpi_prefix *pf, struct kvpi_pside *e, uint32_t id);
+/* Forget the keys of blocks @ids[0..@n), all EVICTING (ours). */
+void kvpi_pfx_forget_many(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n);
 
 /* lib/prefix/prefix_lru.c: LRU lists of cached blocks. */
 void kvpi_pfx_lru_init(struct kvpi_prefix *pf);

@@ -406,27 +406,14 @@ void kvpi_pfx_commit(struct kvp_pool *p, struct kvpi_tslot *s, int si, const uin
 	kvpi_pfx_count_one(p->prefix, si, -(int64_t)n);
 }
 
-/* How far ahead an eviction brings side entries into the cache. */
-#define COMMIT_AHEAD 8u
-
 void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvpi_tslot *s, const uint32_t *ids,
                                uint32_t n)
 {
-	struct kvpi_prefix *pf = p->prefix;
+	/* We own the blocks (EVICTING): no match can lock them, and a
+	 * matcher that found an old key sees EVICTING, then free. */
+	kvpi_pfx_forget_many(p->prefix, ids, n);
 	for (uint32_t i = 0; i < n; i++) {
-		/* The side entries ahead, then the index slots their keys
-		 * name (EVICTING: ours, read with no lock). */
-		if (i + COMMIT_AHEAD < n)
-			kvpi_pfx_prefetch(p, ids[i + COMMIT_AHEAD]);
-		if (i + COMMIT_AHEAD / 2 < n) {
-			struct kvpi_pside *e = kvpi_pfx_side(pf, ids[i + COMMIT_AHEAD / 2]);
-			if (e->pub)
-				kvpi_pfx_index_prefetch(pf, e->pub_h);
-		}
 		struct kvpi_block *b = kvpi_bt_block(&p->bt, ids[i]);
-		/* We own the block (EVICTING): no match can lock it, and a
-		 * matcher that found the old node sees EVICTING, then free. */
-		kvpi_pfx_forget(pf, kvpi_pfx_side(pf, ids[i]), ids[i]);
 		/* relaxed load: ours.  release store: a kvp_block_get or a
 		 * matcher (acquire) sees a whole word, and the next owner the
 		 * last holders' writes (chained through our acquire CAS). */
