@@ -287,10 +287,9 @@ static int publish_one(struct kvp_pool *p, kvp_ref ref, kvp_hash key)
 	 * Matchers that find the id wait for our lock, then check pub. */
 	struct kvpi_pside *e = kvpi_pfx_side(pf, id);
 	e->pub_key = key;
-	e->pub_stream = kvpi_st_stream(st);
-	e->pub_h = kvpi_pfx_index_hash(&key, e->pub_stream);
+	e->pub_stream = (uint8_t)kvpi_st_stream(st);
 	uint32_t had;
-	int rc = kvpi_pfx_index_add(pf, id, e->pub_h, &had);
+	int rc = kvpi_pfx_index_add(pf, id, kvpi_pfx_pub_hash(e), &had);
 	if (rc == KVP_OK) {
 		e->pub = true;
 		st |= KVPI_ST_PUBLISHED;

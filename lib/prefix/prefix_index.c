@@ -319,7 +319,7 @@ void kvpi_pfx_forget(struct kvpi_prefix *pf, struct kvpi_pside *e, uint32_t id)
 {
 	if (!e->pub)
 		return;
-	kvpi_pfx_index_del(pf, id, e->pub_h);
+	kvpi_pfx_index_del(pf, id, kvpi_pfx_pub_hash(e));
 	e->pub = false;
 }
 
@@ -341,10 +341,12 @@ static void forget_chunk(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n
 		if (i + FORGET_AHEAD < n)
 			__builtin_prefetch(kvpi_pfx_side(pf, ids[i + FORGET_AHEAD]));
 		const struct kvpi_pside *e = kvpi_pfx_side(pf, ids[i]);
-		shard[i] = e->pub ? (uint8_t)(e->pub_h >> SHARD_SHIFT) : UINT8_MAX;
+		shard[i] = UINT8_MAX;
 		if (e->pub) {
+			uint64_t h = kvpi_pfx_pub_hash(e);
+			shard[i] = (uint8_t)(h >> SHARD_SHIFT);
 			start[shard[i] + 1]++;
-			kvpi_pfx_index_prefetch(pf, e->pub_h);
+			kvpi_pfx_index_prefetch(pf, h);
 		}
 	}
 	for (uint32_t k = 0; k < KVPI_PIDX_SHARDS; k++)
@@ -363,7 +365,7 @@ static void forget_chunk(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n
 		struct kvpi_ptab *t = atomic_load_explicit(&sh->tab, memory_order_relaxed);
 		for (uint32_t j = start[k]; j < start[k + 1]; j++) {
 			struct kvpi_pside *e = kvpi_pfx_side(pf, ids[order[j]]);
-			del_locked(sh, t, ids[order[j]], e->pub_h);
+			del_locked(sh, t, ids[order[j]], kvpi_pfx_pub_hash(e));
 			e->pub = false;
 		}
 		pthread_mutex_unlock(&sh->lock);

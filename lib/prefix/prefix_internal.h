@@ -118,7 +118,7 @@
  *                              release store of the state     state word, retry while
  *                                                             locked)
  *   pside.pub, .pub_key,       block lock, or an evictor      block lock; the index's
- *   .pub_stream, .pub_h        (EVICTING, exclusive); set     shard mutex while the
+ *   .pub_stream                (EVICTING, exclusive); set     shard mutex while the
  *                              before the index add, cleared  index holds the block
  *                              after the delete               (uniqueness check)
  *   pside.listed, lru links,   LRU shard mutex (+ block lock  LRU shard mutex; listed
@@ -200,20 +200,23 @@ struct kvpi_pside {
 	 * holds the block exclusively. */
 	_Atomic uint32_t epoch;
 	_Atomic uint64_t owner_xor;
-	/* The key the block is published under (while pub), its stream tag
-	 * and its index hash (kvpi_pfx_index_hash). */
+	/* The key the block is published under (while pub). */
 	kvp_hash pub_key;
-	uint64_t pub_h;
-	uint32_t pub_stream;
-	bool pub;
 	uint64_t lru_seq;
 	uint32_t lru_prev, lru_next;
-	uint32_t lru_shard; /* the list it is on (while listed) */
+	uint8_t lru_shard;  /* the list it is on (while listed) */
+	uint8_t pub_stream; /* pub_key's stream tag (kvpi_stream_tag) */
+	bool pub;
 	/* Relaxed atomics (the evictor peeks at stale before it takes the
 	 * lock; the lock bit and LRU mutex order every write). */
 	_Atomic bool listed; /* on its LRU list */
 	_Atomic bool stale;  /* listed, and taken by a match since it was put there */
-};
+} __attribute__((aligned(64)));
+
+/* One line a block: every path that touches a block's prefix state touches
+ * one cache line of it, not two. */
+_Static_assert(sizeof(struct kvpi_pside) == 64, "a side entry is one cache line");
+_Static_assert(KVPI_PFX_LRU_SHARDS <= 256, "lru_shard is a byte");
 
 /* Relaxed accessors of the flags above: their writers are ordered by the
  * block lock and the LRU mutex, which publish them. */
@@ -465,6 +468,11 @@ static inline uint64_t kvpi_pfx_index_hash(const kvp_hash *key, uint32_t stream)
 /* The id of a block the index holds under a key of @key's hash, or
  * KVPI_NO_ID.  A hint: the caller checks the block's key under its lock. */
 uint32_t kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key);
+/* The index hash of the key block @e is published under (pub set). */
+static inline uint64_t kvpi_pfx_pub_hash(const struct kvpi_pside *e)
+{
+	return kvpi_pfx_index_hash(&e->pub_key, e->pub_stream);
+}
 /* Bring the home slot of hash @h into the cache (a hint; no effect else). */
 void kvpi_pfx_index_prefetch(struct kvpi_prefix *pf, uint64_t h);
 /* Add block @id, whose side entry holds its key (pub_key, pub_stream) and

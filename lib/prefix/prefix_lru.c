@@ -184,7 +184,7 @@ static void append_locked(struct kvpi_prefix *pf, struct kvpi_plru *l, uint32_t 
 {
 	struct kvpi_pside *e = kvpi_pfx_side(pf, id);
 	e->lru_seq = caching_time(l);
-	e->lru_shard = (uint32_t)(l - pf->lru[0]) % KVPI_PFX_LRU_SHARDS;
+	e->lru_shard = (uint8_t)((l - pf->lru[0]) % KVPI_PFX_LRU_SHARDS);
 	link_locked(pf, l, id, l->tail, KVPI_NO_ID);
 }
 
@@ -226,7 +226,7 @@ void kvpi_pfx_lru_insert_many(struct kvpi_prefix *pf, const struct kvpi_tslot *s
 	for (uint32_t i = 1; i < n; i++) {
 		struct kvpi_pside *e = kvpi_pfx_side(pf, ids[i]);
 		e->lru_seq = ++l->last_seq;
-		e->lru_shard = (uint32_t)(l - pf->lru[0]) % KVPI_PFX_LRU_SHARDS;
+		e->lru_shard = (uint8_t)((l - pf->lru[0]) % KVPI_PFX_LRU_SHARDS);
 		link_locked(pf, l, ids[i], l->tail, KVPI_NO_ID);
 	}
 	pthread_mutex_unlock(&l->lock);
