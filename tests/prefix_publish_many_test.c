@@ -8,6 +8,9 @@
  * the blocks published, and exactly those are found by a match.  A race
  * publishes overlapping batches from many threads: every key ends up
  * published exactly once, and every block is held by one owner only.
+ * Another publishes the same blocks from two threads in opposite orders:
+ * a batch holds many block locks, so this would hang if a batch ever
+ * waited for a lock while holding others; each block ends published once.
  */
 #include <kvpool/kvpool.h>
 
@@ -245,11 +248,86 @@ static void test_race(void)
 	kvp_pool_destroy(race_pool);
 }
 
+/* Two threads publish the same SAME_N blocks under the same keys, one in
+ * order and one backwards, SAME_ROUNDS times on fresh blocks.  Each block
+ * is published by exactly one of them (the other gets KVP_EINVAL: already
+ * published), and the calls return. */
+#define SAME_N      200
+#define SAME_ROUNDS 200
+
+static kvp_ref same_refs[SAME_N];
+static kvp_hash same_keys[SAME_N];
+static pthread_barrier_t same_bar;
+
+struct same_arg {
+	bool backwards;
+	int st[SAME_N];
+	size_t np;
+};
+
+static void *same_racer(void *arg)
+{
+	struct same_arg *a = arg;
+	kvp_ref r[SAME_N];
+	kvp_hash k[SAME_N];
+	for (int i = 0; i < SAME_N; i++) {
+		int j = a->backwards ? SAME_N - 1 - i : i;
+		r[i] = same_refs[j];
+		k[i] = same_keys[j];
+	}
+	pthread_barrier_wait(&same_bar);
+	CHECK_EQ(kvp_prefix_publish_many(race_pool, r, k, SAME_N, a->st, &a->np), KVP_OK);
+	if (a->backwards) { /* back to the blocks' order */
+		for (int i = 0; i < SAME_N / 2; i++) {
+			int tmp = a->st[i];
+			a->st[i] = a->st[SAME_N - 1 - i];
+			a->st[SAME_N - 1 - i] = tmp;
+		}
+	}
+	return NULL;
+}
+
+static void test_same_blocks_opposite_orders(void)
+{
+	race_pool = mkpool(SAME_N + 64);
+	CHECK_EQ(pthread_barrier_init(&same_bar, NULL, 2), 0);
+	for (int round = 0; round < SAME_ROUNDS; round++) {
+		size_t n;
+		CHECK_EQ(kvp_allocate(race_pool, KVP_KV, SAME_N * BS, 7, KVP_FP16, same_refs,
+		                      SAME_N, &n),
+		         KVP_OK);
+		for (int i = 0; i < SAME_N; i++)
+			same_keys[i] = key((uint64_t)round * SAME_N + (uint64_t)i);
+		struct same_arg a[2] = {{.backwards = false}, {.backwards = true}};
+		pthread_t th[2];
+		for (int t = 0; t < 2; t++)
+			CHECK_EQ(pthread_create(&th[t], NULL, same_racer, &a[t]), 0);
+		for (int t = 0; t < 2; t++)
+			CHECK_EQ(pthread_join(th[t], NULL), 0);
+		CHECK_EQ(a[0].np + a[1].np, (size_t)SAME_N);
+		for (int i = 0; i < SAME_N; i++) {
+			/* exactly one KVP_OK per block; the other saw it published */
+			CHECK((a[0].st[i] == KVP_OK) != (a[1].st[i] == KVP_OK));
+			CHECK(a[0].st[i] == KVP_OK || a[0].st[i] == KVP_EINVAL);
+			CHECK(a[1].st[i] == KVP_OK || a[1].st[i] == KVP_EINVAL);
+			kvp_block_info bi;
+			CHECK_EQ(kvp_block_get(race_pool, same_refs[i], &bi), KVP_OK);
+			CHECK(bi.published);
+			CHECK(findable(race_pool, (uint64_t)round * SAME_N + (uint64_t)i));
+		}
+		/* Cached now; the next round's allocation evicts them. */
+		CHECK_EQ(kvp_free_all(race_pool, 7), KVP_OK);
+	}
+	pthread_barrier_destroy(&same_bar);
+	kvp_pool_destroy(race_pool);
+}
+
 int main(void)
 {
 	RUN(test_bad_args);
 	RUN(test_mixed_batch);
 	RUN(test_long_batch);
 	RUN(test_race);
+	RUN(test_same_blocks_opposite_orders);
 	return 0;
 }

@@ -445,12 +445,14 @@ static inline void kvpi_note_freed(struct kvp_pool *p, struct kvpi_tslot *s, uin
 	kvpi_account_in_use(p, s, -(int64_t)n);
 }
 
-/* kvpi_give_back - kvpi_note_freed, then push the @n blocks @ids of stream @si. */
+/* kvpi_give_back - kvpi_note_freed, then push the @n blocks @ids of stream
+ * @si (one block straight to the thread's magazine when it has room). */
 static inline void kvpi_give_back(struct kvp_pool *p, struct kvpi_tslot *s, int si,
                                   const uint32_t *ids, uint32_t n)
 {
 	kvpi_note_freed(p, s, n);
-	kvpi_put_blocks(p, s, si, ids, n);
+	if (n != 1 || !kvpi_put_one_fast(p, s, si, ids[0]))
+		kvpi_put_blocks(p, s, si, ids, n);
 }
 
 /*

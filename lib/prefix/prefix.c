@@ -2,14 +2,14 @@
  * lib/prefix/prefix.c - the public prefix-cache calls (kvpool/prefix.h), and the
  * prefix state's life cycle.  lib/prefix/prefix_internal.h has the design.
  *
- * Matching: each key is looked up in the index with no lock; the block the
- * node names is then locked (one CAS on its state word, from a state that
- * is published, in use or cached, and of the right format) and checked
- * (still published under that very node).  An in-use block gains a hold;
- * a cached one becomes in use with a new generation, left on its LRU list
- * (marked stale).  An evictor's CAS CACHED -> EVICTING may beat the lock's
- * CAS (then the key is a miss).  The whole call holds the owner's shard
- * mutex, so the owner's hold array takes the matched blocks in order.
+ * Matching: each key is looked up in the index with no lock; the block it
+ * names is then locked (one CAS on its state word, from a state that is
+ * published, in use or cached, and of the right format) and checked (still
+ * published under that very key).  Publishing is lib/prefix/prefix_publish.c.  An in-use block
+ * gains a hold; a cached one becomes in use with a new generation, left on its LRU list (marked
+ * stale).  An evictor's CAS CACHED -> EVICTING may beat the lock's CAS (then the key is a miss).
+ * The whole call holds the owner's shard mutex, so the owner's hold array takes the matched blocks
+ * in order.
  */
 #include <string.h>
 
@@ -251,117 +251,6 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 	kvpi_tslot_put(p, s);
 	*n_matched = i;
 	return KVP_OK;
-}
-
-struct pub_arg {
-	uint32_t gen, block_size;
-};
-
-/* A state publish may lock: the ref's hand-out, in use, full, not raw, not
- * published yet. */
-static bool publish_ok(uint64_t st, const void *arg)
-{
-	const struct pub_arg *a = arg;
-	return kvpi_st_gen(st) == a->gen && !(st & KVPI_ST_RETIRED) && (st & KVPI_ST_IN_USE) &&
-	       !(st & (KVPI_ST_RAW | KVPI_ST_PUBLISHED)) && kvpi_st_used(st) == a->block_size;
-}
-
-/*
- * Publish block @ref under @key: kvp_prefix_publish with its arguments
- * checked but the ref's id, in a read-side section, @s the caller's slot.
- */
-static int publish_one(struct kvp_pool *p, kvp_ref ref, kvp_hash key)
-{
-	uint32_t id = KVP_REF_ID(ref);
-	if (id >= kvp_pool_n_ids(p))
-		return KVP_ENOENT;
-	struct kvpi_prefix *pf = p->prefix;
-	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
-	struct pub_arg arg = {KVP_REF_GEN(ref), p->block_size};
-	uint64_t seen;
-	uint64_t st = kvpi_pfx_lock(b, publish_ok, &arg, &seen);
-	if (!st)
-		return kvpi_st_gen(seen) != arg.gen || (seen & KVPI_ST_RETIRED) ? KVP_ENOENT
-		                                                                : KVP_EINVAL;
-	/* The key first: the index's uniqueness check reads it from here.
-	 * Matchers that find the id wait for our lock, then check pub. */
-	struct kvpi_pside *e = kvpi_pfx_side(pf, id);
-	e->pub_key = key;
-	e->pub_stream = (uint8_t)kvpi_st_stream(st);
-	uint32_t had;
-	int rc = kvpi_pfx_index_add(pf, id, kvpi_pfx_pub_hash(e), &had);
-	if (rc == KVP_OK) {
-		e->pub = true;
-		st |= KVPI_ST_PUBLISHED;
-	}
-	kvpi_pfx_unlock(b, st);
-	return rc;
-}
-
-int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
-{
-	if (!p || !p->prefix)
-		return KVP_EINVAL;
-	struct kvpi_tslot *s = kvpi_tslot_get(p);
-	kvpi_rcu_read_lock();
-	int rc = publish_one(p, ref, key);
-	kvpi_rcu_read_unlock();
-	kvpi_tslot_put(p, s);
-	return rc;
-}
-
-/* Blocks published in one read-side section: a long batch lets grace
- * periods (and so retired index tables) through between sections. */
-#define PUBLISH_SECTION 64u
-/* How far ahead a batch publish brings blocks into the cache, and their
- * index slots (which need the block's stream, so come later). */
-#define PUBLISH_AHEAD 8u
-#define SLOT_AHEAD    4u
-
-/* Bring the home index slot of @ref's block under @key into the cache: a
- * hint, read from the block's state word (fetched PUBLISH_AHEAD before). */
-static void prefetch_slot(struct kvp_pool *p, kvp_ref ref, const kvp_hash *key)
-{
-	/* relaxed: only the stream bits are used, as a hint. */
-	uint64_t st = atomic_load_explicit(&kvpi_bt_block(&p->bt, KVP_REF_ID(ref))->state,
-	                                   memory_order_relaxed);
-	kvpi_pfx_index_prefetch(p->prefix, kvpi_pfx_index_hash(key, kvpi_st_stream(st)));
-}
-
-int kvp_prefix_publish_many(kvp_pool *p, const kvp_ref *refs, const kvp_hash *keys, size_t n,
-                            int *status, size_t *n_published)
-{
-	if (n_published)
-		*n_published = 0;
-	if (!p || !p->prefix || (n && (!refs || !keys)))
-		return KVP_EINVAL;
-	struct kvpi_tslot *s = kvpi_tslot_get(p);
-	uint32_t n_ids = kvp_pool_n_ids(p);
-	size_t done = 0;
-	int rc = KVP_OK;
-	for (size_t i = 0; i < n; i++) {
-		if (i % PUBLISH_SECTION == 0) {
-			if (i)
-				kvpi_rcu_read_unlock();
-			kvpi_rcu_read_lock();
-		}
-		if (i + PUBLISH_AHEAD < n && KVP_REF_ID(refs[i + PUBLISH_AHEAD]) < n_ids)
-			kvpi_pfx_prefetch(p, KVP_REF_ID(refs[i + PUBLISH_AHEAD]));
-		if (i + SLOT_AHEAD < n && KVP_REF_ID(refs[i + SLOT_AHEAD]) < n_ids)
-			prefetch_slot(p, refs[i + SLOT_AHEAD], &keys[i + SLOT_AHEAD]);
-		int r = publish_one(p, refs[i], keys[i]);
-		if (status)
-			status[i] = r;
-		done += r == KVP_OK;
-		if (r == KVP_ENOMEM)
-			rc = KVP_ENOMEM;
-	}
-	if (n)
-		kvpi_rcu_read_unlock();
-	kvpi_tslot_put(p, s);
-	if (n_published)
-		*n_published = done;
-	return rc;
 }
 
 int kvp_free_owned(kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n)

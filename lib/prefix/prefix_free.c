@@ -106,22 +106,13 @@ static bool drop_ok(uint64_t st, const void *arg)
 static uint64_t drop_lock(struct kvp_pool *p, struct kvpi_tslot *s, struct cache_batch *cb,
                           struct kvpi_block *b, const struct drop_arg *arg, uint64_t *seen)
 {
-	if (!cb || (cb->n[0] | cb->n[1]) == 0)
-		return kvpi_pfx_lock(b, drop_ok, arg, seen);
-	for (;;) {
-		/* acquire: as in kvpi_pfx_lock. */
-		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-		if (st & KVPI_ST_LOCKED) {
-			cache_flush_all(p, s, cb); /* never wait holding a batch */
-			return kvpi_pfx_lock(b, drop_ok, arg, seen);
-		}
-		if (!drop_ok(st, arg)) {
-			*seen = st;
-			return 0;
-		}
-		if (kvpi_pfx_cas(b, st, st | KVPI_ST_LOCKED))
+	if (cb && (cb->n[0] | cb->n[1]) != 0) {
+		uint64_t st = kvpi_pfx_trylock(b, drop_ok, arg, seen);
+		if (st != KVPI_PFX_BUSY)
 			return st;
+		cache_flush_all(p, s, cb); /* never wait holding a batch */
 	}
+	return kvpi_pfx_lock(b, drop_ok, arg, seen);
 }
 
 /*

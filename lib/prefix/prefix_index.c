@@ -229,12 +229,13 @@ void kvpi_pfx_index_prefetch(struct kvpi_prefix *pf, uint64_t h)
 	__builtin_prefetch(&t->slot[(uint32_t)h & t->mask]);
 }
 
-int kvpi_pfx_index_add(struct kvpi_prefix *pf, uint32_t id, uint64_t h, uint32_t *had)
+/* Add block @id under hash @h to shard @sh (mutex held): as
+ * kvpi_pfx_index_add. */
+static int add_locked(struct kvpi_prefix *pf, struct kvpi_pshard *sh, uint32_t id, uint64_t h,
+                      uint32_t *had)
 {
-	struct kvpi_pshard *sh = shard_of(pf, h);
 	const struct kvpi_pside *e = kvpi_pfx_side(pf, id);
 	int rc = KVP_OK;
-	pthread_mutex_lock(&sh->lock);
 	/* relaxed: only writers store it, under this mutex. */
 	struct kvpi_ptab *t = atomic_load_explicit(&sh->tab, memory_order_relaxed);
 	if (4ull * (sh->used + 1) > 3ull * (t->mask + 1)) {
@@ -242,10 +243,10 @@ int kvpi_pfx_index_add(struct kvpi_prefix *pf, uint32_t id, uint64_t h, uint32_t
 		if (nt)
 			t = nt;
 		else if (sh->used + 2 > t->mask + 1) /* keep one empty slot */
-			rc = KVP_ENOMEM;
+			return KVP_ENOMEM;
 	}
 	uint32_t i = (uint32_t)h & t->mask, put = UINT32_MAX;
-	for (; rc == KVP_OK; i = (i + 1) & t->mask) {
+	for (;; i = (i + 1) & t->mask) {
 		/* relaxed: we are the only writer.  A block in a slot keeps its
 		 * key until its delete, which needs this mutex: reading it
 		 * here races with nothing. */
@@ -258,22 +259,66 @@ int kvpi_pfx_index_add(struct kvpi_prefix *pf, uint32_t id, uint64_t h, uint32_t
 		} else if (atomic_load_explicit(&t->slot[i].h, memory_order_relaxed) == h &&
 		           same_key(pf, ID_OF(v), e)) {
 			*had = ID_OF(v);
-			rc = KVP_EEXIST;
+			return KVP_EEXIST;
 		}
 	}
-	if (rc == KVP_OK) {
-		if (put == UINT32_MAX) {
-			put = i;
-			sh->used++;
-		}
-		sh->live++;
-		/* relaxed (both): a lookup's result is a hint, and the match
-		 * that follows it reads the key under the block's lock. */
-		atomic_store_explicit(&t->slot[put].h, h, memory_order_relaxed);
-		atomic_store_explicit(&t->slot[put].v, V_OF(id), memory_order_relaxed);
+	if (put == UINT32_MAX) {
+		put = i;
+		sh->used++;
 	}
+	sh->live++;
+	/* relaxed (both): a lookup's result is a hint, and the match that
+	 * follows it reads the key under the block's lock. */
+	atomic_store_explicit(&t->slot[put].h, h, memory_order_relaxed);
+	atomic_store_explicit(&t->slot[put].v, V_OF(id), memory_order_relaxed);
+	return rc;
+}
+
+int kvpi_pfx_index_add(struct kvpi_prefix *pf, uint32_t id, uint64_t h, uint32_t *had)
+{
+	struct kvpi_pshard *sh = shard_of(pf, h);
+	pthread_mutex_lock(&sh->lock);
+	int rc = add_locked(pf, sh, id, h, had);
 	pthread_mutex_unlock(&sh->lock);
 	return rc;
+}
+
+/*
+ * Order the @n (at most KVPI_PIDX_BATCH) hashes @h by shard, a counting
+ * sort: order[start[k] .. start[k + 1]) are the positions of shard k's, in
+ * their order in @h.
+ */
+static void by_shard(const uint64_t *h, uint32_t n, uint32_t *order, uint32_t *start)
+{
+	uint32_t fill[KVPI_PIDX_SHARDS];
+	memset(start, 0, (KVPI_PIDX_SHARDS + 1) * sizeof(*start));
+	for (uint32_t i = 0; i < n; i++)
+		start[(h[i] >> SHARD_SHIFT) + 1]++;
+	for (uint32_t k = 0; k < KVPI_PIDX_SHARDS; k++)
+		start[k + 1] += start[k];
+	memcpy(fill, start, sizeof(fill));
+	for (uint32_t i = 0; i < n; i++)
+		order[fill[h[i] >> SHARD_SHIFT]++] = i;
+}
+
+void kvpi_pfx_index_add_many(struct kvpi_prefix *pf, const uint32_t *ids, const uint64_t *h,
+                             uint32_t n, int *rc)
+{
+	uint32_t order[KVPI_PIDX_BATCH], start[KVPI_PIDX_SHARDS + 1];
+	for (uint32_t i = 0; i < n; i++)
+		kvpi_pfx_index_prefetch(pf, h[i]);
+	by_shard(h, n, order, start);
+	for (uint32_t k = 0; k < KVPI_PIDX_SHARDS; k++) {
+		if (start[k] == start[k + 1])
+			continue;
+		struct kvpi_pshard *sh = &pf->idx[k];
+		pthread_mutex_lock(&sh->lock);
+		for (uint32_t j = start[k]; j < start[k + 1]; j++) {
+			uint32_t x = order[j], had;
+			rc[x] = add_locked(pf, sh, ids[x], h[x], &had);
+		}
+		pthread_mutex_unlock(&sh->lock);
+	}
 }
 
 /* Delete block @id, added under hash @h, from @t, @sh's table.  Shard mutex
@@ -323,39 +368,31 @@ void kvpi_pfx_forget(struct kvpi_prefix *pf, struct kvpi_pside *e, uint32_t id)
 	e->pub = false;
 }
 
-/* Evicted blocks forgotten per call of kvpi_pfx_forget_many's inner loop. */
-#define FORGET_CHUNK 256u
 #define FORGET_AHEAD 8u
 
 /*
- * Forget the keys of a chunk of blocks: sorted by shard (a counting sort),
- * each shard's deleted under one hold of its mutex.  An eviction of a
- * prompt's worth of blocks takes each shard's mutex once, not once a block.
+ * Forget the keys of a chunk of at most KVPI_PIDX_BATCH blocks: sorted by
+ * shard, each shard's deleted under one hold of its mutex.  An eviction of
+ * a prompt's worth of blocks takes each shard's mutex once, not once a
+ * block.
  */
 static void forget_chunk(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n)
 {
-	uint32_t start[KVPI_PIDX_SHARDS + 1] = {0};
-	uint32_t order[FORGET_CHUNK];
-	uint8_t shard[FORGET_CHUNK];
+	uint32_t pub[KVPI_PIDX_BATCH], order[KVPI_PIDX_BATCH], start[KVPI_PIDX_SHARDS + 1];
+	uint64_t h[KVPI_PIDX_BATCH];
+	uint32_t m = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		if (i + FORGET_AHEAD < n)
 			__builtin_prefetch(kvpi_pfx_side(pf, ids[i + FORGET_AHEAD]));
 		const struct kvpi_pside *e = kvpi_pfx_side(pf, ids[i]);
-		shard[i] = UINT8_MAX;
-		if (e->pub) {
-			uint64_t h = kvpi_pfx_pub_hash(e);
-			shard[i] = (uint8_t)(h >> SHARD_SHIFT);
-			start[shard[i] + 1]++;
-			kvpi_pfx_index_prefetch(pf, h);
-		}
+		if (!e->pub)
+			continue;
+		pub[m] = ids[i];
+		h[m] = kvpi_pfx_pub_hash(e);
+		kvpi_pfx_index_prefetch(pf, h[m]);
+		m++;
 	}
-	for (uint32_t k = 0; k < KVPI_PIDX_SHARDS; k++)
-		start[k + 1] += start[k];
-	uint32_t fill[KVPI_PIDX_SHARDS];
-	memcpy(fill, start, sizeof(fill));
-	for (uint32_t i = 0; i < n; i++)
-		if (shard[i] != UINT8_MAX)
-			order[fill[shard[i]]++] = i;
+	by_shard(h, m, order, start);
 	for (uint32_t k = 0; k < KVPI_PIDX_SHARDS; k++) {
 		if (start[k] == start[k + 1])
 			continue;
@@ -364,9 +401,9 @@ static void forget_chunk(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n
 		/* relaxed: only writers store it, under this mutex. */
 		struct kvpi_ptab *t = atomic_load_explicit(&sh->tab, memory_order_relaxed);
 		for (uint32_t j = start[k]; j < start[k + 1]; j++) {
-			struct kvpi_pside *e = kvpi_pfx_side(pf, ids[order[j]]);
-			del_locked(sh, t, ids[order[j]], kvpi_pfx_pub_hash(e));
-			e->pub = false;
+			uint32_t x = order[j];
+			del_locked(sh, t, pub[x], h[x]);
+			kvpi_pfx_side(pf, pub[x])->pub = false;
 		}
 		pthread_mutex_unlock(&sh->lock);
 	}
@@ -374,8 +411,8 @@ static void forget_chunk(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n
 
 void kvpi_pfx_forget_many(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n)
 {
-	for (uint32_t i = 0; i < n; i += FORGET_CHUNK)
-		forget_chunk(pf, ids + i, n - i < FORGET_CHUNK ? n - i : FORGET_CHUNK);
+	for (uint32_t i = 0; i < n; i += KVPI_PIDX_BATCH)
+		forget_chunk(pf, ids + i, n - i < KVPI_PIDX_BATCH ? n - i : KVPI_PIDX_BATCH);
 }
 
 void kvpi_pfx_index_each(struct kvpi_prefix *pf, void (*fn)(uint32_t id, void *arg), void *arg)

@@ -98,14 +98,19 @@
  *
  * Lock order (outer first):
  *   owner shard mutex (prefix table) -> block lock bit -> LRU shard mutex
+ *   block lock bit -> index shard mutex (innermost: its holder takes no lock)
  *   owner shard mutex -> [leave read-side section] grow mutex (growth)
  *
  * A thread holds at most one LRU mutex at a time, and at most one block
- * lock, with one exception: kvp_free_all keeps the blocks it makes cached
- * locked until it lists them together (a batch, lib/prefix/prefix_free.c).
- * A block in a batch has no holder left, and kvp_free_all flushes its
- * batch before it waits for any other block lock.  So a thread that waits
- * for a block lock holds no block lock.  An evictor holding an LRU mutex
+ * lock, with two exceptions.  kvp_free_all keeps the blocks it makes
+ * cached locked until it lists them together (a batch,
+ * lib/prefix/prefix_free.c); a block in a batch has no holder left.
+ * kvp_prefix_publish_many keeps the blocks it publishes locked until it has
+ * added their keys to the index, shard by shard (lib/prefix/prefix_publish.c);
+ * meanwhile it waits only for index shard mutexes, whose holders wait for
+ * nothing.  Both only try a block's lock while they hold a batch, and
+ * finish the batch before they wait for one.  So a thread that waits for a
+ * block lock holds no block lock.  An evictor holding an LRU mutex
  * only ever tries a block lock once.  That try is a CAS that fails when
  * the bit is set.  So the evictor never waits for a block lock.
  *
@@ -166,6 +171,7 @@
 #include "lib/pool/pool_internal.h"
 #include "lib/base/rcu.h"
 #include "lib/base/spin.h"
+#include "lib/prefix/prefix_index.h"
 
 #define KVPI_PFX_LRU_SHARDS    16u
 #define KVPI_PFX_OWNER_SHARDS  256u
@@ -265,21 +271,6 @@ struct kvpi_poshard {
  * low half those running. */
 #define KVPI_PFX_RESET_START ((1ull << 32) + 1)
 
-/* The key index (lib/prefix/prefix_index.c): one shard of it. */
-#define KVPI_PIDX_SHARDS 64u
-struct kvpi_ptab;
-struct kvpi_pshard {
-	/* Lookups read this line; writers write it only when they rebuild. */
-	_Atomic(struct kvpi_ptab *) tab; /* stored under lock (release); read by lookups */
-	uint32_t min_slots;              /* tab's first size */
-	bool inited;                     /* lock initialised */
-	/* Writers' line. */
-	pthread_mutex_t lock __attribute__((aligned(64))); /* add, delete, rebuild */
-	_Atomic(struct kvpi_ptab *) spare; /* a retired table past its grace period */
-	uint32_t live;                     /* keys in tab (lock) */
-	uint32_t used;                     /* keys and tombstones in tab (lock) */
-} __attribute__((aligned(64)));
-
 struct kvpi_prefix {
 	struct kvpi_pshard idx[KVPI_PIDX_SHARDS];
 	bool grow;                 /* the pool's grow_on_exhaustion (the pool's own flag is off) */
@@ -353,6 +344,35 @@ static inline uint64_t kvpi_pfx_lock(struct kvpi_block *b, bool (*ok)(uint64_t s
 			continue;
 		}
 		kvpi_spin_wait(&spin);
+	}
+}
+
+/* What kvpi_pfx_trylock returns when another thread holds the lock (no
+ * state it locks is this: LOCKED is set in it). */
+#define KVPI_PFX_BUSY UINT64_MAX
+
+/*
+ * kvpi_pfx_trylock - kvpi_pfx_lock that never waits
+ *
+ * Returns KVPI_PFX_BUSY when another thread holds the lock; else as
+ * kvpi_pfx_lock.  For callers that hold other block locks, which must
+ * never wait for one (the lock order in the file's top comment).
+ */
+static inline uint64_t kvpi_pfx_trylock(struct kvpi_block *b,
+                                        bool (*ok)(uint64_t st, const void *arg), const void *arg,
+                                        uint64_t *seen)
+{
+	for (;;) {
+		/* acquire: as in kvpi_pfx_lock. */
+		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+		if (st & KVPI_ST_LOCKED)
+			return KVPI_PFX_BUSY;
+		if (!ok(st, arg)) {
+			*seen = st;
+			return 0;
+		}
+		if (kvpi_pfx_cas(b, st, st | KVPI_ST_LOCKED))
+			return st;
 	}
 }
 
@@ -452,41 +472,11 @@ void kvpi_pfx_destroy(struct kvp_pool *p);
 /* Side entries for ids below @n_ids; grow mutex held (or creation).  0 or -1. */
 int kvpi_pfx_extend(struct kvpi_prefix *pf, uint32_t n_ids);
 
-/* lib/prefix/prefix_index.c: the key index.  All but init and destroy in a
- * read-side section. */
-int kvpi_pfx_index_init(struct kvpi_prefix *pf, uint32_t n_blocks);
-/* Waits for retired tables' grace periods, then frees the index. */
-void kvpi_pfx_index_destroy(struct kvpi_prefix *pf);
-/* The index hash of (@stream, @key): a pure function. */
-static inline uint64_t kvpi_pfx_index_hash(const kvp_hash *key, uint32_t stream)
-{
-	/* The key is a cryptographic hash already: fold it, and set the
-	 * streams apart. */
-	uint64_t h = key->lo ^ (key->hi * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)stream << 61);
-	return h ^ (h >> 29);
-}
-/* The id of a block the index holds under a key of @key's hash, or
- * KVPI_NO_ID.  A hint: the caller checks the block's key under its lock. */
-uint32_t kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key);
 /* The index hash of the key block @e is published under (pub set). */
 static inline uint64_t kvpi_pfx_pub_hash(const struct kvpi_pside *e)
 {
 	return kvpi_pfx_index_hash(&e->pub_key, e->pub_stream);
 }
-/* Bring the home slot of hash @h into the cache (a hint; no effect else). */
-void kvpi_pfx_index_prefetch(struct kvpi_prefix *pf, uint64_t h);
-/* Add block @id, whose side entry holds its key (pub_key, pub_stream) and
- * hash @h: KVP_OK; KVP_EEXIST with *@had the block already published
- * under that key; or KVP_ENOMEM (the shard is full and could not grow). */
-int kvpi_pfx_index_add(struct kvpi_prefix *pf, uint32_t id, uint64_t h, uint32_t *had);
-/* Delete block @id, added under hash @h (block locked or EVICTING). */
-void kvpi_pfx_index_del(struct kvpi_prefix *pf, uint32_t id, uint64_t h);
-/* Call @fn on every block in the index (read-side section; @fn may delete it). */
-void kvpi_pfx_index_each(struct kvpi_prefix *pf, void (*fn)(uint32_t id, void *arg), void *arg);
-/* Forget the key of block @e: locked, or EVICTING. */
-void kvpi_pfx_forget(struct kvpi_prefix *pf, struct kvpi_pside *e, uint32_t id);
-/* Forget the keys of blocks @ids[0..@n), all EVICTING (ours). */
-void kvpi_pfx_forget_many(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n);
 
 /* lib/prefix/prefix_lru.c: LRU lists of cached blocks. */
 void kvpi_pfx_lru_init(struct kvpi_prefix *pf);

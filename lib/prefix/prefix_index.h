@@ -1,0 +1,87 @@
+/*
+ * lib/prefix/prefix_index.h - the key index of the prefix cache (prefix_index.c).
+ *
+ * Maps (stream tag, 128-bit key) to the id of the block published under it:
+ * open addressing in KVPI_PIDX_SHARDS shards, each one table of slots.
+ * lib/prefix/prefix_index.c has the design; lib/prefix/prefix_internal.h
+ * the lock order and the synchronization table of the whole prefix cache.
+ *
+ *   function                    who may call                  lock held
+ *   --------------------------  ----------------------------  -------------------
+ *   kvpi_pfx_index_init         kvp_pool_create               none
+ *   kvpi_pfx_index_destroy      kvp_pool_destroy              none (waits for the
+ *                                                             tables' callbacks)
+ *   kvpi_pfx_index_lookup,      any thread, in a read-side    none (a hint: check
+ *   _prefetch, _each            section                       the block's key)
+ *   kvpi_pfx_index_add, _many   a publisher, block(s) locked  takes the shard's
+ *   kvpi_pfx_index_del,         the block's locker, or its    mutex (innermost:
+ *   kvpi_pfx_forget(_many)      evictor (EVICTING)            takes no other lock)
+ */
+#ifndef KVPOOL_LIB_PREFIX_INDEX_H
+#define KVPOOL_LIB_PREFIX_INDEX_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <kvpool/prefix.h>
+
+struct kvpi_prefix;
+struct kvpi_pside;
+
+/* The key index (lib/prefix/prefix_index.c): one shard of it; and the most
+ * keys one batch adds or deletes (each shard's mutex held once). */
+#define KVPI_PIDX_SHARDS 64u
+#define KVPI_PIDX_BATCH  64u
+struct kvpi_ptab;
+struct kvpi_pshard {
+	/* Lookups read this line; writers write it only when they rebuild. */
+	_Atomic(struct kvpi_ptab *) tab; /* stored under lock (release); read by lookups */
+	uint32_t min_slots;              /* tab's first size */
+	bool inited;                     /* lock initialised */
+	/* Writers' line. */
+	pthread_mutex_t lock __attribute__((aligned(64))); /* add, delete, rebuild */
+	_Atomic(struct kvpi_ptab *) spare; /* a retired table past its grace period */
+	uint32_t live;                     /* keys in tab (lock) */
+	uint32_t used;                     /* keys and tombstones in tab (lock) */
+} __attribute__((aligned(64)));
+
+/* lib/prefix/prefix_index.c: the key index.  All but init and destroy in a
+ * read-side section. */
+int kvpi_pfx_index_init(struct kvpi_prefix *pf, uint32_t n_blocks);
+/* Waits for retired tables' grace periods, then frees the index. */
+void kvpi_pfx_index_destroy(struct kvpi_prefix *pf);
+/* The index hash of (@stream, @key): a pure function. */
+static inline uint64_t kvpi_pfx_index_hash(const kvp_hash *key, uint32_t stream)
+{
+	/* The key is a cryptographic hash already: fold it, and set the
+	 * streams apart. */
+	uint64_t h = key->lo ^ (key->hi * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)stream << 61);
+	return h ^ (h >> 29);
+}
+/* The id of a block the index holds under a key of @key's hash, or
+ * KVPI_NO_ID.  A hint: the caller checks the block's key under its lock. */
+uint32_t kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key);
+/* Bring the home slot of hash @h into the cache (a hint; no effect else). */
+void kvpi_pfx_index_prefetch(struct kvpi_prefix *pf, uint64_t h);
+/* Add block @id, whose side entry holds its key (pub_key, pub_stream) and
+ * hash @h: KVP_OK; KVP_EEXIST with *@had the block already published
+ * under that key; or KVP_ENOMEM (the shard is full and could not grow). */
+int kvpi_pfx_index_add(struct kvpi_prefix *pf, uint32_t id, uint64_t h, uint32_t *had);
+/* kvpi_pfx_index_add for @n (at most KVPI_PIDX_BATCH) blocks, each with its
+ * key in its side entry and locked: @rc[i] is block @ids[i]'s result.  Keys
+ * of one shard are added in their order here (the first of two equal keys
+ * wins), under one hold of the shard's mutex. */
+void kvpi_pfx_index_add_many(struct kvpi_prefix *pf, const uint32_t *ids, const uint64_t *h,
+                             uint32_t n, int *rc);
+/* Delete block @id, added under hash @h (block locked or EVICTING). */
+void kvpi_pfx_index_del(struct kvpi_prefix *pf, uint32_t id, uint64_t h);
+/* Call @fn on every block in the index (read-side section; @fn may delete it). */
+void kvpi_pfx_index_each(struct kvpi_prefix *pf, void (*fn)(uint32_t id, void *arg), void *arg);
+/* Forget the key of block @e: locked, or EVICTING. */
+void kvpi_pfx_forget(struct kvpi_prefix *pf, struct kvpi_pside *e, uint32_t id);
+/* Forget the keys of blocks @ids[0..@n), all EVICTING (ours). */
+void kvpi_pfx_forget_many(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n);
+
+#endif /* KVPOOL_LIB_PREFIX_INDEX_H */

@@ -1,0 +1,173 @@
+/*
+ * lib/prefix/prefix_publish.c - kvp_prefix_publish and kvp_prefix_publish_many.
+ *
+ * Owns: publishing held full blocks under keys.  A block is locked (one CAS
+ * on its state word, from a full, unpublished, non-raw state of the ref's
+ * generation), its key written into its side entry, and the block added
+ * to the key index; then it is unlocked, PUBLISHED if the key was new.
+ *
+ * Blocks are published in batches of KVPI_PIDX_BATCH: each is locked and
+ * given its key, then the batch is added to the index shard by shard, each
+ * shard's mutex taken once (kvpi_pfx_index_add_many), then every block is
+ * unlocked.  One mutex hold per key made the shards' lines move between
+ * cores on every publish (docs/PREFIX.md).  So a batch holds many block
+ * locks at once.  It never waits for a block lock while it holds one: it
+ * tries the next block's lock, and when another thread holds it, the batch
+ * is finished first.  While it holds block locks it waits only for index
+ * shard mutexes, whose holders wait for nothing.  A matcher that found a
+ * block of the batch in the index waits for its lock, holding its owner's
+ * shard mutex, which a batch never takes.  So no wait closes a cycle.
+ *
+ * May call: the key index (lib/prefix/prefix_index.c) and the block lock
+ * helpers (lib/prefix/prefix_internal.h).
+ */
+#include "lib/prefix/prefix_internal.h"
+
+/* Blocks published in one read-side section: a long batch lets grace
+ * periods (and so retired index tables) through between sections. */
+#define PUBLISH_SECTION 64u
+_Static_assert(PUBLISH_SECTION % KVPI_PIDX_BATCH == 0, "a section ends a batch");
+/* How far ahead a batch publish brings blocks into the cache (the index
+ * slots are fetched when the batch is added: kvpi_pfx_index_add_many). */
+#define PUBLISH_AHEAD 8u
+
+struct pub_arg {
+	uint32_t gen, block_size;
+};
+
+/* A state publish may lock: the ref's hand-out, in use, full, not raw, not
+ * published yet. */
+static bool publish_ok(uint64_t st, const void *arg)
+{
+	const struct pub_arg *a = arg;
+	return kvpi_st_gen(st) == a->gen && !(st & KVPI_ST_RETIRED) && (st & KVPI_ST_IN_USE) &&
+	       !(st & (KVPI_ST_RAW | KVPI_ST_PUBLISHED)) && kvpi_st_used(st) == a->block_size;
+}
+
+/* Locked blocks waiting for their index adds. */
+struct pub_batch {
+	uint32_t n;
+	size_t at[KVPI_PIDX_BATCH]; /* the block's position in the call */
+	uint32_t id[KVPI_PIDX_BATCH];
+	uint64_t st[KVPI_PIDX_BATCH]; /* the state locked */
+	uint64_t h[KVPI_PIDX_BATCH];
+	int rc[KVPI_PIDX_BATCH];
+};
+
+/* What one call has done so far. */
+struct pub_call {
+	int *status;
+	size_t done;
+	int rc;
+};
+
+/* Add the batch's blocks to the index, then unlock each, published when
+ * its key was new; record each block's result. */
+static void pub_flush(struct kvp_pool *p, struct pub_batch *pb, struct pub_call *c)
+{
+	struct kvpi_prefix *pf = p->prefix;
+	if (pb->n == 0)
+		return;
+	kvpi_pfx_index_add_many(pf, pb->id, pb->h, pb->n, pb->rc);
+	for (uint32_t i = 0; i < pb->n; i++) {
+		uint64_t st = pb->st[i];
+		if (pb->rc[i] == KVP_OK) {
+			kvpi_pfx_side(pf, pb->id[i])->pub = true;
+			st |= KVPI_ST_PUBLISHED;
+			c->done++;
+		} else if (pb->rc[i] == KVP_ENOMEM) {
+			c->rc = KVP_ENOMEM;
+		}
+		kvpi_pfx_unlock(kvpi_bt_block(&p->bt, pb->id[i]), st);
+		if (c->status)
+			c->status[pb->at[i]] = pb->rc[i];
+	}
+	pb->n = 0;
+}
+
+/*
+ * Lock @ref's block and give it @key, into the batch (its result comes
+ * with the batch's flush); or record why it cannot be published.  In a
+ * read-side section.
+ */
+static void pub_take(struct kvp_pool *p, struct pub_batch *pb, struct pub_call *c, size_t at,
+                     kvp_ref ref, const kvp_hash *key)
+{
+	uint32_t id = KVP_REF_ID(ref);
+	int rc = KVP_ENOENT;
+	if (id < kvp_pool_n_ids(p)) {
+		struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
+		struct pub_arg arg = {KVP_REF_GEN(ref), p->block_size};
+		uint64_t seen = 0;
+		/* Never wait for a lock while holding the batch's. */
+		uint64_t st = pb->n ? kvpi_pfx_trylock(b, publish_ok, &arg, &seen)
+		                    : kvpi_pfx_lock(b, publish_ok, &arg, &seen);
+		if (st == KVPI_PFX_BUSY) {
+			pub_flush(p, pb, c);
+			st = kvpi_pfx_lock(b, publish_ok, &arg, &seen);
+		}
+		if (st) {
+			/* The key first: the index's uniqueness check reads
+			 * it from here.  Matchers that find the id wait for
+			 * our lock, then check pub. */
+			struct kvpi_pside *e = kvpi_pfx_side(p->prefix, id);
+			e->pub_key = *key;
+			e->pub_stream = (uint8_t)kvpi_st_stream(st);
+			uint32_t k = pb->n++;
+			pb->at[k] = at;
+			pb->id[k] = id;
+			pb->st[k] = st;
+			pb->h[k] = kvpi_pfx_pub_hash(e);
+			if (pb->n == KVPI_PIDX_BATCH)
+				pub_flush(p, pb, c);
+			return;
+		}
+		rc = kvpi_st_gen(seen) != arg.gen || (seen & KVPI_ST_RETIRED) ? KVP_ENOENT
+		                                                              : KVP_EINVAL;
+	}
+	if (c->status)
+		c->status[at] = rc;
+}
+
+int kvp_prefix_publish(kvp_pool *p, kvp_ref ref, kvp_hash key)
+{
+	int status = KVP_EINVAL;
+	if (!p || !p->prefix)
+		return KVP_EINVAL;
+	int rc = kvp_prefix_publish_many(p, &ref, &key, 1, &status, NULL);
+	return rc == KVP_OK ? status : rc;
+}
+
+int kvp_prefix_publish_many(kvp_pool *p, const kvp_ref *refs, const kvp_hash *keys, size_t n,
+                            int *status, size_t *n_published)
+{
+	if (n_published)
+		*n_published = 0;
+	if (!p || !p->prefix || (n && (!refs || !keys)))
+		return KVP_EINVAL;
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	uint32_t n_ids = kvp_pool_n_ids(p);
+	struct pub_batch pb;
+	struct pub_call c = {status, 0, KVP_OK};
+	pb.n = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (i % PUBLISH_SECTION == 0) {
+			if (i) {
+				pub_flush(p, &pb, &c);
+				kvpi_rcu_read_unlock();
+			}
+			kvpi_rcu_read_lock();
+		}
+		if (i + PUBLISH_AHEAD < n && KVP_REF_ID(refs[i + PUBLISH_AHEAD]) < n_ids)
+			kvpi_pfx_prefetch(p, KVP_REF_ID(refs[i + PUBLISH_AHEAD]));
+		pub_take(p, &pb, &c, i, refs[i], &keys[i]);
+	}
+	if (n) {
+		pub_flush(p, &pb, &c);
+		kvpi_rcu_read_unlock();
+	}
+	kvpi_tslot_put(p, s);
+	if (n_published)
+		*n_published = c.done;
+	return c.rc;
+}
