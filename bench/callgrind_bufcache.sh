@@ -20,7 +20,7 @@ trap 'rm -rf "$out"' EXIT
 (cd "$tree" && clang -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -D_FORTIFY_SOURCE=2 \
 	-fstack-protector -fno-omit-frame-pointer -Iinclude -I. -I"$here" $(find lib -name "*.c") \
 	"$here/bench/bufcache_bench.c" "$here/bench/ref_bufcache.c" -o "$out/bb" \
-	-lurcu-bp -lurcu-cds -lurcu-common -lcrypto -lhiredis -lpthread -lm -ldl)
+	-lurcu-bp -lurcu-common -lcrypto -lhiredis -lpthread -lm -ldl)
 names=(fresh "two/1" "again/1" "two/2" "again/2" "two/3" "again/3" "two/4" "again/4" main one-cache four-caches)
 for k in 0 2 4 6 8 9 10 11; do
 	valgrind --tool=callgrind --callgrind-out-file="$out/cg.$k" --toggle-collect=measured_pairs \

@@ -20,7 +20,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 (cd "$tree" && clang -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -D_FORTIFY_SOURCE=2 \
 	-fstack-protector -fno-omit-frame-pointer -Iinclude -I. $(find lib -name "*.c") "$here/bench/pair_count.c" \
-	-o "$out/pc" -lurcu-bp -lurcu-cds -lurcu-common -lcrypto -lhiredis -lpthread -lm)
+	-o "$out/pc" -lurcu-bp -lurcu-common -lcrypto -lhiredis -lpthread -lm)
 n=100000
 for mode in full raw newowner; do
 	valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$out/cg.$mode" \

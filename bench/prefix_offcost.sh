@@ -27,6 +27,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 flags=(-O2 -std=c11 -D_POSIX_C_SOURCE=200809L -w)
+# -lurcu-cds: the tree before may still use liburcu's hash table.
 libs=(-lurcu-bp -lurcu-cds -lurcu-common -lcrypto -lhiredis -lpthread -lm)
 mkdir -p "$tmp/before"
 git -C "$repo" archive "$base" lib include | tar -x -C "$tmp/before"

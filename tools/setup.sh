@@ -15,7 +15,7 @@ set -euo pipefail
 
 # The CMake build of the library: a C compiler, cmake, pkg-config, liburcu
 # and OpenSSL's libcrypto.  libkvpool.so needs nothing else at run time
-# (liburcu-bp, liburcu-cds, libcrypto, libm, libc).
+# (liburcu-bp, libcrypto, libm, libc).
 MINIMAL="
 build-essential
 cmake

@@ -14,7 +14,7 @@ the sanitizer runtime; see pyembed.c), with
   the interpreter's own allocations suppressed (lsan.supp), so a leak of
   memory the C library allocated is still reported;
 - tsan: the options Bazel's test environment sets (.bazelrc), plus the
-  suppressions of tsan.supp (liburcu-cds, which is not instrumented).
+  suppressions of tsan.supp (none at present).
 """
 
 import os
@@ -53,7 +53,7 @@ def main(argv):
             env["ASAN_OPTIONS"] = ":".join(filter(None, [opts] + extra))
             supp = os.path.join(tests_dir, "lsan.supp")
             env["LSAN_OPTIONS"] = f"suppressions={supp}:print_suppressions=0"
-        else:  # liburcu-cds is not instrumented: see tsan.supp
+        else:  # tsan.supp: the suppressions, if any
             supp = os.path.join(tests_dir, "tsan.supp")
             opts = env.get("TSAN_OPTIONS", "")
             env["TSAN_OPTIONS"] = ":".join(filter(None, [opts, f"suppressions={supp}"]))
