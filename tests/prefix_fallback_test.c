@@ -4,7 +4,7 @@
  *
  * A thread that cannot get a slot of its own uses the pool's fallback slot
  * under its mutex (lib/pool/tslot.c); the prefix cache keeps per-slot state
- * there too: the eviction count and the home shard.  Here
+ * there too: the home shard.  Here
  * the thread-local key cannot be made (an injected fault on the first
  * kvpi_sys_key_create), so every thread of the process uses the fallback
  * slot, and 4 threads match, allocate, publish, hold and let go on a

@@ -52,7 +52,8 @@
  * "Rows follow the holder").
  *
  * Eviction order with several threads.  The order is exact least recently
- * cached first within a shard, and approximate across shards.
+ * cached first within a shard, and least recently cached first to within
+ * 2 ms across shards.
  *
  * Shards.  Cached blocks sit on per-stream LRU lists split into 16 shards.
  * Each thread that calls the pool has a home shard: that of its per-thread
@@ -70,12 +71,13 @@
  * That eviction moves it to the tail of the same list.  A block's caching
  * time is the moment it was put on its list or moved to the tail.
  *
- * Whom an eviction takes.  An eviction normally takes the oldest block of
- * the evicting thread's home shard.  It takes the stream's oldest instead
- * (the oldest of the shard whose oldest is oldest) in two cases.  The first
- * is when the home shard has nothing to give.  The second is on every 8th
- * eviction a thread makes, if that block was cached more than 50 ms before
- * the home shard's oldest.
+ * Whom an eviction takes.  An allocation evicts in batches, each from one
+ * shard.  A batch takes the oldest blocks of the evicting thread's home
+ * shard while that shard's oldest was cached within 2 ms of the stream's
+ * oldest (the oldest of the shard whose oldest is oldest).  Otherwise, and
+ * when the home shard has nothing to give, it takes the stream's oldest:
+ * blocks of the shard whose oldest is oldest, oldest first, cached at most
+ * 2 ms after the next shard's oldest.
  *
  * What holds:
  *   - Within a shard, blocks are evicted strictly in order of caching time,
@@ -91,15 +93,14 @@
  *     evicted exactly least recently cached first.  A block a match took
  *     and let go again goes after every block cached before the eviction
  *     that moved it.
- *   - Take a thread whose home shard holds no cached block: it has cached
- *     nothing, and its slot's earlier threads left nothing there.  It
- *     evicts least recently cached first across the stream, among blocks no
- *     match took.  This holds as long as no other thread caches a block
- *     during the eviction, or gives one back from an allocation that
- *     failed.
- *   - Blocks cached by threads that stopped evicting still age out.  Once
- *     the oldest of them is 50 ms older than an evicting thread's oldest,
- *     at least one in 8 of that thread's evictions takes them.
+ *   - Across the stream, among blocks no match took, an evicted block's
+ *     caching time is at most 2 ms after that of the least recently cached
+ *     block left (on the clock below).
+ *     This holds as long as no other thread caches a block during the
+ *     eviction, or gives one back from an allocation that failed.
+ *   - So blocks cached by threads that stopped evicting age out as any
+ *     others: once the oldest of them is 2 ms older than an evicting
+ *     thread's oldest, that thread's evictions take them first.
  *   - Across shards, a block cached while an eviction runs may be ordered
  *     either way against the block that eviction takes.  Caching times come
  *     from the system's coarse monotonic clock (a tick of a few

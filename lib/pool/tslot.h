@@ -81,8 +81,6 @@ struct kvpi_tslot {
 	                             * (kvpi_account_in_use); -1 for the fallback slot */
 	uint32_t calls;             /* owner only: mutating calls, for history cadence */
 	uint32_t idx;               /* immutable: 1, 2, ... in order made; 0 the fallback slot */
-	/* Owner only, prefix cache: evictions made (lib/prefix/prefix_lru.c). */
-	uint32_t pfx_evictions;
 	uint32_t ids[] __attribute__((aligned(64)));
 } __attribute__((aligned(64)));
 

@@ -176,11 +176,12 @@
 #define KVPI_PFX_LRU_SHARDS    16u
 #define KVPI_PFX_OWNER_SHARDS  256u
 #define KVPI_PFX_COUNT_STRIPES 16u
-/* Every this many evictions a thread compares its shard's oldest cached
- * block with the stream's.  It takes the stream's oldest if that was cached
- * more than KVPI_PFX_LRU_WINDOW_NS earlier (lib/prefix/prefix_lru.c). */
-#define KVPI_PFX_GLOBAL_EVERY  8u
-#define KVPI_PFX_LRU_WINDOW_NS 50000000u
+/* Eviction is least recently cached first across shards to within this
+ * window: a batch evicts from its home shard only while that shard's oldest
+ * block was cached within the window of the stream's oldest, and a batch
+ * from another shard takes blocks cached up to the window past the next
+ * shard's oldest (lib/prefix/prefix_lru.c). */
+#define KVPI_PFX_LRU_WINDOW_NS 2000000u
 /* An evicting allocation drains the idle threads' magazines first, at most
  * once in this many nanoseconds per stream (lib/prefix/prefix_alloc.c). */
 #define KVPI_PFX_IDLE_DRAIN_NS 1000000u
