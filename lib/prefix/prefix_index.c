@@ -52,10 +52,11 @@
 #define TOMB        ((uint64_t)1)
 #define V_OF(id)    ((uint64_t)(id) + 2)
 #define ID_OF(v)    ((uint32_t)((v)-2))
-#define SHARD_SHIFT (64 - 6) /* KVPI_PIDX_SHARDS == 64 */
+#define SHARD_SHIFT (64 - __builtin_ctz(KVPI_PIDX_SHARDS)) /* the hash's top bits */
 #define MIN_SLOTS   64u
 #define MAX_SLOTS   (1u << 30)
-_Static_assert(KVPI_PIDX_SHARDS == 64, "SHARD_SHIFT assumes 64 shards");
+_Static_assert((KVPI_PIDX_SHARDS & (KVPI_PIDX_SHARDS - 1)) == 0 && KVPI_PIDX_SHARDS <= 256,
+               "a power of two; shard numbers fit a byte (forget_chunk)");
 
 struct kvpi_pslot {
 	_Atomic uint64_t h;

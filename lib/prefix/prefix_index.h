@@ -31,8 +31,11 @@ struct kvpi_prefix;
 struct kvpi_pside;
 
 /* The key index (lib/prefix/prefix_index.c): one shard of it; and the most
- * keys one batch adds or deletes (each shard's mutex held once). */
-#define KVPI_PIDX_SHARDS 64u
+ * keys one batch adds or deletes (each shard's mutex held once).  With 16
+ * shards a batch of 64 keys takes about 15 mutexes; with 64 it took about
+ * 40, and the lifecycle benchmark's prefix loop took 128-137 CPU ns a block
+ * at one thread against 112-118 with 16 (four alternating runs each). */
+#define KVPI_PIDX_SHARDS 16u
 #define KVPI_PIDX_BATCH  64u
 struct kvpi_ptab;
 struct kvpi_pshard {
