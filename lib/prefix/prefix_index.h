@@ -31,12 +31,13 @@ struct kvpi_prefix;
 struct kvpi_pside;
 
 /* The key index (lib/prefix/prefix_index.c): one shard of it; and the most
- * keys one batch adds or deletes (each shard's mutex held once).  With 16
- * shards a batch of 64 keys takes about 15 mutexes; with 64 it took about
- * 40, and the lifecycle benchmark's prefix loop took 128-137 CPU ns a block
- * at one thread against 112-118 with 16 (four alternating runs each). */
+ * keys one batch adds or deletes (each shard's mutex held once).  With 64
+ * shards a batch of 64 keys took about 40 mutexes, and the lifecycle
+ * benchmark's prefix loop 128-137 CPU ns a block at one thread; with 16
+ * shards, 112-118 (four alternating runs each); with batches of 256,
+ * 105-110 against 110-114 for 64 (three runs each). */
 #define KVPI_PIDX_SHARDS 16u
-#define KVPI_PIDX_BATCH  64u
+#define KVPI_PIDX_BATCH  256u
 struct kvpi_ptab;
 struct kvpi_pshard {
 	/* Lookups read this line; writers write it only when they rebuild. */

@@ -25,7 +25,7 @@
 
 /* Blocks published in one read-side section: a long batch lets grace
  * periods (and so retired index tables) through between sections. */
-#define PUBLISH_SECTION 64u
+#define PUBLISH_SECTION 256u
 _Static_assert(PUBLISH_SECTION % KVPI_PIDX_BATCH == 0, "a section ends a batch");
 /* How far ahead a batch publish brings blocks into the cache (the index
  * slots are fetched when the batch is added: kvpi_pfx_index_add_many). */
