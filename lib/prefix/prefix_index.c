@@ -302,24 +302,51 @@ static void by_shard(const uint64_t *h, uint32_t n, uint32_t *order, uint32_t *s
 		order[fill[h[i] >> SHARD_SHIFT]++] = i;
 }
 
-void kvpi_pfx_index_add_many(struct kvpi_prefix *pf, const uint32_t *ids, const uint64_t *h,
-                             uint32_t n, int *rc)
+/*
+ * Call @fn(@pf, shard, x, @arg) for every x below @n (at most
+ * KVPI_PIDX_BATCH), shard by shard, x's shard picked by @h[x], each shard's
+ * mutex held once; within a shard in the order of @h.  Inlined into its two
+ * callers, @fn with it.
+ */
+static inline __attribute__((always_inline)) void
+per_shard(struct kvpi_prefix *pf, const uint64_t *h, uint32_t n,
+          void (*fn)(struct kvpi_prefix *pf, struct kvpi_pshard *sh, uint32_t x, void *arg),
+          void *arg)
 {
 	uint32_t order[KVPI_PIDX_BATCH], start[KVPI_PIDX_SHARDS + 1];
-	for (uint32_t i = 0; i < n; i++)
-		kvpi_pfx_index_prefetch(pf, h[i]);
 	by_shard(h, n, order, start);
 	for (uint32_t k = 0; k < KVPI_PIDX_SHARDS; k++) {
 		if (start[k] == start[k + 1])
 			continue;
 		struct kvpi_pshard *sh = &pf->idx[k];
 		pthread_mutex_lock(&sh->lock);
-		for (uint32_t j = start[k]; j < start[k + 1]; j++) {
-			uint32_t x = order[j], had;
-			rc[x] = add_locked(pf, sh, ids[x], h[x], &had);
-		}
+		for (uint32_t j = start[k]; j < start[k + 1]; j++)
+			fn(pf, sh, order[j], arg);
 		pthread_mutex_unlock(&sh->lock);
 	}
+}
+
+struct add_arg {
+	const uint32_t *ids;
+	const uint64_t *h;
+	int *rc;
+};
+
+static inline __attribute__((always_inline)) void
+add_one(struct kvpi_prefix *pf, struct kvpi_pshard *sh, uint32_t x, void *arg)
+{
+	struct add_arg *a = arg;
+	uint32_t had;
+	a->rc[x] = add_locked(pf, sh, a->ids[x], a->h[x], &had);
+}
+
+void kvpi_pfx_index_add_many(struct kvpi_prefix *pf, const uint32_t *ids, const uint64_t *h,
+                             uint32_t n, int *rc)
+{
+	struct add_arg a = {ids, h, rc};
+	for (uint32_t i = 0; i < n; i++)
+		kvpi_pfx_index_prefetch(pf, h[i]);
+	per_shard(pf, h, n, add_one, &a);
 }
 
 /* Delete block @id, added under hash @h, from @t, @sh's table.  Shard mutex
@@ -377,9 +404,23 @@ void kvpi_pfx_forget(struct kvpi_prefix *pf, struct kvpi_pside *e, uint32_t id)
  * a prompt's worth of blocks takes each shard's mutex once, not once a
  * block.
  */
+struct forget_arg {
+	const uint32_t *ids;
+	const uint64_t *h;
+};
+
+static inline __attribute__((always_inline)) void
+forget_one(struct kvpi_prefix *pf, struct kvpi_pshard *sh, uint32_t x, void *arg)
+{
+	struct forget_arg *a = arg;
+	/* relaxed: only writers store it, under this mutex. */
+	del_locked(sh, atomic_load_explicit(&sh->tab, memory_order_relaxed), a->ids[x], a->h[x]);
+	kvpi_pfx_side(pf, a->ids[x])->pub = false;
+}
+
 static void forget_chunk(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n)
 {
-	uint32_t pub[KVPI_PIDX_BATCH], order[KVPI_PIDX_BATCH], start[KVPI_PIDX_SHARDS + 1];
+	uint32_t pub[KVPI_PIDX_BATCH];
 	uint64_t h[KVPI_PIDX_BATCH];
 	uint32_t m = 0;
 	for (uint32_t i = 0; i < n; i++) {
@@ -393,21 +434,8 @@ static void forget_chunk(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n
 		kvpi_pfx_index_prefetch(pf, h[m]);
 		m++;
 	}
-	by_shard(h, m, order, start);
-	for (uint32_t k = 0; k < KVPI_PIDX_SHARDS; k++) {
-		if (start[k] == start[k + 1])
-			continue;
-		struct kvpi_pshard *sh = &pf->idx[k];
-		pthread_mutex_lock(&sh->lock);
-		/* relaxed: only writers store it, under this mutex. */
-		struct kvpi_ptab *t = atomic_load_explicit(&sh->tab, memory_order_relaxed);
-		for (uint32_t j = start[k]; j < start[k + 1]; j++) {
-			uint32_t x = order[j];
-			del_locked(sh, t, pub[x], h[x]);
-			kvpi_pfx_side(pf, pub[x])->pub = false;
-		}
-		pthread_mutex_unlock(&sh->lock);
-	}
+	struct forget_arg a = {pub, h};
+	per_shard(pf, h, m, forget_one, &a);
 }
 
 void kvpi_pfx_forget_many(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n)
