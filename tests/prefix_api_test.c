@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "lib/testing/fault.h"
+#include "tests/prefix_testutil.h"
 #include "tests/testutil.h"
 
 #define BS 4u
@@ -62,19 +63,6 @@ static void alloc_pub(kvp_pool *p, kvp_stream st, kvp_owner owner, uint32_t nb, 
 	CHECK_EQ(n, nb);
 	for (uint32_t i = 0; i < nb; i++)
 		CHECK_EQ(kvp_prefix_publish(p, r[i], key(k0 + i)), KVP_OK);
-}
-
-/* Whether the block published under @k is still findable (a match by a
- * throw-away owner that is dropped again at once). */
-static bool findable(kvp_pool *p, kvp_stream st, uint64_t k)
-{
-	kvp_hash h = key(k);
-	kvp_ref r;
-	size_t m;
-	CHECK_EQ(kvp_prefix_match(p, st, KVP_FP16, &h, 1, 999999, &r, 1, &m), KVP_OK);
-	if (m)
-		CHECK_EQ(kvp_free_owned(p, 999999, &r, 1), KVP_OK);
-	return m == 1;
 }
 
 static void test_off(void)
@@ -457,8 +445,8 @@ static void test_eviction_order(void)
 	int w3[6] = {0, 1, 0, 0, 0, 0};
 	expect_cached(p, old2, keys, 6, w3);
 	CHECK_EQ(stats_of(p).n_evictions, 5);
-	CHECK(findable(p, KVP_KV, 102));
-	CHECK(!findable(p, KVP_KV, 200));
+	CHECK(tpx_findable(p, KVP_KV, key(102)));
+	CHECK(!tpx_findable(p, KVP_KV, key(200)));
 	kvp_pool_destroy(p);
 }
 
@@ -521,7 +509,7 @@ static void test_exhaustion(void)
 	CHECK_EQ(s.n_cached, 2);
 	CHECK_EQ(s.n_evictions, 0);
 	CHECK_EQ(s.n_exhausted, 1);
-	CHECK(findable(p, KVP_KV, 60));
+	CHECK(tpx_findable(p, KVP_KV, key(60)));
 	CHECK_EQ(kvp_blocks_for(p, 2, r, 8, &n), KVP_ENOENT);
 	/* 4: covered by 2 uncached + 2 evicted. */
 	CHECK_EQ(kvp_allocate(p, KVP_KV, 4 * BS, 2, KVP_FP16, r, 8, &n), KVP_OK);
@@ -574,8 +562,8 @@ static void test_shrink_order(void)
 	CHECK_EQ(k, 3);
 	CHECK_EQ(kvp_n_free(p, KVP_KV), 1);
 	CHECK_EQ(stats_of(p).n_cached, 1);
-	CHECK(findable(p, KVP_KV, 80));
-	CHECK(!findable(p, KVP_KV, 81));
+	CHECK(tpx_findable(p, KVP_KV, key(80)));
+	CHECK(!tpx_findable(p, KVP_KV, key(81)));
 	CHECK_EQ(kvp_pool_n_retired_ids(p), 5);
 	kvp_stats s = stats_of(p);
 	CHECK_EQ(s.n_blocks, 3);
@@ -603,8 +591,8 @@ static void test_reset(void)
 	CHECK(bi.in_use);
 	CHECK(!bi.published);
 	CHECK_EQ(bi.n_holders, 2);
-	CHECK(!findable(p, KVP_KV, 90));
-	CHECK(!findable(p, KVP_KV, 95));
+	CHECK(!tpx_findable(p, KVP_KV, key(90)));
+	CHECK(!tpx_findable(p, KVP_KV, key(95)));
 	/* Unpublished again: its contents may change, and it may be published anew. */
 	CHECK_EQ(kvp_free_owned(p, 3, &r, 1), KVP_OK);
 	CHECK_EQ(kvp_block_set_used(p, held[0], BS), KVP_OK);

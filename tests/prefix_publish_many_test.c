@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/prefix_testutil.h"
 #include "tests/testutil.h"
 
 #define BS 4u
@@ -41,19 +42,6 @@ static kvp_hash key(uint64_t i)
 	return h;
 }
 
-/* Whether a block is published under key @k: a match by a throw-away
- * owner, dropped again at once. */
-static bool findable(kvp_pool *p, uint64_t k)
-{
-	kvp_hash h = key(k);
-	kvp_ref r;
-	size_t m;
-	CHECK_EQ(kvp_prefix_match(p, KVP_KV, KVP_FP16, &h, 1, 999999, &r, 1, &m), KVP_OK);
-	if (m)
-		CHECK_EQ(kvp_free_owned(p, 999999, &r, 1), KVP_OK);
-	return m == 1;
-}
-
 static void test_bad_args(void)
 {
 	kvp_pool *p = mkpool(16);
@@ -68,7 +56,7 @@ static void test_bad_args(void)
 	CHECK_EQ(kvp_prefix_publish_many(p, NULL, k, 2, st, &np), KVP_EINVAL);
 	CHECK_EQ(kvp_prefix_publish_many(p, r, NULL, 2, st, &np), KVP_EINVAL);
 	CHECK_EQ(st[0], 123); /* no effect: nothing tried, nothing written */
-	CHECK(!findable(p, 1) && !findable(p, 2));
+	CHECK(!tpx_findable(p, KVP_KV, key(1)) && !tpx_findable(p, KVP_KV, key(2)));
 
 	/* n == 0 with NULL arrays is a valid empty batch. */
 	np = 77;
@@ -115,8 +103,10 @@ static void test_mixed_batch(void)
 	for (int i = 0; i < 10; i++)
 		CHECK_EQ(st[i], want[i]);
 	CHECK_EQ(np, 4u);
-	CHECK(findable(p, 10) && findable(p, 12) && findable(p, 15) && findable(p, 18));
-	CHECK(!findable(p, 11) && !findable(p, 13) && !findable(p, 17) && !findable(p, 19));
+	CHECK(tpx_findable(p, KVP_KV, key(10)) && tpx_findable(p, KVP_KV, key(12)) &&
+	      tpx_findable(p, KVP_KV, key(15)) && tpx_findable(p, KVP_KV, key(18)));
+	CHECK(!tpx_findable(p, KVP_KV, key(11)) && !tpx_findable(p, KVP_KV, key(13)) &&
+	      !tpx_findable(p, KVP_KV, key(17)) && !tpx_findable(p, KVP_KV, key(19)));
 	/* Key 15 is full[3]'s, the first in the batch; full[4] stayed unpublished. */
 	kvp_block_info bi;
 	CHECK_EQ(kvp_block_get(p, full[4], &bi), KVP_OK);
@@ -129,7 +119,7 @@ static void test_mixed_batch(void)
 	CHECK_EQ(kvp_allocate(p, KVP_KV, BS, 5, KVP_FP16, &more, 1, &n), KVP_OK);
 	kvp_hash k30 = key(30);
 	CHECK_EQ(kvp_prefix_publish_many(p, &more, &k30, 1, NULL, NULL), KVP_OK);
-	CHECK(findable(p, 30));
+	CHECK(tpx_findable(p, KVP_KV, key(30)));
 
 	for (kvp_owner o = 1; o <= 5; o++)
 		if (o != 3)
@@ -154,7 +144,7 @@ static void test_long_batch(void)
 	CHECK_EQ(np, (size_t)N);
 	for (int i = 0; i < N; i++) {
 		CHECK_EQ(st[i], KVP_OK);
-		CHECK(findable(p, 1000 + (uint64_t)i));
+		CHECK(tpx_findable(p, KVP_KV, key(1000 + (uint64_t)i)));
 	}
 	CHECK_EQ(kvp_free_all(p, 7), KVP_OK);
 	free(r);
@@ -224,7 +214,7 @@ static void test_race(void)
 		total += won[t];
 	CHECK_EQ(total, (size_t)ROUNDS * KEYS);
 	for (uint64_t i = 0; i < (uint64_t)ROUNDS * KEYS; i++)
-		CHECK(findable(race_pool, i));
+		CHECK(tpx_findable(race_pool, KVP_KV, key(i)));
 	/* No block owned twice: each is held once, by the owner it was
 	 * allocated for, and published or not as its thread was told. */
 	kvp_stats s;
@@ -313,7 +303,8 @@ static void test_same_blocks_opposite_orders(void)
 			kvp_block_info bi;
 			CHECK_EQ(kvp_block_get(race_pool, same_refs[i], &bi), KVP_OK);
 			CHECK(bi.published);
-			CHECK(findable(race_pool, (uint64_t)round * SAME_N + (uint64_t)i));
+			CHECK(tpx_findable(race_pool, KVP_KV,
+			                   key((uint64_t)round * SAME_N + (uint64_t)i)));
 		}
 		/* Cached now; the next round's allocation evicts them. */
 		CHECK_EQ(kvp_free_all(race_pool, 7), KVP_OK);

@@ -34,6 +34,18 @@ static inline kvp_pool *tpx_pool(uint32_t bs, uint32_t n_blocks)
 	return p;
 }
 
+/* tpx_findable - whether a block is published under @h in stream @st: a
+ * match by a throw-away owner, dropped again at once. */
+static inline bool tpx_findable(kvp_pool *p, kvp_stream st, kvp_hash h)
+{
+	kvp_ref r;
+	size_t m;
+	CHECK_EQ(kvp_prefix_match(p, st, KVP_FP16, &h, 1, 999999, &r, 1, &m), KVP_OK);
+	if (m)
+		CHECK_EQ(kvp_free_owned(p, 999999, &r, 1), KVP_OK);
+	return m == 1;
+}
+
 /* tpx_key - a content key from three small numbers (distinct numbers, distinct keys) */
 static inline kvp_hash tpx_key(uint32_t a, uint32_t b, uint32_t c)
 {
