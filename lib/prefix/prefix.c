@@ -5,11 +5,12 @@
  * Matching: each key is looked up in the index with no lock; the block it
  * names is then locked (one CAS on its state word, from a state that is
  * published, in use or cached, and of the right format) and checked (still
- * published under that very key).  Publishing is lib/prefix/prefix_publish.c.  An in-use block
- * gains a hold; a cached one becomes in use with a new generation, left on its LRU list (marked
- * stale).  An evictor's CAS CACHED -> EVICTING may beat the lock's CAS (then the key is a miss).
- * The whole call holds the owner's shard mutex, so the owner's hold array takes the matched blocks
- * in order.
+ * published under that very key).  An in-use block gains a hold; a cached
+ * one becomes in use with a new generation, left on its LRU list (marked
+ * stale).  An evictor's CAS CACHED -> EVICTING may beat the lock's CAS
+ * (then the key is a miss).  The whole call holds the owner's shard mutex,
+ * so the owner's hold array takes the matched blocks in order.
+ * Publishing is in lib/prefix/prefix_publish.c.
  */
 #include <string.h>
 
@@ -290,7 +291,7 @@ static void unpublish(uint32_t id, void *arg)
 	if (!st)
 		return; /* cached (or evicted) since the reset's eviction pass */
 	if (e->pub) {
-		kvpi_pfx_forget(pf, e, id);
+		kvpi_pfx_forget_many(pf, &id, 1);
 		st &= ~KVPI_ST_PUBLISHED;
 		a->n++;
 	}

@@ -223,20 +223,20 @@ static struct kvpi_ptab *rebuild(struct kvpi_prefix *pf, struct kvpi_pshard *sh,
 	return t;
 }
 
-void kvpi_pfx_index_prefetch(struct kvpi_prefix *pf, uint64_t h)
+/* Bring the home slot of hash @h into the cache (a hint; no effect else). */
+static void index_prefetch(struct kvpi_prefix *pf, uint64_t h)
 {
 	/* acquire: as in kvpi_pfx_index_lookup (the table's mask is read). */
 	struct kvpi_ptab *t = atomic_load_explicit(&shard_of(pf, h)->tab, memory_order_acquire);
 	__builtin_prefetch(&t->slot[(uint32_t)h & t->mask]);
 }
 
-/* Add block @id under hash @h to shard @sh (mutex held): as
- * kvpi_pfx_index_add. */
-static int add_locked(struct kvpi_prefix *pf, struct kvpi_pshard *sh, uint32_t id, uint64_t h,
-                      uint32_t *had)
+/* Add block @id under hash @h to shard @sh (mutex held): KVP_OK, KVP_EEXIST
+ * (another block has the key) or KVP_ENOMEM (the shard is full and could
+ * not grow). */
+static int add_locked(struct kvpi_prefix *pf, struct kvpi_pshard *sh, uint32_t id, uint64_t h)
 {
 	const struct kvpi_pside *e = kvpi_pfx_side(pf, id);
-	int rc = KVP_OK;
 	/* relaxed: only writers store it, under this mutex. */
 	struct kvpi_ptab *t = atomic_load_explicit(&sh->tab, memory_order_relaxed);
 	if (4ull * (sh->used + 1) > 3ull * (t->mask + 1)) {
@@ -259,7 +259,6 @@ static int add_locked(struct kvpi_prefix *pf, struct kvpi_pshard *sh, uint32_t i
 				put = i;
 		} else if (atomic_load_explicit(&t->slot[i].h, memory_order_relaxed) == h &&
 		           same_key(pf, ID_OF(v), e)) {
-			*had = ID_OF(v);
 			return KVP_EEXIST;
 		}
 	}
@@ -272,16 +271,7 @@ static int add_locked(struct kvpi_prefix *pf, struct kvpi_pshard *sh, uint32_t i
 	 * follows it reads the key under the block's lock. */
 	atomic_store_explicit(&t->slot[put].h, h, memory_order_relaxed);
 	atomic_store_explicit(&t->slot[put].v, V_OF(id), memory_order_relaxed);
-	return rc;
-}
-
-int kvpi_pfx_index_add(struct kvpi_prefix *pf, uint32_t id, uint64_t h, uint32_t *had)
-{
-	struct kvpi_pshard *sh = shard_of(pf, h);
-	pthread_mutex_lock(&sh->lock);
-	int rc = add_locked(pf, sh, id, h, had);
-	pthread_mutex_unlock(&sh->lock);
-	return rc;
+	return KVP_OK;
 }
 
 /*
@@ -336,8 +326,7 @@ static inline __attribute__((always_inline)) void
 add_one(struct kvpi_prefix *pf, struct kvpi_pshard *sh, uint32_t x, void *arg)
 {
 	struct add_arg *a = arg;
-	uint32_t had;
-	a->rc[x] = add_locked(pf, sh, a->ids[x], a->h[x], &had);
+	a->rc[x] = add_locked(pf, sh, a->ids[x], a->h[x]);
 }
 
 void kvpi_pfx_index_add_many(struct kvpi_prefix *pf, const uint32_t *ids, const uint64_t *h,
@@ -345,7 +334,7 @@ void kvpi_pfx_index_add_many(struct kvpi_prefix *pf, const uint32_t *ids, const 
 {
 	struct add_arg a = {ids, h, rc};
 	for (uint32_t i = 0; i < n; i++)
-		kvpi_pfx_index_prefetch(pf, h[i]);
+		index_prefetch(pf, h[i]);
 	per_shard(pf, h, n, add_one, &a);
 }
 
@@ -354,7 +343,7 @@ void kvpi_pfx_index_add_many(struct kvpi_prefix *pf, const uint32_t *ids, const 
 static void del_locked(struct kvpi_pshard *sh, struct kvpi_ptab *t, uint32_t id, uint64_t h)
 {
 	/* relaxed (all): we are the only writer, and lookups' results are
-	 * hints (kvpi_pfx_index_add). */
+	 * hints (add_locked). */
 	for (uint32_t i = (uint32_t)h & t->mask, k = 0; k <= t->mask; i = (i + 1) & t->mask, k++) {
 		uint64_t v = atomic_load_explicit(&t->slot[i].v, memory_order_relaxed);
 		if (v == 0)
@@ -377,23 +366,6 @@ static void del_locked(struct kvpi_pshard *sh, struct kvpi_ptab *t, uint32_t id,
 				return;
 		}
 	}
-}
-
-void kvpi_pfx_index_del(struct kvpi_prefix *pf, uint32_t id, uint64_t h)
-{
-	struct kvpi_pshard *sh = shard_of(pf, h);
-	pthread_mutex_lock(&sh->lock);
-	/* relaxed: only writers store it, under this mutex. */
-	del_locked(sh, atomic_load_explicit(&sh->tab, memory_order_relaxed), id, h);
-	pthread_mutex_unlock(&sh->lock);
-}
-
-void kvpi_pfx_forget(struct kvpi_prefix *pf, struct kvpi_pside *e, uint32_t id)
-{
-	if (!e->pub)
-		return;
-	kvpi_pfx_index_del(pf, id, kvpi_pfx_pub_hash(e));
-	e->pub = false;
 }
 
 #define FORGET_AHEAD 8u
@@ -431,7 +403,7 @@ static void forget_chunk(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n
 			continue;
 		pub[m] = ids[i];
 		h[m] = kvpi_pfx_pub_hash(e);
-		kvpi_pfx_index_prefetch(pf, h[m]);
+		index_prefetch(pf, h[m]);
 		m++;
 	}
 	struct forget_arg a = {pub, h};

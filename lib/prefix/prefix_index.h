@@ -12,10 +12,10 @@
  *   kvpi_pfx_index_destroy      kvp_pool_destroy              none (waits for the
  *                                                             tables' callbacks)
  *   kvpi_pfx_index_lookup,      any thread, in a read-side    none (a hint: check
- *   _prefetch, _each            section                       the block's key)
- *   kvpi_pfx_index_add, _many   a publisher, block(s) locked  takes the shard's
- *   kvpi_pfx_index_del,         the block's locker, or its    mutex (innermost:
- *   kvpi_pfx_forget(_many)      evictor (EVICTING)            takes no other lock)
+ *   _each                       section                       the block's key)
+ *   kvpi_pfx_index_add_many     a publisher, blocks locked    takes the shards'
+ *   kvpi_pfx_forget_many        the blocks' locker, or their  mutexes (innermost:
+ *                               evictor (EVICTING)            takes no other lock)
  */
 #ifndef KVPOOL_LIB_PREFIX_INDEX_H
 #define KVPOOL_LIB_PREFIX_INDEX_H
@@ -67,25 +67,18 @@ static inline uint64_t kvpi_pfx_index_hash(const kvp_hash *key, uint32_t stream)
 /* The id of a block the index holds under a key of @key's hash, or
  * KVPI_NO_ID.  A hint: the caller checks the block's key under its lock. */
 uint32_t kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key);
-/* Bring the home slot of hash @h into the cache (a hint; no effect else). */
-void kvpi_pfx_index_prefetch(struct kvpi_prefix *pf, uint64_t h);
-/* Add block @id, whose side entry holds its key (pub_key, pub_stream) and
- * hash @h: KVP_OK; KVP_EEXIST with *@had the block already published
- * under that key; or KVP_ENOMEM (the shard is full and could not grow). */
-int kvpi_pfx_index_add(struct kvpi_prefix *pf, uint32_t id, uint64_t h, uint32_t *had);
-/* kvpi_pfx_index_add for @n (at most KVPI_PIDX_BATCH) blocks, each with its
- * key in its side entry and locked: @rc[i] is block @ids[i]'s result.  Keys
- * of one shard are added in their order here (the first of two equal keys
- * wins), under one hold of the shard's mutex. */
+/* Add @n (at most KVPI_PIDX_BATCH) blocks @ids, each locked with its key in
+ * its side entry (pub_key, pub_stream) hashing to @h[i].  @rc[i] is block
+ * @ids[i]'s result: KVP_OK; KVP_EEXIST (another block has the key); or
+ * KVP_ENOMEM (the shard is full and could not grow).  Keys of one shard are
+ * added in their order here (the first of two equal keys wins), under one
+ * hold of the shard's mutex. */
 void kvpi_pfx_index_add_many(struct kvpi_prefix *pf, const uint32_t *ids, const uint64_t *h,
                              uint32_t n, int *rc);
-/* Delete block @id, added under hash @h (block locked or EVICTING). */
-void kvpi_pfx_index_del(struct kvpi_prefix *pf, uint32_t id, uint64_t h);
 /* Call @fn on every block in the index (read-side section; @fn may delete it). */
 void kvpi_pfx_index_each(struct kvpi_prefix *pf, void (*fn)(uint32_t id, void *arg), void *arg);
-/* Forget the key of block @e: locked, or EVICTING. */
-void kvpi_pfx_forget(struct kvpi_prefix *pf, struct kvpi_pside *e, uint32_t id);
-/* Forget the keys of blocks @ids[0..@n), all EVICTING (ours). */
+/* Forget the keys of blocks @ids[0..@n): each locked by the caller, or
+ * EVICTING (ours); one not published is passed over. */
 void kvpi_pfx_forget_many(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n);
 
 #endif /* KVPOOL_LIB_PREFIX_INDEX_H */
