@@ -23,6 +23,12 @@
  * than the window, so B's evictions take the stream's least recently
  * cached blocks: C's first 4, none of A's.
  *
+ * test_local_batch_bound: the main thread B caches 1 block; 20 ms later
+ * thread A caches 4; 20 ms later B caches 4 more.  Then B takes 3 blocks in
+ * one call.  Its local batch takes its first block and stops at its next,
+ * cached more than the window after A's oldest; the other two are A's
+ * first two.  None of B's later blocks is gone.
+ *
  * The pools have no per-thread caches (thread_cache 0), as kvpool/prefix.h
  * requires for "uncached first" across threads.  All run in the ASan and
  * TSan builds too (no timing is asserted but the 120 ms and 20 ms gaps, far
@@ -298,10 +304,47 @@ static void test_inherited_shard(void)
 	pool = NULL;
 }
 
+/* --- test_local_batch_bound ---------------------------------------------- */
+
+static kvp_ref lb_a[4];
+
+static void *lb_a_main(void *p)
+{
+	uint64_t *rng = p;
+	cache_shuffled(2, 2, 0, lb_a, 4, rng);
+	return NULL;
+}
+
+static void test_local_batch_bound(void)
+{
+	make_pool(9);
+	kvp_ref b_old[1], b_new[4];
+	uint64_t rng = 17;
+	struct timespec gap = {0, 20 * 1000 * 1000};
+	cache_shuffled(1, 1, 0, b_old, 1, &rng);
+	nanosleep(&gap, NULL);
+	pthread_t a;
+	CHECK_EQ(pthread_create(&a, NULL, lb_a_main, &rng), 0);
+	CHECK_EQ(pthread_join(a, NULL), 0);
+	nanosleep(&gap, NULL);
+	cache_shuffled(1, 1, 1, b_new, 4, &rng);
+	/* Three blocks in one call: the first batch is local and stops at
+	 * B's blocks cached 20 ms after A's oldest; the rest are A's. */
+	kvp_ref r[3];
+	size_t got;
+	CHECK_EQ(kvp_allocate(pool, KVP_KV, 3 * BS, 3, KVP_FP16, r, 3, &got), KVP_OK);
+	CHECK_EQ(gone_prefix(b_old, 1), 1);
+	CHECK_EQ(gone_prefix(lb_a, 4), 2);
+	CHECK_EQ(gone_prefix(b_new, 4), 0);
+	kvp_pool_destroy(pool);
+	pool = NULL;
+}
+
 int main(void)
 {
 	RUN(test_per_thread_order);
 	RUN(test_idle_shard_ages);
 	RUN(test_inherited_shard);
+	RUN(test_local_batch_bound);
 	return 0;
 }

@@ -73,9 +73,9 @@
  *
  * Whom an eviction takes.  An allocation evicts in batches, each from one
  * shard.  A batch takes the oldest blocks of the evicting thread's home
- * shard while that shard's oldest was cached within 2 ms of the stream's
- * oldest (the oldest of the shard whose oldest is oldest).  Otherwise, and
- * when the home shard has nothing to give, it takes the stream's oldest:
+ * shard, those cached at most 2 ms after the oldest block of the other
+ * shards.  When there is none, and when the home shard has nothing to
+ * give, it takes the stream's oldest:
  * blocks of the shard whose oldest is oldest, oldest first, cached at most
  * 2 ms after the next shard's oldest.
  *

@@ -177,10 +177,10 @@
 #define KVPI_PFX_OWNER_SHARDS  256u
 #define KVPI_PFX_COUNT_STRIPES 16u
 /* Eviction is least recently cached first across shards to within this
- * window: a batch evicts from its home shard only while that shard's oldest
- * block was cached within the window of the stream's oldest, and a batch
- * from another shard takes blocks cached up to the window past the next
- * shard's oldest (lib/prefix/prefix_lru.c). */
+ * window: a batch takes blocks of its home shard cached up to the window
+ * past the other shards' oldest, and a batch from another shard blocks
+ * cached up to the window past the next shard's oldest
+ * (lib/prefix/prefix_lru.c). */
 #define KVPI_PFX_LRU_WINDOW_NS 2000000u
 /* An evicting allocation drains the idle threads' magazines first, at most
  * once in this many nanoseconds per stream (lib/prefix/prefix_alloc.c). */
@@ -321,33 +321,6 @@ static inline struct kvpi_pside *kvpi_pfx_side(struct kvpi_prefix *pf, uint32_t 
  */
 bool kvpi_pfx_cas(struct kvpi_block *b, uint64_t st, uint64_t nst);
 
-/*
- * kvpi_pfx_lock - lock block @b when @ok(@st, @arg) accepts its state
- *
- * Waits while another thread holds the lock.  Returns the state it locked,
- * with LOCKED clear in the value returned.  Returns 0 when @ok refused the
- * state.  Then nothing is locked, and *@seen gets the state refused.
- */
-static inline uint64_t kvpi_pfx_lock(struct kvpi_block *b, bool (*ok)(uint64_t st, const void *arg),
-                                     const void *arg, uint64_t *seen)
-{
-	struct kvpi_spin spin = {0};
-	for (;;) {
-		/* acquire: see what the last unlocker (or hand-out) wrote. */
-		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
-		if (!(st & KVPI_ST_LOCKED)) {
-			if (!ok(st, arg)) {
-				*seen = st;
-				return 0;
-			}
-			if (kvpi_pfx_cas(b, st, st | KVPI_ST_LOCKED))
-				return st;
-			continue;
-		}
-		kvpi_spin_wait(&spin);
-	}
-}
-
 /* What kvpi_pfx_trylock returns when another thread holds the lock (no
  * state it locks is this: LOCKED is set in it). */
 #define KVPI_PFX_BUSY UINT64_MAX
@@ -355,16 +328,18 @@ static inline uint64_t kvpi_pfx_lock(struct kvpi_block *b, bool (*ok)(uint64_t s
 /*
  * kvpi_pfx_trylock - kvpi_pfx_lock that never waits
  *
- * Returns KVPI_PFX_BUSY when another thread holds the lock; else as
- * kvpi_pfx_lock.  For callers that hold other block locks, which must
- * never wait for one (the lock order in the file's top comment).
+ * Returns KVPI_PFX_BUSY when another thread holds the lock.  Else it
+ * returns the state it locked, with LOCKED clear in the value returned; or
+ * 0 when @ok refused the state, with nothing locked and the state refused
+ * in *@seen.  For callers that hold other block locks, which must never
+ * wait for one (the lock order in the file's top comment).
  */
 static inline uint64_t kvpi_pfx_trylock(struct kvpi_block *b,
                                         bool (*ok)(uint64_t st, const void *arg), const void *arg,
                                         uint64_t *seen)
 {
 	for (;;) {
-		/* acquire: as in kvpi_pfx_lock. */
+		/* acquire: see what the last unlocker (or hand-out) wrote. */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
 		if (st & KVPI_ST_LOCKED)
 			return KVPI_PFX_BUSY;
@@ -375,6 +350,22 @@ static inline uint64_t kvpi_pfx_trylock(struct kvpi_block *b,
 		if (kvpi_pfx_cas(b, st, st | KVPI_ST_LOCKED))
 			return st;
 	}
+}
+
+/*
+ * kvpi_pfx_lock - lock block @b when @ok(@st, @arg) accepts its state
+ *
+ * kvpi_pfx_trylock, waiting (kvpi_spin_wait) while another thread holds
+ * the lock: never returns KVPI_PFX_BUSY.
+ */
+static inline uint64_t kvpi_pfx_lock(struct kvpi_block *b, bool (*ok)(uint64_t st, const void *arg),
+                                     const void *arg, uint64_t *seen)
+{
+	struct kvpi_spin spin = {0};
+	uint64_t st;
+	while ((st = kvpi_pfx_trylock(b, ok, arg, seen)) == KVPI_PFX_BUSY)
+		kvpi_spin_wait(&spin);
+	return st;
 }
 
 /* kvpi_pfx_unlock - leave block @b's lock, its state now @st */

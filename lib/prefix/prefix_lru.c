@@ -17,8 +17,8 @@
  *
  * An allocation evicts in batches (kvpi_pfx_claim): each batch takes as
  * many blocks as it can under one hold of one shard's mutex.  A batch takes
- * the oldest blocks of the thread's home shard (local) while that shard's
- * oldest was cached within KVPI_PFX_LRU_WINDOW_NS of the stream's oldest;
+ * the oldest blocks of the thread's home shard (local), those cached at
+ * most KVPI_PFX_LRU_WINDOW_NS after the other shards' oldest (others_bound);
  * else, or when the home shard has nothing to give, it takes the stream's
  * oldest (global): from the shard whose head is oldest, the blocks cached
  * up to the window past the next shard's head.  So eviction is least
@@ -319,17 +319,37 @@ static uint32_t walk_locked(struct kvp_pool *p, struct kvpi_plru *l, uint64_t bo
 	return got;
 }
 
+/* The newest caching time a batch may take while another shard of stream
+ * @si than @home holds a block: the window past the oldest of their heads
+ * (UINT64_MAX when they hold none). */
+static uint64_t others_bound(struct kvpi_prefix *pf, int si, uint32_t home)
+{
+	uint64_t oldest = UINT64_MAX;
+	for (uint32_t i = 0; i < KVPI_PFX_LRU_SHARDS; i++) {
+		/* relaxed: hints, as in evict_global. */
+		uint64_t v = atomic_load_explicit(&pf->lru[si][i].head_seq, memory_order_relaxed);
+		if (i != home && v < oldest)
+			oldest = v;
+	}
+	return oldest > UINT64_MAX - KVPI_PFX_LRU_WINDOW_NS ? UINT64_MAX
+	                                                    : oldest + KVPI_PFX_LRU_WINDOW_NS;
+}
+
 /* A local eviction: up to @want of the oldest blocks shard @home of stream
- * @si has to give, into @ids; returns how many. */
+ * @si has to give, into @ids, none cached more than the window after the
+ * other shards' oldest (others_bound); returns how many. */
 static uint32_t evict_local(struct kvp_pool *p, int si, uint32_t home, uint32_t *ids, uint32_t want)
 {
 	struct kvpi_plru *l = &p->prefix->lru[si][home];
-	/* relaxed: a hint; an empty shard is passed over without its mutex,
-	 * and the global eviction that follows looks again. */
-	if (atomic_load_explicit(&l->head_seq, memory_order_relaxed) == UINT64_MAX)
+	/* relaxed: a hint; an empty shard, or one whose oldest is too young,
+	 * is passed over without its mutex, and the global eviction that
+	 * follows looks again. */
+	uint64_t bound = others_bound(p->prefix, si, home);
+	uint64_t head = atomic_load_explicit(&l->head_seq, memory_order_relaxed);
+	if (head == UINT64_MAX || head > bound)
 		return 0;
 	lru_lock(l);
-	uint32_t got = walk_locked(p, l, UINT64_MAX, ids, want);
+	uint32_t got = walk_locked(p, l, bound, ids, want);
 	pthread_mutex_unlock(&l->lock);
 	return got;
 }
@@ -376,31 +396,13 @@ static uint32_t evict_global(struct kvp_pool *p, int si, uint32_t *ids, uint32_t
 	}
 }
 
-/* Whether the stream's oldest cached block was cached more than the window
- * before the oldest of shard @home (also when @home is empty). */
-static bool home_too_young(struct kvpi_prefix *pf, int si, uint32_t home)
-{
-	uint64_t oldest = UINT64_MAX;
-	for (uint32_t i = 0; i < KVPI_PFX_LRU_SHARDS; i++) {
-		/* relaxed: hints, as in evict_global. */
-		uint64_t v = atomic_load_explicit(&pf->lru[si][i].head_seq, memory_order_relaxed);
-		oldest = v < oldest ? v : oldest;
-	}
-	uint64_t mine = atomic_load_explicit(&pf->lru[si][home].head_seq, memory_order_relaxed);
-	return oldest != UINT64_MAX &&
-	       (mine == UINT64_MAX || mine - oldest > KVPI_PFX_LRU_WINDOW_NS);
-}
-
-/* Up to @want blocks into @ids: local, except when the home shard has
- * nothing to give, and when the stream's oldest block is more than the
- * window older than its shard's.  Returns how many (0: nothing cached). */
+/* Up to @want blocks into @ids: from the home shard, those cached within
+ * the window of the other shards' oldest; else (none) the stream's oldest.
+ * Returns how many (0: nothing cached). */
 static uint32_t evict_batch(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
                             uint32_t want)
 {
-	uint32_t home = kvpi_pfx_home(s);
-	uint32_t got = 0;
-	if (!home_too_young(p->prefix, si, home))
-		got = evict_local(p, si, home, ids, want);
+	uint32_t got = evict_local(p, si, kvpi_pfx_home(s), ids, want);
 	return got ? got : evict_global(p, si, ids, want);
 }
 
