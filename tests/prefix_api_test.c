@@ -721,12 +721,13 @@ static void test_prometheus(void)
 }
 
 /* Growth with the prefix cache: new ids get their prefix state; running
- * out of memory (here for the owner record) changes nothing; creation
+ * out of memory (here for the owner's id array: owner 1's array of 4096
+ * ids is reused, but 4097 ids need a bigger one) changes nothing; creation
  * fails cleanly at every allocation it makes. */
 static void test_grow_and_oom(void)
 {
 	kvp_pool *p = mkpool(2, false, true, 0);
-	kvp_ref r[4000];
+	kvp_ref r[4200];
 	size_t n;
 	CHECK_EQ(kvp_allocate(p, KVP_KV, 3000 * BS, 1, KVP_FP16, r, 4000, &n), KVP_OK);
 	for (size_t i = 0; i < n; i++)
@@ -734,10 +735,16 @@ static void test_grow_and_oom(void)
 	CHECK_EQ(kvp_free_all(p, 1), KVP_OK);
 	CHECK_EQ(stats_of(p).n_cached, 3000);
 	kvpi_fault_inject(0, -1);
-	CHECK_EQ(kvp_allocate(p, KVP_KV, 3001 * BS, 2, KVP_FP16, r, 4000, &n), KVP_ENOMEM);
+	CHECK_EQ(kvp_allocate(p, KVP_KV, 4097 * BS, 2, KVP_FP16, r, 4200, &n), KVP_ENOMEM);
 	kvpi_fault_inject(0, 0);
 	CHECK_EQ(stats_of(p).n_cached, 3000);
-	CHECK_EQ(kvp_prefix_reset(p), 3000);
+	CHECK_EQ(kvp_blocks_for(p, 2, r, 4200, &n), KVP_ENOENT); /* no record left */
+	/* Owner 1's array serves a request of up to 4096 blocks: no memory asked. */
+	kvpi_fault_inject(0, -1);
+	CHECK_EQ(kvp_allocate(p, KVP_KV, 2000 * BS, 3, KVP_FP16, r, 4200, &n), KVP_OK);
+	kvpi_fault_inject(0, 0);
+	CHECK_EQ(kvp_free_all(p, 3), KVP_OK);
+	CHECK(kvp_prefix_reset(p) > 0);
 	kvp_pool_destroy(p);
 	/* Creation fails cleanly at every allocation. */
 	for (long skip = 0; skip < 600; skip++) {

@@ -46,8 +46,9 @@
  *   owner      the owner id while in use; for a raw block the thread slot
  *              it is biased to, or 0 (relaxed; validated by the state)
  *   free_next  link of the free stack (atomic: read by racing poppers)
- *   own_prev/own_next  links of the owner's list, under the owner's
- *              exclusion (its shard lock, or the thread it is biased to)
+ *   own_pos    in a plain pool, the block's position in its owner's id
+ *              array (lib/pool/idarray.h), under the owner's exclusion (its
+ *              shard lock, or the thread it is biased to)
  *   pad        unused by the block layer
  */
 #ifndef KVPOOL_LIB_BLOCKTABLE_H
@@ -73,9 +74,8 @@ struct kvpi_block {
 	_Atomic uint64_t state;
 	_Atomic uint64_t owner;
 	_Atomic uint32_t free_next;
-	uint32_t own_prev;
-	uint32_t own_next;
-	uint32_t pad;
+	uint32_t own_pos;
+	uint32_t pad[2];
 };
 
 _Static_assert(sizeof(struct kvpi_block) == 32, "block metadata must stay 32 bytes");

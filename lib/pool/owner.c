@@ -1,5 +1,5 @@
 /*
- * lib/pool/owner.c - sharded owner hash table and per-owner block lists.
+ * lib/pool/owner.c - sharded owner hash table of records with id arrays.
  *
  * Each shard is a chained hash table under its own mutex.  The bucket array
  * doubles when the shard holds more records than buckets; if that
@@ -47,6 +47,7 @@ static void free_chain(struct kvpi_orec *r)
 {
 	while (r) {
 		struct kvpi_orec *next = r->next;
+		kvpi_idarr_free(&r->ids);
 		kvpi_sys_free(r);
 		r = next;
 	}
@@ -67,6 +68,11 @@ void kvpi_owners_destroy(struct kvpi_owners *o)
 	free_chain(o->spare);
 	o->spare = NULL;
 	pthread_mutex_destroy(&o->spare_lock);
+}
+
+void kvpi_orec_moved(void *bt, uint32_t id, uint32_t pos)
+{
+	kvpi_bt_block(bt, id)->own_pos = pos;
 }
 
 struct kvpi_oshard *kvpi_owners_shard(struct kvpi_owners *o, kvp_owner key)
@@ -189,6 +195,7 @@ void kvpi_rec_cache_drain(struct kvpi_owners *o, struct kvpi_rec_cache *rc)
 
 void kvpi_rec_cache_free(struct kvpi_rec_cache *rc)
 {
+	kvpi_idstash_free(&rc->ids);
 	free_chain(rc->head);
 	rc->head = NULL;
 	rc->n = 0;
@@ -200,9 +207,7 @@ struct kvpi_orec *kvpi_oshard_insert(struct kvpi_owners *o, struct kvpi_oshard *
 	struct kvpi_orec *r = record_get(o, rc);
 	if (!r)
 		return NULL;
-	r->key = key;
-	r->head = r->tail = KVPI_NO_ID;
-	r->count = 0;
+	r->key = key; /* its id array is empty: released when it was dropped */
 	r->registered = false;
 	r->revokes = 0;
 	r->epoch++;
@@ -229,5 +234,6 @@ void kvpi_oshard_remove(struct kvpi_owners *o, struct kvpi_oshard *sh, struct kv
 	sh->n--;
 	/* relaxed: as in kvpi_oshard_insert. */
 	atomic_store_explicit(&r->bias, 0, memory_order_relaxed);
+	kvpi_idarr_release(&r->ids, &rc->ids);
 	record_put(o, rc, r);
 }

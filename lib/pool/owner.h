@@ -1,9 +1,10 @@
 /*
  * lib/pool/owner.h - the pool's owner table: sharded hash of request owners.
  *
- * An owner record holds the owner's blocks as a doubly linked list through
- * the block table (own_prev/own_next), in allocation order, so appending and
- * unlinking a block are O(1) and allocate nothing.  Records live in
+ * An owner record holds the owner's block ids in an array in allocation
+ * order (lib/pool/idarray.h); each block keeps its position in it (own_pos
+ * in the block table), so appending and dropping a block are O(1), and
+ * kvp_free_all reads the ids with independent loads.  Records live in
  * KVPI_OWNER_SHARDS shards chosen by a hash of the owner id; each shard has
  * its own mutex that guards its buckets, its records, and the list links of
  * every block its owners hold.
@@ -28,7 +29,10 @@
  *                                                     array growth)
  *   kvpi_oshard_remove     the shard's lock            O(chain); the spare lock
  *                                                     once per KVPI_REC_BATCH
- *   kvpi_orec_append/unlink  the owner's exclusion     O(1)
+ *   kvpi_orec_append/unlink  the owner's exclusion     O(1); room for an
+ *                                                     append is made first by
+ *                                                     kvpi_orec_reserve (may
+ *                                                     allocate)
  *
  * Biased records.  A record is biased to the slot of the thread that first
  * allocates for it: 'bias' = the slot.  kvp_register_owner makes it
@@ -74,6 +78,7 @@
 #include <kvpool/pool.h>
 
 #include "lib/pool/blocktable.h"
+#include "lib/pool/idarray.h"
 
 #define KVPI_OWNER_SHARD_BITS 8u
 #define KVPI_OWNER_SHARDS     (1u << KVPI_OWNER_SHARD_BITS)
@@ -83,8 +88,7 @@
 struct kvpi_orec {
 	struct kvpi_orec *next; /* bucket chain or shard free list */
 	kvp_owner key;
-	uint32_t head, tail;    /* block ids, KVPI_NO_ID when empty */
-	uint64_t count;         /* blocks held */
+	struct kvpi_idarr ids;  /* the blocks held, in allocation order */
 	_Atomic uintptr_t bias; /* the slot it is biased to, or 0 */
 	uint32_t epoch;         /* bumped at each insertion */
 	uint8_t revokes;        /* revocations in this life */
@@ -105,12 +109,16 @@ struct kvpi_oshard {
  * Records are freed only by kvp_pool_destroy, so the pool never holds more
  * than its peak of live owners plus the threads' caches, and a server that
  * makes an owner per request allocates nothing once it has seen its peak.
+ * A record holds no id array while unused: a dropped record's array goes
+ * to the dropping thread's stash beside its records, where any record's
+ * growth finds it.
  */
 #define KVPI_REC_BATCH 8u
 
 struct kvpi_rec_cache {
 	struct kvpi_orec *head;
 	uint32_t n;
+	struct kvpi_idstash ids; /* spare id arrays (lib/pool/idarray.h) */
 };
 
 struct kvpi_owners {
@@ -158,7 +166,7 @@ struct kvpi_orec *kvpi_oshard_insert(struct kvpi_owners *o, struct kvpi_oshard *
                                      struct kvpi_rec_cache *rc, kvp_owner key);
 
 /** kvpi_oshard_remove - take @r (not biased to another thread) out of the
- * table, clear its bias, and keep it in @rc (or @o) */
+ * table, clear its bias, and keep it in @rc (or @o), its id array in @rc's stash */
 void kvpi_oshard_remove(struct kvpi_owners *o, struct kvpi_oshard *sh, struct kvpi_rec_cache *rc,
                         struct kvpi_orec *r);
 
@@ -172,55 +180,42 @@ int kvpi_rec_cache_reserve(struct kvpi_owners *o, struct kvpi_rec_cache *rc);
 /** kvpi_rec_cache_drain - give every record in @rc back to @o (thread exit) */
 void kvpi_rec_cache_drain(struct kvpi_owners *o, struct kvpi_rec_cache *rc);
 
-/** kvpi_rec_cache_free - free the records in @rc (pool destroy) */
+/** kvpi_rec_cache_free - free the records and arrays in @rc (pool destroy) */
 void kvpi_rec_cache_free(struct kvpi_rec_cache *rc);
 
-/** kvpi_orec_append_b - link block @id, whose metadata is @b, at the tail of @r's list */
-static inline __attribute__((always_inline)) void kvpi_orec_append_b(struct kvpi_orec *r,
-                                                                     struct kvpi_blocktable *bt,
-                                                                     uint32_t id,
-                                                                     struct kvpi_block *b)
+/* kvpi_orec_moved - compaction's callback: block @id now sits at @pos */
+void kvpi_orec_moved(void *bt, uint32_t id, uint32_t pos);
+
+/**
+ * kvpi_orec_reserve - room in @r for @extra more blocks (the owner's
+ * exclusion held), an array taken from @rc's stash if it must grow; 0, or
+ * -1 when no memory could be had
+ */
+static inline int kvpi_orec_reserve(struct kvpi_orec *r, struct kvpi_blocktable *bt,
+                                    struct kvpi_rec_cache *rc, uint32_t extra)
 {
-	b->own_prev = r->tail;
-	b->own_next = KVPI_NO_ID;
-	if (r->tail == KVPI_NO_ID)
-		r->head = id;
-	else
-		kvpi_bt_block(bt, r->tail)->own_next = id;
-	r->tail = id;
-	r->count++;
+	return kvpi_idarr_reserve(&r->ids, extra, kvpi_orec_moved, bt, &rc->ids);
 }
 
-/** kvpi_orec_append - link block @id at the tail of @r's list */
+/** kvpi_orec_count - blocks @r holds (the owner's exclusion held) */
+static inline uint32_t kvpi_orec_count(const struct kvpi_orec *r)
+{
+	return r->ids.count;
+}
+
+/** kvpi_orec_append_b - add block @id, whose metadata is @b, at the end of
+ * @r's array (room reserved) */
 static inline __attribute__((always_inline)) void
-kvpi_orec_append(struct kvpi_orec *r, struct kvpi_blocktable *bt, uint32_t id)
+kvpi_orec_append_b(struct kvpi_orec *r, uint32_t id, struct kvpi_block *b)
 {
-	kvpi_orec_append_b(r, bt, id, kvpi_bt_block(bt, id));
+	b->own_pos = kvpi_idarr_push(&r->ids, id);
 }
 
-/** kvpi_orec_unlink_b - take block @id, whose metadata is @b (on @r's list), off it */
+/** kvpi_orec_unlink_b - take block @b (held by @r) out of @r's array */
 static inline __attribute__((always_inline)) void kvpi_orec_unlink_b(struct kvpi_orec *r,
-                                                                     struct kvpi_blocktable *bt,
-                                                                     uint32_t id,
                                                                      struct kvpi_block *b)
 {
-	(void)id;
-	if (b->own_prev == KVPI_NO_ID)
-		r->head = b->own_next;
-	else
-		kvpi_bt_block(bt, b->own_prev)->own_next = b->own_next;
-	if (b->own_next == KVPI_NO_ID)
-		r->tail = b->own_prev;
-	else
-		kvpi_bt_block(bt, b->own_next)->own_prev = b->own_prev;
-	r->count--;
-}
-
-/** kvpi_orec_unlink - take block @id (on @r's list) off it */
-static inline __attribute__((always_inline)) void
-kvpi_orec_unlink(struct kvpi_orec *r, struct kvpi_blocktable *bt, uint32_t id)
-{
-	kvpi_orec_unlink_b(r, bt, id, kvpi_bt_block(bt, id));
+	kvpi_idarr_remove_at(&r->ids, b->own_pos);
 }
 
 /** kvpi_ocache_index - slot of @key in a thread's owner cache of 2^@bits entries

@@ -78,8 +78,8 @@ static void fill_stream(struct kvp_pool *p, int si, uint32_t first, uint32_t n)
 		atomic_init(&b->state, kvpi_st_make(0, 0, 0, tag, 0));
 		atomic_init(&b->owner, 0);
 		atomic_init(&b->free_next, i + 1 < n ? first + i + 1 : KVPI_NO_ID);
-		b->own_prev = b->own_next = KVPI_NO_ID;
-		b->pad = 0;
+		b->own_pos = KVPI_NO_ID;
+		b->pad[0] = b->pad[1] = 0;
 	}
 	atomic_init(&p->fs[si].head, kvpi_fs_pack(0, first));
 	atomic_init(&p->fs[si].avail, n);

@@ -3,7 +3,7 @@
  *
  * Owns: taking blocks for a request (all or nothing) and handing them out:
  * each block is stamped with a new generation, its owner and its fill, and
- * linked into the owner's list under the owner's exclusion (an owner op on
+ * added to the owner's id array under the owner's exclusion (an owner op on
  * a record biased to this thread, or else the owner's shard lock).  The
  * common case (one block, an owner biased to this thread, a block in the
  * thread's magazine) is a short inline path; every other case goes to
@@ -55,82 +55,153 @@ static inline __attribute__((always_inline)) uint32_t stamp_fast(struct kvpi_blo
 }
 
 /*
- * Stamp the @nb popped blocks whose ids are in ids_in(@refs, @nb) for
- * @owner, append them to @r's list in order and write the refs; the caller
- * holds @r's exclusion.  Returns how many had been handed out before.
+ * Stamp the @nb popped blocks whose ids are read from @src, one every
+ * @step, for @owner, append them to @r's id array in order and write the
+ * refs; the caller holds @r's exclusion and has reserved room for @nb in
+ * its array.  Returns how many had been handed out before.
  *
  * One pass in allocation order.  Every block was popped by us (acquire),
- * so its metadata is ours to write; the record's exclusion covers the
- * links.  A block's two links are written together, from the ids array:
- * at step i < nb - 1, ids[i - 1], ids[i] and ids[i + 1] are not yet
- * overwritten by refs (ids_in: refs[0..i-1] cover words up to 2i - 1, and
- * ids[j] is word nb + j > 2i - 1 for j >= i - 1).  The last step reads
- * ids[nb - 1] and ids[nb - 2] before it writes refs[nb - 1], which covers
- * words 2nb - 2 and 2nb - 1.  So no store goes to the previous block's
- * line.  The block
- * table's first segment is read once: the atomic stores would make the
- * compiler load it again for every block.
+ * or sits in the magazine we hold, so its metadata is ours to write; the
+ * record's exclusion covers the array and each block's position in it.
+ * When @src is ids_in(@refs, @nb), step i reads its id before it writes
+ * refs[i] (ids_in says why that never overwrites an id not yet read).
+ * The block table's first segment is read once: the atomic stores would
+ * make the compiler load it again for every block.
  */
-static uint64_t hand_out(struct kvp_pool *p, struct kvpi_orec *r, kvp_ref *refs, uint32_t nb,
-                         uint32_t n_tokens, kvp_owner owner, kvp_format format)
+static inline __attribute__((always_inline)) uint64_t
+hand_out_from(struct kvp_pool *p, struct kvpi_orec *r, kvp_ref *refs, const kvpi_u32_alias *src,
+              ptrdiff_t step, uint32_t nb, uint32_t n_tokens, kvp_owner owner, kvp_format format)
 {
-	const kvpi_u32_alias *ids = ids_in(refs, nb);
 	uint32_t bs = p->block_size;
 	struct kvpi_blocktable *bt = &p->bt;
 	struct kvpi_block *seg0 = bt->seg0;
 	uint32_t n0 = bt->n0;
 	uint64_t full = kvpi_st_make(0, bs, KVPI_ST_IN_USE | KVPI_ST_EVER, 0, (uint32_t)format);
 	uint64_t reused = 0;
-	uint32_t first = ids[0];
+	uint32_t pos = r->ids.len;
+	uint32_t *arr = r->ids.ids + pos;
+	uint32_t last = nb - 1;
 
-	if (nb == 1) {
-		struct kvpi_block *b = kvpi_bt_block(bt, first);
-		uint32_t gen = stamp_fast(b, kvpi_st_with_used(full, n_tokens), owner, &reused);
-		kvpi_orec_append_b(r, bt, first, b);
-		refs[0] = KVP_MAKE_REF(first, gen);
-		return reused;
-	}
-	uint32_t prev = r->tail;
-	if (prev == KVPI_NO_ID)
-		r->head = first;
-	else
-		kvpi_bt_block(bt, prev)->own_next = first;
-	/* The first block, then the middle ones: each reads its id and both
-	 * neighbours from the ids array, so no value is carried from one
-	 * step to the next (fewer registers live across the loop). */
-	struct kvpi_block *b = kvpi_bt_block(bt, first);
-	uint32_t gen = stamp_fast(b, full, owner, &reused);
-	b->own_prev = prev;
-	b->own_next = ids[1];
-	refs[0] = KVP_MAKE_REF(first, gen);
-	uint32_t i = 1;
-	for (; i + 1 < nb; i++) { /* ids in the first segment: the common case */
-		uint32_t id = ids[i];
+	/* Ids in the first segment, the common case: a loop with no call, so
+	 * nothing is spilled around one. */
+	uint32_t i = 0;
+	for (; i < last; i++, src += step) {
+		uint32_t id = *src;
 		if (__builtin_expect(id >= n0, 0))
 			break;
-		b = &seg0[id];
-		gen = stamp_fast(b, full, owner, &reused);
-		b->own_prev = ids[i - 1];
-		b->own_next = ids[i + 1];
+		struct kvpi_block *b = &seg0[id];
+		uint32_t gen = stamp_fast(b, full, owner, &reused);
+		b->own_pos = pos + i;
+		arr[i] = id;
 		refs[i] = KVP_MAKE_REF(id, gen);
 	}
-	for (; i + 1 < nb; i++) { /* the rest, once an id past it came up */
-		uint32_t id = ids[i];
-		b = kvpi_bt_block(bt, id);
-		gen = stamp_fast(b, full, owner, &reused);
-		b->own_prev = ids[i - 1];
-		b->own_next = ids[i + 1];
+	for (; i < last; i++, src += step) { /* the rest, once an id past it came up */
+		uint32_t id = *src;
+		struct kvpi_block *b = kvpi_bt_block_slow(bt, id);
+		uint32_t gen = stamp_fast(b, full, owner, &reused);
+		b->own_pos = pos + i;
+		arr[i] = id;
 		refs[i] = KVP_MAKE_REF(id, gen);
 	}
-	uint32_t id = ids[nb - 1];
-	b = kvpi_bt_block(bt, id);
-	gen = stamp_fast(b, kvpi_st_with_used(full, n_tokens - (nb - 1) * bs), owner, &reused);
-	b->own_prev = ids[nb - 2];
-	b->own_next = KVPI_NO_ID;
-	refs[nb - 1] = KVP_MAKE_REF(id, gen);
-	r->tail = id;
-	r->count += nb;
+	/* The last block takes the rest of the tokens. */
+	uint32_t id = *src;
+	struct kvpi_block *b = kvpi_bt_block_at(bt, seg0, n0, id);
+	uint32_t gen = stamp_fast(b, kvpi_st_with_used(full, n_tokens - last * bs), owner, &reused);
+	b->own_pos = pos + last;
+	arr[last] = id;
+	refs[last] = KVP_MAKE_REF(id, gen);
+	r->ids.len = pos + nb;
+	r->ids.count += nb;
 	return reused;
+}
+
+/* hand_out_from the ids kvpi_get_blocks left in ids_in(@refs, @nb). */
+static __attribute__((noinline)) uint64_t hand_out(struct kvp_pool *p, struct kvpi_orec *r,
+                                                   kvp_ref *refs, uint32_t nb, uint32_t n_tokens,
+                                                   kvp_owner owner, kvp_format format)
+{
+	return hand_out_from(p, r, refs, ids_in(refs, nb), 1, nb, n_tokens, owner, format);
+}
+
+/*
+ * Hand @nb blocks of stream @si out to @r (its exclusion held, room in its
+ * array) straight from the thread's magazine, stamped where they lie (top
+ * first, the order kvpi_get_blocks would take them): no copy of their ids.
+ * Returns true with *@reused set; false having changed nothing (too few
+ * blocks in the magazine, the stream starving).  Inside the magazine we
+ * wait for nothing, so entering it under the owner's exclusion (an owner
+ * op, or the shard lock) is safe, as in the one-block fast path and
+ * kvp_free_all.
+ */
+static inline __attribute__((always_inline)) bool
+take_from_mag(struct kvp_pool *p, struct kvpi_tslot *s, int si, struct kvpi_orec *r, kvp_ref *refs,
+              uint32_t nb, uint32_t n_tokens, kvp_owner owner, kvp_format format, uint64_t *reused)
+{
+	struct kvpi_mag *m = &s->mag[si];
+	if (!kvpi_mag_enter(p, m, si))
+		return false;
+	uint32_t cnt = kvpi_mag_count(m);
+	bool done = cnt >= nb;
+	if (done) {
+		*reused =
+		    hand_out_from(p, r, refs, m->ids + cnt - 1, -1, nb, n_tokens, owner, format);
+		kvpi_mag_set_count(m, cnt - nb);
+	}
+	kvpi_mag_leave(m);
+	return done;
+}
+
+/*
+ * kvp_allocate served whole from the thread's magazine, under the owner's
+ * exclusion: inside an owner op when its record is biased to this thread,
+ * else under its shard lock, the record made (from the slot's record
+ * cache) if it has none.  Returns true with the blocks handed out and
+ * *@reused set; false having changed nothing, and then the general path
+ * takes the blocks first and the owner after.
+ */
+static __attribute__((noinline)) bool alloc_from_mag(struct kvp_pool *p, struct kvpi_tslot *s,
+                                                     int si, kvp_ref *refs, uint32_t nb,
+                                                     uint32_t n_tokens, kvp_owner owner,
+                                                     kvp_format format, uint64_t *reused)
+{
+	/* relaxed: our own magazine's count, a hint here (checked inside). */
+	if (!kvpi_use_magazine(p, s) ||
+	    atomic_load_explicit(&s->mag[si].count, memory_order_relaxed) < nb)
+		return false;
+	struct kvpi_orec *r = kvpi_bias_enter(p, s, owner);
+	if (r) {
+		bool done = (uint64_t)r->ids.len + nb <= r->ids.cap &&
+		            take_from_mag(p, s, si, r, refs, nb, n_tokens, owner, format, reused);
+		kvpi_bias_leave(s);
+		return done;
+	}
+	if (kvpi_rec_cache_reserve(&p->owners, &s->recs) != 0)
+		return false;
+	uint64_t h = kvpi_owner_hash(owner);
+	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
+	pthread_mutex_lock(&sh->lock);
+	r = kvpi_oshard_find_h(sh, owner, h);
+	bool made = r == NULL;
+	if (r)
+		kvpi_bias_revoke(p, s, r);
+	else
+		r = kvpi_oshard_insert(&p->owners, sh, &s->recs, owner); /* reserved: not NULL */
+	bool done = kvpi_orec_reserve(r, &p->bt, &s->recs, nb) == 0 &&
+	            take_from_mag(p, s, si, r, refs, nb, n_tokens, owner, format, reused);
+	if (done)
+		kvpi_bias_adopt(p, s, r);
+	else if (made)
+		kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
+	pthread_mutex_unlock(&sh->lock);
+	return done;
+}
+
+/* Give back the @nb blocks an allocate took (ids_in(@refs, @nb)) but could
+ * not hand out: they were never marked in use.  Outside any owner op. */
+static int undo_take(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvp_ref *refs, uint32_t nb)
+{
+	kvpi_put_blocks(p, s, si, (const uint32_t *)ids_in(refs, nb), nb);
+	return kvpi_fail_call(p, s, KVP_ENOMEM);
 }
 
 static inline __attribute__((always_inline)) int alloc_done(struct kvp_pool *p,
@@ -150,24 +221,34 @@ static inline __attribute__((always_inline)) int alloc_done(struct kvp_pool *p,
 /*
  * Hand @nb blocks, already taken (their ids in @refs), out to @owner under
  * its shard lock: its record is found, or made from the record the caller
- * reserved in the slot's cache (so it cannot fail), and another thread's
- * bias on it is revoked first.  Returns how many had been handed out before.
+ * reserved in the slot's cache (so that cannot fail), and another thread's
+ * bias on it is revoked first.  Returns 0 with *@reused set to how many
+ * had been handed out before, or -1 when the record's id array could not
+ * grow (no memory): nothing is then changed, the blocks are still the
+ * caller's.
  */
-static uint64_t hand_out_locked(struct kvp_pool *p, struct kvpi_tslot *s, kvp_ref *refs,
-                                uint32_t nb, uint32_t n_tokens, kvp_owner owner, kvp_format format)
+static int hand_out_locked(struct kvp_pool *p, struct kvpi_tslot *s, kvp_ref *refs, uint32_t nb,
+                           uint32_t n_tokens, kvp_owner owner, kvp_format format, uint64_t *reused)
 {
 	uint64_t h = kvpi_owner_hash(owner);
 	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 	pthread_mutex_lock(&sh->lock);
 	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
+	bool made = r == NULL;
 	if (r)
 		kvpi_bias_revoke(p, s, r);
 	else
 		r = kvpi_oshard_insert(&p->owners, sh, &s->recs, owner); /* reserved: not NULL */
-	uint64_t reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
+	if (kvpi_orec_reserve(r, &p->bt, &s->recs, nb) != 0) {
+		if (made)
+			kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
+		pthread_mutex_unlock(&sh->lock);
+		return -1;
+	}
+	*reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
 	kvpi_bias_adopt(p, s, r);
 	pthread_mutex_unlock(&sh->lock);
-	return reused;
+	return 0;
 }
 
 /* kvp_allocate's locked path when no owner record could be reserved: the
@@ -194,10 +275,12 @@ static int allocate_locked(struct kvp_pool *p, struct kvpi_tslot *s, int si, uin
 	} else {
 		kvpi_bias_revoke(p, s, r);
 	}
-	int rc = r ? kvpi_get_blocks(p, s, si, ids_in(refs, nb), nb) : KVP_ENOMEM;
+	int rc = r && kvpi_orec_reserve(r, &p->bt, &s->recs, nb) == 0
+	             ? kvpi_get_blocks(p, s, si, ids_in(refs, nb), nb)
+	             : KVP_ENOMEM;
 	if (rc != KVP_OK) {
 		if (r && made)
-			kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
+			kvpi_oshard_remove(&p->owners, sh, &s->recs, r); /* its room trimmed */
 		pthread_mutex_unlock(&sh->lock);
 		return kvpi_fail_call(p, s, rc);
 	}
@@ -238,16 +321,20 @@ static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64
 
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	/*
-	 * The blocks are taken first, inside neither the owner's shard lock nor
-	 * an owner op: a drain (which waits for other threads' magazines and
-	 * issues the heavy barrier) or a growth then holds up no other thread
-	 * that touches this owner or any owner of its shard, and a revoker
-	 * never waits for an owner op that is draining.  The owner's record,
-	 * if it has none yet, is then made from a record reserved here, which
-	 * cannot fail; only if not even one record can be had (no memory) is
-	 * the record made first and the block path run under the shard lock
+	 * When the thread's magazine holds them all, the blocks are handed out
+	 * where they lie, under the owner's exclusion (alloc_from_mag): no
+	 * drain or growth can be needed then.  Otherwise the blocks are taken
+	 * first, inside neither the owner's shard lock nor an owner op: a drain (which waits for
+	 * other threads' magazines and issues the heavy barrier) or a growth then holds up no other
+	 * thread that touches this owner or any owner of its shard, and a revoker never waits for
+	 * an owner op that is draining.  The owner's record, if it has none yet, is then made from
+	 * a record reserved here, which cannot fail; only if not even one record can be had (no
+	 * memory) is the record made first and the block path run under the shard lock
 	 * (allocate_locked), so a failure still leaves no trace.
 	 */
+	uint64_t reused;
+	if (alloc_from_mag(p, s, si, refs, nb, n_tokens, owner, format, &reused))
+		return alloc_done(p, s, nb, n_tokens, reused, n_refs);
 	if (kvpi_rec_cache_reserve(&p->owners, &s->recs) != 0)
 		return allocate_locked(p, s, si, n_tokens, nb, owner, kvpi_owner_hash(owner),
 		                       format, refs, n_refs);
@@ -255,14 +342,17 @@ static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64
 	int rc = kvpi_get_blocks(p, s, si, ids_in(refs, nb), nb);
 	if (rc != KVP_OK)
 		return kvpi_fail_call(p, s, rc);
-	uint64_t reused;
 	struct kvpi_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
 	if (r) {
 		/* Inside an owner op on our own record: no lock (a revoker waits). */
-		reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
+		bool room = kvpi_orec_reserve(r, &p->bt, &s->recs, nb) == 0;
+		if (room)
+			reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
 		kvpi_bias_leave(s);
-	} else {
-		reused = hand_out_locked(p, s, refs, nb, n_tokens, owner, format);
+		if (!room)
+			return undo_take(p, s, si, refs, nb);
+	} else if (hand_out_locked(p, s, refs, nb, n_tokens, owner, format, &reused) != 0) {
+		return undo_take(p, s, si, refs, nb);
 	}
 	return alloc_done(p, s, nb, n_tokens, reused, n_refs);
 }
@@ -270,14 +360,15 @@ static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64
 /*
  * The fast path's one block: enter @owner's record as the thread it is
  * biased to, then pop a block of stream @si from the thread's magazine
- * into *@id.  Returns the record, inside the owner op; or NULL, inside no
- * op and with nothing taken.
+ * into *@id, when the record's id array has room for it.  Returns the
+ * record, inside the owner op; or NULL, inside no op and with nothing
+ * taken.
  */
 static inline __attribute__((always_inline)) struct kvpi_orec *
 fast_take(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvp_owner owner, uint32_t *id)
 {
 	struct kvpi_orec *r = kvpi_bias_enter(p, s, owner);
-	if (r && !kvpi_mag_pop(p, s, si, id)) {
+	if (r && (!kvpi_idarr_room(&r->ids) || !kvpi_mag_pop(p, s, si, id))) {
 		kvpi_bias_leave(s);
 		return NULL;
 	}
@@ -321,7 +412,7 @@ static inline __attribute__((always_inline)) int allocate_body(kvp_pool *p, kvp_
 	bool re;
 	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 	uint32_t gen = kvpi_stamp_block(b, n_tokens, 0, owner, format, &re);
-	kvpi_orec_append_b(r, &p->bt, id, b);
+	kvpi_orec_append_b(r, id, b);
 	kvpi_bias_leave(s);
 	refs[0] = KVP_MAKE_REF(id, gen);
 	*n_refs = 1;

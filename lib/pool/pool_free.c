@@ -91,14 +91,13 @@ static void drop_if_empty(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_
 		return;
 	/* bias is 0 or ours: this thread's own ops are over, so count holds
 	 * still under the shard lock. */
-	if (r->count == 0)
+	if (kvpi_orec_count(r) == 0)
 		kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
 }
 
 /* Free one owned block; the caller holds its owner's shard lock. */
 static uint64_t free_owned(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_oshard *sh,
-                           struct kvpi_block *b, uint32_t id, uint32_t gen, kvp_owner owner,
-                           uint64_t h)
+                           struct kvpi_block *b, uint32_t gen, kvp_owner owner, uint64_t h)
 {
 	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	if (r)
@@ -109,21 +108,20 @@ static uint64_t free_owned(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi
 	uint64_t st = kvpi_release_owned(b, gen);
 	if (!st || !r)
 		return st;
-	kvpi_orec_unlink(r, &p->bt, id);
+	kvpi_orec_unlink_b(r, b);
 	drop_if_empty(p, s, sh, r);
 	return st;
 }
 
 /* Free one owned block inside an owner op on its record @r (biased to us).
  * Sets *empty when the record is left empty and unregistered. */
-static uint64_t free_biased(struct kvp_pool *p, struct kvpi_orec *r, struct kvpi_block *b,
-                            uint32_t id, uint32_t gen, bool *empty)
+static uint64_t free_biased(struct kvpi_orec *r, struct kvpi_block *b, uint32_t gen, bool *empty)
 {
 	uint64_t st = kvpi_release_owned(b, gen);
 	if (!st)
 		return 0;
-	kvpi_orec_unlink(r, &p->bt, id);
-	*empty = r->count == 0 && !r->registered;
+	kvpi_orec_unlink_b(r, b);
+	*empty = kvpi_orec_count(r) == 0 && !r->registered;
 	return st;
 }
 
@@ -151,7 +149,7 @@ static inline __attribute__((always_inline)) uint64_t free_ref(struct kvp_pool *
 	struct kvpi_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
 	if (r) {
 		bool empty = false;
-		st = free_biased(p, r, b, id, gen, &empty);
+		st = free_biased(r, b, gen, &empty);
 		kvpi_bias_leave(s);
 		if (empty) {
 			uint64_t h = kvpi_owner_hash(owner);
@@ -167,7 +165,7 @@ static inline __attribute__((always_inline)) uint64_t free_ref(struct kvp_pool *
 	uint64_t h = kvpi_owner_hash(owner);
 	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 	hold_shard(held, sh);
-	return free_owned(p, s, sh, b, id, gen, owner, h);
+	return free_owned(p, s, sh, b, gen, owner, h);
 }
 
 /*
@@ -333,8 +331,8 @@ static inline __attribute__((always_inline)) int free_single(struct kvp_pool *p,
 			kvpi_bias_leave(s);
 			return free_single_general(p, id, gen);
 		}
-		kvpi_orec_unlink_b(r, &p->bt, id, b);
-		drop = r->count == 0 && !r->registered;
+		kvpi_orec_unlink_b(r, b);
+		drop = kvpi_orec_count(r) == 0 && !r->registered;
 		kvpi_bias_leave(s);
 	}
 	/* The block is ours to give back from here on. */

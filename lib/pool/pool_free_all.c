@@ -2,9 +2,9 @@
  * lib/pool/pool_free_all.c - kvp_free_all in a plain pool.
  *
  * Owns: ending an owner.  Under the owner's shard lock (its bias revoked)
- * every block on the owner's list is cleared, the record dropped, and the
+ * every block in the owner's id array is cleared, the record dropped, and the
  * blocks given back: into this thread's magazines when they have room for
- * the whole list, else as one chain per stream pushed on the global stack.
+ * all its blocks, else as one chain per stream pushed on the global stack.
  *
  * May call: the block path (lib/pool/pool_blocks.c, magazine.h), the owner
  * table (lib/pool/owner.h), kvpi_bias_revoke (lib/pool/pool_internal.h), the
@@ -13,10 +13,10 @@
 #include "lib/pool/block_state.h"
 
 /*
- * Clear in-use block @b of an owner's list; returns the state it had.  The
+ * Clear in-use block @b of an owner's id array; returns the state it had.  The
  * record's exclusion (shard lock, bias revoked) makes us its only writer.
  */
-static inline uint64_t free_listed_block(struct kvpi_block *b)
+static inline uint64_t free_held_block(struct kvpi_block *b)
 {
 	/* acquire: orders the last holder's writes (storage, a set_used of
 	 * another thread under the same exclusion) before the block is given
@@ -28,7 +28,7 @@ static inline uint64_t free_listed_block(struct kvpi_block *b)
 	return st;
 }
 
-/* Lists this short are freed through a buffer on the stack (free_all_small). */
+/* Owners this small are freed through a buffer on the stack (free_all_small). */
 #define FREE_ALL_SMALL 16u
 
 /*
@@ -42,14 +42,14 @@ static __attribute__((noinline)) int free_all_small(struct kvp_pool *p, struct k
 {
 	uint32_t ids[2][FREE_ALL_SMALL], cnt[2] = {0, 0};
 	uint64_t not_full = 0;
-	for (uint32_t id = r->head; id != KVPI_NO_ID;) {
-		struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
-		uint32_t next = b->own_next;
-		uint64_t st = free_listed_block(b);
+	for (uint32_t k = 0; k < r->ids.len; k++) {
+		uint32_t id = r->ids.ids[k];
+		if (id == KVPI_NO_ID)
+			continue;
+		uint64_t st = free_held_block(kvpi_bt_block(&p->bt, id));
 		int si = kvpi_stream_of_state(p, st);
 		not_full += kvpi_st_used(st) < p->block_size;
 		ids[si][cnt[si]++] = id;
-		id = next;
 	}
 	kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
 	pthread_mutex_unlock(&sh->lock);
@@ -71,9 +71,9 @@ static __attribute__((noinline)) int free_all_small(struct kvp_pool *p, struct k
 
 /*
  * kvp_free_all in a plain pool.  Under the owner's shard lock (its bias
- * revoked), every block on the record's list is cleared and goes straight
+ * revoked), every block in the record's id array is cleared and goes straight
  * into this thread's magazine of its stream when the magazine can take the
- * whole list (it grows by demand): a request's blocks stay with the thread
+ * whole array (it grows by demand): a request's blocks stay with the thread
  * that freed them, and the next request it serves takes them back without
  * touching a line another thread writes.  A stream whose magazine cannot
  * take them (too many, the stream starving, the fallback slot) gets a
@@ -108,56 +108,59 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 		return KVP_ENOENT;
 	}
 	kvpi_bias_revoke(p, s, r);
-	if (r->count <= FREE_ALL_SMALL)
+	uint32_t count = kvpi_orec_count(r);
+	if (count <= FREE_ALL_SMALL)
 		return free_all_small(p, s, sh, r);
-	if (r->count <= UINT32_MAX)
-		for (uint32_t si = 0; si < p->n_streams; si++)
-			mag[si] = kvpi_mag_hold_room(p, s, (int)si, (uint32_t)r->count, &base[si]);
+	for (uint32_t si = 0; si < p->n_streams; si++)
+		mag[si] = kvpi_mag_hold_room(p, s, (int)si, count, &base[si]);
 	/* The table's first segment is read once (the atomic accesses below
 	 * would make the compiler reload it for every block). */
 	struct kvpi_blocktable *bt = &p->bt;
 	struct kvpi_block *seg0 = bt->seg0;
 	uint32_t n0 = bt->n0, bs = p->block_size;
 	bool two = p->separate_kv;
+	const uint32_t *ids = r->ids.ids, *end = ids + r->ids.len;
 	if (mag[0] && !two) {
-		/* One stream, its magazine holding room for the whole list: the
+		/* One stream, its magazine holding room for all the blocks: the
 		 * ids are written top down, so the first block allocated ends on
-		 * top with no reversal.  count is the list's length under the
-		 * record's exclusion. */
-		uint32_t *w = mag[0]->ids + base[0] + (uint32_t)r->count;
-		for (uint32_t id = r->head; id != KVPI_NO_ID;) {
-			struct kvpi_block *b = kvpi_bt_block_at(bt, seg0, n0, id);
-			uint32_t next = b->own_next;
-			uint64_t st = free_listed_block(b);
+		 * top with no reversal.  count is exact under the record's
+		 * exclusion. */
+		uint32_t *w = mag[0]->ids + base[0] + count;
+		for (; ids < end; ids++) {
+			uint32_t id = *ids;
+			if (id == KVPI_NO_ID)
+				continue;
+			uint64_t st = free_held_block(kvpi_bt_block_at(bt, seg0, n0, id));
 			not_full += kvpi_st_used(st) < bs;
 			*--w = id;
-			id = next;
 		}
-		cnt[0] = (uint32_t)r->count;
+		cnt[0] = count;
 		top_first = true;
 	} else if (mag[0] && mag[1]) {
-		/* Every stream's magazine holds room for the whole list. */
+		/* Every stream's magazine holds room for all the blocks. */
 		uint32_t *w[2] = {mag[0]->ids + base[0], mag[1]->ids + base[1]};
 		uint32_t *w0 = w[0], *w1 = w[1];
-		for (uint32_t id = r->head; id != KVPI_NO_ID;) {
-			struct kvpi_block *b = kvpi_bt_block_at(bt, seg0, n0, id);
-			uint32_t next = b->own_next;
-			uint64_t st = free_listed_block(b);
+		for (; ids < end; ids++) {
+			uint32_t id = *ids;
+			if (id == KVPI_NO_ID)
+				continue;
+			uint64_t st = free_held_block(kvpi_bt_block_at(bt, seg0, n0, id));
 			not_full += kvpi_st_used(st) < bs;
 			if (kvpi_st_stream(st))
 				*w1++ = id;
 			else
 				*w0++ = id;
-			id = next;
 		}
 		cnt[0] = (uint32_t)(w0 - w[0]);
 		cnt[1] = (uint32_t)(w1 - w[1]);
 	} else {
 		struct kvpi_block *lastb[2] = {NULL, NULL};
-		for (uint32_t id = r->head; id != KVPI_NO_ID;) {
+		for (; ids < end; ids++) {
+			uint32_t id = *ids;
+			if (id == KVPI_NO_ID)
+				continue;
 			struct kvpi_block *b = kvpi_bt_block_at(bt, seg0, n0, id);
-			uint32_t next = b->own_next;
-			uint64_t st = free_listed_block(b);
+			uint64_t st = free_held_block(b);
 			int si = two ? (int)kvpi_st_stream(st) : 0;
 			not_full += kvpi_st_used(st) < bs;
 			if (mag[si]) {
@@ -175,7 +178,6 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 				last[si] = id;
 				cnt[si]++;
 			}
-			id = next;
 		}
 	}
 	kvpi_oshard_remove(&p->owners, sh, &s->recs, r);

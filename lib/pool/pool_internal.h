@@ -61,10 +61,6 @@ struct kvpi_pool_mode {
 	int (*alloc_block)(struct kvp_pool *p, int si, kvp_format format, kvp_ref *out);
 	int (*free)(struct kvp_pool *p, const kvp_ref *refs, size_t n);
 	int (*free_all)(struct kvp_pool *p, kvp_owner owner);
-	int (*blocks_for)(struct kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap,
-	                  size_t *n);
-	int (*register_owner)(struct kvp_pool *p, kvp_owner owner);
-	int (*release_owner)(struct kvp_pool *p, kvp_owner owner);
 	int (*shrink)(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
 	int (*block_get)(struct kvp_pool *p, kvp_ref ref, kvp_block_info *out);
 	/* Free blocks the mode keeps out of the pool's free lists (cached). */

@@ -14,8 +14,6 @@ int kvp_register_owner(kvp_pool *p, kvp_owner owner)
 {
 	if (!p)
 		return KVP_EINVAL;
-	if (p->mode)
-		return p->mode->register_owner(p, owner);
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	uint64_t h = kvpi_owner_hash(owner);
 	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
@@ -41,8 +39,6 @@ int kvp_release_owner(kvp_pool *p, kvp_owner owner)
 {
 	if (!p)
 		return KVP_EINVAL;
-	if (p->mode)
-		return p->mode->release_owner(p, owner);
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, owner);
 	int rc = KVP_OK;
@@ -53,7 +49,7 @@ int kvp_release_owner(kvp_pool *p, kvp_owner owner)
 	} else {
 		kvpi_bias_revoke(p, s, r);
 		r->registered = false;
-		if (r->count == 0)
+		if (kvpi_orec_count(r) == 0)
 			kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
 	}
 	pthread_mutex_unlock(&sh->lock);
@@ -66,33 +62,33 @@ int kvp_blocks_for(kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size
 	if (!p || !n || (!refs && cap))
 		return KVP_EINVAL;
 	*n = 0;
-	if (p->mode)
-		return p->mode->blocks_for(p, owner, refs, cap, n);
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, owner);
 	int rc = KVP_OK;
 	pthread_mutex_lock(&sh->lock);
 	struct kvpi_orec *r = kvpi_oshard_find(sh, owner);
-	/* Its list must hold still: a revocation only if the record is
+	/* Its ids must hold still: a revocation only if the record is
 	 * biased to another thread (kvpi_bias_revoke returns at once when it
 	 * is unbiased or biased to us, and then the shard lock suffices). */
 	if (r)
 		kvpi_bias_revoke(p, s, r);
 	if (!r) {
 		rc = KVP_ENOENT;
-	} else if (r->count > cap) {
-		*n = r->count;
+	} else if (kvpi_orec_count(r) > cap) {
+		*n = kvpi_orec_count(r);
 		rc = KVP_ERANGE;
 	} else {
 		size_t i = 0;
-		for (uint32_t id = r->head; id != KVPI_NO_ID; i++) {
+		for (uint32_t k = 0; k < r->ids.len; k++) {
+			uint32_t id = r->ids.ids[k];
+			if (id == KVPI_NO_ID)
+				continue;
 			struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 			/* relaxed: the shard lock orders the stamp of every block
-			 * on the list before us; the generation is stable while
-			 * the block is on it. */
+			 * the record holds before us; the generation is stable
+			 * while the block is held. */
 			uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
-			refs[i] = KVP_MAKE_REF(id, kvpi_st_gen(st));
-			id = b->own_next;
+			refs[i++] = KVP_MAKE_REF(id, kvpi_st_gen(st));
 		}
 		*n = i;
 	}

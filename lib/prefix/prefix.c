@@ -82,8 +82,7 @@ int kvpi_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
 	 * an allocation that must evict drains them first
 	 * (kvpi_pfx_get_blocks), so "uncached first" holds across threads. */
 	kvpi_pfx_lru_init(pf);
-	if (kvpi_pfx_owners_init(pf) != 0 || kvpi_pfx_index_init(pf, cfg->n_blocks) != 0 ||
-	    kvpi_pfx_extend(pf, cfg->n_blocks) != 0)
+	if (kvpi_pfx_index_init(pf, cfg->n_blocks) != 0 || kvpi_pfx_extend(pf, cfg->n_blocks) != 0)
 		return -1;
 	return 0;
 }
@@ -95,7 +94,6 @@ void kvpi_pfx_destroy(struct kvp_pool *p)
 		return;
 	kvpi_pfx_index_destroy(pf);
 	side_destroy(pf);
-	kvpi_pfx_owners_destroy(pf);
 	kvpi_pfx_lru_destroy(pf);
 	kvpi_sys_free(pf);
 	p->prefix = NULL;
@@ -114,7 +112,7 @@ static bool match_ok(uint64_t st, const void *arg)
  * if it is still published under that key in @format.  Returns false for
  * a miss.  Owner shard mutex held.
  */
-static bool take_hold(struct kvp_pool *p, struct kvpi_porec *r, uint32_t id, uint32_t tag,
+static bool take_hold(struct kvp_pool *p, struct kvpi_orec *r, uint32_t id, uint32_t tag,
                       const kvp_hash *key, uint32_t format, kvp_owner owner, kvp_ref *out,
                       int64_t *revived)
 {
@@ -200,7 +198,7 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 
 	struct kvpi_prefix *pf = p->prefix;
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
-	struct kvpi_poshard *sh = kvpi_pfx_oshard(pf, owner);
+	struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, owner);
 	uint32_t tag = kvpi_stream_tag(p, si);
 	int64_t revived[2] = {0, 0};
 	size_t i = 0;
@@ -208,10 +206,10 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 	kvpi_rcu_read_lock();
 	pthread_mutex_lock(&sh->lock);
 	bool made;
-	struct kvpi_porec *r = kvpi_pfx_oget(sh, owner, &made);
-	if (!r || kvpi_pfx_oreserve(pf, r, (uint32_t)n_keys) != 0) {
+	struct kvpi_orec *r = kvpi_pfx_oget(p, s, sh, owner, &made);
+	if (!r || kvpi_pfx_oreserve(p, s, r, (uint32_t)n_keys) != 0) {
 		if (r && made)
-			kvpi_pfx_oremove(sh, r);
+			kvpi_pfx_oremove(p, s, sh, r);
 		pthread_mutex_unlock(&sh->lock);
 		kvpi_rcu_read_unlock();
 		kvpi_tslot_put(p, s);
@@ -236,8 +234,8 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 		if (j < c)
 			break;
 	}
-	if (r->count == 0 && made)
-		kvpi_pfx_oremove(sh, r);
+	if (kvpi_orec_count(r) == 0 && made)
+		kvpi_pfx_oremove(p, s, sh, r);
 	pthread_mutex_unlock(&sh->lock);
 	kvpi_ctr_add(s, KVPI_C_PQUERIES, n_keys);
 	kvpi_ctr_add(s, KVPI_C_PHITS, i);

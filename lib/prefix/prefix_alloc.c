@@ -278,20 +278,20 @@ int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner o
 {
 	struct kvpi_prefix *pf = p->prefix;
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
-	struct kvpi_poshard *sh = kvpi_pfx_oshard(pf, owner);
+	struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, owner);
 	kvpi_u32_alias *ids = (kvpi_u32_alias *)refs;
 	uint32_t bs = p->block_size;
 
 	/* The owner's shard mutex for the whole call, as in the plain pool. */
 	pthread_mutex_lock(&sh->lock);
 	bool made;
-	struct kvpi_porec *r = kvpi_pfx_oget(sh, owner, &made);
+	struct kvpi_orec *r = kvpi_pfx_oget(p, s, sh, owner, &made);
 	int rc = KVP_ENOMEM;
-	if (r && kvpi_pfx_oreserve(pf, r, nb) == 0)
+	if (r && kvpi_pfx_oreserve(p, s, r, nb) == 0)
 		rc = kvpi_pfx_get_blocks(p, s, si, ids, nb);
 	if (rc != KVP_OK) {
 		if (r && made)
-			kvpi_pfx_oremove(sh, r);
+			kvpi_pfx_oremove(p, s, sh, r);
 		pthread_mutex_unlock(&sh->lock);
 		return kvpi_fail_call(p, s, rc);
 	}

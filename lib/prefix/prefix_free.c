@@ -13,8 +13,8 @@
  * unlisted.  The last hold of any other block frees it onto the block
  * path, in batches, after the locks are gone.
  *
- * May call: the pool's block path (lib/pool), the LRU (prefix_lru.c), the
- * prefix owner table (prefix_owner.c) and the index only through an
+ * May call: the pool's block path and owner table (lib/pool), the LRU
+ * (prefix_lru.c), the prefix owner calls (prefix_owner.c) and the index only through an
  * eviction (shrink).  Lock order: lib/prefix/prefix_internal.h.
  */
 #include <string.h>
@@ -225,7 +225,7 @@ int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
 {
 	struct kvpi_prefix *pf = p->prefix;
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
-	struct kvpi_poshard *held = NULL;
+	struct kvpi_oshard *held = NULL;
 	struct acc a;
 	acc_init(&a);
 	for (size_t i = 0; i < n; i++) {
@@ -253,14 +253,14 @@ int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
 		}
 		/* relaxed: checked below under the owner's shard mutex. */
 		kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_relaxed);
-		struct kvpi_poshard *sh = kvpi_pfx_oshard(pf, owner);
+		struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, owner);
 		if (sh != held) {
 			if (held)
 				pthread_mutex_unlock(&held->lock);
 			pthread_mutex_lock(&sh->lock);
 			held = sh;
 		}
-		struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
+		struct kvpi_orec *r = kvpi_oshard_find(sh, owner);
 		int64_t pos = r ? kvpi_pfx_ofind_pos(pf, r, id) : -1;
 		if (pos < 0) {
 			a.stale++;
@@ -268,9 +268,9 @@ int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n)
 		}
 		enum drop d = drop_hold(p, s, id, gen, false, owner, &fst, NULL);
 		if (d != D_STALE) {
-			kvpi_pfx_oremove_at(r, (uint32_t)pos);
-			if (r->count == 0 && !r->registered)
-				kvpi_pfx_oremove(sh, r);
+			kvpi_idarr_remove_at(&r->ids, (uint32_t)pos);
+			if (kvpi_orec_count(r) == 0 && !r->registered)
+				kvpi_pfx_oremove(p, s, sh, r);
 		}
 		note(p, s, &a, d, fst, id);
 	}
@@ -285,13 +285,13 @@ int kvpi_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs
 {
 	struct kvpi_prefix *pf = p->prefix;
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
-	struct kvpi_poshard *sh = kvpi_pfx_oshard(pf, owner);
+	struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, owner);
 	struct acc a;
 	acc_init(&a);
 	pthread_mutex_lock(&sh->lock);
 	for (size_t i = 0; i < n && i < PREFETCH_MAX; i++)
 		kvpi_pfx_prefetch(p, KVP_REF_ID(refs[i]));
-	struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
+	struct kvpi_orec *r = kvpi_oshard_find(sh, owner);
 	for (size_t i = n; i-- > 0;) {
 		uint32_t id = KVP_REF_ID(refs[i]);
 		int64_t pos = r ? kvpi_pfx_ofind_pos(pf, r, id) : -1;
@@ -300,11 +300,11 @@ int kvpi_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs
 		if (pos >= 0)
 			d = drop_hold(p, s, id, KVP_REF_GEN(refs[i]), false, owner, &fst, NULL);
 		if (d != D_STALE)
-			kvpi_pfx_oremove_at(r, (uint32_t)pos);
+			kvpi_idarr_remove_at(&r->ids, (uint32_t)pos);
 		note(p, s, &a, d, fst, id);
 	}
-	if (r && r->count == 0 && !r->registered)
-		kvpi_pfx_oremove(sh, r);
+	if (r && kvpi_orec_count(r) == 0 && !r->registered)
+		kvpi_pfx_oremove(p, s, sh, r);
 	pthread_mutex_unlock(&sh->lock);
 	acc_finish(p, s, &a);
 	kvpi_end_call(p, s, a.changed);
@@ -313,15 +313,14 @@ int kvpi_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs
 
 int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 {
-	struct kvpi_prefix *pf = p->prefix;
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
-	struct kvpi_poshard *sh = kvpi_pfx_oshard(pf, owner);
+	struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, owner);
 	struct acc a;
 	struct cache_batch cb;
 	cb.n[0] = cb.n[1] = 0;
 	acc_init(&a);
 	pthread_mutex_lock(&sh->lock);
-	struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
+	struct kvpi_orec *r = kvpi_oshard_find(sh, owner);
 	if (!r) {
 		pthread_mutex_unlock(&sh->lock);
 		kvpi_end_call(p, s, false);
@@ -329,8 +328,8 @@ int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 	}
 	/* Last block first: published ones become cached in that order, so
 	 * eviction takes the end of a sequence before its beginning. */
-	for (uint32_t i = r->len; i-- > 0;) {
-		uint32_t id = r->ids[i];
+	for (uint32_t i = r->ids.len; i-- > 0;) {
+		uint32_t id = r->ids.ids[i];
 		if (id == KVPI_NO_ID)
 			continue;
 		uint64_t fst = 0;
@@ -338,74 +337,11 @@ int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 		note(p, s, &a, d, fst, id);
 	}
 	cache_flush_all(p, s, &cb);
-	kvpi_pfx_oremove(sh, r);
+	kvpi_pfx_oremove(p, s, sh, r);
 	pthread_mutex_unlock(&sh->lock);
 	acc_finish(p, s, &a);
 	kvpi_end_call(p, s, true);
 	return KVP_OK;
-}
-
-int kvpi_pfx_blocks_for(struct kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size_t *n)
-{
-	struct kvpi_prefix *pf = p->prefix;
-	struct kvpi_poshard *sh = kvpi_pfx_oshard(pf, owner);
-	int rc = KVP_OK;
-	pthread_mutex_lock(&sh->lock);
-	struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
-	if (!r) {
-		rc = KVP_ENOENT;
-	} else if (r->count > cap) {
-		*n = r->count;
-		rc = KVP_ERANGE;
-	} else {
-		size_t k = 0;
-		for (uint32_t i = 0; i < r->len; i++) {
-			uint32_t id = r->ids[i];
-			if (id == KVPI_NO_ID)
-				continue;
-			/* relaxed: a held block keeps its generation; the shard
-			 * mutex orders its hand-out before us. */
-			uint64_t st = atomic_load_explicit(&kvpi_bt_block(&p->bt, id)->state,
-			                                   memory_order_relaxed);
-			refs[k++] = KVP_MAKE_REF(id, kvpi_st_gen(st));
-		}
-		*n = k;
-	}
-	pthread_mutex_unlock(&sh->lock);
-	return rc;
-}
-
-int kvpi_pfx_register_owner(struct kvp_pool *p, kvp_owner owner)
-{
-	struct kvpi_poshard *sh = kvpi_pfx_oshard(p->prefix, owner);
-	int rc = KVP_OK;
-	pthread_mutex_lock(&sh->lock);
-	struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
-	if (r)
-		rc = KVP_EOWNER;
-	else if (!(r = kvpi_pfx_oinsert(sh, owner)))
-		rc = KVP_ENOMEM;
-	else
-		r->registered = true;
-	pthread_mutex_unlock(&sh->lock);
-	return rc;
-}
-
-int kvpi_pfx_release_owner(struct kvp_pool *p, kvp_owner owner)
-{
-	struct kvpi_poshard *sh = kvpi_pfx_oshard(p->prefix, owner);
-	int rc = KVP_OK;
-	pthread_mutex_lock(&sh->lock);
-	struct kvpi_porec *r = kvpi_pfx_ofind(sh, owner);
-	if (!r) {
-		rc = KVP_ENOENT;
-	} else {
-		r->registered = false;
-		if (r->count == 0)
-			kvpi_pfx_oremove(sh, r);
-	}
-	pthread_mutex_unlock(&sh->lock);
-	return rc;
 }
 
 /* Evict up to @n cached blocks of @si onto the free stack; returns how many. */

@@ -35,11 +35,12 @@
  *     Each list is in order of caching time.  That time comes from the
  *     coarse monotonic clock, made strictly increasing per shard.  It is
  *     stamped under the shard mutex when a block is put on the list.
- *   - Its own owner table: KVPI_PFX_OWNER_SHARDS shards, with a mutex each.
- *     An owner record holds the ids it holds in an array, in hold order.
- *     Dropped ids leave tombstones (KVPI_NO_ID).  These are compacted when
- *     they outnumber the live ids.  Records and their arrays are recycled
- *     per shard.
+ *   - The pool's owner table (lib/pool/owner.h), shared with plain mode: an
+ *     owner record holds the ids it holds in an array, in hold order
+ *     (lib/pool/idarray.h).  Dropped ids leave holes (KVPI_NO_ID), compacted
+ *     when they outnumber the live ids.  Records are recycled through the
+ *     threads' record caches, arrays through their stashes.  In prefix
+ *     mode every access holds the owner's shard mutex (no bias).
  *
  * The LRU lists are lazy.  A match that takes a cached block leaves it on
  * its list, marked stale.  A block whose last holder lets go while it is
@@ -156,7 +157,8 @@
  *                              grace period
  *   index shard's spare        the retired table's callback   the shard's writer
  *                              (exchange, acq_rel)            (exchange, acquire)
- *   porec (owner records)      owner shard mutex              owner shard mutex
+ *   owner records (the pool's  owner shard mutex (never       owner shard mutex
+ *   table, lib/pool/owner.h)   biased in prefix mode)
  */
 #ifndef KVPOOL_LIB_PREFIX_INTERNAL_H
 #define KVPOOL_LIB_PREFIX_INTERNAL_H
@@ -174,7 +176,6 @@
 #include "lib/prefix/prefix_index.h"
 
 #define KVPI_PFX_LRU_SHARDS    16u
-#define KVPI_PFX_OWNER_SHARDS  256u
 #define KVPI_PFX_COUNT_STRIPES 16u
 /* Eviction is least recently cached first across shards to within this
  * window: a batch takes blocks of its home shard cached up to the window
@@ -190,8 +191,6 @@
 #define KVPI_PFX_MID_SHIFT 10u
 #define KVPI_PFX_MID       (1u << KVPI_PFX_MID_SHIFT)
 #define KVPI_PFX_TOP       (1u << (31 - KVPI_PFX_MID_SHIFT - KVPI_SEG_SHIFT))
-/* Recycled owner records kept per shard. */
-#define KVPI_PFX_SPARE_RECS 16u
 
 struct kvpi_prefix;
 
@@ -248,25 +247,6 @@ struct kvpi_pcount {
 	_Atomic int64_t n[2];
 } __attribute__((aligned(64)));
 
-struct kvpi_porec {
-	struct kvpi_porec *next; /* bucket chain or spare list */
-	kvp_owner key;
-	uint32_t *ids;   /* held ids in hold order; KVPI_NO_ID = tombstone */
-	uint32_t len;    /* entries used, tombstones included */
-	uint32_t cap;    /* entries allocated */
-	uint32_t count;  /* live entries: blocks held */
-	bool registered; /* by kvp_register_owner, not yet released */
-};
-
-struct kvpi_poshard {
-	pthread_mutex_t lock;
-	struct kvpi_porec **buckets;
-	uint32_t nbuckets; /* power of two */
-	uint32_t n;
-	struct kvpi_porec *spare;
-	uint32_t n_spare;
-} __attribute__((aligned(64)));
-
 /* prefix.resets: kvp_prefix_reset adds KVPI_PFX_RESET_START at its start
  * and takes 1 off at its end, so the high half counts resets begun and the
  * low half those running. */
@@ -294,7 +274,6 @@ struct kvpi_prefix {
 	struct kvpi_pcount pend __attribute__((aligned(64)));
 	_Atomic(_Atomic(struct kvpi_pside *) *) top[KVPI_PFX_TOP];
 	struct kvpi_plru lru[2][KVPI_PFX_LRU_SHARDS];
-	struct kvpi_poshard osh[KVPI_PFX_OWNER_SHARDS];
 };
 
 /* The side entry of @id: created (below kvp_pool_n_ids or from a free stack). */
@@ -517,23 +496,28 @@ uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvpi_tslot *s, int s
 void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids, uint32_t n,
                       uint64_t resets0);
 
-/* lib/prefix/prefix_owner.c: the prefix owner table. */
-int kvpi_pfx_owners_init(struct kvpi_prefix *pf);
-void kvpi_pfx_owners_destroy(struct kvpi_prefix *pf);
-struct kvpi_poshard *kvpi_pfx_oshard(struct kvpi_prefix *pf, kvp_owner key);
-struct kvpi_porec *kvpi_pfx_ofind(struct kvpi_poshard *sh, kvp_owner key);
-struct kvpi_porec *kvpi_pfx_oinsert(struct kvpi_poshard *sh, kvp_owner key);
-void kvpi_pfx_oremove(struct kvpi_poshard *sh, struct kvpi_porec *r);
-/* @key's record, made if it has none (*@made then true); NULL: no memory. */
-struct kvpi_porec *kvpi_pfx_oget(struct kvpi_poshard *sh, kvp_owner key, bool *made);
+/*
+ * lib/prefix/prefix_owner.c: owners in prefix mode.  They live in the pool's
+ * owner table (lib/pool/owner.h), each with the ids it holds in its id
+ * array; a block may be held by several owners, so its position there is
+ * a hint beside the block (pside.pos_hint), checked against the array.
+ * Every call holds the owner's shard mutex; prefix records are never
+ * biased.
+ */
+/* @key's record in @sh, made from @s's cache if it has none (*@made then
+ * true); NULL: no memory. */
+struct kvpi_orec *kvpi_pfx_oget(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_oshard *sh,
+                                kvp_owner key, bool *made);
+/* Drop @r from @sh into @s's cache. */
+void kvpi_pfx_oremove(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_oshard *sh,
+                      struct kvpi_orec *r);
 /* Room for @extra more ids in @r (compacting first); 0 or -1 (no memory). */
-int kvpi_pfx_oreserve(struct kvpi_prefix *pf, struct kvpi_porec *r, uint32_t extra);
+int kvpi_pfx_oreserve(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r,
+                      uint32_t extra);
 /* Append @id (room reserved). */
-void kvpi_pfx_oappend(struct kvpi_prefix *pf, struct kvpi_porec *r, uint32_t id);
+void kvpi_pfx_oappend(struct kvpi_prefix *pf, struct kvpi_orec *r, uint32_t id);
 /* Position of @id in @r, or -1. */
-int64_t kvpi_pfx_ofind_pos(struct kvpi_prefix *pf, const struct kvpi_porec *r, uint32_t id);
-/* Tombstone position @pos. */
-void kvpi_pfx_oremove_at(struct kvpi_porec *r, uint32_t pos);
+int64_t kvpi_pfx_ofind_pos(struct kvpi_prefix *pf, const struct kvpi_orec *r, uint32_t id);
 
 /*
  * lib/prefix/prefix_alloc.c and prefix_free.c: the pool calls in prefix mode
@@ -550,9 +534,6 @@ KVPI_PFX_COLD int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format fo
 KVPI_PFX_COLD int kvpi_pfx_free(struct kvp_pool *p, const kvp_ref *refs, size_t n);
 KVPI_PFX_COLD int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner);
 int kvpi_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n);
-int kvpi_pfx_blocks_for(struct kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size_t *n);
-int kvpi_pfx_register_owner(struct kvp_pool *p, kvp_owner owner);
-int kvpi_pfx_release_owner(struct kvp_pool *p, kvp_owner owner);
 int kvpi_pfx_shrink(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
 int kvpi_pfx_block_get(struct kvp_pool *p, kvp_ref ref, kvp_block_info *out);
 /* Take @k blocks of @si: uncached free ones, then evicted, then growth. */
