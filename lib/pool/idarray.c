@@ -93,7 +93,7 @@ int kvpi_idarr_reserve_slow(struct kvpi_idarr *a, uint32_t extra, kvpi_idarr_mov
 	return 0;
 }
 
-void kvpi_idarr_release(struct kvpi_idarr *a, struct kvpi_idstash *st)
+void kvpi_idarr_release_slow(struct kvpi_idarr *a, struct kvpi_idstash *st)
 {
 	stash_put(st, a->ids, a->cap);
 	a->ids = NULL;

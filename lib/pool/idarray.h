@@ -16,15 +16,15 @@
  * overlaps, where a list is a chain of dependent cache misses
  * (docs/DESIGN.md, "Owner records").
  *
- * Memory: arrays come in sizes of 16 << c ids and circulate apart from
- * the records that use them.  A record dropped gives its array to the
- * dropping thread's stash (struct kvpi_idstash, in its thread slot); an
- * array that must grow takes the smallest stashed array big enough, and
- * gives its old one to the stash.  So a server making an owner per request
- * asks the system for nothing once it has seen its peak, whichever record
- * serves which request.  A stash keeps at most KVPI_IDSTASH_BYTES; arrays
- * beyond that, and arrays above the largest stashed size, go back to the
- * system.
+ * Memory: arrays come in sizes of 16 << c ids.  An array of at most
+ * KVPI_IDARR_ATTACHED ids stays with its record when the record is
+ * dropped, so an owner of a few blocks costs no array traffic at all.
+ * Bigger arrays circulate apart from the records that use them.  A record
+ * dropped gives such an array to the dropping thread's stash (struct kvpi_idstash, in its thread
+ * slot); an array that must grow takes the smallest stashed array big enough, and gives its old one
+ * to the stash.  So a server making an owner per request asks the system for nothing once it has
+ * seen its peak, whichever record serves which request.  A stash keeps at most KVPI_IDSTASH_BYTES;
+ * arrays beyond that, and arrays above the largest stashed size, go back to the system.
  *
  * Synchronization: none of its own.  Every function is called under the
  * owning record's exclusion (lib/pool/owner.h, lib/prefix/prefix_owner.c).
@@ -39,6 +39,8 @@
 /* Array sizes: 16 << c ids for c < KVPI_IDARR_CLASSES (16 .. 256 K ids). */
 #define KVPI_IDARR_MIN_SHIFT 4
 #define KVPI_IDARR_CLASSES   15
+/* Arrays this small (256 bytes) stay with their record when it is dropped. */
+#define KVPI_IDARR_ATTACHED 64u
 /* Bytes of spare arrays one stash keeps at most. */
 #define KVPI_IDSTASH_BYTES (2u << 20)
 
@@ -109,8 +111,17 @@ static inline void kvpi_idarr_remove_at(struct kvpi_idarr *a, uint32_t pos)
 		a->len--;
 }
 
-/** kvpi_idarr_release - no entries; the memory goes to @st (or the system) */
-void kvpi_idarr_release(struct kvpi_idarr *a, struct kvpi_idstash *st);
+/* kvpi_idarr_release's out-of-line half: the array goes to @st */
+void kvpi_idarr_release_slow(struct kvpi_idarr *a, struct kvpi_idstash *st);
+
+/** kvpi_idarr_release - no entries; an array above KVPI_IDARR_ATTACHED ids
+ * goes to @st (or the system), a smaller one is kept */
+static inline void kvpi_idarr_release(struct kvpi_idarr *a, struct kvpi_idstash *st)
+{
+	a->len = a->count = 0;
+	if (a->cap > KVPI_IDARR_ATTACHED)
+		kvpi_idarr_release_slow(a, st);
+}
 
 /** kvpi_idarr_free - free the memory (record destroyed) */
 void kvpi_idarr_free(struct kvpi_idarr *a);

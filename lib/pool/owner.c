@@ -207,7 +207,7 @@ struct kvpi_orec *kvpi_oshard_insert(struct kvpi_owners *o, struct kvpi_oshard *
 	struct kvpi_orec *r = record_get(o, rc);
 	if (!r)
 		return NULL;
-	r->key = key; /* its id array is empty: released when it was dropped */
+	r->key = key; /* its id array is empty: cleared when it was dropped */
 	r->registered = false;
 	r->revokes = 0;
 	r->epoch++;

@@ -109,9 +109,9 @@ struct kvpi_oshard {
  * Records are freed only by kvp_pool_destroy, so the pool never holds more
  * than its peak of live owners plus the threads' caches, and a server that
  * makes an owner per request allocates nothing once it has seen its peak.
- * A record holds no id array while unused: a dropped record's array goes
- * to the dropping thread's stash beside its records, where any record's
- * growth finds it.
+ * A dropped record keeps a small id array (lib/pool/idarray.h,
+ * KVPI_IDARR_ATTACHED); a bigger one goes to the dropping thread's stash
+ * beside its records, where any record's growth finds it.
  */
 #define KVPI_REC_BATCH 8u
 
