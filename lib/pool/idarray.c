@@ -93,6 +93,16 @@ int kvpi_idarr_reserve_slow(struct kvpi_idarr *a, uint32_t extra, kvpi_idarr_mov
 	return 0;
 }
 
+int kvpi_idarr_init(struct kvpi_idarr *a)
+{
+	a->len = a->count = a->cap = 0;
+	a->ids = kvpi_sys_alloc(KVPI_IDARR_ATTACHED * sizeof(uint32_t), 64);
+	if (!a->ids)
+		return -1;
+	a->cap = KVPI_IDARR_ATTACHED;
+	return 0;
+}
+
 void kvpi_idarr_release_slow(struct kvpi_idarr *a, struct kvpi_idstash *st)
 {
 	stash_put(st, a->ids, a->cap);

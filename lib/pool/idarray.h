@@ -16,10 +16,11 @@
  * overlaps, where a list is a chain of dependent cache misses
  * (docs/DESIGN.md, "Owner records").
  *
- * Memory: arrays come in sizes of 16 << c ids.  An array of at most
- * KVPI_IDARR_ATTACHED ids stays with its record when the record is
- * dropped, so an owner of a few blocks costs no array traffic at all.
- * Bigger arrays circulate apart from the records that use them.  A record
+ * Memory: arrays come in sizes of 64 << c ids.  An array of the smallest
+ * size (KVPI_IDARR_ATTACHED ids, 256 bytes) stays with its record when the
+ * record is dropped, so an owner of a few blocks costs no array traffic,
+ * and every record that has held a block has one.  Bigger arrays
+ * circulate apart from the records that use them.  A record
  * dropped gives such an array to the dropping thread's stash (struct kvpi_idstash, in its thread
  * slot); an array that must grow takes the smallest stashed array big enough, and gives its old one
  * to the stash.  So a server making an owner per request asks the system for nothing once it has
@@ -36,18 +37,18 @@
 
 #include "lib/pool/blocktable.h"
 
-/* Array sizes: 16 << c ids for c < KVPI_IDARR_CLASSES (16 .. 256 K ids). */
-#define KVPI_IDARR_MIN_SHIFT 4
+/* Array sizes: 64 << c ids for c < KVPI_IDARR_CLASSES (64 .. 1 M ids). */
+#define KVPI_IDARR_MIN_SHIFT 6
 #define KVPI_IDARR_CLASSES   15
-/* Arrays this small (256 bytes) stay with their record when it is dropped. */
-#define KVPI_IDARR_ATTACHED 64u
+/* Arrays of the smallest size stay with their record when it is dropped. */
+#define KVPI_IDARR_ATTACHED (1u << KVPI_IDARR_MIN_SHIFT)
 /* Bytes of spare arrays one stash keeps at most. */
 #define KVPI_IDSTASH_BYTES (2u << 20)
 
 struct kvpi_idarr {
 	uint32_t *ids;  /* allocation order; KVPI_NO_ID marks a hole */
 	uint32_t len;   /* entries used, holes included */
-	uint32_t cap;   /* entries allocated: 0 or 16 << c */
+	uint32_t cap;   /* entries allocated: 0 or 64 << c */
 	uint32_t count; /* live entries */
 };
 
@@ -111,11 +112,15 @@ static inline void kvpi_idarr_remove_at(struct kvpi_idarr *a, uint32_t pos)
 		a->len--;
 }
 
+/** kvpi_idarr_init - an empty array with room for KVPI_IDARR_ATTACHED ids;
+ * 0, or -1 when no memory could be had (then @a is empty, with no room) */
+int kvpi_idarr_init(struct kvpi_idarr *a);
+
 /* kvpi_idarr_release's out-of-line half: the array goes to @st */
 void kvpi_idarr_release_slow(struct kvpi_idarr *a, struct kvpi_idstash *st);
 
-/** kvpi_idarr_release - no entries; an array above KVPI_IDARR_ATTACHED ids
- * goes to @st (or the system), a smaller one is kept */
+/** kvpi_idarr_release - no entries; an array above the smallest size goes
+ * to @st (or the system), one of the smallest size is kept */
 static inline void kvpi_idarr_release(struct kvpi_idarr *a, struct kvpi_idstash *st)
 {
 	a->len = a->count = 0;

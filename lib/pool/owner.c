@@ -141,9 +141,17 @@ static struct kvpi_orec *record_get(struct kvpi_owners *o, struct kvpi_rec_cache
 		rc->n--;
 		return r;
 	}
+	/* A new record comes with an array of the smallest size, which stays
+	 * with it (lib/pool/idarray.h): even a record reserved in a cache and
+	 * first used long after the pool is warm needs no memory then. */
 	r = kvpi_sys_calloc(1, sizeof(*r), 8);
-	if (r)
-		atomic_init(&r->bias, 0);
+	if (!r)
+		return NULL;
+	if (kvpi_idarr_init(&r->ids) != 0) {
+		kvpi_sys_free(r);
+		return NULL;
+	}
+	atomic_init(&r->bias, 0);
 	return r;
 }
 
