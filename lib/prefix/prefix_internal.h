@@ -514,8 +514,18 @@ void kvpi_pfx_oremove(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_osha
 /* Room for @extra more ids in @r (compacting first); 0 or -1 (no memory). */
 int kvpi_pfx_oreserve(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r,
                       uint32_t extra);
-/* Append @id (room reserved). */
-void kvpi_pfx_oappend(struct kvpi_prefix *pf, struct kvpi_orec *r, uint32_t id);
+/* kvpi_pfx_set_hint - note that @id sits at @pos in its latest holder's array */
+static inline void kvpi_pfx_set_hint(struct kvpi_prefix *pf, uint32_t id, uint32_t pos)
+{
+	/* relaxed: a hint, always checked against the array. */
+	atomic_store_explicit(&kvpi_pfx_side(pf, id)->pos_hint, pos, memory_order_relaxed);
+}
+
+/* kvpi_pfx_oappend - append @id to @r (room reserved), noting its place */
+static inline void kvpi_pfx_oappend(struct kvpi_prefix *pf, struct kvpi_orec *r, uint32_t id)
+{
+	kvpi_pfx_set_hint(pf, id, kvpi_idarr_push(&r->ids, id));
+}
 /* Position of @id in @r, or -1. */
 int64_t kvpi_pfx_ofind_pos(struct kvpi_prefix *pf, const struct kvpi_orec *r, uint32_t id);
 

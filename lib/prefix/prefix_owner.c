@@ -31,18 +31,12 @@ void kvpi_pfx_oremove(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_osha
 /* Compaction's callback: the hint follows the id. */
 static void moved(void *pf, uint32_t id, uint32_t pos)
 {
-	/* relaxed: a hint (see the header). */
-	atomic_store_explicit(&kvpi_pfx_side(pf, id)->pos_hint, pos, memory_order_relaxed);
+	kvpi_pfx_set_hint(pf, id, pos);
 }
 
 int kvpi_pfx_oreserve(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r, uint32_t extra)
 {
 	return kvpi_idarr_reserve(&r->ids, extra, moved, p->prefix, &s->recs.ids);
-}
-
-void kvpi_pfx_oappend(struct kvpi_prefix *pf, struct kvpi_orec *r, uint32_t id)
-{
-	moved(pf, id, kvpi_idarr_push(&r->ids, id));
 }
 
 int64_t kvpi_pfx_ofind_pos(struct kvpi_prefix *pf, const struct kvpi_orec *r, uint32_t id)

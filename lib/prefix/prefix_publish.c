@@ -88,14 +88,15 @@ static void pub_flush(struct kvp_pool *p, struct pub_batch *pb, struct pub_call 
 /*
  * Lock @ref's block and give it @key, into the batch (its result comes
  * with the batch's flush); or record why it cannot be published.  In a
- * read-side section.
+ * read-side section.  @n_ids is kvp_pool_n_ids read at the call's start:
+ * ids only ever come into being, so one below it stays made.
  */
 static void pub_take(struct kvp_pool *p, struct pub_batch *pb, struct pub_call *c, size_t at,
-                     kvp_ref ref, const kvp_hash *key)
+                     kvp_ref ref, const kvp_hash *key, uint32_t n_ids)
 {
 	uint32_t id = KVP_REF_ID(ref);
 	int rc = KVP_ENOENT;
-	if (id < kvp_pool_n_ids(p)) {
+	if (id < n_ids) {
 		struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 		struct pub_arg arg = {KVP_REF_GEN(ref), p->block_size};
 		uint64_t seen = 0;
@@ -160,7 +161,7 @@ int kvp_prefix_publish_many(kvp_pool *p, const kvp_ref *refs, const kvp_hash *ke
 		}
 		if (i + PUBLISH_AHEAD < n && KVP_REF_ID(refs[i + PUBLISH_AHEAD]) < n_ids)
 			kvpi_pfx_prefetch(p, KVP_REF_ID(refs[i + PUBLISH_AHEAD]));
-		pub_take(p, &pb, &c, i, refs[i], &keys[i]);
+		pub_take(p, &pb, &c, i, refs[i], &keys[i], n_ids);
 	}
 	if (n) {
 		pub_flush(p, &pb, &c);
