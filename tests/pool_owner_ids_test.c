@@ -7,6 +7,7 @@
  */
 #include <kvpool/kvpool.h>
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,6 +216,127 @@ static void test_grow_fails_cleanly(void)
 	}
 }
 
+/*
+ * A failed allocate leaves the pool as it was, growth included.  An owner
+ * whose array is full (64 ids) asks for 100 more blocks of a full pool that
+ * may grow, with the system refusing from the k-th allocation on: the room
+ * in the array is made before the pool grows, so for every k the call
+ * either succeeds or fails with the pool not grown and the owner's blocks
+ * unchanged.  The same for a new owner, whose record has room for 64.
+ */
+static void test_failed_allocate_does_not_grow(void)
+{
+	int failures = 0;
+	for (long k = 0; k < 12; k++) {
+		for (int fresh = 0; fresh < 2; fresh++) {
+			kvp_pool_config c;
+			kvp_pool *p = NULL;
+			kvp_pool_config_init(&c);
+			c.block_size = BS;
+			c.n_blocks = 64;
+			c.separate_kv = false;
+			c.grow_on_exhaustion = true;
+			CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
+			static struct model m;
+			m.n = 0;
+			static kvp_ref r[128];
+			size_t n;
+			CHECK_EQ(kvp_allocate(p, KVP_KV, 64 * BS, 9, KVP_FP16, r, 128, &n), KVP_OK);
+			model_add(&m, r, n);
+			kvp_owner o = fresh ? 10 : 9;
+			kvpi_fault_inject(k, -1);
+			int rc = kvp_allocate(p, KVP_KV, 100 * BS, o, KVP_FP16, r, 128, &n);
+			kvpi_fault_inject(0, 0);
+			kvp_stats st;
+			CHECK_EQ(kvp_pool_stats(p, &st), KVP_OK);
+			if (rc == KVP_OK) {
+				CHECK_EQ(st.n_blocks, 164);
+				CHECK_EQ(kvp_free_all(p, o), KVP_OK);
+				if (!fresh)
+					m.n = 0;
+			} else {
+				CHECK_EQ(rc, KVP_ENOMEM);
+				CHECK_EQ(n, 0);
+				CHECK_EQ(st.n_blocks, 64); /* not grown */
+				CHECK_EQ(kvp_stats_blocks_in_use(&st), 64);
+				failures++;
+			}
+			if (m.n) {
+				check_model(p, 9, &m);
+				CHECK_EQ(kvp_free_all(p, 9), KVP_OK);
+			}
+			if (fresh) {
+				size_t nb = 0;
+				CHECK_EQ(kvp_blocks_for(p, 10, r, 128, &nb), KVP_ENOENT);
+			}
+			kvp_pool_destroy(p);
+		}
+	}
+	CHECK(failures > 0); /* some k made the call fail */
+}
+
+/*
+ * Requests allocated by one thread and ended by another: the arrays the
+ * ender's stash collects reach the allocator through the pool's shared
+ * stash, so once warm neither thread asks the system for anything.
+ */
+struct handoff {
+	kvp_pool *p;
+	pthread_barrier_t go, done;
+	kvp_owner owner;
+	int stop;
+};
+
+static void *ender(void *arg)
+{
+	struct handoff *h = arg;
+	for (;;) {
+		pthread_barrier_wait(&h->go);
+		if (h->stop)
+			return NULL;
+		CHECK_EQ(kvp_free_all(h->p, h->owner), KVP_OK);
+		pthread_barrier_wait(&h->done);
+	}
+}
+
+static void serve_handed_off(struct handoff *h, kvp_owner first, int n)
+{
+	static kvp_ref r[512];
+	size_t got;
+	for (int i = 0; i < n; i++) {
+		h->owner = first + (kvp_owner)i;
+		uint32_t nb = 65 + (uint32_t)(i * 37) % 400; /* past the attached 64 */
+		CHECK_EQ(kvp_allocate(h->p, KVP_KV, nb * BS, h->owner, KVP_FP16, r, 512, &got),
+		         KVP_OK);
+		pthread_barrier_wait(&h->go);
+		pthread_barrier_wait(&h->done);
+	}
+}
+
+static void test_arrays_cross_threads(void)
+{
+	struct handoff h;
+	memset(&h, 0, sizeof(h));
+	h.p = mkpool(false, KVP_DEFAULT_THREAD_CACHE);
+	pthread_barrier_init(&h.go, NULL, 2);
+	pthread_barrier_init(&h.done, NULL, 2);
+	pthread_t t;
+	CHECK_EQ(pthread_create(&t, NULL, ender, &h), 0);
+	serve_handed_off(&h, 1, 1500); /* warm */
+	unsigned long before = kvpi_fault_injected();
+	kvpi_fault_inject(0, -1);
+	serve_handed_off(&h, 100000, 500);
+	kvpi_fault_inject(0, 0);
+	CHECK_EQ(kvpi_fault_injected(), before);
+	h.stop = 1;
+	pthread_barrier_wait(&h.go);
+	CHECK_EQ(pthread_join(t, NULL), 0);
+	pthread_barrier_destroy(&h.go);
+	pthread_barrier_destroy(&h.done);
+	CHECK_EQ(kvp_n_free(h.p, KVP_KV), N);
+	kvp_pool_destroy(h.p);
+}
+
 int main(void)
 {
 	RUN(test_random_frees_keep_order);
@@ -223,5 +345,7 @@ int main(void)
 	RUN(test_array_reused_plain);
 	RUN(test_array_reused_prefix);
 	RUN(test_grow_fails_cleanly);
+	RUN(test_failed_allocate_does_not_grow);
+	RUN(test_arrays_cross_threads);
 	return 0;
 }

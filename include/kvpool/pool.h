@@ -256,7 +256,8 @@ void kvp_pool_destroy(kvp_pool *pool);
  *
  * Returns KVP_OK; KVP_EINVAL (NULL pool/refs/n_refs, n_tokens 0, bad stream
  * or format); KVP_ERANGE (@refs_cap too small; *@n_refs = blocks needed);
- * KVP_EEXHAUSTED; KVP_ENOMEM (growth or a new owner record failed).
+ * KVP_EEXHAUSTED; KVP_ENOMEM (growth, a new owner record, or room for
+ * the owner's block ids failed).
  * Thread-safe.  Takes @owner's shard mutex for the call (see the table).
  */
 int kvp_allocate(kvp_pool *pool, kvp_stream stream, uint32_t n_tokens, kvp_owner owner,

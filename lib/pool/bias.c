@@ -101,8 +101,8 @@ void kvpi_bias_revoke_slow(struct kvp_pool *p, struct kvpi_orec *r, uintptr_t t)
 	struct kvpi_tslot *ts = (struct kvpi_tslot *)t;
 	struct kvpi_spin spin = {0};
 	/* acquire (asym) / seq_cst (fallback): the load half; once it reads
-	 * anything but @r (a release store by that thread), the op's list and
-	 * count changes are visible. */
+	 * anything but @r (a release store by that thread), the op's changes
+	 * to the record's ids are visible. */
 	while (atomic_load_explicit(&ts->in_owner_op,
 	                            p->asym ? memory_order_acquire : memory_order_seq_cst) ==
 	       (uintptr_t)r)

@@ -5,8 +5,8 @@
  *
  *   1. Free: on a global stack or in a thread's magazine.
  *   2. Popped by exactly one thread.  That thread stamps a new generation,
- *      the owner and the fill into the state word.  It links the block into
- *      the owner's list under the owner's exclusion: an owner op of the
+ *      the owner and the fill into the state word.  It adds the block to
+ *      the owner's id array under the owner's exclusion: an owner op of the
  *      thread the record is biased to, or else the shard lock.
  *   3. Freed by whoever holds a current ref, then pushed back.
  *

@@ -1,10 +1,9 @@
 /*
  * lib/pool/idarray.h - an owner's block ids: an array in allocation order.
  *
- * Both owner tables (the plain pool's, lib/pool/owner.h, and the prefix
- * cache's, lib/prefix/prefix_owner.c) keep the ids an owner holds in one of
- * these.  Appending is a store at the end.  Dropping one id leaves a hole
- * (KVPI_NO_ID) where it was, so no other entry moves and a position kept
+ * The pool's owner table (lib/pool/owner.h), in plain and prefix mode
+ * alike, keeps the ids each owner holds in one of these.  Appending is a store at the end. Dropping
+ * one id leaves a hole (KVPI_NO_ID) where it was, so no other entry moves and a position kept
  * beside the block stays right.  The array is compacted, in order, when
  * holes outnumber live entries and it would otherwise grow; the caller's
  * callback then learns every moved id's new position.  Trailing holes are
@@ -18,21 +17,29 @@
  *
  * Memory: arrays come in sizes of 64 << c ids.  An array of the smallest
  * size (KVPI_IDARR_ATTACHED ids, 256 bytes) stays with its record when the
- * record is dropped, so an owner of a few blocks costs no array traffic,
- * and every record that has held a block has one.  Bigger arrays
- * circulate apart from the records that use them.  A record
- * dropped gives such an array to the dropping thread's stash (struct kvpi_idstash, in its thread
- * slot); an array that must grow takes the smallest stashed array big enough, and gives its old one
- * to the stash.  So a server making an owner per request asks the system for nothing once it has
- * seen its peak, whichever record serves which request.  A stash keeps at most KVPI_IDSTASH_BYTES;
- * arrays beyond that, and arrays above the largest stashed size, go back to the system.
+ * record is dropped, so an owner of a few blocks costs no array traffic.
+ * A record made new gets one.  Bigger arrays circulate apart from the
+ * records that use them: a record dropped with one gives it to the
+ * dropping thread's stash (struct kvpi_idstash, beside the thread's spare
+ * records) and takes a smallest one from there if it has one.  An array
+ * that must grow takes a stashed array of its size class or up to two
+ * above, from the thread's stash, else from the pool's shared stash, else
+ * from the system; its old array goes to the thread's stash.  A thread's
+ * stash keeps at most KVPI_IDSTASH_BYTES and passes the rest to the
+ * shared one (and gives it everything when the thread exits), which keeps
+ * at most KVPI_IDPOOL_BYTES and frees the rest.  So a server that makes an
+ * owner per request asks the system for nothing once it has seen its peak,
+ * whichever record serves which request and whichever thread ends it.
  *
- * Synchronization: none of its own.  Every function is called under the
- * owning record's exclusion (lib/pool/owner.h, lib/prefix/prefix_owner.c).
+ * Synchronization: none of its own for an array.  Every function is
+ * called under the owning record's exclusion (lib/pool/owner.h).  A
+ * thread's stash is used by its slot's thread only (or the fallback
+ * slot's lock holder); the shared stash under the lock given with it.
  */
 #ifndef KVPOOL_LIB_POOL_IDARRAY_H
 #define KVPOOL_LIB_POOL_IDARRAY_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "lib/pool/blocktable.h"
@@ -42,8 +49,11 @@
 #define KVPI_IDARR_CLASSES   15
 /* Arrays of the smallest size stay with their record when it is dropped. */
 #define KVPI_IDARR_ATTACHED (1u << KVPI_IDARR_MIN_SHIFT)
-/* Bytes of spare arrays one stash keeps at most. */
-#define KVPI_IDSTASH_BYTES (2u << 20)
+/* A growing array takes a stashed one at most this many classes bigger. */
+#define KVPI_IDARR_TAKE_UP 2u
+/* Bytes of spare arrays a thread's stash keeps at most; the shared one. */
+#define KVPI_IDSTASH_BYTES ((uint64_t)256 << 10)
+#define KVPI_IDPOOL_BYTES  ((uint64_t)64 << 20)
 
 struct kvpi_idarr {
 	uint32_t *ids;  /* allocation order; KVPI_NO_ID marks a hole */
@@ -52,12 +62,18 @@ struct kvpi_idarr {
 	uint32_t count; /* live entries */
 };
 
-/* Spare arrays of one thread, by size class, linked through their first
- * bytes.  Used by the slot's thread only (or the fallback slot's lock
- * holder). */
+/* Spare arrays by size class, linked through their first bytes. */
 struct kvpi_idstash {
 	void *head[KVPI_IDARR_CLASSES];
 	uint64_t bytes;
+};
+
+/* Where arrays come from and go to: the calling thread's stash, then the
+ * pool's shared one under @lock. */
+struct kvpi_idsrc {
+	struct kvpi_idstash *local;
+	struct kvpi_idstash *shared;
+	pthread_mutex_t *lock;
 };
 
 /* Told that live entry @id now sits at @pos (compaction); @ctx is the caller's. */
@@ -66,26 +82,27 @@ typedef void kvpi_idarr_moved_fn(void *ctx, uint32_t id, uint32_t pos);
 /**
  * kvpi_idarr_reserve_slow - kvpi_idarr_reserve when the array is full
  * Compacts (calling @moved for every live entry that moves) if holes
- * outnumber live entries, then grows if that was not enough: into an
- * array from @st, else one from the system; the old array goes to @st.
- * 0, or -1 when no memory could be had (the array is then unchanged but
- * maybe compacted).
+ * outnumber live entries, or if the array could not grow otherwise; then
+ * grows if that was not enough, into an array from @src or else the
+ * system.  0, or -1 when no memory could be had (the array is then
+ * unchanged but maybe compacted).
  */
 int kvpi_idarr_reserve_slow(struct kvpi_idarr *a, uint32_t extra, kvpi_idarr_moved_fn *moved,
-                            void *ctx, struct kvpi_idstash *st);
+                            void *ctx, const struct kvpi_idsrc *src);
 
 /**
  * kvpi_idarr_reserve - room for @extra more pushes
  * @moved, @ctx: told where entries go if the array is compacted
- * @st: the calling thread's stash of spare arrays
- * Returns 0, or -1 (no memory, or past 2^31 entries).
+ * @src: the stashes of spare arrays
+ * Returns 0, or -1 (no memory, or past 2^31 live entries).
  */
 static inline int kvpi_idarr_reserve(struct kvpi_idarr *a, uint32_t extra,
-                                     kvpi_idarr_moved_fn *moved, void *ctx, struct kvpi_idstash *st)
+                                     kvpi_idarr_moved_fn *moved, void *ctx,
+                                     const struct kvpi_idsrc *src)
 {
 	if ((uint64_t)a->len + extra <= a->cap)
 		return 0;
-	return kvpi_idarr_reserve_slow(a, extra, moved, ctx, st);
+	return kvpi_idarr_reserve_slow(a, extra, moved, ctx, src);
 }
 
 /** kvpi_idarr_room - true when one more push fits without reserving */
@@ -116,20 +133,28 @@ static inline void kvpi_idarr_remove_at(struct kvpi_idarr *a, uint32_t pos)
  * 0, or -1 when no memory could be had (then @a is empty, with no room) */
 int kvpi_idarr_init(struct kvpi_idarr *a);
 
-/* kvpi_idarr_release's out-of-line half: the array goes to @st */
-void kvpi_idarr_release_slow(struct kvpi_idarr *a, struct kvpi_idstash *st);
+/* kvpi_idarr_release's out-of-line half: a bigger array goes to @local
+ * (or @shared), and a smallest one comes from @local if it has one. */
+void kvpi_idarr_release_slow(struct kvpi_idarr *a, const struct kvpi_idsrc *src);
 
-/** kvpi_idarr_release - no entries; an array above the smallest size goes
- * to @st (or the system), one of the smallest size is kept */
-static inline void kvpi_idarr_release(struct kvpi_idarr *a, struct kvpi_idstash *st)
+/**
+ * kvpi_idarr_release - no entries (the record is dropped); an array of
+ * the smallest size is kept, a bigger one traded at @src for a smallest
+ * one when there is one (else the record keeps none)
+ */
+static inline void kvpi_idarr_release(struct kvpi_idarr *a, const struct kvpi_idsrc *src)
 {
 	a->len = a->count = 0;
 	if (a->cap > KVPI_IDARR_ATTACHED)
-		kvpi_idarr_release_slow(a, st);
+		kvpi_idarr_release_slow(a, src);
 }
 
 /** kvpi_idarr_free - free the memory (record destroyed) */
 void kvpi_idarr_free(struct kvpi_idarr *a);
+
+/** kvpi_idstash_give - move every array of @src's local stash to its shared
+ * one (thread exit); the shared one frees what it cannot keep */
+void kvpi_idstash_give(const struct kvpi_idsrc *src);
 
 /** kvpi_idstash_free - free every array in @st (pool destroyed) */
 void kvpi_idstash_free(struct kvpi_idstash *st);

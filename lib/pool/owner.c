@@ -67,6 +67,7 @@ void kvpi_owners_destroy(struct kvpi_owners *o)
 	}
 	free_chain(o->spare);
 	o->spare = NULL;
+	kvpi_idstash_free(&o->spare_ids);
 	pthread_mutex_destroy(&o->spare_lock);
 }
 
@@ -188,6 +189,8 @@ int kvpi_rec_cache_reserve(struct kvpi_owners *o, struct kvpi_rec_cache *rc)
 
 void kvpi_rec_cache_drain(struct kvpi_owners *o, struct kvpi_rec_cache *rc)
 {
+	struct kvpi_idsrc src = kvpi_owners_idsrc(o, rc);
+	kvpi_idstash_give(&src);
 	if (!rc->head)
 		return;
 	struct kvpi_orec *last = rc->head;
@@ -242,6 +245,7 @@ void kvpi_oshard_remove(struct kvpi_owners *o, struct kvpi_oshard *sh, struct kv
 	sh->n--;
 	/* relaxed: as in kvpi_oshard_insert. */
 	atomic_store_explicit(&r->bias, 0, memory_order_relaxed);
-	kvpi_idarr_release(&r->ids, &rc->ids);
+	struct kvpi_idsrc src = kvpi_owners_idsrc(o, rc);
+	kvpi_idarr_release(&r->ids, &src);
 	record_put(o, rc, r);
 }

@@ -6,16 +6,18 @@
  * in the block table), so appending and dropping a block are O(1), and
  * kvp_free_all reads the ids with independent loads.  Records live in
  * KVPI_OWNER_SHARDS shards chosen by a hash of the owner id; each shard has
- * its own mutex that guards its buckets, its records, and the list links of
- * every block its owners hold.
+ * its own mutex that guards its buckets, its records, their id arrays, and
+ * the position (own_pos) of every block its owners hold.
  *
  * Why a lock per shard and not a lock-free table: every operation on one
  * owner (extend, free, free_all, blocks_for) must see and change that
- * owner's list atomically.  kvp_register_owner must detect a collision
+ * owner's ids atomically.  kvp_register_owner must detect a collision
  * exactly.  So a per-owner critical section is needed anyway.  Sharding
  * makes two threads contend only when their owners hash to the same shard
  * (1 in KVPI_OWNER_SHARDS).  A thread holds a shard lock for O(blocks in
- * the call), never across a system call or another lock.
+ * the call).  Under it, it may take the leaf spare_lock, enter its own
+ * magazines (waiting for nothing inside), revoke a bias, and allocate or
+ * free an id array; it never waits for another shard lock.
  *
  * Synchronization:
  *
@@ -29,7 +31,7 @@
  *                                                     array growth)
  *   kvpi_oshard_remove     the shard's lock            O(chain); the spare lock
  *                                                     once per KVPI_REC_BATCH
- *   kvpi_orec_append/unlink  the owner's exclusion     O(1); room for an
+ *   kvpi_orec_append_b/unlink_b  the owner's exclusion O(1); room for an
  *                                                     append is made first by
  *                                                     kvpi_orec_reserve (may
  *                                                     allocate)
@@ -37,7 +39,7 @@
  * Biased records.  A record is biased to the slot of the thread that first
  * allocates for it: 'bias' = the slot.  kvp_register_owner makes it
  * unbiased.  While it stays biased, that thread alone changes the record's
- * list and count.  It does so without the shard lock, inside an owner op
+ * ids.  It does so without the shard lock, inside an owner op
  * (lib/pool/pool_internal.h, kvpi_bias_enter/leave).  An owner op is a
  * plain store of the slot's in_owner_op word and a load of 'bias'.  In asym
  * mode it takes no locked instruction.
@@ -123,9 +125,17 @@ struct kvpi_rec_cache {
 
 struct kvpi_owners {
 	struct kvpi_oshard shard[KVPI_OWNER_SHARDS];
-	pthread_mutex_t spare_lock;
+	pthread_mutex_t spare_lock; /* leaf: guards spare and spare_ids */
 	struct kvpi_orec *spare;
+	struct kvpi_idstash spare_ids; /* id arrays the threads' stashes pass on */
 };
+
+/* kvpi_owners_idsrc - where @rc's thread takes and gives id arrays */
+static inline struct kvpi_idsrc kvpi_owners_idsrc(struct kvpi_owners *o, struct kvpi_rec_cache *rc)
+{
+	struct kvpi_idsrc src = {&rc->ids, &o->spare_ids, &o->spare_lock};
+	return src;
+}
 
 /** kvpi_owners_init - empty table; 0 or -1 (no memory) */
 int kvpi_owners_init(struct kvpi_owners *o);
@@ -188,13 +198,18 @@ void kvpi_orec_moved(void *bt, uint32_t id, uint32_t pos);
 
 /**
  * kvpi_orec_reserve - room in @r for @extra more blocks (the owner's
- * exclusion held), an array taken from @rc's stash if it must grow; 0, or
- * -1 when no memory could be had
+ * exclusion held, or @r private to the caller), an array taken from the
+ * stashes of @rc's thread and @o if it must grow; 0, or -1 when no memory
+ * could be had.  May allocate.
  */
-static inline int kvpi_orec_reserve(struct kvpi_orec *r, struct kvpi_blocktable *bt,
-                                    struct kvpi_rec_cache *rc, uint32_t extra)
+static inline int kvpi_orec_reserve(struct kvpi_owners *o, struct kvpi_orec *r,
+                                    struct kvpi_blocktable *bt, struct kvpi_rec_cache *rc,
+                                    uint32_t extra)
 {
-	return kvpi_idarr_reserve(&r->ids, extra, kvpi_orec_moved, bt, &rc->ids);
+	if ((uint64_t)r->ids.len + extra <= r->ids.cap)
+		return 0;
+	struct kvpi_idsrc src = kvpi_owners_idsrc(o, rc);
+	return kvpi_idarr_reserve_slow(&r->ids, extra, kvpi_orec_moved, bt, &src);
 }
 
 /** kvpi_orec_count - blocks @r holds (the owner's exclusion held) */

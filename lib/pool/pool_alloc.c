@@ -156,7 +156,9 @@ take_from_mag(struct kvp_pool *p, struct kvpi_tslot *s, int si, struct kvpi_orec
  * exclusion: inside an owner op when its record is biased to this thread,
  * else under its shard lock, the record made (from the slot's record
  * cache) if it has none.  Returns true with the blocks handed out and
- * *@reused set; false having changed nothing, and then the general path
+ * *@reused set; false with no block taken and nothing a caller can see
+ * changed (a record made for the owner is dropped again; a bias may have
+ * been revoked, the record's array grown), and then the general path
  * takes the blocks first and the owner after.
  */
 static __attribute__((noinline)) bool alloc_from_mag(struct kvp_pool *p, struct kvpi_tslot *s,
@@ -186,7 +188,7 @@ static __attribute__((noinline)) bool alloc_from_mag(struct kvp_pool *p, struct 
 		kvpi_bias_revoke(p, s, r);
 	else
 		r = kvpi_oshard_insert(&p->owners, sh, &s->recs, owner); /* reserved: not NULL */
-	bool done = kvpi_orec_reserve(r, &p->bt, &s->recs, nb) == 0 &&
+	bool done = kvpi_orec_reserve(&p->owners, r, &p->bt, &s->recs, nb) == 0 &&
 	            take_from_mag(p, s, si, r, refs, nb, n_tokens, owner, format, reused);
 	if (done)
 		kvpi_bias_adopt(p, s, r);
@@ -239,7 +241,7 @@ static int hand_out_locked(struct kvp_pool *p, struct kvpi_tslot *s, kvp_ref *re
 		kvpi_bias_revoke(p, s, r);
 	else
 		r = kvpi_oshard_insert(&p->owners, sh, &s->recs, owner); /* reserved: not NULL */
-	if (kvpi_orec_reserve(r, &p->bt, &s->recs, nb) != 0) {
+	if (kvpi_orec_reserve(&p->owners, r, &p->bt, &s->recs, nb) != 0) {
 		if (made)
 			kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
 		pthread_mutex_unlock(&sh->lock);
@@ -275,12 +277,12 @@ static int allocate_locked(struct kvp_pool *p, struct kvpi_tslot *s, int si, uin
 	} else {
 		kvpi_bias_revoke(p, s, r);
 	}
-	int rc = r && kvpi_orec_reserve(r, &p->bt, &s->recs, nb) == 0
+	int rc = r && kvpi_orec_reserve(&p->owners, r, &p->bt, &s->recs, nb) == 0
 	             ? kvpi_get_blocks(p, s, si, ids_in(refs, nb), nb)
 	             : KVP_ENOMEM;
 	if (rc != KVP_OK) {
 		if (r && made)
-			kvpi_oshard_remove(&p->owners, sh, &s->recs, r); /* its room trimmed */
+			kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
 		pthread_mutex_unlock(&sh->lock);
 		return kvpi_fail_call(p, s, rc);
 	}
@@ -298,6 +300,41 @@ static int allocate_locked(struct kvp_pool *p, struct kvpi_tslot *s, int si, uin
 static inline uint64_t alloc_req(int si, uint32_t n_tokens, kvp_format format)
 {
 	return (uint64_t)n_tokens << 32 | (uint64_t)format << 8 | (uint64_t)si;
+}
+
+/*
+ * Make room for @nb more ids in @owner's id array before any block is
+ * taken, so the hand-out after cannot fail for memory once the blocks (and
+ * maybe a growth of the pool) are had: in an owner op when the record is
+ * biased to this thread, else under the shard lock (revoking another
+ * thread's bias), or, for an owner with no record yet, in the record the
+ * slot's cache holds for it (private until kvpi_oshard_insert takes it).
+ * 0, or -1 (no memory: nothing else changed).  The slot's record cache
+ * holds a record (kvpi_rec_cache_reserve).
+ *
+ * The room holds until the hand-out unless another thread appends to the
+ * same owner in between: then the hand-out reserves again, and only if
+ * that finds no memory does the call fail with its blocks given back.
+ */
+static int prepare_room(struct kvp_pool *p, struct kvpi_tslot *s, kvp_owner owner, uint32_t nb)
+{
+	struct kvpi_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
+	if (r) {
+		int rc = kvpi_orec_reserve(&p->owners, r, &p->bt, &s->recs, nb);
+		kvpi_bias_leave(s);
+		return rc;
+	}
+	uint64_t h = kvpi_owner_hash(owner);
+	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
+	pthread_mutex_lock(&sh->lock);
+	r = kvpi_oshard_find_h(sh, owner, h);
+	if (r)
+		kvpi_bias_revoke(p, s, r);
+	else
+		r = s->recs.head; /* the record kvpi_oshard_insert will take */
+	int rc = kvpi_orec_reserve(&p->owners, r, &p->bt, &s->recs, nb);
+	pthread_mutex_unlock(&sh->lock);
+	return rc;
 }
 
 /* kvp_allocate with its arguments checked (@req: alloc_req), every case. */
@@ -328,9 +365,10 @@ static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64
 	 * other threads' magazines and issues the heavy barrier) or a growth then holds up no other
 	 * thread that touches this owner or any owner of its shard, and a revoker never waits for
 	 * an owner op that is draining.  The owner's record, if it has none yet, is then made from
-	 * a record reserved here, which cannot fail; only if not even one record can be had (no
-	 * memory) is the record made first and the block path run under the shard lock
-	 * (allocate_locked), so a failure still leaves no trace.
+	 * a record reserved here, which cannot fail, and room in its id array is made before the
+	 * blocks are taken (prepare_room); only if not even one record can be had (no memory) is
+	 * the record made first and the block path run under the shard lock (allocate_locked), so
+	 * a failure still leaves no trace.
 	 */
 	uint64_t reused;
 	if (alloc_from_mag(p, s, si, refs, nb, n_tokens, owner, format, &reused))
@@ -338,6 +376,8 @@ static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64
 	if (kvpi_rec_cache_reserve(&p->owners, &s->recs) != 0)
 		return allocate_locked(p, s, si, n_tokens, nb, owner, kvpi_owner_hash(owner),
 		                       format, refs, n_refs);
+	if (prepare_room(p, s, owner, nb) != 0)
+		return kvpi_fail_call(p, s, KVP_ENOMEM);
 	/* The caller's refs array doubles as scratch for the ids: no allocation. */
 	int rc = kvpi_get_blocks(p, s, si, ids_in(refs, nb), nb);
 	if (rc != KVP_OK)
@@ -345,7 +385,7 @@ static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64
 	struct kvpi_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
 	if (r) {
 		/* Inside an owner op on our own record: no lock (a revoker waits). */
-		bool room = kvpi_orec_reserve(r, &p->bt, &s->recs, nb) == 0;
+		bool room = kvpi_orec_reserve(&p->owners, r, &p->bt, &s->recs, nb) == 0;
 		if (room)
 			reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
 		kvpi_bias_leave(s);

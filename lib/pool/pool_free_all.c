@@ -180,12 +180,14 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 			}
 		}
 	}
-	kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
 	uint64_t freed = (uint64_t)cnt[0] + cnt[1];
 	kvpi_note_freed(p, s, freed); /* before the blocks can be taken again */
 	for (int si = 0; si < 2; si++)
 		if (mag[si])
 			kvpi_mag_release_room(mag[si], base[si], cnt[si], top_first);
+	/* Out of the magazines first: dropping the record may give its id
+	 * array to the shared stash (a lock) or the system. */
+	kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
 	pthread_mutex_unlock(&sh->lock);
 	for (int si = 0; si < 2; si++)
 		if (!mag[si])

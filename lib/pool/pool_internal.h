@@ -332,7 +332,7 @@ static inline struct kvpi_ocache_ent *kvpi_ocache_ent_of(struct kvpi_tslot *s, k
  * Looks the owner up in the slot's owner cache.  The cached record may
  * still be biased to this slot and still be @owner's (key and epoch).  The
  * thread is then inside an owner op on it until kvpi_bias_leave.  Meanwhile
- * it may change the record's list and count without a lock.  Returns the
+ * it may change the record's ids without a lock.  Returns the
  * record, or NULL: then use the locked path.  Never for the fallback slot.
  */
 static inline __attribute__((always_inline)) struct kvpi_orec *

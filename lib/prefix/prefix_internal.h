@@ -98,7 +98,7 @@
  * docs/PREFIX.md ("Concurrency protocol") walks through the races.
  *
  * Lock order (outer first):
- *   owner shard mutex (prefix table) -> block lock bit -> LRU shard mutex
+ *   owner shard mutex (the pool's table) -> block lock bit -> LRU shard mutex
  *   block lock bit -> index shard mutex (innermost: its holder takes no lock)
  *   owner shard mutex -> [leave read-side section] grow mutex (growth)
  *

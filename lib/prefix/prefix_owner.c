@@ -36,7 +36,8 @@ static void moved(void *pf, uint32_t id, uint32_t pos)
 
 int kvpi_pfx_oreserve(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r, uint32_t extra)
 {
-	return kvpi_idarr_reserve(&r->ids, extra, moved, p->prefix, &s->recs.ids);
+	struct kvpi_idsrc src = kvpi_owners_idsrc(&p->owners, &s->recs);
+	return kvpi_idarr_reserve(&r->ids, extra, moved, p->prefix, &src);
 }
 
 int64_t kvpi_pfx_ofind_pos(struct kvpi_prefix *pf, const struct kvpi_orec *r, uint32_t id)
