@@ -17,18 +17,25 @@
 #define BS 16u
 #define N  4096u
 
-static kvp_pool *mkpool(bool prefix, uint32_t tc)
+/* A pool of @n blocks of one stream; @grow: grow_on_exhaustion. */
+static kvp_pool *mkpool_n(bool prefix, uint32_t tc, uint32_t n, bool grow)
 {
 	kvp_pool_config c;
 	kvp_pool *p = NULL;
 	kvp_pool_config_init(&c);
 	c.block_size = BS;
-	c.n_blocks = N;
+	c.n_blocks = n;
 	c.thread_cache = tc;
 	c.prefix_cache = prefix;
 	c.separate_kv = false;
+	c.grow_on_exhaustion = grow;
 	CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
 	return p;
+}
+
+static kvp_pool *mkpool(bool prefix, uint32_t tc)
+{
+	return mkpool_n(prefix, tc, N, false);
 }
 
 /* The model: the refs the owner holds, in allocation order. */
@@ -56,6 +63,17 @@ static void model_add(struct model *m, const kvp_ref *r, size_t n)
 {
 	memcpy(m->r + m->n, r, n * sizeof(kvp_ref));
 	m->n += n;
+}
+
+/* A model of owner @o's first @nb blocks, allocated in one call. */
+static void model_start(kvp_pool *p, kvp_owner o, uint32_t nb, struct model *m)
+{
+	static kvp_ref r[N];
+	size_t n;
+	CHECK_EQ(kvp_allocate(p, KVP_KV, nb * BS, o, KVP_FP16, r, N, &n), KVP_OK);
+	CHECK_EQ(n, nb);
+	m->n = 0;
+	model_add(m, r, n);
 }
 
 static void model_drop(struct model *m, size_t i)
@@ -196,11 +214,9 @@ static void test_grow_fails_cleanly(void)
 	for (int prefix = 0; prefix < 2; prefix++) {
 		kvp_pool *p = mkpool(prefix, KVP_DEFAULT_THREAD_CACHE);
 		static struct model m;
-		m.n = 0;
 		static kvp_ref r[2048];
 		size_t n;
-		CHECK_EQ(kvp_allocate(p, KVP_KV, 10 * BS, 9, KVP_FP16, r, 2048, &n), KVP_OK);
-		model_add(&m, r, n);
+		model_start(p, 9, 10, &m);
 		kvpi_fault_inject(0, -1);
 		CHECK_EQ(kvp_allocate(p, KVP_KV, 2000 * BS, 9, KVP_FP16, r, 2048, &n), KVP_ENOMEM);
 		CHECK_EQ(n, 0);
@@ -229,20 +245,11 @@ static void test_failed_allocate_does_not_grow(void)
 	int failures = 0;
 	for (long k = 0; k < 12; k++) {
 		for (int fresh = 0; fresh < 2; fresh++) {
-			kvp_pool_config c;
-			kvp_pool *p = NULL;
-			kvp_pool_config_init(&c);
-			c.block_size = BS;
-			c.n_blocks = 64;
-			c.separate_kv = false;
-			c.grow_on_exhaustion = true;
-			CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
+			kvp_pool *p = mkpool_n(false, KVP_DEFAULT_THREAD_CACHE, 64, true);
 			static struct model m;
-			m.n = 0;
 			static kvp_ref r[128];
 			size_t n;
-			CHECK_EQ(kvp_allocate(p, KVP_KV, 64 * BS, 9, KVP_FP16, r, 128, &n), KVP_OK);
-			model_add(&m, r, n);
+			model_start(p, 9, 64, &m);
 			kvp_owner o = fresh ? 10 : 9;
 			kvpi_fault_inject(k, -1);
 			int rc = kvp_allocate(p, KVP_KV, 100 * BS, o, KVP_FP16, r, 128, &n);

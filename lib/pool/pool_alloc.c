@@ -318,22 +318,12 @@ static inline uint64_t alloc_req(int si, uint32_t n_tokens, kvp_format format)
  */
 static int prepare_room(struct kvp_pool *p, struct kvpi_tslot *s, kvp_owner owner, uint32_t nb)
 {
-	struct kvpi_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
-	if (r) {
-		int rc = kvpi_orec_reserve(&p->owners, r, &p->bt, &s->recs, nb);
-		kvpi_bias_leave(s);
-		return rc;
-	}
-	uint64_t h = kvpi_owner_hash(owner);
-	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
-	pthread_mutex_lock(&sh->lock);
-	r = kvpi_oshard_find_h(sh, owner, h);
-	if (r)
-		kvpi_bias_revoke(p, s, r);
-	else
+	struct kvpi_oshard *sh;
+	struct kvpi_orec *r = kvpi_owner_lock(p, s, owner, &sh);
+	if (!r)
 		r = s->recs.head; /* the record kvpi_oshard_insert will take */
 	int rc = kvpi_orec_reserve(&p->owners, r, &p->bt, &s->recs, nb);
-	pthread_mutex_unlock(&sh->lock);
+	kvpi_owner_unlock(s, sh);
 	return rc;
 }
 

@@ -360,7 +360,7 @@ kvpi_bias_enter(struct kvp_pool *p, struct kvpi_tslot *s, kvp_owner owner)
 /** kvpi_bias_leave - end the owner op begun by kvpi_bias_enter */
 static inline void kvpi_bias_leave(struct kvpi_tslot *s)
 {
-	/* release: a revoker that reads 0 (acquire) sees our list changes. */
+	/* release: a revoker that reads 0 (acquire) sees our changes. */
 	atomic_store_explicit(&s->in_owner_op, 0, memory_order_release);
 }
 
@@ -379,6 +379,41 @@ static inline void kvpi_bias_revoke(struct kvp_pool *p, struct kvpi_tslot *s, st
 	uintptr_t t = atomic_load_explicit(&r->bias, memory_order_relaxed);
 	if (t != 0 && t != (uintptr_t)s)
 		kvpi_bias_revoke_slow(p, r, t);
+}
+
+/*
+ * kvpi_owner_lock - take @owner's exclusion for a short change
+ *
+ * An owner op on its record when the record is biased to this thread
+ * (*@sh = NULL); else its shard lock, with another thread's bias on the
+ * record revoked (*@sh = the locked shard).  Returns the record, or NULL
+ * (only under the shard lock) when the owner has none.  End with
+ * kvpi_owner_unlock.  Never inside a magazine (a revocation waits).
+ */
+static inline struct kvpi_orec *kvpi_owner_lock(struct kvp_pool *p, struct kvpi_tslot *s,
+                                                kvp_owner owner, struct kvpi_oshard **sh)
+{
+	struct kvpi_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
+	if (r) {
+		*sh = NULL;
+		return r;
+	}
+	uint64_t h = kvpi_owner_hash(owner);
+	*sh = kvpi_owners_shard_h(&p->owners, h);
+	pthread_mutex_lock(&(*sh)->lock);
+	r = kvpi_oshard_find_h(*sh, owner, h);
+	if (r)
+		kvpi_bias_revoke(p, s, r);
+	return r;
+}
+
+/** kvpi_owner_unlock - end kvpi_owner_lock's exclusion (@sh as it set it) */
+static inline void kvpi_owner_unlock(struct kvpi_tslot *s, struct kvpi_oshard *sh)
+{
+	if (sh)
+		pthread_mutex_unlock(&sh->lock);
+	else
+		kvpi_bias_leave(s);
 }
 
 /*

@@ -230,22 +230,12 @@ static int set_used_exclusive(struct kvp_pool *p, struct kvpi_tslot *s, struct k
 	 * sees the block freed or re-stamped (docs/DESIGN.md, "Why an owned
 	 * block's free needs no CAS"); relaxed would not order the re-check. */
 	kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_acquire);
-	struct kvpi_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
-	if (r) {
-		int rc = set_used_owned(p, s, b, gen, n_used);
-		kvpi_bias_leave(s);
-		return rc;
-	}
-	uint64_t h = kvpi_owner_hash(owner);
-	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
-	pthread_mutex_lock(&sh->lock);
-	r = kvpi_oshard_find_h(sh, owner, h);
+	struct kvpi_oshard *sh;
 	/* No record: the block was freed (its owner's last block) since the
 	 * owner load; set_used_owned then finds it stale. */
-	if (r)
-		kvpi_bias_revoke(p, s, r);
+	(void)kvpi_owner_lock(p, s, owner, &sh);
 	int rc = set_used_owned(p, s, b, gen, n_used);
-	pthread_mutex_unlock(&sh->lock);
+	kvpi_owner_unlock(s, sh);
 	return rc;
 }
 
