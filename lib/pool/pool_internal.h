@@ -15,6 +15,14 @@
  *     -> grow_lock -> hist_lock
  *   any of these -> the heavy barrier's fallback lock (lib/base/barrier.c; a leaf)
  *   registry lock (thread exit) -> [waits for a drainer's claim]
+ *   owner shard lock or owner op -> the thread's own magazine, entered,
+ *     never waited for (the one-block paths, alloc_from_mag, kvp_free_all)
+ *   owner shard lock -> spare_lock (a leaf: record batches, shared id arrays)
+ *
+ * An owner op or a shard lock may be held across a system allocation or
+ * free of an owner's id array (lib/pool/idarray.h): the allocator's own
+ * locks are leaves to kvpool.  Never inside a magazine: kvp_free_all drops
+ * the record only after it has left its magazines.
  *
  * An owner op is a thread inside its own biased owner record
  * (lib/pool/owner.h).  It takes no shard lock while inside.  So a revoker
