@@ -124,6 +124,36 @@ static __attribute__((noinline)) uint64_t hand_out(struct kvp_pool *p, struct kv
 }
 
 /*
+ * @owner's record (hash @h) under its shard lock, held on return (*@shp),
+ * with room for @nb more ids: found, with another thread's bias on it
+ * revoked, or made from the slot's record cache (*@made then true).  NULL,
+ * with the lock released and nothing changed, when no record or no room
+ * could be had (no memory).
+ */
+static struct kvpi_orec *locked_with_room(struct kvp_pool *p, struct kvpi_tslot *s, kvp_owner owner,
+                                          uint64_t h, uint32_t nb, struct kvpi_oshard **shp,
+                                          bool *made)
+{
+	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
+	pthread_mutex_lock(&sh->lock);
+	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
+	*made = r == NULL;
+	if (r)
+		kvpi_bias_revoke(p, s, r);
+	else
+		r = kvpi_oshard_insert(&p->owners, sh, &s->recs, owner);
+	if (r && kvpi_orec_reserve(&p->owners, r, &p->bt, &s->recs, nb) != 0) {
+		if (*made)
+			kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
+		r = NULL;
+	}
+	if (!r)
+		pthread_mutex_unlock(&sh->lock);
+	*shp = sh;
+	return r;
+}
+
+/*
  * Hand @nb blocks of stream @si out to @r (its exclusion held, room in its
  * array) straight from the thread's magazine, stamped where they lie (top
  * first, the order kvpi_get_blocks would take them): no copy of their ids.
@@ -179,17 +209,12 @@ static __attribute__((noinline)) bool alloc_from_mag(struct kvp_pool *p, struct 
 	}
 	if (kvpi_rec_cache_reserve(&p->owners, &s->recs) != 0)
 		return false;
-	uint64_t h = kvpi_owner_hash(owner);
-	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
-	pthread_mutex_lock(&sh->lock);
-	r = kvpi_oshard_find_h(sh, owner, h);
-	bool made = r == NULL;
-	if (r)
-		kvpi_bias_revoke(p, s, r);
-	else
-		r = kvpi_oshard_insert(&p->owners, sh, &s->recs, owner); /* reserved: not NULL */
-	bool done = kvpi_orec_reserve(&p->owners, r, &p->bt, &s->recs, nb) == 0 &&
-	            take_from_mag(p, s, si, r, refs, nb, n_tokens, owner, format, reused);
+	struct kvpi_oshard *sh;
+	bool made;
+	r = locked_with_room(p, s, owner, kvpi_owner_hash(owner), nb, &sh, &made);
+	if (!r)
+		return false;
+	bool done = take_from_mag(p, s, si, r, refs, nb, n_tokens, owner, format, reused);
 	if (done)
 		kvpi_bias_adopt(p, s, r);
 	else if (made)
@@ -232,21 +257,11 @@ static inline __attribute__((always_inline)) int alloc_done(struct kvp_pool *p,
 static int hand_out_locked(struct kvp_pool *p, struct kvpi_tslot *s, kvp_ref *refs, uint32_t nb,
                            uint32_t n_tokens, kvp_owner owner, kvp_format format, uint64_t *reused)
 {
-	uint64_t h = kvpi_owner_hash(owner);
-	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
-	pthread_mutex_lock(&sh->lock);
-	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
-	bool made = r == NULL;
-	if (r)
-		kvpi_bias_revoke(p, s, r);
-	else
-		r = kvpi_oshard_insert(&p->owners, sh, &s->recs, owner); /* reserved: not NULL */
-	if (kvpi_orec_reserve(&p->owners, r, &p->bt, &s->recs, nb) != 0) {
-		if (made)
-			kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
-		pthread_mutex_unlock(&sh->lock);
+	struct kvpi_oshard *sh;
+	bool made;
+	struct kvpi_orec *r = locked_with_room(p, s, owner, kvpi_owner_hash(owner), nb, &sh, &made);
+	if (!r)
 		return -1;
-	}
 	*reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
 	kvpi_bias_adopt(p, s, r);
 	pthread_mutex_unlock(&sh->lock);
@@ -260,28 +275,22 @@ static int allocate_locked(struct kvp_pool *p, struct kvpi_tslot *s, int si, uin
                            uint32_t nb, kvp_owner owner, uint64_t h, kvp_format format,
                            kvp_ref *refs, size_t *n_refs)
 {
-	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 	/*
 	 * The owner's shard lock is held for the whole call: the owner record
-	 * is found or made first (so running out of memory for it leaves no
-	 * trace), and no free of the new blocks can slip in before their refs
-	 * are written.  Growth and starvation may run under it: nothing that
-	 * holds grow_lock or a claimed magazine ever waits for a shard lock.
+	 * and the room in its id array are had first (so running out of
+	 * memory for them leaves no trace), and no free of the new blocks can
+	 * slip in before their refs are written.  Growth and starvation may
+	 * run under it: nothing that holds grow_lock or a claimed magazine
+	 * ever waits for a shard lock.
 	 */
-	pthread_mutex_lock(&sh->lock);
-	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
-	bool made = false;
-	if (!r) {
-		r = kvpi_oshard_insert(&p->owners, sh, &s->recs, owner);
-		made = true;
-	} else {
-		kvpi_bias_revoke(p, s, r);
-	}
-	int rc = r && kvpi_orec_reserve(&p->owners, r, &p->bt, &s->recs, nb) == 0
-	             ? kvpi_get_blocks(p, s, si, ids_in(refs, nb), nb)
-	             : KVP_ENOMEM;
+	struct kvpi_oshard *sh;
+	bool made;
+	struct kvpi_orec *r = locked_with_room(p, s, owner, h, nb, &sh, &made);
+	if (!r)
+		return kvpi_fail_call(p, s, KVP_ENOMEM);
+	int rc = kvpi_get_blocks(p, s, si, ids_in(refs, nb), nb);
 	if (rc != KVP_OK) {
-		if (r && made)
+		if (made)
 			kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
 		pthread_mutex_unlock(&sh->lock);
 		return kvpi_fail_call(p, s, rc);
