@@ -39,10 +39,11 @@ static inline int kvpi_stream_of_state(const struct kvp_pool *p, uint64_t st)
 }
 
 /* The state word of a freed block that had state @st: not in use, not raw,
- * no fill; generation, stream, format and "ever handed out" kept. */
+ * not private, no fill; generation, stream, format and "ever handed out"
+ * kept. */
 static inline uint64_t kvpi_freed_state(uint64_t st)
 {
-	return st & ~(KVPI_ST_IN_USE | KVPI_ST_RAW | KVPI_ST_USED_MASK);
+	return st & ~(KVPI_ST_IN_USE | KVPI_ST_RAW | KVPI_ST_PRIVATE | KVPI_ST_USED_MASK);
 }
 
 /* The generation a block whose state word is @old takes when it is handed

@@ -40,7 +40,7 @@
  *   state      64-bit word: generation (32) | n_used (16) | in_use |
  *              ever_allocated | retired | raw (no owner) | stream (2) |
  *              format (4); in prefix mode also published, cached,
- *              evicting, locked.  Changed only by CAS, or under the
+ *              evicting, locked, private.  Changed only by CAS, or under the
  *              block's exclusion: its exclusive holder after a pop, its
  *              owner's exclusion, or a raw op (lib/pool/block_state.h).
  *   owner      the owner id while in use; for a raw block the thread slot
@@ -91,10 +91,16 @@ _Static_assert(sizeof(struct kvpi_block) == 32, "block metadata must stay 32 byt
 /* Prefix cache only (lib/prefix/prefix_internal.h): findable by key, cached (free
  * and findable), taken by an evictor, and the block's lock bit (its prefix
  * fields are being changed: other writers of the word wait until it clears). */
-#define KVPI_ST_PUBLISHED    (1ull << 54)
-#define KVPI_ST_CACHED       (1ull << 55)
-#define KVPI_ST_EVICTING     (1ull << 60)
-#define KVPI_ST_LOCKED       (1ull << 61)
+#define KVPI_ST_PUBLISHED (1ull << 54)
+#define KVPI_ST_CACHED    (1ull << 55)
+#define KVPI_ST_EVICTING  (1ull << 60)
+#define KVPI_ST_LOCKED    (1ull << 61)
+/* Prefix cache only: a fresh hand-out to one owner, not published since.
+ * While it is set the block has that one holder, is on no LRU list and in
+ * no index slot, so no matcher, evictor or reset touches the word: every
+ * writer holds the owner's shard mutex, and writes it with plain stores
+ * (lib/prefix/prefix_internal.h, "Private blocks"). */
+#define KVPI_ST_PRIVATE      (1ull << 62)
 #define KVPI_ST_FORMAT_SHIFT 56
 
 static inline uint32_t kvpi_st_gen(uint64_t st)

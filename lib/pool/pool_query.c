@@ -216,6 +216,45 @@ static int set_used_owned(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_
 }
 
 /*
+ * set_used of a private block of a prefix pool (lib/pool/blocktable.h,
+ * KVPI_ST_PRIVATE): every writer of its word holds its owner's shard
+ * mutex and stores without a CAS, so this does too.  The owner is read
+ * after the state; with its mutex held, a private state read again with
+ * the same owner is that owner's hand-out (another hand-out to it would
+ * have needed the mutex).  @st was loaded with acquire.
+ */
+static int set_used_private(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_block *b,
+                            uint64_t st, uint32_t gen, uint32_t n_used)
+{
+	while (st & KVPI_ST_PRIVATE) {
+		/* relaxed: checked again under the mutex. */
+		kvp_owner o = atomic_load_explicit(&b->owner, memory_order_relaxed);
+		struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, o);
+		pthread_mutex_lock(&sh->lock);
+		/* acquire: the state as its last writer left it. */
+		uint64_t s1 = atomic_load_explicit(&b->state, memory_order_acquire);
+		if ((s1 & KVPI_ST_PRIVATE) &&
+		    atomic_load_explicit(&b->owner, memory_order_relaxed) == o) {
+			int rc = KVP_ENOENT;
+			if (kvpi_st_gen(s1) == gen) {
+				/* release: as in set_used_owned. */
+				atomic_store_explicit(&b->state, kvpi_st_with_used(s1, n_used),
+				                      memory_order_release);
+				count_fill_change(p, s, s1, n_used);
+				rc = KVP_OK;
+			}
+			pthread_mutex_unlock(&sh->lock);
+			return rc;
+		}
+		pthread_mutex_unlock(&sh->lock);
+		st = s1;
+	}
+	/* No longer private (published since, or freed): never private again
+	 * in this generation. */
+	return set_used_cas(p, s, b, st, gen, n_used);
+}
+
+/*
  * kvp_block_set_used of an owned block: under the owner's exclusion, as a
  * free of it would be (an owner op when the record is biased to us, else
  * the shard lock with the bias revoked).  The owner read from the block is
@@ -263,8 +302,9 @@ int kvp_block_set_used(kvp_pool *p, kvp_ref ref, uint32_t n_used)
 	    info.n_holders >= 2)
 		return KVP_EINVAL;
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
-	int rc = p->mode || (st & KVPI_ST_RAW) ? set_used_cas(p, s, b, st, gen, n_used)
-	                                       : set_used_exclusive(p, s, b, gen, n_used);
+	int rc = (st & KVPI_ST_PRIVATE)          ? set_used_private(p, s, b, st, gen, n_used)
+	         : p->mode || (st & KVPI_ST_RAW) ? set_used_cas(p, s, b, st, gen, n_used)
+	                                         : set_used_exclusive(p, s, b, gen, n_used);
 	kvpi_tslot_put(p, s);
 	return rc;
 }

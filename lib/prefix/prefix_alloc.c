@@ -299,7 +299,9 @@ int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner o
 	uint32_t last_used = n_tokens - (nb - 1) * bs;
 	for (uint32_t i = 0; i < nb; i++) {
 		bool re;
-		stamp(p, ids[i], i + 1 < nb ? bs : last_used, 0, owner, format, &re);
+		/* Private: the owner's alone until published (the shard
+		 * mutex we hold orders every later writer of the word). */
+		stamp(p, ids[i], i + 1 < nb ? bs : last_used, KVPI_ST_PRIVATE, owner, format, &re);
 		reused += re;
 		kvpi_pfx_oappend(pf, r, ids[i]);
 	}

@@ -19,6 +19,7 @@
  */
 #include <string.h>
 
+#include "lib/pool/block_state.h"
 #include "lib/prefix/prefix_internal.h"
 
 #define FREE_BATCH 64u
@@ -131,7 +132,23 @@ static enum drop drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id
 	struct drop_arg arg = {gen, any_gen};
 	uint64_t seen;
 
-	uint64_t st = drop_lock(p, s, cb, b, &arg, &seen);
+	/* acquire: the state as its last writer left it. */
+	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
+	if ((st & KVPI_ST_PRIVATE) && drop_ok(st, &arg)) {
+		/* Private: @owner's alone, and every writer of the word
+		 * holds @owner's shard mutex, as we do; no lock needed.  The
+		 * bump tells snapshot readers the holders changed. */
+		kvpi_pfx_bump(e);
+		/* relaxed: published by the release store of the state. */
+		atomic_store_explicit(&e->holders, 0, memory_order_relaxed);
+		atomic_store_explicit(&e->owner_xor, 0, memory_order_relaxed);
+		*st_out = st;
+		/* release: the next hand-out, and any reader that sees the
+		 * block free, sees the changes above. */
+		atomic_store_explicit(&b->state, kvpi_freed_state(st), memory_order_release);
+		return D_FREED;
+	}
+	st = drop_lock(p, s, cb, b, &arg, &seen);
 	if (!st)
 		return D_STALE;
 	kvpi_pfx_bump(e);
@@ -174,7 +191,7 @@ static enum drop drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id
 	if (kvpi_pfx_flag(&e->listed))
 		kvpi_pfx_lru_unlink(pf, si, id);
 	*st_out = st;
-	kvpi_pfx_unlock(b, st & ~(KVPI_ST_IN_USE | KVPI_ST_RAW | KVPI_ST_USED_MASK));
+	kvpi_pfx_unlock(b, kvpi_freed_state(st));
 	return D_FREED;
 }
 

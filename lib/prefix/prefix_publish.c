@@ -18,6 +18,16 @@
  * block of the batch in the index waits for its lock, holding its owner's
  * shard mutex, which a batch never takes.  So no wait closes a cycle.
  *
+ * A private block (lib/prefix/prefix_internal.h, "Private blocks") is not
+ * locked: the call holds its owner's shard mutex instead, which every other
+ * writer of the block's word holds too.  Its key is written, the batch adds
+ * it to the index, and then one release store makes it published.  The
+ * call keeps the mutex of the last private block's owner until it ends or
+ * meets a private block of an owner in another shard; before it waits for
+ * a mutex it finishes the batch and leaves its read-side section.  On the
+ * serving loop every block of a request has one owner, so a call takes
+ * one mutex and no block lock.
+ *
  * May call: the key index (lib/prefix/prefix_index.c) and the block lock
  * helpers (lib/prefix/prefix_internal.h).
  */
@@ -44,14 +54,24 @@ static bool publish_ok(uint64_t st, const void *arg)
 	       !(st & (KVPI_ST_RAW | KVPI_ST_PUBLISHED)) && kvpi_st_used(st) == a->block_size;
 }
 
+/* A state the lock path may lock: publish_ok, and not private (a private
+ * block is published under its owner's shard mutex, never locked; a ref
+ * of a private hand-out always finds it private, so this refuses only
+ * stale refs). */
+static bool publish_lock_ok(uint64_t st, const void *arg)
+{
+	return !(st & KVPI_ST_PRIVATE) && publish_ok(st, arg);
+}
+
 /* Locked blocks waiting for their index adds. */
 struct pub_batch {
 	uint32_t n;
 	size_t at[KVPI_PIDX_BATCH]; /* the block's position in the call */
 	uint32_t id[KVPI_PIDX_BATCH];
-	uint64_t st[KVPI_PIDX_BATCH]; /* the state locked */
+	uint64_t st[KVPI_PIDX_BATCH]; /* the state locked, or the private state */
 	uint64_t h[KVPI_PIDX_BATCH];
 	int rc[KVPI_PIDX_BATCH];
+	bool priv[KVPI_PIDX_BATCH]; /* private: not locked, ours under held */
 };
 
 /* What one call has done so far. */
@@ -59,6 +79,7 @@ struct pub_call {
 	int *status;
 	size_t done;
 	int rc;
+	struct kvpi_oshard *held; /* the owner shard mutex held, or NULL */
 };
 
 /* Add the batch's blocks to the index, then unlock each, published when
@@ -71,18 +92,68 @@ static void pub_flush(struct kvp_pool *p, struct pub_batch *pb, struct pub_call 
 	kvpi_pfx_index_add_many(pf, pb->id, pb->h, pb->n, pb->rc);
 	for (uint32_t i = 0; i < pb->n; i++) {
 		uint64_t st = pb->st[i];
-		if (pb->rc[i] == KVP_OK) {
+		bool ok = pb->rc[i] == KVP_OK;
+		if (ok) {
 			kvpi_pfx_side(pf, pb->id[i])->pub = true;
-			st |= KVPI_ST_PUBLISHED;
+			st = (st & ~KVPI_ST_PRIVATE) | KVPI_ST_PUBLISHED;
 			c->done++;
 		} else if (pb->rc[i] == KVP_ENOMEM) {
 			c->rc = KVP_ENOMEM;
 		}
-		kvpi_pfx_unlock(kvpi_bt_block(&p->bt, pb->id[i]), st);
+		/* A private block refused stays as it was: nothing to store.
+		 * One added becomes published with this store, as a locked
+		 * one does with its unlock.  Until then a matcher that finds
+		 * it in the index sees it unpublished and refuses it without
+		 * a CAS, so the plain store races with no writer. */
+		if (ok || !pb->priv[i])
+			kvpi_pfx_unlock(kvpi_bt_block(&p->bt, pb->id[i]), st);
 		if (c->status)
 			c->status[pb->at[i]] = pb->rc[i];
 	}
 	pb->n = 0;
+}
+
+/*
+ * Whether block @b is private (lib/prefix/prefix_internal.h, "Private
+ * blocks"), with its owner's shard mutex now held in @c; *@st gets its
+ * state, which no other thread changes while we hold that mutex.  A
+ * private block's owner is the one stamped with it, and every writer of
+ * its word holds that owner's shard mutex; so once we hold the mutex of
+ * the owner read after the state, and the state and owner read again are
+ * the same, the block stays as read.  Switching mutexes finishes the
+ * batch first (no block lock is held while an owner mutex is waited for)
+ * and leaves the read-side section (an owner mutex holder may wait for a
+ * grace period).  Returns false, with nothing changed, when the block is
+ * not private: the caller locks it.
+ */
+static bool pub_private(struct kvp_pool *p, struct pub_batch *pb, struct pub_call *c,
+                        struct kvpi_block *b, uint64_t *st)
+{
+	/* acquire: the state as its last writer (the stamp, or the owner
+	 * under its mutex) left it, and the owner word the stamp wrote. */
+	uint64_t s0 = atomic_load_explicit(&b->state, memory_order_acquire);
+	while (s0 & KVPI_ST_PRIVATE) {
+		/* relaxed: checked again below under the owner's mutex. */
+		kvp_owner o = atomic_load_explicit(&b->owner, memory_order_relaxed);
+		struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, o);
+		if (sh != c->held) {
+			pub_flush(p, pb, c);
+			kvpi_rcu_read_unlock();
+			if (c->held)
+				pthread_mutex_unlock(&c->held->lock);
+			pthread_mutex_lock(&sh->lock);
+			c->held = sh;
+			kvpi_rcu_read_lock();
+		}
+		/* acquire: as above; under the mutex now. */
+		uint64_t s1 = atomic_load_explicit(&b->state, memory_order_acquire);
+		if (s1 == s0 && atomic_load_explicit(&b->owner, memory_order_relaxed) == o) {
+			*st = s1;
+			return true;
+		}
+		s0 = s1;
+	}
+	return false;
 }
 
 /*
@@ -99,18 +170,27 @@ static void pub_take(struct kvp_pool *p, struct pub_batch *pb, struct pub_call *
 	if (id < n_ids) {
 		struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 		struct pub_arg arg = {KVP_REF_GEN(ref), p->block_size};
-		uint64_t seen = 0;
-		/* Never wait for a lock while holding the batch's. */
-		uint64_t st = pb->n ? kvpi_pfx_trylock(b, publish_ok, &arg, &seen)
-		                    : kvpi_pfx_lock(b, publish_ok, &arg, &seen);
-		if (st == KVPI_PFX_BUSY) {
-			pub_flush(p, pb, c);
-			st = kvpi_pfx_lock(b, publish_ok, &arg, &seen);
+		uint64_t seen = 0, st;
+		bool priv = pub_private(p, pb, c, b, &st);
+		if (priv) {
+			if (!publish_ok(st, &arg)) {
+				seen = st;
+				st = 0;
+			}
+		} else {
+			/* Never wait for a lock while holding the batch's. */
+			st = pb->n ? kvpi_pfx_trylock(b, publish_lock_ok, &arg, &seen)
+			           : kvpi_pfx_lock(b, publish_lock_ok, &arg, &seen);
+			if (st == KVPI_PFX_BUSY) {
+				pub_flush(p, pb, c);
+				st = kvpi_pfx_lock(b, publish_lock_ok, &arg, &seen);
+			}
 		}
 		if (st) {
 			/* The key first: the index's uniqueness check reads
 			 * it from here.  Matchers that find the id wait for
-			 * our lock, then check pub. */
+			 * our lock (or see a private block unpublished),
+			 * then check pub. */
 			struct kvpi_pside *e = kvpi_pfx_side(p->prefix, id);
 			e->pub_key = *key;
 			e->pub_stream = (uint8_t)kvpi_st_stream(st);
@@ -118,6 +198,7 @@ static void pub_take(struct kvp_pool *p, struct pub_batch *pb, struct pub_call *
 			pb->at[k] = at;
 			pb->id[k] = id;
 			pb->st[k] = st;
+			pb->priv[k] = priv;
 			pb->h[k] = kvpi_pfx_pub_hash(e);
 			if (pb->n == KVPI_PIDX_BATCH)
 				pub_flush(p, pb, c);
@@ -149,7 +230,7 @@ int kvp_prefix_publish_many(kvp_pool *p, const kvp_ref *refs, const kvp_hash *ke
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	uint32_t n_ids = kvp_pool_n_ids(p);
 	struct pub_batch pb;
-	struct pub_call c = {status, 0, KVP_OK};
+	struct pub_call c = {status, 0, KVP_OK, NULL};
 	pb.n = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (i % PUBLISH_SECTION == 0) {
@@ -167,6 +248,8 @@ int kvp_prefix_publish_many(kvp_pool *p, const kvp_ref *refs, const kvp_hash *ke
 		pub_flush(p, &pb, &c);
 		kvpi_rcu_read_unlock();
 	}
+	if (c.held)
+		pthread_mutex_unlock(&c.held->lock);
 	kvpi_tslot_put(p, s);
 	if (n_published)
 		*n_published = c.done;
