@@ -48,6 +48,42 @@ int kvpi_pfx_extend(struct kvpi_prefix *pf, uint32_t n_ids)
 	return 0;
 }
 
+/*
+ * The side entries of the blocks the pool starts with, in one array
+ * (pf->seg0): kvpi_pfx_side finds them with one compare and no directory
+ * load.  Their segments are entered in the directory too, so the two-level
+ * path serves every id alike.  Before the pool is shared.  0, or -1.
+ */
+static int side_init(struct kvpi_prefix *pf, uint32_t n_blocks)
+{
+	uint32_t n_segs = (n_blocks + KVPI_SEG_BLOCKS - 1) / KVPI_SEG_BLOCKS;
+	if (n_segs == 0)
+		return 0;
+	struct kvpi_pside *seg0 =
+	    kvpi_sys_calloc((size_t)n_segs * KVPI_SEG_BLOCKS, sizeof(*seg0), 64);
+	if (!seg0)
+		return -1;
+	pf->seg0 = seg0;
+	pf->n0 = n_segs * KVPI_SEG_BLOCKS;
+	for (uint32_t i = 0; i < pf->n0; i++)
+		seg0[i].lru_prev = seg0[i].lru_next = KVPI_NO_ID;
+	for (uint32_t g = 0; g < n_segs; g++) {
+		uint32_t t = g >> KVPI_PFX_MID_SHIFT, m = g & (KVPI_PFX_MID - 1);
+		/* relaxed: not shared yet (the pool's creation publishes it). */
+		_Atomic(struct kvpi_pside *) *mid =
+		    atomic_load_explicit(&pf->top[t], memory_order_relaxed);
+		if (!mid) {
+			mid = kvpi_sys_calloc(KVPI_PFX_MID, sizeof(*mid), 64);
+			if (!mid)
+				return -1;
+			atomic_store_explicit(&pf->top[t], mid, memory_order_relaxed);
+		}
+		atomic_store_explicit(&mid[m], seg0 + (size_t)g * KVPI_SEG_BLOCKS,
+		                      memory_order_relaxed);
+	}
+	return 0;
+}
+
 static void side_destroy(struct kvpi_prefix *pf)
 {
 	for (uint32_t t = 0; t < KVPI_PFX_TOP; t++) {
@@ -58,10 +94,15 @@ static void side_destroy(struct kvpi_prefix *pf)
 		for (uint32_t m = 0; m < KVPI_PFX_MID; m++) {
 			struct kvpi_pside *seg =
 			    atomic_load_explicit(&mid[m], memory_order_relaxed);
-			kvpi_sys_free(seg);
+			/* seg0's segments go with it, below. */
+			if (seg && !(seg >= pf->seg0 && seg < pf->seg0 + pf->n0))
+				kvpi_sys_free(seg);
 		}
 		kvpi_sys_free(mid);
 	}
+	kvpi_sys_free(pf->seg0);
+	pf->seg0 = NULL;
+	pf->n0 = 0;
 }
 
 int kvpi_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
@@ -82,7 +123,8 @@ int kvpi_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
 	 * an allocation that must evict drains them first
 	 * (kvpi_pfx_get_blocks), so "uncached first" holds across threads. */
 	kvpi_pfx_lru_init(pf);
-	if (kvpi_pfx_index_init(pf, cfg->n_blocks) != 0 || kvpi_pfx_extend(pf, cfg->n_blocks) != 0)
+	if (kvpi_pfx_index_init(pf, cfg->n_blocks) != 0 || side_init(pf, cfg->n_blocks) != 0 ||
+	    kvpi_pfx_extend(pf, cfg->n_blocks) != 0)
 		return -1;
 	return 0;
 }

@@ -308,6 +308,11 @@ struct kvpi_prefix {
 	 * may still give them back.  High 32 bits: how many give-backs there
 	 * were. */
 	struct kvpi_pcount pend __attribute__((aligned(64)));
+	/* Side entries of ids below n0 (the pool's first blocks, rounded up
+	 * to whole segments), also entered in the directory below; set before
+	 * the pool is shared, never changed. */
+	struct kvpi_pside *seg0;
+	uint32_t n0;
 	_Atomic(_Atomic(struct kvpi_pside *) *) top[KVPI_PFX_TOP];
 	struct kvpi_plru lru[2][KVPI_PFX_LRU_SHARDS];
 };
@@ -315,6 +320,8 @@ struct kvpi_prefix {
 /* The side entry of @id: created (below kvp_pool_n_ids or from a free stack). */
 static inline struct kvpi_pside *kvpi_pfx_side(struct kvpi_prefix *pf, uint32_t id)
 {
+	if (__builtin_expect(id < pf->n0, 1))
+		return &pf->seg0[id];
 	/* acquire (both): pairs with the release stores of kvpi_pfx_extend, so
 	 * the entries initialised before publication are seen. */
 	_Atomic(struct kvpi_pside *) *mid = atomic_load_explicit(

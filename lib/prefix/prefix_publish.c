@@ -80,6 +80,7 @@ struct pub_call {
 	size_t done;
 	int rc;
 	struct kvpi_oshard *held; /* the owner shard mutex held, or NULL */
+	kvp_owner held_owner;     /* an owner of that shard (when held) */
 };
 
 /* Add the batch's blocks to the index, then unlock each, published when
@@ -135,7 +136,11 @@ static bool pub_private(struct kvp_pool *p, struct pub_batch *pb, struct pub_cal
 	while (s0 & KVPI_ST_PRIVATE) {
 		/* relaxed: checked again below under the owner's mutex. */
 		kvp_owner o = atomic_load_explicit(&b->owner, memory_order_relaxed);
-		struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, o);
+		/* The same owner as the last block's, as on the serving
+		 * loop: the same shard, no hash. */
+		struct kvpi_oshard *sh =
+		    c->held && o == c->held_owner ? c->held : kvpi_owners_shard(&p->owners, o);
+		c->held_owner = o;
 		if (sh != c->held) {
 			pub_flush(p, pb, c);
 			kvpi_rcu_read_unlock();
@@ -230,7 +235,7 @@ int kvp_prefix_publish_many(kvp_pool *p, const kvp_ref *refs, const kvp_hash *ke
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	uint32_t n_ids = kvp_pool_n_ids(p);
 	struct pub_batch pb;
-	struct pub_call c = {status, 0, KVP_OK, NULL};
+	struct pub_call c = {status, 0, KVP_OK, NULL, 0};
 	pb.n = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (i % PUBLISH_SECTION == 0) {
