@@ -210,8 +210,8 @@ static bool take_hold(struct kvp_pool *p, struct kvpi_orec *r, uint32_t id, uint
 	kvpi_pfx_unlock(b, kvpi_st_make(gen, p->block_size,
 	                                KVPI_ST_IN_USE | KVPI_ST_EVER | KVPI_ST_PUBLISHED,
 	                                kvpi_st_stream(st), format));
-	/* after it stopped being available: the count never runs low */
-	kvpi_pfx_count_one(pf, si, -1);
+	/* The cached count drops by *@revived when the call ends, after the
+	 * blocks stopped being available: the count never runs low. */
 	*out = KVP_MAKE_REF(id, gen);
 	return true;
 }
@@ -279,6 +279,13 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 	if (kvpi_orec_count(r) == 0 && made)
 		kvpi_pfx_oremove(p, s, sh, r);
 	pthread_mutex_unlock(&sh->lock);
+	/* One change of the shared cached count a call, not one a revived
+	 * block: with several threads matching, a per-block atomic add moved
+	 * the counter's line between the cores for every hit.  Meanwhile the
+	 * count is above the blocks cached and unheld, which the exhaustion
+	 * decision allows (an allocation that counts them looks again). */
+	kvpi_pfx_count_one(pf, 0, -revived[0]);
+	kvpi_pfx_count_one(pf, 1, -revived[1]);
 	kvpi_ctr_add(s, KVPI_C_PQUERIES, n_keys);
 	kvpi_ctr_add(s, KVPI_C_PHITS, i);
 	uint64_t nrev = (uint64_t)(revived[0] + revived[1]);

@@ -50,8 +50,11 @@
  * that is on no list takes a shard mutex.
  *
  * The number of cached blocks per stream is kept apart, in one counter.
- * That counter is changed per block, at once.  The exhaustion decision
- * reads it (lib/prefix/prefix_alloc.c, "Exhaustion").
+ * A block is added before it becomes claimable, and taken off after it
+ * stopped being available; a batch of releases adds its blocks in one
+ * step, and a match takes its revived blocks off in one step when the call
+ * ends.  So the counter is never below the blocks cached and unheld.  The
+ * exhaustion decision reads it (lib/prefix/prefix_alloc.c, "Exhaustion").
  *
  * Private blocks.  An owned allocation hands each block out PRIVATE
  * (KVPI_ST_PRIVATE): one holder, the owner stamped in the block, on no LRU
@@ -176,10 +179,11 @@
  *   lru.head_seq               LRU shard mutex (atomic)       evictors' scans (hint)
  *   prefix.resets              kvp_prefix_reset (seq_cst     claims (acquire), unclaim
  *                              add and fence; release sub)   (seq_cst fence, relaxed)
- *   prefix.cached              atomic add per block, at once: n_free, stats, and the
- *                              +1 before a block becomes      exhaustion decision (one
- *                              claimable, -1 after it stops   load: never below the
- *                              being available                blocks cached and unheld)
+ *   prefix.cached              atomic add: +n before blocks   n_free, stats, and the
+ *                              become claimable, -n after     exhaustion decision (one
+ *                              they stop being available (a   load: never below the
+ *                              match: once, at the call's     blocks cached and unheld)
+ *                              end)
  *   prefix.pend                allocations (kvpi_pfx_get_    the exhaustion decision
  *                              blocks): RMW before a partial  (kvpi_pfx_get_blocks)
  *                              reserve, after a give-back
@@ -296,12 +300,10 @@ struct kvpi_prefix {
 	/* Per stream: when an evicting allocation last drained the idle
 	 * threads' magazines (coarse monotonic ns; kvpi_pfx_get_blocks). */
 	_Atomic uint64_t idle_drain[2];
-	/* Cached blocks per stream: one counter, changed per block at once
-	 * (kvpi_pfx_count_one).  Only cached[0] is used.  It is not striped,
-	 * because the exhaustion decision needs the count of one instant.  A
-	 * sum of stripes read one by one is no instant's count.  It misses a
-	 * block counted in a stripe read late and uncounted in one read
-	 * early. */
+	/* Cached blocks per stream: one counter (kvpi_pfx_count_one).  Only cached[0] is used.  It
+	 * is not striped, because the exhaustion decision needs the count of one instant.  A sum of
+	 * stripes read one by one is no instant's count.  It misses a block counted in a stripe
+	 * read late and uncounted in one read early. */
 	struct kvpi_pcount cached[KVPI_PFX_COUNT_STRIPES] __attribute__((aligned(64)));
 	/* Per stream, two counts (lib/prefix/prefix_alloc.c, "Exhaustion").
 	 * Low 32 bits: blocks reserved from the free stack by allocations that
@@ -452,10 +454,11 @@ static inline uint32_t kvpi_pfx_home(const struct kvpi_tslot *s)
 }
 
 /*
- * Add @d to stream @si's cached count, at once.  Add +1 before a block
- * becomes claimable: under its lock, before the unlock.  Add -1 after it
- * stopped being available: revived, or evicted and pushed.  So the count
- * never falls below the blocks cached and unheld.
+ * Add @d to stream @si's cached count.  Add +1 before a block becomes
+ * claimable: under its lock, before the unlock.  Add -1 after it stopped
+ * being available: revived (a match adds its call's revivals in one step,
+ * at the end), or evicted and pushed.  So the count never falls below the
+ * blocks cached and unheld.
  *
  * release: a reader that sees the change (acquire) sees what the caller
  * did before.  That includes an evicted block's push onto the free stack
