@@ -195,8 +195,8 @@ static enum drop drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id
 	return D_FREED;
 }
 
-static void note(struct kvp_pool *p, struct kvpi_tslot *s, struct acc *a, enum drop d, uint64_t st,
-                 uint32_t id)
+static inline __attribute__((always_inline)) void
+note(struct kvp_pool *p, struct kvpi_tslot *s, struct acc *a, enum drop d, uint64_t st, uint32_t id)
 {
 	if (d == D_STALE) {
 		a->stale++;
