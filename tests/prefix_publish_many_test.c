@@ -127,6 +127,44 @@ static void test_mixed_batch(void)
 	kvp_pool_destroy(p);
 }
 
+/*
+ * One block given twice in one call, with no other owner's block between
+ * (so nothing else flushes the batch): the second is judged as
+ * kvp_prefix_publish would judge it after the first, KVP_EINVAL (already
+ * published), whatever its key.  Its key stays unpublished; after the
+ * blocks are cached and the cache is reset, every key can be published
+ * and found again (no index slot was left behind under the second key).
+ */
+static void test_same_block_twice(void)
+{
+	kvp_pool *p = mkpool(16);
+	kvp_ref r[2];
+	size_t n;
+	CHECK_EQ(kvp_allocate(p, KVP_KV, 2 * BS, 1, KVP_FP16, r, 2, &n), KVP_OK);
+	kvp_ref refs[4] = {r[0], r[0], r[1], r[0]};
+	kvp_hash keys[4] = {key(60), key(61), key(62), key(60)};
+	int want[4] = {KVP_OK, KVP_EINVAL, KVP_OK, KVP_EINVAL};
+	int st[4];
+	size_t np;
+	CHECK_EQ(kvp_prefix_publish_many(p, refs, keys, 4, st, &np), KVP_OK);
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(st[i], want[i]);
+	CHECK_EQ(np, 2u);
+	CHECK(tpx_findable(p, KVP_KV, key(60)) && tpx_findable(p, KVP_KV, key(62)));
+	CHECK(!tpx_findable(p, KVP_KV, key(61)));
+	CHECK_EQ(kvp_free_all(p, 1), KVP_OK);
+	CHECK_EQ(kvp_prefix_reset(p), 2u); /* both keys, their blocks cached: evicted */
+	CHECK(!tpx_findable(p, KVP_KV, key(60)) && !tpx_findable(p, KVP_KV, key(62)));
+	for (uint64_t k = 60; k <= 62; k++) {
+		kvp_ref b;
+		CHECK_EQ(kvp_allocate(p, KVP_KV, BS, 2, KVP_FP16, &b, 1, &n), KVP_OK);
+		CHECK_EQ(kvp_prefix_publish(p, b, key(k)), KVP_OK);
+		CHECK(tpx_findable(p, KVP_KV, key(k)));
+	}
+	CHECK_EQ(kvp_free_all(p, 2), KVP_OK);
+	kvp_pool_destroy(p);
+}
+
 /* A batch longer than one read-side section (64 blocks) publishes them all. */
 static void test_long_batch(void)
 {
@@ -317,6 +355,7 @@ int main(void)
 {
 	RUN(test_bad_args);
 	RUN(test_mixed_batch);
+	RUN(test_same_block_twice);
 	RUN(test_long_batch);
 	RUN(test_race);
 	RUN(test_same_blocks_opposite_orders);

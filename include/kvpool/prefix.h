@@ -138,8 +138,12 @@
  *   kvp_prefix_match    everything        the owner's shard mutex for the call;
  *                                         per key a lock-free index lookup and
  *                                         the block's lock bit (one CAS)
- *   kvp_prefix_publish  everything        the block's lock bit
- *   kvp_prefix_publish_many  everything   each block's lock bit, in turn
+ *   kvp_prefix_publish  everything        the block's lock bit, or, for a
+ *                                         block not yet published since its
+ *                                         allocation, its owner's shard mutex
+ *   kvp_prefix_publish_many  everything   as kvp_prefix_publish, per block;
+ *                                         an owner's shard mutex is kept
+ *                                         across that owner's blocks
  *   kvp_free_owned,
  *   kvp_free,
  *   kvp_free_all        everything        owner shard mutex, then per block

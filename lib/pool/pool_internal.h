@@ -26,10 +26,12 @@
  *
  * An owner op is a thread inside its own biased owner record
  * (lib/pool/owner.h).  It takes no shard lock while inside.  So a revoker
- * that holds a shard lock and waits for it closes no cycle.  Neither a
- * shard lock nor an owner op is held across a drain or a growth, since
- * kvp_allocate takes its blocks first.  The exception is when no owner
- * record can be reserved for lack of memory.  A drainer waits for
+ * that holds a shard lock and waits for it closes no cycle.  In a plain
+ * pool neither a shard lock nor an owner op is held across a drain or a
+ * growth, since kvp_allocate takes its blocks first.  The exception is
+ * when no owner record can be reserved for lack of memory.  (A prefix
+ * pool's allocation evicts, drains and grows under the owner's shard
+ * mutex: lib/prefix/prefix_internal.h gives that lock order.)  A drainer waits for
  * magazines whose owners are inside a block-path call (in_call).  Such a
  * call never waits for any lock.  A thread entering its magazine never
  * waits at all: it sees the stream starving and leaves the magazine

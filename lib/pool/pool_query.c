@@ -227,8 +227,10 @@ static int set_used_private(struct kvp_pool *p, struct kvpi_tslot *s, struct kvp
                             uint64_t st, uint32_t gen, uint32_t n_used)
 {
 	while (st & KVPI_ST_PRIVATE) {
-		/* relaxed: checked again under the mutex. */
-		kvp_owner o = atomic_load_explicit(&b->owner, memory_order_relaxed);
+		/* acquire: checked again under the mutex, and the state's
+		 * re-read there must not be satisfied before it (as in
+		 * set_used_exclusive). */
+		kvp_owner o = atomic_load_explicit(&b->owner, memory_order_acquire);
 		struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, o);
 		pthread_mutex_lock(&sh->lock);
 		/* acquire: the state as its last writer left it. */

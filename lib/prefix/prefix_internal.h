@@ -257,6 +257,9 @@ struct kvpi_pside {
 	 * lock; the lock bit and LRU mutex order every write). */
 	_Atomic bool listed; /* on its LRU list */
 	_Atomic bool stale;  /* listed, and taken by a match since it was put there */
+	/* A private block in a publish batch, not flushed yet (written and
+	 * read under its owner's shard mutex: lib/prefix/prefix_publish.c). */
+	bool pub_pending;
 } __attribute__((aligned(64)));
 
 /* One line a block: every path that touches a block's prefix state touches

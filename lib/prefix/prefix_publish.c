@@ -16,7 +16,9 @@
  * is finished first.  While it holds block locks it waits only for index
  * shard mutexes, whose holders wait for nothing.  A matcher that found a
  * block of the batch in the index waits for its lock, holding its owner's
- * shard mutex, which a batch never takes.  So no wait closes a cycle.
+ * shard mutex.  A batch may hold an owner shard mutex too (a private
+ * block's, below), but it waits for one only with no block lock held.  So
+ * no wait closes a cycle.
  *
  * A private block (lib/prefix/prefix_internal.h, "Private blocks") is not
  * locked: the call holds its owner's shard mutex instead, which every other
@@ -26,7 +28,12 @@
  * meets a private block of an owner in another shard; before it waits for
  * a mutex it finishes the batch and leaves its read-side section.  On the
  * serving loop every block of a request has one owner, so a call takes
- * one mutex and no block lock.
+ * one mutex and no block lock.  A block given twice in one call is judged
+ * the second time after the batch holding the first is flushed, as one by
+ * one (pub_pending in the side entry marks a private block in the batch).
+ * The price: owners of that shard wait for a publish's batch (up to 256
+ * index adds, a table rebuild among them), as they wait for an
+ * allocation's eviction.
  *
  * May call: the key index (lib/prefix/prefix_index.c) and the block lock
  * helpers (lib/prefix/prefix_internal.h).
@@ -101,6 +108,8 @@ static void pub_flush(struct kvp_pool *p, struct pub_batch *pb, struct pub_call 
 		} else if (pb->rc[i] == KVP_ENOMEM) {
 			c->rc = KVP_ENOMEM;
 		}
+		if (pb->priv[i])
+			kvpi_pfx_side(pf, pb->id[i])->pub_pending = false;
 		/* A private block refused stays as it was: nothing to store.
 		 * One added becomes published with this store, as a locked
 		 * one does with its unlock.  Until then a matcher that finds
@@ -128,14 +137,17 @@ static void pub_flush(struct kvp_pool *p, struct pub_batch *pb, struct pub_call 
  * not private: the caller locks it.
  */
 static bool pub_private(struct kvp_pool *p, struct pub_batch *pb, struct pub_call *c,
-                        struct kvpi_block *b, uint64_t *st)
+                        struct kvpi_block *b, uint32_t id, uint64_t *st)
 {
 	/* acquire: the state as its last writer (the stamp, or the owner
 	 * under its mutex) left it, and the owner word the stamp wrote. */
 	uint64_t s0 = atomic_load_explicit(&b->state, memory_order_acquire);
 	while (s0 & KVPI_ST_PRIVATE) {
-		/* relaxed: checked again below under the owner's mutex. */
-		kvp_owner o = atomic_load_explicit(&b->owner, memory_order_relaxed);
+		/* acquire: checked again below under the owner's mutex; and
+		 * the re-read of the state below must not be satisfied before
+		 * it (an owner word from a later hand-out then comes with that
+		 * hand-out's state, as in set_used_exclusive). */
+		kvp_owner o = atomic_load_explicit(&b->owner, memory_order_acquire);
 		/* The same owner as the last block's, as on the serving
 		 * loop: the same shard, no hash. */
 		struct kvpi_oshard *sh =
@@ -152,9 +164,18 @@ static bool pub_private(struct kvp_pool *p, struct pub_batch *pb, struct pub_cal
 		}
 		/* acquire: as above; under the mutex now. */
 		uint64_t s1 = atomic_load_explicit(&b->state, memory_order_acquire);
+		/* relaxed: after the acquire load of the state above. */
 		if (s1 == s0 && atomic_load_explicit(&b->owner, memory_order_relaxed) == o) {
-			*st = s1;
-			return true;
+			struct kvpi_pside *e = kvpi_pfx_side(p->prefix, id);
+			if (!e->pub_pending) {
+				*st = s1;
+				return true;
+			}
+			/* The same block twice in one batch: flush the batch, so
+			 * the second finds it published (or refused) and is
+			 * judged as kvp_prefix_publish would judge it. */
+			pub_flush(p, pb, c);
+			s1 = atomic_load_explicit(&b->state, memory_order_acquire);
 		}
 		s0 = s1;
 	}
@@ -176,7 +197,7 @@ static void pub_take(struct kvp_pool *p, struct pub_batch *pb, struct pub_call *
 		struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 		struct pub_arg arg = {KVP_REF_GEN(ref), p->block_size};
 		uint64_t seen = 0, st;
-		bool priv = pub_private(p, pb, c, b, &st);
+		bool priv = pub_private(p, pb, c, b, id, &st);
 		if (priv) {
 			if (!publish_ok(st, &arg)) {
 				seen = st;
@@ -204,6 +225,8 @@ static void pub_take(struct kvp_pool *p, struct pub_batch *pb, struct pub_call *
 			pb->id[k] = id;
 			pb->st[k] = st;
 			pb->priv[k] = priv;
+			if (priv)
+				e->pub_pending = true; /* under the owner's mutex */
 			pb->h[k] = kvpi_pfx_pub_hash(e);
 			if (pb->n == KVPI_PIDX_BATCH)
 				pub_flush(p, pb, c);
