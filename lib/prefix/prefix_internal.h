@@ -73,10 +73,8 @@
  * refuses a private state (only a stale ref's).  A reader that wants the
  * owner of a private block reads the state, then the owner, takes that
  * owner's mutex and reads both again: the same private state and owner
- * are that owner's hand-out (another would have needed the mutex).  On
- * the serving loop this took the locked instructions a block from 2.67
- * to 1.81 (bench/callgrind_lifecycle.sh), and the one-thread prefix loop
- * from about 100 to 88 CPU ns a block.
+ * are that owner's hand-out (another would have needed the mutex).
+ * docs/DESIGN.md ("Private blocks") has the measurements.
  *
  * Block states in prefix mode (state word bits, lib/pool/blocktable.h).
  * "lock" = CAS st -> st|LOCKED from a checked st; "unlock to S" = release
