@@ -123,8 +123,9 @@ static uint64_t drop_lock(struct kvp_pool *p, struct kvpi_tslot *s, struct cache
  * here with the block locked.  *@st_out gets the state before a free or
  * before the block became cached.
  */
-static enum drop drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id, uint32_t gen,
-                           bool any_gen, kvp_owner owner, uint64_t *st_out, struct cache_batch *cb)
+static inline __attribute__((always_inline)) enum drop
+drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id, uint32_t gen, bool any_gen,
+          kvp_owner owner, uint64_t *st_out, struct cache_batch *cb)
 {
 	struct kvpi_prefix *pf = p->prefix;
 	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);

@@ -221,17 +221,30 @@ void kvpi_pfx_lru_insert_many(struct kvpi_prefix *pf, const struct kvpi_tslot *s
 {
 	if (n == 0)
 		return;
-	struct kvpi_plru *l = &pf->lru[si][kvpi_pfx_home(s)];
+	uint32_t home = kvpi_pfx_home(s);
+	struct kvpi_plru *l = &pf->lru[si][home];
 	lru_lock(l);
 	/* One clock read: the later blocks take the next stamps, so the
-	 * list stays in strictly increasing order. */
-	append_locked(pf, l, ids[0]);
-	for (uint32_t i = 1; i < n; i++) {
+	 * list stays in strictly increasing order.  The batch is linked as a
+	 * chain in one pass, then hung after the old tail. */
+	uint64_t seq = caching_time(l);
+	uint32_t prev = l->tail;
+	for (uint32_t i = 0; i < n; i++) {
 		struct kvpi_pside *e = kvpi_pfx_side(pf, ids[i]);
-		e->lru_seq = ++l->last_seq;
-		e->lru_shard = (uint8_t)((l - pf->lru[0]) % KVPI_PFX_LRU_SHARDS);
-		link_locked(pf, l, ids[i], l->tail, KVPI_NO_ID);
+		e->lru_seq = seq + i;
+		e->lru_shard = (uint8_t)home;
+		e->lru_prev = prev;
+		e->lru_next = i + 1 < n ? ids[i + 1] : KVPI_NO_ID;
+		kvpi_pfx_set_flag(&e->listed, true);
+		kvpi_pfx_set_flag(&e->stale, false);
+		prev = ids[i];
 	}
+	l->last_seq = seq + n - 1;
+	if (l->tail == KVPI_NO_ID)
+		set_head(pf, l, ids[0]);
+	else
+		kvpi_pfx_side(pf, l->tail)->lru_next = ids[0];
+	l->tail = ids[n - 1];
 	pthread_mutex_unlock(&l->lock);
 }
 
