@@ -20,21 +20,32 @@
 /* Keys a match looks up before it takes their holds. */
 #define MATCH_CHUNK 16u
 
+/* The segment directory of top entry @t, made zeroed and published (release)
+ * if it is missing; NULL when out of memory.  Grow mutex held, or before
+ * the pool is shared. */
+static _Atomic(struct kvpi_pside *) *side_dir(struct kvpi_prefix *pf, uint32_t t)
+{
+	/* relaxed: only the grow_lock holder writes these pointers. */
+	_Atomic(struct kvpi_pside *) *mid = atomic_load_explicit(&pf->top[t], memory_order_relaxed);
+	if (!mid) {
+		mid = kvpi_sys_calloc(KVPI_PFX_MID, sizeof(*mid), 64);
+		if (!mid)
+			return NULL;
+		/* release: readers (acquire) see the zeroed directory. */
+		atomic_store_explicit(&pf->top[t], mid, memory_order_release);
+	}
+	return mid;
+}
+
 int kvpi_pfx_extend(struct kvpi_prefix *pf, uint32_t n_ids)
 {
 	uint32_t n_segs = (n_ids + KVPI_SEG_BLOCKS - 1) / KVPI_SEG_BLOCKS;
 	for (uint32_t g = 0; g < n_segs; g++) {
-		uint32_t t = g >> KVPI_PFX_MID_SHIFT, m = g & (KVPI_PFX_MID - 1);
-		/* relaxed: only the grow_lock holder writes these pointers. */
-		_Atomic(struct kvpi_pside *) *mid =
-		    atomic_load_explicit(&pf->top[t], memory_order_relaxed);
-		if (!mid) {
-			mid = kvpi_sys_calloc(KVPI_PFX_MID, sizeof(*mid), 64);
-			if (!mid)
-				return -1;
-			/* release: readers (acquire) see the zeroed directory. */
-			atomic_store_explicit(&pf->top[t], mid, memory_order_release);
-		}
+		_Atomic(struct kvpi_pside *) *mid = side_dir(pf, g >> KVPI_PFX_MID_SHIFT);
+		uint32_t m = g & (KVPI_PFX_MID - 1);
+		if (!mid)
+			return -1;
+		/* relaxed: as in side_dir. */
 		if (atomic_load_explicit(&mid[m], memory_order_relaxed))
 			continue;
 		struct kvpi_pside *seg = kvpi_sys_calloc(KVPI_SEG_BLOCKS, sizeof(*seg), 64);
@@ -68,18 +79,13 @@ static int side_init(struct kvpi_prefix *pf, uint32_t n_blocks)
 	for (uint32_t i = 0; i < pf->n0; i++)
 		seg0[i].lru_prev = seg0[i].lru_next = KVPI_NO_ID;
 	for (uint32_t g = 0; g < n_segs; g++) {
-		uint32_t t = g >> KVPI_PFX_MID_SHIFT, m = g & (KVPI_PFX_MID - 1);
-		/* relaxed: not shared yet (the pool's creation publishes it). */
-		_Atomic(struct kvpi_pside *) *mid =
-		    atomic_load_explicit(&pf->top[t], memory_order_relaxed);
-		if (!mid) {
-			mid = kvpi_sys_calloc(KVPI_PFX_MID, sizeof(*mid), 64);
-			if (!mid)
-				return -1;
-			atomic_store_explicit(&pf->top[t], mid, memory_order_relaxed);
-		}
-		atomic_store_explicit(&mid[m], seg0 + (size_t)g * KVPI_SEG_BLOCKS,
-		                      memory_order_relaxed);
+		_Atomic(struct kvpi_pside *) *mid = side_dir(pf, g >> KVPI_PFX_MID_SHIFT);
+		if (!mid)
+			return -1;
+		/* release: as in kvpi_pfx_extend (the pool's creation publishes
+		 * it anyway). */
+		atomic_store_explicit(&mid[g & (KVPI_PFX_MID - 1)],
+		                      seg0 + (size_t)g * KVPI_SEG_BLOCKS, memory_order_release);
 	}
 	return 0;
 }
