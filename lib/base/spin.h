@@ -15,10 +15,13 @@
  *   ----------------  ---------------------------  ------------------------
  *   kvpi_cpu_relax    any thread                   one pause instruction
  *   kvpi_spin_wait    the thread owning @s         a pause, or a sched_yield
+ *   kvpi_mutex_lock_  any thread                   trylock and pause, then
+ *   spin                                           pthread_mutex_lock
  */
 #ifndef KVPOOL_LIB_BASE_SPIN_H
 #define KVPOOL_LIB_BASE_SPIN_H
 
+#include <pthread.h>
 #include <sched.h>
 
 /* Rounds of pause before the loop starts yielding: about 1-5 us of spinning. */
@@ -54,6 +57,27 @@ static inline void kvpi_spin_wait(struct kvpi_spin *s)
 		return;
 	}
 	sched_yield();
+}
+
+/**
+ * kvpi_mutex_lock_spin - take @m, spinning briefly before sleeping
+ * @m: a mutex whose holders keep it for a short, bounded window
+ *
+ * Tries the lock for KVPI_SPIN_PAUSES rounds of pause, then waits in
+ * pthread_mutex_lock.  Two threads that meet on such a mutex otherwise pay
+ * a futex sleep and wake-up, which costs many times the window.  Any
+ * thread; the lock order is the mutex's own.
+ */
+static inline void kvpi_mutex_lock_spin(pthread_mutex_t *m)
+{
+	struct kvpi_spin spin = {0};
+	while (pthread_mutex_trylock(m) != 0) {
+		if (spin.n >= KVPI_SPIN_PAUSES) {
+			pthread_mutex_lock(m);
+			return;
+		}
+		kvpi_spin_wait(&spin);
+	}
 }
 
 #endif /* KVPOOL_LIB_BASE_SPIN_H */

@@ -309,7 +309,12 @@ per_shard(struct kvpi_prefix *pf, const uint64_t *h, uint32_t n,
 		if (start[k] == start[k + 1])
 			continue;
 		struct kvpi_pshard *sh = &pf->idx[k];
-		pthread_mutex_lock(&sh->lock);
+		/* Spin first: a holder keeps it for one batch's keys of this
+		 * shard, a microsecond or so, and threads publishing or
+		 * evicting at once meet on shards often.  Sleeping at once
+		 * cost the two-thread prefix loop about 10% of its time
+		 * (bench/lifecycle: 148-153 against 134-138 CPU ns a block). */
+		kvpi_mutex_lock_spin(&sh->lock);
 		for (uint32_t j = start[k]; j < start[k + 1]; j++)
 			fn(pf, sh, order[j], arg);
 		pthread_mutex_unlock(&sh->lock);

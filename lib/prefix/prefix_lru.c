@@ -124,14 +124,7 @@ static struct kvpi_plru *shard_of(struct kvpi_prefix *pf, int si, uint32_t id)
  */
 static void lru_lock(struct kvpi_plru *l)
 {
-	struct kvpi_spin spin = {0};
-	while (pthread_mutex_trylock(&l->lock) != 0) {
-		if (spin.n >= KVPI_SPIN_PAUSES) {
-			pthread_mutex_lock(&l->lock);
-			return;
-		}
-		kvpi_spin_wait(&spin);
-	}
+	kvpi_mutex_lock_spin(&l->lock);
 }
 
 /* relaxed stores: head_seq and n are hints for scans, kept exact under the
