@@ -57,7 +57,7 @@ enum drop { D_STALE, D_KEPT, D_CACHED, D_FREED };
  * batch held is safe too.  drop_lock still flushes the batch before it
  * waits for any block lock: every waiter then holds at most its owner's
  * shard mutex, as without batches, and a match waits no longer than one
- * block's release.
+ * batch's releases (CACHE_BATCH blocks).
  */
 /* 128: one cached-count update and one LRU mutex hold per 128 blocks of a
  * request.  Against 32, the lifecycle benchmark's prefix loop at eight
