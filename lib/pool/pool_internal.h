@@ -31,10 +31,10 @@
  * growth, since kvp_allocate takes its blocks first.  The exception is
  * when no owner record can be reserved for lack of memory.  (A prefix
  * pool's allocation evicts, drains and grows under the owner's shard
- * mutex: lib/prefix/prefix_internal.h gives that lock order.)  A drainer waits for
- * magazines whose owners are inside a block-path call (in_call).  Such a
- * call never waits for any lock.  A thread entering its magazine never
- * waits at all: it sees the stream starving and leaves the magazine
+ * mutex: lib/prefix/prefix_internal.h gives that lock order.)  A drainer
+ * waits for magazines whose owners are inside a block-path call (in_call).
+ * Such a call never waits for any lock.  A thread entering its magazine
+ * never waits at all: it sees the stream starving and leaves the magazine
  * alone.
  */
 #ifndef KVPOOL_LIB_POOL_INTERNAL_H

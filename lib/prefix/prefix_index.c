@@ -311,9 +311,10 @@ per_shard(struct kvpi_prefix *pf, const uint64_t *h, uint32_t n,
 		struct kvpi_pshard *sh = &pf->idx[k];
 		/* Spin first: a holder keeps it for one batch's keys of this
 		 * shard, a microsecond or so, and threads publishing or
-		 * evicting at once meet on shards often.  Sleeping at once
-		 * cost the two-thread prefix loop about 10% of its time
-		 * (bench/lifecycle: 148-153 against 134-138 CPU ns a block). */
+		 * evicting at once meet on shards often, and sleeping at once
+		 * costs a futex sleep and wake-up (bench/lifecycle, prefix:
+		 * 126-128 against 120-121 CPU ns a block at two threads,
+		 * 136-139 against 123-129 at eight). */
 		kvpi_mutex_lock_spin(&sh->lock);
 		for (uint32_t j = start[k]; j < start[k + 1]; j++)
 			fn(pf, sh, order[j], arg);

@@ -301,10 +301,10 @@ struct kvpi_prefix {
 	/* Per stream: when an evicting allocation last drained the idle
 	 * threads' magazines (coarse monotonic ns; kvpi_pfx_get_blocks). */
 	_Atomic uint64_t idle_drain[2];
-	/* Cached blocks per stream: one counter (kvpi_pfx_count_one).  Only cached[0] is used.  It
-	 * is not striped, because the exhaustion decision needs the count of one instant.  A sum of
-	 * stripes read one by one is no instant's count.  It misses a block counted in a stripe
-	 * read late and uncounted in one read early. */
+	/* Cached blocks per stream: one counter (kvpi_pfx_count_one); only
+	 * cached[0] is used.  Not striped: the exhaustion decision needs the
+	 * count of one instant, and a sum of stripes read one by one misses a
+	 * block counted in a stripe read late and uncounted in one read early. */
 	struct kvpi_pcount cached[KVPI_PFX_COUNT_STRIPES] __attribute__((aligned(64)));
 	/* Per stream, two counts (lib/prefix/prefix_alloc.c, "Exhaustion").
 	 * Low 32 bits: blocks reserved from the free stack by allocations that
