@@ -1,8 +1,11 @@
 /*
  * tests/pool_api_test.c - one test per documented behaviour and error code
- * of kvpool/pool.h and kvpool/stats.h, single-threaded.
+ * of kvpool/pool.h and kvpool/stats.h, single-threaded (one test hands some
+ * calls to a second thread, joined before it goes on).
  */
 #include <kvpool/kvpool.h>
+
+#include <pthread.h>
 
 #include <stdio.h>
 #include <string.h>
@@ -474,6 +477,110 @@ static void test_block_get_set_used(void)
 	kvp_pool_destroy(p);
 }
 
+/*
+ * The pool's not-full count follows every change of an owner's blocks: the
+ * last block of each allocate, set_used both ways, single frees of full and
+ * not-full blocks; kvp_free_all takes exactly the owner's not-full blocks
+ * off (another owner's stay counted).  Small and large owners (the
+ * free_all paths differ), one and two streams, with and without thread
+ * caches, and free_all called from the allocating thread or another one.
+ */
+struct nf_case {
+	kvp_pool *p;
+	kvp_owner owner;
+	kvp_ref ref; /* 0, or a block to free first */
+};
+
+static void *nf_free_all(void *arg)
+{
+	struct nf_case *c = arg;
+	if (c->ref)
+		CHECK_EQ(kvp_free(c->p, &c->ref, 1), KVP_OK);
+	else
+		CHECK_EQ(kvp_free_all(c->p, c->owner), KVP_OK);
+	return NULL;
+}
+
+/* nf_free_all(@c) on this thread, or on another one (@other_thread) */
+static void nf_run(struct nf_case *c, bool other_thread)
+{
+	if (other_thread) {
+		pthread_t t;
+		CHECK_EQ(pthread_create(&t, NULL, nf_free_all, c), 0);
+		CHECK_EQ(pthread_join(t, NULL), 0);
+	} else {
+		nf_free_all(c);
+	}
+}
+
+static void not_full_case(bool sep, uint32_t tc, uint32_t prompt_blocks, bool other_thread)
+{
+	kvp_pool *p = mkpool(16, 512, sep, false, 0, tc);
+	static kvp_ref r[256], d[8];
+	size_t n;
+	int64_t want = 0;
+	/* Owner 1: a prompt whose last block is not full, decode blocks. */
+	CHECK_EQ(kvp_allocate(p, KVP_K, 16 * (prompt_blocks - 1) + 5, 1, KVP_FP16, r, 256, &n),
+	         KVP_OK);
+	want += 1;
+	CHECK_EQ(kvp_allocate(p, KVP_V, 16 * 3, 1, KVP_FP16, d, 8, &n), KVP_OK); /* all full */
+	for (int i = 0; i < 4; i++) {
+		CHECK_EQ(kvp_allocate(p, KVP_K, 3, 1, KVP_FP16, &d[4 + (i & 3)], 1, &n), KVP_OK);
+		want += 1;
+	}
+	CHECK_EQ(stats_of(p).n_not_full, want);
+	/* Owner 2 holds two not-full blocks throughout. */
+	kvp_ref o2[2];
+	CHECK_EQ(kvp_allocate(p, KVP_K, 2, 2, KVP_FP16, &o2[0], 1, &n), KVP_OK);
+	CHECK_EQ(kvp_allocate(p, KVP_V, 9, 2, KVP_FP16, &o2[1], 1, &n), KVP_OK);
+	want += 2;
+	CHECK_EQ(stats_of(p).n_not_full, want);
+	/* set_used both ways. */
+	CHECK_EQ(kvp_block_set_used(p, r[0], 4), KVP_OK); /* full -> not full */
+	CHECK_EQ(kvp_block_set_used(p, r[1], 0), KVP_OK);
+	want += 2;
+	CHECK_EQ(kvp_block_set_used(p, r[prompt_blocks - 1], 16), KVP_OK); /* -> full */
+	want -= 1;
+	CHECK_EQ(kvp_block_set_used(p, r[1], 7), KVP_OK); /* not full -> not full */
+	CHECK_EQ(stats_of(p).n_not_full, want);
+	/* Single frees: a not-full block and a full one. */
+	CHECK_EQ(kvp_free(p, &r[0], 1), KVP_OK);
+	want -= 1;
+	CHECK_EQ(kvp_free(p, &r[2], 1), KVP_OK);
+	CHECK_EQ(stats_of(p).n_not_full, want);
+	/* The same on the owner's other side (its bias revoked when another
+	 * thread frees). */
+	CHECK_EQ(kvp_block_set_used(p, r[3], 1), KVP_OK);
+	want += 1;
+	struct nf_case c = {p, 1, r[3]};
+	nf_run(&c, other_thread);
+	want -= 1;
+	c.ref = d[0];
+	nf_run(&c, other_thread);
+	CHECK_EQ(stats_of(p).n_not_full, want);
+	/* Owner 1 ends: its not-full blocks (r[1] and the four decode
+	 * blocks) go, owner 2's two stay. */
+	c.ref = 0;
+	nf_run(&c, other_thread);
+	CHECK_EQ(stats_of(p).n_not_full, 2);
+	CHECK_EQ(kvp_free_all(p, 2), KVP_OK);
+	CHECK_EQ(stats_of(p).n_not_full, 0);
+	kvp_stats s = stats_of(p);
+	CHECK_EQ(kvp_stats_blocks_in_use(&s), 0);
+	kvp_pool_destroy(p);
+}
+
+static void test_not_full_counted_through_free_all(void)
+{
+	for (int sep = 0; sep < 2; sep++)
+		for (int other = 0; other < 2; other++) {
+			not_full_case(sep, KVP_DEFAULT_THREAD_CACHE, 4, other);   /* small owner */
+			not_full_case(sep, KVP_DEFAULT_THREAD_CACHE, 200, other); /* magazines */
+			not_full_case(sep, 0, 200, other);                        /* chains */
+			not_full_case(sep, 64, 200, other); /* a magazine without room */
+		}
+}
+
 static uint32_t hook_ids[64];
 static int hook_n;
 static void hook(void *arg, uint32_t id)
@@ -791,6 +898,7 @@ int main(void)
 	RUN(test_owners);
 	RUN(test_free_all);
 	RUN(test_block_get_set_used);
+	RUN(test_not_full_counted_through_free_all);
 	RUN(test_shrink);
 	RUN(test_shrink_then_grow_reuses_ids);
 	RUN(test_history);

@@ -221,6 +221,7 @@ struct kvpi_orec *kvpi_oshard_insert(struct kvpi_owners *o, struct kvpi_oshard *
 	r->key = key; /* its id array is empty: cleared when it was dropped */
 	r->registered = false;
 	r->revokes = 0;
+	r->not_full = 0;
 	r->epoch++;
 	/* relaxed: bias is written under the shard lock only, which we hold;
 	 * a thread whose stale cache entry names this record reads it

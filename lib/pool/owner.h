@@ -95,6 +95,11 @@ struct kvpi_orec {
 	uint32_t epoch;         /* bumped at each insertion */
 	uint8_t revokes;        /* revocations in this life */
 	bool registered;        /* by kvp_register_owner, not yet released */
+	/* Plain pools: how many of the blocks held have a fill below the
+	 * block size (the owner's exclusion), so kvp_free_all takes them off
+	 * the pool's not-full count at once, reading no fill.  Unused (and
+	 * left 0) in a prefix pool, whose calls keep their own count. */
+	uint32_t not_full;
 };
 
 struct kvpi_oshard {
@@ -226,11 +231,13 @@ kvpi_orec_append_b(struct kvpi_orec *r, uint32_t id, struct kvpi_block *b)
 	b->own_pos = kvpi_idarr_push(&r->ids, id);
 }
 
-/** kvpi_orec_unlink_b - take block @b (held by @r) out of @r's array */
-static inline __attribute__((always_inline)) void kvpi_orec_unlink_b(struct kvpi_orec *r,
-                                                                     struct kvpi_block *b)
+/** kvpi_orec_unlink_b - take block @b (held by @r) out of @r's array;
+ * @not_full: whether its fill was below the block size (@r's count) */
+static inline __attribute__((always_inline)) void
+kvpi_orec_unlink_b(struct kvpi_orec *r, struct kvpi_block *b, bool not_full)
 {
 	kvpi_idarr_remove_at(&r->ids, b->own_pos);
+	r->not_full -= not_full;
 }
 
 /** kvpi_ocache_index - slot of @key in a thread's owner cache of 2^@bits entries

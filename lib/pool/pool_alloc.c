@@ -112,6 +112,7 @@ hand_out_from(struct kvp_pool *p, struct kvpi_orec *r, kvp_ref *refs, const kvpi
 	refs[last] = KVP_MAKE_REF(id, gen);
 	r->ids.len = pos + nb;
 	r->ids.count += nb;
+	r->not_full += n_tokens - last * bs < bs;
 	return reused;
 }
 
@@ -448,16 +449,17 @@ static inline __attribute__((always_inline)) int allocate_body(kvp_pool *p, kvp_
 		return allocate_general(p, alloc_req(si, n_tokens, format), owner, refs, refs_cap,
 		                        n_refs);
 	/* Inside an owner op on our own record: no lock (a revoker waits). */
-	bool re;
+	bool re, nf = n_tokens < p->block_size; /* once: the atomics below reload */
 	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 	uint32_t gen = kvpi_stamp_block(b, n_tokens, 0, owner, format, &re);
 	kvpi_orec_append_b(r, id, b);
+	r->not_full += nf;
 	kvpi_bias_leave(s);
 	refs[0] = KVP_MAKE_REF(id, gen);
 	*n_refs = 1;
 	kvpi_ctr_add(s, KVPI_C_ALLOCS, 1);
 	kvpi_ctr_add(s, KVPI_C_REUSED, re);
-	kvpi_ctr_add(s, KVPI_C_NOT_FULL, n_tokens < p->block_size);
+	kvpi_ctr_add(s, KVPI_C_NOT_FULL, nf);
 	return kvpi_fast_end(p, s, 1);
 }
 

@@ -108,19 +108,20 @@ static uint64_t free_owned(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi
 	uint64_t st = kvpi_release_owned(b, gen);
 	if (!st || !r)
 		return st;
-	kvpi_orec_unlink_b(r, b);
+	kvpi_orec_unlink_b(r, b, kvpi_st_used(st) < p->block_size);
 	drop_if_empty(p, s, sh, r);
 	return st;
 }
 
 /* Free one owned block inside an owner op on its record @r (biased to us).
  * Sets *empty when the record is left empty and unregistered. */
-static uint64_t free_biased(struct kvpi_orec *r, struct kvpi_block *b, uint32_t gen, bool *empty)
+static uint64_t free_biased(struct kvp_pool *p, struct kvpi_orec *r, struct kvpi_block *b,
+                            uint32_t gen, bool *empty)
 {
 	uint64_t st = kvpi_release_owned(b, gen);
 	if (!st)
 		return 0;
-	kvpi_orec_unlink_b(r, b);
+	kvpi_orec_unlink_b(r, b, kvpi_st_used(st) < p->block_size);
 	*empty = kvpi_orec_count(r) == 0 && !r->registered;
 	return st;
 }
@@ -149,7 +150,7 @@ static inline __attribute__((always_inline)) uint64_t free_ref(struct kvp_pool *
 	struct kvpi_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
 	if (r) {
 		bool empty = false;
-		st = free_biased(r, b, gen, &empty);
+		st = free_biased(p, r, b, gen, &empty);
 		kvpi_bias_leave(s);
 		if (empty) {
 			uint64_t h = kvpi_owner_hash(owner);
@@ -290,7 +291,7 @@ static inline __attribute__((always_inline)) int free_single(struct kvp_pool *p,
 	if (kvpi_st_gen(st) != gen || !(st & KVPI_ST_IN_USE))
 		return free_single_general(p, id, gen); /* stale: counted there */
 	kvp_owner owner = 0;
-	bool drop = false;
+	bool drop = false, nf;
 	if (st & KVPI_ST_RAW) {
 		/* relaxed: compared only; the state re-read under the op (same
 		 * generation, in use) shows it was this hand-out's. */
@@ -316,6 +317,7 @@ static inline __attribute__((always_inline)) int free_single(struct kvp_pool *p,
 		}
 		if (!st)
 			return free_single_general(p, id, gen);
+		nf = kvpi_st_used(st) < p->block_size; /* as below */
 	} else {
 		/* acquire (a plain load on x86): the generation check under the owner's
 		 * exclusion validates this word.  Should it be a later hand-out's owner,
@@ -331,7 +333,10 @@ static inline __attribute__((always_inline)) int free_single(struct kvp_pool *p,
 			kvpi_bias_leave(s);
 			return free_single_general(p, id, gen);
 		}
-		kvpi_orec_unlink_b(r, b);
+		/* Computed once: the counter below needs it too, and the
+		 * atomics between would make the compiler load it again. */
+		nf = kvpi_st_used(st) < p->block_size;
+		kvpi_orec_unlink_b(r, b, nf);
 		drop = kvpi_orec_count(r) == 0 && !r->registered;
 		kvpi_bias_leave(s);
 	}
@@ -347,7 +352,7 @@ static inline __attribute__((always_inline)) int free_single(struct kvp_pool *p,
 	s->delta_in_use = nd; /* kvpi_account_in_use's common case */
 	if (!kvpi_mag_push(p, s, si, id))
 		return free_fast_put(p, s, si, id, st);
-	if (kvpi_st_used(st) < p->block_size)
+	if (nf)
 		kvpi_ctr_add(s, KVPI_C_NOT_FULL, (uint64_t)0 - 1);
 	uint32_t calls = s->calls++;
 	if (__builtin_expect((calls & (KVP_HISTORY_EVERY - 1)) == 0, 0))

@@ -41,14 +41,13 @@ static __attribute__((noinline)) int free_all_small(struct kvp_pool *p, struct k
                                                     struct kvpi_oshard *sh, struct kvpi_orec *r)
 {
 	uint32_t ids[2][FREE_ALL_SMALL], cnt[2] = {0, 0};
-	uint64_t not_full = 0;
+	uint64_t not_full = r->not_full; /* exact under the exclusion */
 	for (uint32_t k = 0; k < r->ids.len; k++) {
 		uint32_t id = r->ids.ids[k];
 		if (id == KVPI_NO_ID)
 			continue;
 		uint64_t st = free_held_block(kvpi_bt_block(&p->bt, id));
 		int si = kvpi_stream_of_state(p, st);
-		not_full += kvpi_st_used(st) < p->block_size;
 		ids[si][cnt[si]++] = id;
 	}
 	kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
@@ -97,7 +96,6 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	uint32_t first[2] = {KVPI_NO_ID, KVPI_NO_ID}, last[2] = {KVPI_NO_ID, KVPI_NO_ID},
 	         cnt[2] = {0, 0}, base[2] = {0, 0};
 	struct kvpi_mag *mag[2] = {NULL, NULL};
-	uint64_t not_full = 0;
 	bool top_first = false; /* ids written top down (else in allocation order) */
 
 	pthread_mutex_lock(&sh->lock);
@@ -109,6 +107,7 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	}
 	kvpi_bias_revoke(p, s, r);
 	uint32_t count = kvpi_orec_count(r);
+	uint64_t not_full = r->not_full; /* exact under the exclusion */
 	if (count <= FREE_ALL_SMALL)
 		return free_all_small(p, s, sh, r);
 	for (uint32_t si = 0; si < p->n_streams; si++)
@@ -117,7 +116,7 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	 * would make the compiler reload it for every block). */
 	struct kvpi_blocktable *bt = &p->bt;
 	struct kvpi_block *seg0 = bt->seg0;
-	uint32_t n0 = bt->n0, bs = p->block_size;
+	uint32_t n0 = bt->n0;
 	bool two = p->separate_kv;
 	const uint32_t *ids = r->ids.ids, *end = ids + r->ids.len;
 	if (mag[0] && !two) {
@@ -128,10 +127,16 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 		uint32_t *w = mag[0]->ids + base[0] + count;
 		for (; ids < end; ids++) {
 			uint32_t id = *ids;
-			if (id == KVPI_NO_ID)
+			struct kvpi_block *b;
+			/* One compare in the common case: a hole (KVPI_NO_ID)
+			 * is past every segment, so it fails it too. */
+			if (__builtin_expect(id < n0, 1))
+				b = &seg0[id];
+			else if (id == KVPI_NO_ID)
 				continue;
-			uint64_t st = free_held_block(kvpi_bt_block_at(bt, seg0, n0, id));
-			not_full += kvpi_st_used(st) < bs;
+			else
+				b = kvpi_bt_block_slow(bt, id);
+			(void)free_held_block(b);
 			*--w = id;
 		}
 		cnt[0] = count;
@@ -145,7 +150,6 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 			if (id == KVPI_NO_ID)
 				continue;
 			uint64_t st = free_held_block(kvpi_bt_block_at(bt, seg0, n0, id));
-			not_full += kvpi_st_used(st) < bs;
 			if (kvpi_st_stream(st))
 				*w1++ = id;
 			else
@@ -162,7 +166,6 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 			struct kvpi_block *b = kvpi_bt_block_at(bt, seg0, n0, id);
 			uint64_t st = free_held_block(b);
 			int si = two ? (int)kvpi_st_stream(st) : 0;
-			not_full += kvpi_st_used(st) < bs;
 			if (mag[si]) {
 				mag[si]->ids[base[si] + cnt[si]++] = id;
 			} else {

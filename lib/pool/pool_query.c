@@ -198,11 +198,12 @@ static int set_used_cas(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_bl
 	}
 }
 
-/* set_used of an owned block; the caller holds the owner's exclusion, so
- * no free can clear the word between our load and store (the free's plain
- * store relies on that, lib/pool/pool_free.c). */
-static int set_used_owned(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_block *b,
-                          uint32_t gen, uint32_t n_used)
+/* set_used of an owned block of record @r (NULL: the owner has none, so
+ * the block is stale); the caller holds the owner's exclusion, so no free
+ * can clear the word between our load and store (the free's plain store
+ * relies on that, lib/pool/pool_free.c). */
+static int set_used_owned(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r,
+                          struct kvpi_block *b, uint32_t gen, uint32_t n_used)
 {
 	/* acquire: see the state as its last writer left it. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
@@ -212,6 +213,11 @@ static int set_used_owned(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_
 	 * caller wrote before (a plain store on x86). */
 	atomic_store_explicit(&b->state, kvpi_st_with_used(st, n_used), memory_order_release);
 	count_fill_change(p, s, st, n_used);
+	/* In use at its generation under the exclusion: @r is its owner's
+	 * record (the owner word was read before, and validated by this). */
+	if (r)
+		r->not_full += (uint32_t)(n_used < p->block_size) -
+		               (uint32_t)(kvpi_st_used(st) < p->block_size);
 	return KVP_OK;
 }
 
@@ -274,8 +280,8 @@ static int set_used_exclusive(struct kvp_pool *p, struct kvpi_tslot *s, struct k
 	struct kvpi_oshard *sh;
 	/* No record: the block was freed (its owner's last block) since the
 	 * owner load; set_used_owned then finds it stale. */
-	(void)kvpi_owner_lock(p, s, owner, &sh);
-	int rc = set_used_owned(p, s, b, gen, n_used);
+	struct kvpi_orec *r = kvpi_owner_lock(p, s, owner, &sh);
+	int rc = set_used_owned(p, s, r, b, gen, n_used);
 	kvpi_owner_unlock(s, sh);
 	return rc;
 }
