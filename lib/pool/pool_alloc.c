@@ -37,8 +37,8 @@ static inline kvpi_u32_alias *ids_in(kvp_ref *refs, uint32_t nb)
 }
 
 /* Stamp block @b (ours since the acquire pop) with generation+1 and state
- * @st (the stream bits kept); returns the new generation, adds 1 to
- * *@reused if it had been handed out before. */
+ * @st, which carries the block's stream bits already; returns the new
+ * generation, adds 1 to *@reused if it had been handed out before. */
 static inline __attribute__((always_inline)) uint32_t stamp_fast(struct kvpi_block *b, uint64_t st,
                                                                  kvp_owner owner, uint64_t *reused)
 {
@@ -49,8 +49,7 @@ static inline __attribute__((always_inline)) uint32_t stamp_fast(struct kvpi_blo
 	*reused += (old & KVPI_ST_EVER) != 0;
 	/* release, both (plain stores on x86): as in kvpi_stamp_block. */
 	atomic_store_explicit(&b->owner, owner, memory_order_release);
-	atomic_store_explicit(&b->state, st | gen | (old & (3ull << KVPI_ST_STREAM_SHIFT)),
-	                      memory_order_release);
+	atomic_store_explicit(&b->state, st | gen, memory_order_release);
 	return gen;
 }
 
@@ -69,14 +68,20 @@ static inline __attribute__((always_inline)) uint32_t stamp_fast(struct kvpi_blo
  * make the compiler load it again for every block.
  */
 static inline __attribute__((always_inline)) uint64_t
-hand_out_from(struct kvp_pool *p, struct kvpi_orec *r, kvp_ref *refs, const kvpi_u32_alias *src,
-              ptrdiff_t step, uint32_t nb, uint32_t n_tokens, kvp_owner owner, kvp_format format)
+hand_out_from(struct kvp_pool *p, int si, struct kvpi_orec *r, kvp_ref *refs,
+              const kvpi_u32_alias *src, ptrdiff_t step, uint32_t nb, uint32_t n_tokens,
+              kvp_owner owner, kvp_format format)
 {
 	uint32_t bs = p->block_size;
 	struct kvpi_blocktable *bt = &p->bt;
 	struct kvpi_block *seg0 = bt->seg0;
 	uint32_t n0 = bt->n0;
-	uint64_t full = kvpi_st_make(0, bs, KVPI_ST_IN_USE | KVPI_ST_EVER, 0, (uint32_t)format);
+	/* The blocks were taken from stream @si's magazine, stack or growth,
+	 * and a block there carries that stream's tag (given when it is made
+	 * or revived, lib/pool/pool_resize.c; a free puts a block back by its
+	 * tag): so each stamp is one OR, not a read-modify of the old bits. */
+	uint64_t full = kvpi_st_make(0, bs, KVPI_ST_IN_USE | KVPI_ST_EVER, kvpi_stream_tag(p, si),
+	                             (uint32_t)format);
 	uint64_t reused = 0;
 	uint32_t pos = r->ids.len;
 	uint32_t *arr = r->ids.ids + pos;
@@ -117,11 +122,11 @@ hand_out_from(struct kvp_pool *p, struct kvpi_orec *r, kvp_ref *refs, const kvpi
 }
 
 /* hand_out_from the ids kvpi_get_blocks left in ids_in(@refs, @nb). */
-static __attribute__((noinline)) uint64_t hand_out(struct kvp_pool *p, struct kvpi_orec *r,
+static __attribute__((noinline)) uint64_t hand_out(struct kvp_pool *p, int si, struct kvpi_orec *r,
                                                    kvp_ref *refs, uint32_t nb, uint32_t n_tokens,
                                                    kvp_owner owner, kvp_format format)
 {
-	return hand_out_from(p, r, refs, ids_in(refs, nb), 1, nb, n_tokens, owner, format);
+	return hand_out_from(p, si, r, refs, ids_in(refs, nb), 1, nb, n_tokens, owner, format);
 }
 
 /*
@@ -174,8 +179,8 @@ take_from_mag(struct kvp_pool *p, struct kvpi_tslot *s, int si, struct kvpi_orec
 	uint32_t cnt = kvpi_mag_count(m);
 	bool done = cnt >= nb;
 	if (done) {
-		*reused =
-		    hand_out_from(p, r, refs, m->ids + cnt - 1, -1, nb, n_tokens, owner, format);
+		*reused = hand_out_from(p, si, r, refs, m->ids + cnt - 1, -1, nb, n_tokens, owner,
+		                        format);
 		kvpi_mag_set_count(m, cnt - nb);
 	}
 	kvpi_mag_leave(m);
@@ -255,15 +260,16 @@ static inline __attribute__((always_inline)) int alloc_done(struct kvp_pool *p,
  * grow (no memory): nothing is then changed, the blocks are still the
  * caller's.
  */
-static int hand_out_locked(struct kvp_pool *p, struct kvpi_tslot *s, kvp_ref *refs, uint32_t nb,
-                           uint32_t n_tokens, kvp_owner owner, kvp_format format, uint64_t *reused)
+static int hand_out_locked(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvp_ref *refs,
+                           uint32_t nb, uint32_t n_tokens, kvp_owner owner, kvp_format format,
+                           uint64_t *reused)
 {
 	struct kvpi_oshard *sh;
 	bool made;
 	struct kvpi_orec *r = locked_with_room(p, s, owner, kvpi_owner_hash(owner), nb, &sh, &made);
 	if (!r)
 		return -1;
-	*reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
+	*reused = hand_out(p, si, r, refs, nb, n_tokens, owner, format);
 	kvpi_bias_adopt(p, s, r);
 	pthread_mutex_unlock(&sh->lock);
 	return 0;
@@ -296,7 +302,7 @@ static int allocate_locked(struct kvp_pool *p, struct kvpi_tslot *s, int si, uin
 		pthread_mutex_unlock(&sh->lock);
 		return kvpi_fail_call(p, s, rc);
 	}
-	uint64_t reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
+	uint64_t reused = hand_out(p, si, r, refs, nb, n_tokens, owner, format);
 	kvpi_bias_adopt(p, s, r);
 	pthread_mutex_unlock(&sh->lock);
 	return alloc_done(p, s, nb, n_tokens, reused, n_refs);
@@ -387,11 +393,11 @@ static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64
 		/* Inside an owner op on our own record: no lock (a revoker waits). */
 		bool room = kvpi_orec_reserve(&p->owners, r, &p->bt, &s->recs, nb) == 0;
 		if (room)
-			reused = hand_out(p, r, refs, nb, n_tokens, owner, format);
+			reused = hand_out(p, si, r, refs, nb, n_tokens, owner, format);
 		kvpi_bias_leave(s);
 		if (!room)
 			return undo_take(p, s, si, refs, nb);
-	} else if (hand_out_locked(p, s, refs, nb, n_tokens, owner, format, &reused) != 0) {
+	} else if (hand_out_locked(p, s, si, refs, nb, n_tokens, owner, format, &reused) != 0) {
 		return undo_take(p, s, si, refs, nb);
 	}
 	return alloc_done(p, s, nb, n_tokens, reused, n_refs);
