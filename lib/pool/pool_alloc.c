@@ -53,6 +53,19 @@ static inline __attribute__((always_inline)) uint32_t stamp_fast(struct kvpi_blo
 	return gen;
 }
 
+/* Hand block @id (metadata @b) out in state @st: stamped, at position
+ * @pos of its owner's array (*@slot), its ref in *@ref. */
+static inline __attribute__((always_inline)) void hand_one(struct kvpi_block *b, uint32_t id,
+                                                           uint64_t st, kvp_owner owner,
+                                                           uint32_t pos, uint32_t *slot,
+                                                           kvp_ref *ref, uint64_t *reused)
+{
+	uint32_t gen = stamp_fast(b, st, owner, reused);
+	b->own_pos = pos;
+	*slot = id;
+	*ref = KVP_MAKE_REF(id, gen);
+}
+
 /*
  * Stamp the @nb popped blocks whose ids are read from @src, one every
  * @step, for @owner, append them to @r's id array in order and write the
@@ -87,34 +100,33 @@ hand_out_from(struct kvp_pool *p, int si, struct kvpi_orec *r, kvp_ref *refs,
 	uint32_t *arr = r->ids.ids + pos;
 	uint32_t last = nb - 1;
 
-	/* Ids in the first segment, the common case: a loop with no call, so
-	 * nothing is spilled around one. */
 	uint32_t i = 0;
-	for (; i < last; i++, src += step) {
-		uint32_t id = *src;
-		if (__builtin_expect(id >= n0, 0))
-			break;
-		struct kvpi_block *b = &seg0[id];
-		uint32_t gen = stamp_fast(b, full, owner, &reused);
-		b->own_pos = pos + i;
-		arr[i] = id;
-		refs[i] = KVP_MAKE_REF(id, gen);
-	}
-	for (; i < last; i++, src += step) { /* the rest, once an id past it came up */
-		uint32_t id = *src;
-		struct kvpi_block *b = kvpi_bt_block_slow(bt, id);
-		uint32_t gen = stamp_fast(b, full, owner, &reused);
-		b->own_pos = pos + i;
-		arr[i] = id;
-		refs[i] = KVP_MAKE_REF(id, gen);
+	/*
+	 * Every id we hold was made before we took it: its block was pushed
+	 * (release) after the growth that made it stored n_ids (release), and
+	 * reached us through acquires.  So when n_ids, read now, does not pass
+	 * the first segment, neither does any of our ids: the common case, a
+	 * loop with no segment check and no call.
+	 */
+	if (__builtin_expect(atomic_load_explicit(&p->n_ids, memory_order_acquire) <= n0, 1)) {
+		for (; i < last; i++, src += step)
+			hand_one(&seg0[*src], *src, full, owner, pos + i, &arr[i], &refs[i],
+			         &reused);
+	} else {
+		for (; i < last; i++, src += step) {
+			uint32_t id = *src;
+			if (__builtin_expect(id >= n0, 0))
+				break;
+			hand_one(&seg0[id], id, full, owner, pos + i, &arr[i], &refs[i], &reused);
+		}
+		for (; i < last; i++, src += step) /* the rest, once an id past it came up */
+			hand_one(kvpi_bt_block_slow(bt, *src), *src, full, owner, pos + i, &arr[i],
+			         &refs[i], &reused);
 	}
 	/* The last block takes the rest of the tokens. */
-	uint32_t id = *src;
-	struct kvpi_block *b = kvpi_bt_block_at(bt, seg0, n0, id);
-	uint32_t gen = stamp_fast(b, kvpi_st_with_used(full, n_tokens - last * bs), owner, &reused);
-	b->own_pos = pos + last;
-	arr[last] = id;
-	refs[last] = KVP_MAKE_REF(id, gen);
+	hand_one(kvpi_bt_block_at(bt, seg0, n0, *src), *src,
+	         kvpi_st_with_used(full, n_tokens - last * bs), owner, pos + last, &arr[last],
+	         &refs[last], &reused);
 	r->ids.len = pos + nb;
 	r->ids.count += nb;
 	r->not_full += n_tokens - last * bs < bs;
