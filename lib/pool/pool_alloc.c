@@ -90,9 +90,10 @@ hand_out_from(struct kvp_pool *p, int si, struct kvpi_orec *r, kvp_ref *refs,
 	struct kvpi_block *seg0 = bt->seg0;
 	uint32_t n0 = bt->n0;
 	/* The blocks were taken from stream @si's magazine, stack or growth,
-	 * and a block there carries that stream's tag (given when it is made
-	 * or revived, lib/pool/pool_resize.c; a free puts a block back by its
-	 * tag): so each stamp is one OR, not a read-modify of the old bits. */
+	 * and a block there carries that stream's tag (given when it is made,
+	 * lib/pool/pool.c and pool_resize.c, or revived; a free puts a block
+	 * back by its tag): so each stamp is one OR, not a read-modify of the
+	 * old bits. */
 	uint64_t full = kvpi_st_make(0, bs, KVPI_ST_IN_USE | KVPI_ST_EVER, kvpi_stream_tag(p, si),
 	                             (uint32_t)format);
 	uint64_t reused = 0;

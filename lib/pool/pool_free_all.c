@@ -107,9 +107,9 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	}
 	kvpi_bias_revoke(p, s, r);
 	uint32_t count = kvpi_orec_count(r);
-	uint64_t not_full = r->not_full; /* exact under the exclusion */
 	if (count <= FREE_ALL_SMALL)
 		return free_all_small(p, s, sh, r);
+	uint64_t not_full = r->not_full; /* exact under the exclusion */
 	for (uint32_t si = 0; si < p->n_streams; si++)
 		mag[si] = kvpi_mag_hold_room(p, s, (int)si, count, &base[si]);
 	/* The table's first segment is read once (the atomic accesses below
