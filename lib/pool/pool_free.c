@@ -317,7 +317,7 @@ static inline __attribute__((always_inline)) int free_single(struct kvp_pool *p,
 		}
 		if (!st)
 			return free_single_general(p, id, gen);
-		nf = kvpi_st_used(st) < p->block_size; /* as below */
+		nf = kvpi_st_used(st) < p->block_size; /* for the counter below */
 	} else {
 		/* acquire (a plain load on x86): the generation check under the owner's
 		 * exclusion validates this word.  Should it be a later hand-out's owner,

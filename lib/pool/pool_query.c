@@ -158,13 +158,13 @@ int kvp_block_get(kvp_pool *p, kvp_ref ref, kvp_block_info *out)
 	return rc;
 }
 
-/* A successful set_used's change to the n_not_full counter. */
-static void count_fill_change(struct kvp_pool *p, struct kvpi_tslot *s, uint64_t st,
-                              uint32_t n_used)
+/* A successful set_used's change to the n_not_full counter (from state
+ * @st to fill @n_used); returns it: -1, 0 or 1. */
+static int count_fill_change(struct kvp_pool *p, struct kvpi_tslot *s, uint64_t st, uint32_t n_used)
 {
-	bool was = kvpi_st_used(st) < p->block_size;
-	bool now = n_used < p->block_size;
-	kvpi_ctr_add(s, KVPI_C_NOT_FULL, (uint64_t)((int64_t)now - (int64_t)was));
+	int d = (int)(n_used < p->block_size) - (int)(kvpi_st_used(st) < p->block_size);
+	kvpi_ctr_add(s, KVPI_C_NOT_FULL, (uint64_t)(int64_t)d);
+	return d;
 }
 
 /* set_used of a raw block, or any block of a prefix pool: a CAS on the
@@ -212,12 +212,11 @@ static int set_used_owned(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_
 	/* release: a kvp_block_get that reads the new fill sees what the
 	 * caller wrote before (a plain store on x86). */
 	atomic_store_explicit(&b->state, kvpi_st_with_used(st, n_used), memory_order_release);
-	count_fill_change(p, s, st, n_used);
+	int d = count_fill_change(p, s, st, n_used);
 	/* In use at its generation under the exclusion: @r is its owner's
 	 * record (the owner word was read before, and validated by this). */
 	if (r)
-		r->not_full += (uint32_t)(n_used < p->block_size) -
-		               (uint32_t)(kvpi_st_used(st) < p->block_size);
+		r->not_full += (uint32_t)d;
 	return KVP_OK;
 }
 
