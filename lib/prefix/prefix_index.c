@@ -114,10 +114,13 @@ static void tab_back(struct kvpi_rcu_cb *cb)
 
 int kvpi_pfx_index_init(struct kvpi_prefix *pf, uint32_t n_blocks)
 {
-	/* Two slots per block the pool starts with (a table is rebuilt at
+	/* Four slots per block the pool starts with (a table is rebuilt at
 	 * three quarters full, keys and tombstones counted): most lookups
-	 * find their key in its home slot. */
-	uint64_t want = 2ull * n_blocks / KVPI_PIDX_SHARDS;
+	 * find their key in its home slot, and deletes leave tombstones
+	 * seldom, so rebuilds are rare (docs/DESIGN.md, "Key index",
+	 * has the measurement against two slots a block).  The price: 64
+	 * bytes of index a block, not 32. */
+	uint64_t want = 4ull * n_blocks / KVPI_PIDX_SHARDS;
 	uint32_t slots = MIN_SLOTS;
 	while (slots < want && slots < (1u << 24))
 		slots *= 2;
@@ -187,7 +190,7 @@ static void put_fresh(struct kvpi_ptab *t, uint64_t h, uint64_t v)
 }
 
 /*
- * Copy @sh's keys to a table with room for twice as many (at least the
+ * Copy @sh's keys to a table with four slots a key (at least the
  * shard's first size), publish it and retire the old one.  Shard mutex
  * held.  Returns the new table, or NULL (out of memory) with nothing done.
  */
@@ -195,7 +198,7 @@ static struct kvpi_ptab *rebuild(struct kvpi_prefix *pf, struct kvpi_pshard *sh,
                                  struct kvpi_ptab *old)
 {
 	uint32_t slots = sh->min_slots;
-	while (slots < 2u * (sh->live + 1) && slots < MAX_SLOTS)
+	while (slots < 4u * (sh->live + 1) && slots < MAX_SLOTS)
 		slots *= 2;
 	/* acquire: the spare as its callback left it (past its grace). */
 	struct kvpi_ptab *t = atomic_exchange_explicit(&sh->spare, NULL, memory_order_acquire);
