@@ -263,12 +263,19 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 		kvpi_tslot_put(p, s);
 		return KVP_ENOMEM;
 	}
-	/* In chunks: the lookups of a chunk first (their cache misses
-	 * overlap, and the blocks' lines are fetched meanwhile), then the
-	 * holds in order, up to the first miss. */
+	/* In chunks: the chunk's home slots are prefetched, then its
+	 * lookups run (the blocks' lines are fetched meanwhile), then the
+	 * holds in order, up to the first miss.  The prefetch pass puts
+	 * the chunk's slot misses in flight together: with it, the
+	 * lifecycle benchmark's prefix loop at one thread spent 8.0-9.2 ms
+	 * of a run in kvp_prefix_match against 10.0-12.5 without (three
+	 * alternating runs each, the benchmark built with a timer around
+	 * each call of its loop). */
 	while (i < n_keys) {
 		uint32_t ids[MATCH_CHUNK];
 		size_t c = n_keys - i < MATCH_CHUNK ? n_keys - i : MATCH_CHUNK, found = 0, j = 0;
+		for (size_t k = 0; k < c; k++)
+			kvpi_pfx_index_prefetch_key(pf, tag, &keys[i + k]);
 		for (; found < c; found++) {
 			ids[found] = kvpi_pfx_index_lookup(pf, tag, &keys[i + found]);
 			if (ids[found] == KVPI_NO_ID)

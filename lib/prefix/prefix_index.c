@@ -234,6 +234,11 @@ static void index_prefetch(struct kvpi_prefix *pf, uint64_t h)
 	__builtin_prefetch(&t->slot[(uint32_t)h & t->mask]);
 }
 
+void kvpi_pfx_index_prefetch_key(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key)
+{
+	index_prefetch(pf, kvpi_pfx_index_hash(key, stream));
+}
+
 /* Add block @id under hash @h to shard @sh (mutex held): KVP_OK, KVP_EEXIST
  * (another block has the key) or KVP_ENOMEM (the shard is full and could
  * not grow). */

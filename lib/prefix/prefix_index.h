@@ -67,6 +67,8 @@ static inline uint64_t kvpi_pfx_index_hash(const kvp_hash *key, uint32_t stream)
 /* The id of a block the index holds under a key of @key's hash, or
  * KVPI_NO_ID.  A hint: the caller checks the block's key under its lock. */
 uint32_t kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key);
+/* Bring the home slot of @key into the cache (a hint; in a read-side section). */
+void kvpi_pfx_index_prefetch_key(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key);
 /* Add @n (at most KVPI_PIDX_BATCH) blocks @ids, each locked with its key in
  * its side entry (pub_key, pub_stream) hashing to @h[i].  @rc[i] is block
  * @ids[i]'s result: KVP_OK; KVP_EEXIST (another block has the key); or
