@@ -8,6 +8,7 @@
  */
 #include <kvpool/kvpool.h>
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -451,13 +452,10 @@ static void test_eviction_order(void)
 }
 
 /*
- * The lazy LRU lists (kvpool/prefix.h, "Eviction order"): a block that a
- * match took and let go again keeps its place until an eviction reaches
- * it, which moves it to the tail as if cached then.  Cached in the order
- * X, Y, Z; X and Y are taken, Y let go, then X.  Exact LRU would evict Z,
- * Y, X.  What holds: Z (the one block no match took) first; then X and Y
- * in the order the first eviction moved them (X first: its place was
- * older), so X goes before Y.
+ * A block a match took and let go again is cached anew (kvpool/prefix.h,
+ * "Caching time").  Cached in the order X, Y, Z; X and Y are taken, Y let
+ * go, then X, all by this thread: each goes to the tail of its list when
+ * let go, so eviction is exact least recently cached first: Z, Y, X.
  */
 static void test_eviction_order_retaken(void)
 {
@@ -483,11 +481,108 @@ static void test_eviction_order_retaken(void)
 	int w1[3] = {1, 1, 0};
 	expect_cached(p, old, keys, 3, w1);
 	CHECK_EQ(kvp_allocate(p, KVP_KV, BS, 3, KVP_FP16, &u, 1, &n), KVP_OK);
-	CHECK_EQ(KVP_REF_ID(u), KVP_REF_ID(x));
-	int w2[3] = {0, 1, 0};
+	CHECK_EQ(KVP_REF_ID(u), KVP_REF_ID(y));
+	int w2[3] = {1, 0, 0};
 	expect_cached(p, old, keys, 3, w2);
 	CHECK_EQ(kvp_allocate(p, KVP_KV, BS, 3, KVP_FP16, &u, 1, &n), KVP_OK);
-	CHECK_EQ(KVP_REF_ID(u), KVP_REF_ID(y));
+	CHECK_EQ(KVP_REF_ID(u), KVP_REF_ID(x));
+	CHECK_EQ(stats_of(p).n_evictions, 3);
+	CHECK_EQ(stats_of(p).n_cached, 0);
+	kvp_pool_destroy(p);
+}
+
+/*
+ * The same blocks cached again by kvp_free_all from one request, in chain
+ * order: a request that matched a prompt's first blocks and published the
+ * rest lets them all go last block first, so the matched ones go to the
+ * tail after the published ones, and eviction takes the end of the chain
+ * before its beginning (no block of a chain outlives an earlier one).
+ */
+static void test_eviction_order_chain(void)
+{
+	kvp_pool *p = mkpool(4, false, false, 0);
+	kvp_ref r[4], u;
+	size_t n, m;
+	alloc_pub(p, KVP_KV, 1, 2, 20, r); /* keys 20, 21: a chain's first blocks */
+	CHECK_EQ(kvp_free_all(p, 1), KVP_OK);
+	/* Owner 2 matches them and publishes two more (22, 23). */
+	kvp_hash k2[2] = {key(20), key(21)};
+	CHECK_EQ(kvp_prefix_match(p, KVP_KV, KVP_FP16, k2, 2, 2, r, 4, &m), KVP_OK);
+	CHECK_EQ(m, 2);
+	CHECK_EQ(kvp_allocate(p, KVP_KV, 2 * BS, 2, KVP_FP16, r + 2, 2, &n), KVP_OK);
+	CHECK_EQ(kvp_prefix_publish(p, r[2], key(22)), KVP_OK);
+	CHECK_EQ(kvp_prefix_publish(p, r[3], key(23)), KVP_OK);
+	CHECK_EQ(kvp_free_all(p, 2), KVP_OK);
+	CHECK_EQ(stats_of(p).n_cached, 4);
+	/* Cached last block first: 23, 22, 21, 20.  Evictions go in that order
+	 * (checked with kvp_block_get: a match would take the block again). */
+	uint64_t keys[4] = {20, 21, 22, 23};
+	for (int k = 3; k >= 0; k--) {
+		CHECK_EQ(kvp_allocate(p, KVP_KV, BS, 3, KVP_FP16, &u, 1, &n), KVP_OK);
+		CHECK_EQ(KVP_REF_ID(u), KVP_REF_ID(r[k]));
+		int want[4];
+		for (int j = 0; j < 4; j++)
+			want[j] = j < k;
+		expect_cached(p, r, keys, 4, want);
+	}
+	kvp_pool_destroy(p);
+}
+
+/*
+ * Across shards the lists stay lazy (kvpool/prefix.h, "Caching time"): a
+ * block that a thread of another home shard took and let go keeps its
+ * place on its list until an eviction reaches it, which moves it to the
+ * tail as if cached then.  Cached by this thread in the order X, Y, Z; a
+ * second thread takes X and Y, lets go of Y, then X.  Z (the one block no
+ * match took) goes first; then X and Y in the order the first eviction
+ * moved them (X first: its place was older).
+ */
+struct retake_arg {
+	kvp_pool *p;
+	int rc;
+};
+
+static void *retake_main(void *arg)
+{
+	struct retake_arg *a = arg;
+	kvp_hash kx = key(12), ky = key(11);
+	kvp_ref x, y;
+	size_t m1 = 0, m2 = 0;
+	a->rc = kvp_prefix_match(a->p, KVP_KV, KVP_FP16, &kx, 1, 2, &x, 1, &m1);
+	if (a->rc == KVP_OK)
+		a->rc = kvp_prefix_match(a->p, KVP_KV, KVP_FP16, &ky, 1, 2, &y, 1, &m2);
+	if (a->rc == KVP_OK && (m1 != 1 || m2 != 1))
+		a->rc = -1;
+	if (a->rc == KVP_OK)
+		a->rc = kvp_free_owned(a->p, 2, &y, 1);
+	if (a->rc == KVP_OK)
+		a->rc = kvp_free_owned(a->p, 2, &x, 1);
+	return NULL;
+}
+
+static void test_eviction_order_retaken_elsewhere(void)
+{
+	kvp_pool *p = mkpool(3, false, false, 0);
+	kvp_ref r[3], u;
+	size_t n;
+	alloc_pub(p, KVP_KV, 1, 3, 10, r); /* keys 10, 11, 12 */
+	/* Cached last ref first: 12 (X), 11 (Y), 10 (Z). */
+	CHECK_EQ(kvp_free_owned(p, 1, r, 3), KVP_OK);
+	struct retake_arg a = {p, -1};
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, retake_main, &a), 0);
+	CHECK_EQ(pthread_join(th, NULL), 0);
+	CHECK_EQ(a.rc, KVP_OK);
+	CHECK_EQ(stats_of(p).n_cached, 3);
+	uint32_t x = KVP_REF_ID(r[2]), y = KVP_REF_ID(r[1]), z = KVP_REF_ID(r[0]);
+	CHECK_EQ(kvp_allocate(p, KVP_KV, BS, 3, KVP_FP16, &u, 1, &n), KVP_OK);
+	CHECK_EQ(KVP_REF_ID(u), z);
+	CHECK_EQ(kvp_allocate(p, KVP_KV, BS, 3, KVP_FP16, &u, 1, &n), KVP_OK);
+	CHECK_EQ(KVP_REF_ID(u), x);
+	CHECK(tpx_findable(p, KVP_KV, key(11)));
+	CHECK(!tpx_findable(p, KVP_KV, key(12)));
+	CHECK_EQ(kvp_allocate(p, KVP_KV, BS, 3, KVP_FP16, &u, 1, &n), KVP_OK);
+	CHECK_EQ(KVP_REF_ID(u), y);
 	CHECK_EQ(stats_of(p).n_evictions, 3);
 	CHECK_EQ(stats_of(p).n_cached, 0);
 	kvp_pool_destroy(p);
@@ -775,6 +870,8 @@ int main(void)
 	RUN(test_cached_generation);
 	RUN(test_eviction_order);
 	RUN(test_eviction_order_retaken);
+	RUN(test_eviction_order_chain);
+	RUN(test_eviction_order_retaken_elsewhere);
 	RUN(test_exhaustion);
 	RUN(test_shrink_order);
 	RUN(test_reset);

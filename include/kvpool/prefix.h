@@ -67,9 +67,11 @@
  * whose release cached it (the one that let go of its last hold).  A block
  * that becomes cached while on no list is put at the tail of that list.  A
  * match that takes a cached block leaves it on its list.  When that block
- * is cached again it stays in its old place until an eviction reaches it.
- * That eviction moves it to the tail of the same list.  A block's caching
- * time is the moment it was put on its list or moved to the tail.
+ * is cached again by a thread of the same home shard, it moves to the tail
+ * of that list then.  Cached again by a thread of another home shard, it
+ * stays in its old place until an eviction reaches it, and that eviction
+ * moves it to the tail of the same list.  A block's caching time is the
+ * moment it was put on its list or moved to the tail.
  *
  * Whom an eviction takes.  An allocation evicts in batches, each from one
  * shard.  A batch takes the oldest blocks of the evicting thread's home
@@ -89,10 +91,14 @@
  *     gives the block back in its old place.  So, with those exceptions,
  *     the blocks one thread cached are evicted in the order that thread
  *     cached them, whichever threads evict, if no match took them.
- *   - With one thread (or one thread caching), blocks no match took are
- *     evicted exactly least recently cached first.  A block a match took
- *     and let go again goes after every block cached before the eviction
- *     that moved it.
+ *   - With one thread, or when every block is cached again by threads of
+ *     the home shard it was first cached on, eviction is exactly least
+ *     recently cached first, a block a match took counting as cached when
+ *     it was let go.  So when a request lets go of a prompt's blocks
+ *     (kvp_free_all, last block first), no block of that prompt outlives
+ *     an earlier one that it cached at the same time.  A block a thread
+ *     of another home shard took and let go again goes after every block
+ *     of its list cached before the eviction that moved it.
  *   - Across the stream, among blocks no match took, an evicted block's
  *     caching time is at most 2 ms after that of the least recently cached
  *     block left (on the clock below).

@@ -48,11 +48,12 @@ enum drop { D_STALE, D_KEPT, D_CACHED, D_FREED };
  * Blocks one kvp_free_all makes cached, kept locked until they are listed
  * together: one LRU mutex, one clock read, one count update and one in-use
  * note per batch instead of per block.  A block still listed (a match took
- * it from its list) joins the batch too: counted and unlocked with it, not
- * listed again.  Counting each such block on its own took a locked add a
- * block: 22% of kvpi_pfx_free_all's own perf samples (cpu-clock) on the
- * lifecycle benchmark's prefix loop at one thread, where most of a
- * request's matched blocks are still listed when it ends.
+ * it from its list) joins the batch too: counted and unlocked with it, and
+ * moved to the tail with it when it is on this thread's list (relist).
+ * Counting each such block on its own took a locked add a block: 22% of
+ * kvpi_pfx_free_all's own perf samples (cpu-clock) on the lifecycle
+ * benchmark's prefix loop at one thread, where most of a request's matched
+ * blocks are still listed when it ends.
  *
  * Why a batch cannot close a cycle of waits.  A block in a batch has no
  * holder left, so no other release ever needs its lock.  The others that
@@ -105,6 +106,21 @@ struct drop_arg {
 	uint32_t gen;
 	bool any_gen;
 };
+
+/*
+ * Whether a release that makes block @e cached puts it at the tail of its
+ * thread's list (block locked).  Yes when it is on no list, and when it is
+ * on that very list (a match took it from there): it is cached now, and
+ * moving it keeps the list in order of release.  Not when it is on another
+ * thread's list: it stays in its place there until an eviction reaches it
+ * and moves it to that list's tail (the lists are lazy across shards).
+ * lru_shard is written under the block lock and the shard mutex, so it is
+ * stable here.
+ */
+static inline bool relist(struct kvpi_pside *e, const struct kvpi_tslot *s)
+{
+	return !kvpi_pfx_flag(&e->listed) || e->lru_shard == kvpi_pfx_home(s);
+}
 
 /* A state a release may lock: in use, of the ref's hand-out. */
 static bool drop_ok(uint64_t st, const void *arg)
@@ -179,13 +195,14 @@ drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id, uint32_t gen, b
 	}
 	int si = kvpi_pfx_si(p, st);
 	if ((st & KVPI_ST_PUBLISHED) && cb) {
-		/* Cached, counted with the batch and listed with it unless
-		 * still listed (cache_flush).  Meanwhile an evictor that
-		 * meets a listed one locked passes it over. */
+		/* Cached, counted with the batch, and put at the tail of
+		 * this thread's list with it unless it stays on another
+		 * thread's list (relist, cache_flush).  Meanwhile an evictor
+		 * that meets a listed one locked passes it over. */
 		uint32_t k = cb->n[si]++;
 		cb->ids[si][k] = id;
 		cb->st[si][k] = (st & ~(KVPI_ST_IN_USE | KVPI_ST_RAW)) | KVPI_ST_CACHED;
-		if (!kvpi_pfx_flag(&e->listed))
+		if (relist(e, s))
 			cb->list[si][cb->n_list[si]++] = id;
 		if (cb->n[si] == CACHE_BATCH)
 			cache_flush(p, s, cb, si);
@@ -194,9 +211,7 @@ drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id, uint32_t gen, b
 	}
 	if (st & KVPI_ST_PUBLISHED) {
 		kvpi_note_freed(p, s, 1); /* before a match can take it again */
-		/* Still listed (a match took it from its list and left it
-		 * there): stays; the evictor moves it to the tail. */
-		if (!kvpi_pfx_flag(&e->listed))
+		if (relist(e, s))
 			kvpi_pfx_lru_insert(pf, s, si, id);
 		/* counted before the unlock makes it claimable: the count
 		 * never runs below the blocks cached and unheld */

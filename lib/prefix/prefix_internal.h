@@ -42,12 +42,12 @@
  *     threads' record caches, arrays through their stashes.  In prefix
  *     mode every access holds the owner's shard mutex (no bias).
  *
- * The LRU lists are lazy.  A match that takes a cached block leaves it on
- * its list, marked stale.  A block whose last holder lets go while it is
- * still listed stays where it is.  An evictor that meets a held block drops
- * it from the list.  An evictor that meets a stale cached block moves it to
- * the tail, with a new sequence number.  Only the last release of a block
- * that is on no list takes a shard mutex.
+ * The LRU lists are lazy across shards.  A match that takes a cached block
+ * leaves it on its list, marked stale.  Its last release moves it to the
+ * tail of its list if that is the releasing thread's own, else leaves it.
+ * An evictor that meets a held block drops it from the list, and one that
+ * meets a stale cached block moves it to the tail, with a new sequence
+ * number.  A last release takes only its own thread's shard mutex.
  *
  * The number of cached blocks per stream is kept apart, in one counter.
  * A block is added before it becomes claimable, and taken off after it
@@ -499,10 +499,10 @@ static inline uint64_t kvpi_pfx_pub_hash(const struct kvpi_pside *e)
 /* lib/prefix/prefix_lru.c: LRU lists of cached blocks. */
 void kvpi_pfx_lru_init(struct kvpi_prefix *pf);
 void kvpi_pfx_lru_destroy(struct kvpi_prefix *pf);
-/* Put @id at the tail of the calling thread's list (block locked, on no list). */
+/* Put @id at the tail of the calling thread's list (block locked; on no list or moved from it). */
 void kvpi_pfx_lru_insert(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int si, uint32_t id);
-/* kvpi_pfx_lru_insert for @n blocks (each locked, on no list), in order,
- * under one take of the shard mutex. */
+/* kvpi_pfx_lru_insert for @n blocks (each locked; on no list or on the
+ * calling thread's), in order, under one take of the shard mutex. */
 void kvpi_pfx_lru_insert_many(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int si,
                               const uint32_t *ids, uint32_t n);
 /* Take @id off its list if it is on one (block locked). */

@@ -32,9 +32,11 @@
  * and 16 threads; in batches, with the window, the benchmark ran no slower
  * than before, docs/PREFIX.md.)
  *
- * The lists are lazy (lib/prefix/prefix_internal.h): a match takes a cached
- * block without unlinking it (the block is marked stale), and a release
- * caches a block that is still listed without touching the list.  A
+ * The lists are lazy across shards (lib/prefix/prefix_internal.h): a match
+ * takes a cached block without unlinking it (the block is marked stale),
+ * and a release that caches a block still on another shard's list leaves
+ * it there; one still on the releasing thread's own list moves to its tail
+ * (kvpi_pfx_lru_insert, _many).  A
  * global eviction walks from the head of the shard with the smallest
  * head_seq (a local one from its home shard's head, to the end if need
  * be):
@@ -68,11 +70,18 @@
  *     a thread's home shard holds every block it cached (and those of the
  *     threads that share the shard), so the blocks one thread cached are
  *     evicted in the order it cached them;
- *   - a block cached, taken by a match and cached again keeps its old
- *     caching time until an eviction reaches it, which moves it to the
- *     tail: it outlives every block of its shard cached before that
- *     moment, but not necessarily the blocks cached between its first
- *     caching and its release;
+ *   - a block cached, taken by a match and cached again by a thread of
+ *     its shard is cached anew then (moved to the tail); cached again by a
+ *     thread of another shard, it keeps its old caching time until an
+ *     eviction reaches it, which moves it to the tail: it outlives every
+ *     block of its shard cached before that moment, but not necessarily
+ *     the blocks cached between its first caching and its release.  (When
+ *     every such block stayed in its old place, a request's matched blocks
+ *     that an eviction had dropped while held were listed again at its
+ *     release, and the rest were moved to the tail later, after them: the
+ *     prompt's early blocks were then evicted while later ones stayed.  On
+ *     the lifecycle benchmark at one thread, 128-288 publishes a run met a
+ *     key still cached past one already gone; none do now.)
  *   - a local eviction takes the oldest block its home shard has to give
  *     (a walk never passes a block it could take);
  *   - a global batch during which no block is cached (or given back by
@@ -205,6 +214,8 @@ void kvpi_pfx_lru_insert(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int
 {
 	struct kvpi_plru *l = &pf->lru[si][kvpi_pfx_home(s)];
 	lru_lock(l);
+	if (kvpi_pfx_flag(&kvpi_pfx_side(pf, id)->listed))
+		unlink_locked(pf, l, id); /* on this list: moved to the tail */
 	append_locked(pf, l, id);
 	pthread_mutex_unlock(&l->lock);
 }
@@ -217,6 +228,11 @@ void kvpi_pfx_lru_insert_many(struct kvpi_prefix *pf, const struct kvpi_tslot *s
 	uint32_t home = kvpi_pfx_home(s);
 	struct kvpi_plru *l = &pf->lru[si][home];
 	lru_lock(l);
+	/* Those still on this list (a match took them, and they were
+	 * cached again from this shard) leave their old places first. */
+	for (uint32_t i = 0; i < n; i++)
+		if (kvpi_pfx_flag(&kvpi_pfx_side(pf, ids[i])->listed))
+			unlink_locked(pf, l, ids[i]);
 	/* One clock read: the later blocks take the next stamps, so the
 	 * list stays in strictly increasing order.  The batch is linked as a
 	 * chain in one pass, then hung after the old tail. */
