@@ -21,24 +21,9 @@ base=${1:-$(git -C "$repo" log --diff-filter=A --format=%H -- lib/README.md | ta
 rounds=${2:-3}
 base=$(git -C "$repo" rev-parse --verify "$base^{commit}")
 tmp=$(mktemp -d)
-cleanup() {
-	if [ -d "$tmp/tree" ]; then
-		(cd "$tmp/tree" && bazel --output_base="$tmp/ob" shutdown) >/dev/null 2>&1 || true
-		git -C "$repo" worktree remove --force "$tmp/tree" >/dev/null 2>&1 || true
-	fi
-	chmod -R u+w "$tmp" 2>/dev/null || true
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-echo "building //bench:getput at $(git -C "$repo" rev-parse --short "$base") (before) and the current tree (after)"
-git -C "$repo" worktree add --detach "$tmp/tree" "$base" >/dev/null 2>&1
-(cd "$tmp/tree" && bazel --output_base="$tmp/ob" build //bench:getput >"$tmp/build-before.log" 2>&1) ||
-	{ cat "$tmp/build-before.log" >&2; exit 1; }
-(cd "$repo" && bazel build //bench:getput >"$tmp/build-after.log" 2>&1) ||
-	{ cat "$tmp/build-after.log" >&2; exit 1; }
-before="$tmp/tree/bazel-bin/bench/getput"
-after="$repo/bazel-bin/bench/getput"
+# shellcheck source=bench/ab_build.sh
+. "$repo/bench/ab_build.sh"
+ab_build getput "$base"
 
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 1; r <= rounds; r++)); do

@@ -33,24 +33,9 @@ modes=${4:-prefix}
 trace_opt=()
 [ -n "${TRACE:-}" ] && trace_opt=(--trace "$(realpath "$TRACE")")
 tmp=$(mktemp -d)
-cleanup() {
-	if [ -d "$tmp/tree" ]; then
-		(cd "$tmp/tree" && bazel --output_base="$tmp/ob" shutdown) >/dev/null 2>&1 || true
-		git -C "$repo" worktree remove --force "$tmp/tree" >/dev/null 2>&1 || true
-	fi
-	chmod -R u+w "$tmp" 2>/dev/null || true
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-echo "building //bench:lifecycle at $(git -C "$repo" rev-parse --short "$base") (before) and the current tree (after)"
-git -C "$repo" worktree add --detach "$tmp/tree" "$base" >/dev/null 2>&1
-(cd "$tmp/tree" && bazel --output_base="$tmp/ob" build //bench:lifecycle >"$tmp/build-before.log" 2>&1) ||
-	{ cat "$tmp/build-before.log" >&2; exit 1; }
-(cd "$repo" && bazel build //bench:lifecycle >"$tmp/build-after.log" 2>&1) ||
-	{ cat "$tmp/build-after.log" >&2; exit 1; }
-cp "$tmp/tree/bazel-bin/bench/lifecycle" "$tmp/before"
-cp "$repo/bazel-bin/bench/lifecycle" "$tmp/after"
+# shellcheck source=bench/ab_build.sh
+. "$repo/bench/ab_build.sh"
+ab_build lifecycle "$base"
 
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 1; r <= rounds; r++)); do
@@ -60,7 +45,9 @@ for ((r = 1; r <= rounds; r++)); do
 		for t in ${threads//,/ }; do
 			for m in ${modes//,/ }; do
 				# Run from the repository: the default trace lies beside it.
-				(cd "$repo" && "$tmp/$side" --only lifecycle --quick --modes "$m" \
+				bin=$before
+				[ "$side" = after ] && bin=$after
+				(cd "$repo" && "$bin" --only lifecycle --quick --modes "$m" \
 					--threads "$t" "${trace_opt[@]}") >"$tmp/out" 2>&1 ||
 					{ cat "$tmp/out" >&2; exit 1; }
 				# "threads kvpool mutex ratio scaling kv-ns mx-ns ..." rows
