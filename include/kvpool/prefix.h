@@ -91,13 +91,14 @@
  *     gives the block back in its old place.  So, with those exceptions,
  *     the blocks one thread cached are evicted in the order that thread
  *     cached them, whichever threads evict, if no match took them.
- *   - With one thread, or when every block is cached again by threads of
- *     the home shard it was first cached on, eviction is exactly least
+ *   - With one thread (or one thread caching), eviction is exactly least
  *     recently cached first, a block a match took counting as cached when
- *     it was let go.  So when a request lets go of a prompt's blocks
- *     (kvp_free_all, last block first), no block of that prompt outlives
- *     an earlier one that it cached at the same time.  A block a thread
- *     of another home shard took and let go again goes after every block
+ *     it was let go.  Within a shard the same holds for the blocks its own
+ *     threads cache again.  So when a request lets go of a prompt's blocks
+ *     (kvp_free_all, last block first), no block of that prompt on its
+ *     thread's shard outlives an earlier one it cached at the same time.
+ *     A block a thread of another home shard took and let go again goes
+ *     after every block
  *     of its list cached before the eviction that moved it.
  *   - Across the stream, among blocks no match took, an evicted block's
  *     caching time is at most 2 ms after that of the least recently cached
@@ -153,9 +154,10 @@
  *   kvp_free_owned,
  *   kvp_free,
  *   kvp_free_all        everything        owner shard mutex, then per block
- *                                         its lock bit (and an LRU shard
- *                                         mutex when it becomes cached and
- *                                         is on no list)
+ *                                         its lock bit (and its thread's
+ *                                         LRU shard mutex when it becomes
+ *                                         cached and is on no list or on
+ *                                         that shard's)
  *   kvp_allocate        everything        as in kvpool/pool.h; eviction takes
  *                                         LRU shard mutexes one at a time and
  *                                         never waits for a block's lock bit

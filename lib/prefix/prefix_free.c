@@ -8,9 +8,9 @@
  *
  * Dropping a hold (drop_hold) runs under the holder's owner shard mutex,
  * with the block locked (its state word's lock bit).  The last hold of a
- * published block makes it cached: counted, and put on its LRU list unless
- * it is still there, before the unlock.  So no evictor sees it cached and
- * unlisted.  The last hold of any other block frees it onto the block
+ * published block makes it cached: counted, and put at the tail of its
+ * thread's LRU list unless it stays on another thread's (relist), before
+ * the unlock.  So no evictor sees it cached and unlisted.  The last hold of any other block frees it onto the block
  * path, in batches, after the locks are gone.
  *
  * May call: the pool's block path and owner table (lib/pool), the LRU
@@ -74,8 +74,9 @@ struct cache_batch {
 	uint32_t ids[2][CACHE_BATCH];
 	uint64_t st[2][CACHE_BATCH]; /* each block's cached state, to unlock to */
 	uint32_t n[2];
-	/* The batch's blocks on no list, to be listed (a block a match took
-	 * from its list is still there: it stays, as in drop_hold). */
+	/* The batch's blocks to put at the tail of this thread's list: those
+	 * on no list, and those on it (relist); a block on another thread's
+	 * list stays there. */
 	uint32_t list[2][CACHE_BATCH];
 	uint32_t n_list[2];
 };

@@ -91,8 +91,8 @@
  *   IN_USE, 2+ holders --release: lock, holders-1, unlock--> same state
  *   IN_USE, unpublished, last hold --release: lock, unlock to--> free
  *                                   (then pushed on the free stack)
- *   IN_USE|PUBLISHED, last hold --release: lock, count it cached, list it
- *                                   if on no list, unlock to--> CACHED|PUBLISHED
+ *   IN_USE|PUBLISHED, last hold --release: lock, list it (or move it on its
+ *                                   thread's list), count, unlock--> CACHED|PUBLISHED
  *   CACHED --match: lock, 1 holder, unlock to--> IN_USE|PUBLISHED, gen + 1
  *   CACHED, not stale --evictor: CAS (LRU mutex held)--> EVICTING --index
  *           key deleted, store--> free (exclusive: handed out or pushed)
