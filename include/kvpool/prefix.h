@@ -98,8 +98,8 @@
  *     (kvp_free_all, last block first), no block of that prompt on its
  *     thread's shard outlives an earlier one it cached at the same time.
  *     A block a thread of another home shard took and let go again goes
- *     after every block
- *     of its list cached before the eviction that moved it.
+ *     after every block of its list cached before the eviction that moved
+ *     it.
  *   - Across the stream, among blocks no match took, an evicted block's
  *     caching time is at most 2 ms after that of the least recently cached
  *     block left (on the clock below).
@@ -156,8 +156,7 @@
  *   kvp_free_all        everything        owner shard mutex, then per block
  *                                         its lock bit (and its thread's
  *                                         LRU shard mutex when it becomes
- *                                         cached and is on no list or on
- *                                         that shard's)
+ *                                         cached)
  *   kvp_allocate        everything        as in kvpool/pool.h; eviction takes
  *                                         LRU shard mutexes one at a time and
  *                                         never waits for a block's lock bit

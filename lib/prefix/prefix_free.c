@@ -9,8 +9,9 @@
  * Dropping a hold (drop_hold) runs under the holder's owner shard mutex,
  * with the block locked (its state word's lock bit).  The last hold of a
  * published block makes it cached: counted, and put at the tail of its
- * thread's LRU list unless it stays on another thread's (relist), before
- * the unlock.  So no evictor sees it cached and unlisted.  The last hold of any other block frees it onto the block
+ * thread's LRU list unless it stays on another thread's
+ * (kvpi_pfx_lru_insert), before the unlock.  So no evictor sees it cached
+ * and unlisted.  The last hold of any other block frees it onto the block
  * path, in batches, after the locks are gone.
  *
  * May call: the pool's block path and owner table (lib/pool), the LRU
@@ -49,7 +50,7 @@ enum drop { D_STALE, D_KEPT, D_CACHED, D_FREED };
  * together: one LRU mutex, one clock read, one count update and one in-use
  * note per batch instead of per block.  A block still listed (a match took
  * it from its list) joins the batch too: counted and unlocked with it, and
- * moved to the tail with it when it is on this thread's list (relist).
+ * moved to the tail with it when it is on this thread's list.
  * Counting each such block on its own took a locked add a block: 22% of
  * kvpi_pfx_free_all's own perf samples (cpu-clock) on the lifecycle
  * benchmark's prefix loop at one thread, where most of a request's matched
@@ -74,11 +75,6 @@ struct cache_batch {
 	uint32_t ids[2][CACHE_BATCH];
 	uint64_t st[2][CACHE_BATCH]; /* each block's cached state, to unlock to */
 	uint32_t n[2];
-	/* The batch's blocks to put at the tail of this thread's list: those
-	 * on no list, and those on it (relist); a block on another thread's
-	 * list stays there. */
-	uint32_t list[2][CACHE_BATCH];
-	uint32_t n_list[2];
 };
 
 /* List, count and unlock stream @si's batched blocks, in the order of a
@@ -89,12 +85,12 @@ static void cache_flush(struct kvp_pool *p, struct kvpi_tslot *s, struct cache_b
 	if (n == 0)
 		return;
 	kvpi_note_freed(p, s, n); /* before a match can take them again */
-	kvpi_pfx_lru_insert_many(p->prefix, s, si, cb->list[si], cb->n_list[si]);
+	kvpi_pfx_lru_insert_many(p->prefix, s, si, cb->ids[si], n);
 	/* counted before the unlocks make them claimable */
 	kvpi_pfx_count_one(p->prefix, si, (int64_t)n);
 	for (uint32_t i = 0; i < n; i++)
 		kvpi_pfx_unlock(kvpi_bt_block(&p->bt, cb->ids[si][i]), cb->st[si][i]);
-	cb->n[si] = cb->n_list[si] = 0;
+	cb->n[si] = 0;
 }
 
 static void cache_flush_all(struct kvp_pool *p, struct kvpi_tslot *s, struct cache_batch *cb)
@@ -107,21 +103,6 @@ struct drop_arg {
 	uint32_t gen;
 	bool any_gen;
 };
-
-/*
- * Whether a release that makes block @e cached puts it at the tail of its
- * thread's list (block locked).  Yes when it is on no list, and when it is
- * on that very list (a match took it from there): it is cached now, and
- * moving it keeps the list in order of release.  Not when it is on another
- * thread's list: it stays in its place there until an eviction reaches it
- * and moves it to that list's tail (the lists are lazy across shards).
- * lru_shard is written under the block lock and the shard mutex, so it is
- * stable here.
- */
-static inline bool relist(struct kvpi_pside *e, const struct kvpi_tslot *s)
-{
-	return !kvpi_pfx_flag(&e->listed) || e->lru_shard == kvpi_pfx_home(s);
-}
 
 /* A state a release may lock: in use, of the ref's hand-out. */
 static bool drop_ok(uint64_t st, const void *arg)
@@ -198,13 +179,11 @@ drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id, uint32_t gen, b
 	if ((st & KVPI_ST_PUBLISHED) && cb) {
 		/* Cached, counted with the batch, and put at the tail of
 		 * this thread's list with it unless it stays on another
-		 * thread's list (relist, cache_flush).  Meanwhile an evictor
-		 * that meets a listed one locked passes it over. */
+		 * thread's list (cache_flush).  Meanwhile an evictor that
+		 * meets a listed one locked passes it over. */
 		uint32_t k = cb->n[si]++;
 		cb->ids[si][k] = id;
 		cb->st[si][k] = (st & ~(KVPI_ST_IN_USE | KVPI_ST_RAW)) | KVPI_ST_CACHED;
-		if (relist(e, s))
-			cb->list[si][cb->n_list[si]++] = id;
 		if (cb->n[si] == CACHE_BATCH)
 			cache_flush(p, s, cb, si);
 		*st_out = st;
@@ -212,8 +191,7 @@ drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id, uint32_t gen, b
 	}
 	if (st & KVPI_ST_PUBLISHED) {
 		kvpi_note_freed(p, s, 1); /* before a match can take it again */
-		if (relist(e, s))
-			kvpi_pfx_lru_insert(pf, s, si, id);
+		kvpi_pfx_lru_insert(pf, s, si, id);
 		/* counted before the unlock makes it claimable: the count
 		 * never runs below the blocks cached and unheld */
 		kvpi_pfx_count_one(pf, si, 1);
@@ -368,7 +346,7 @@ int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 	struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, owner);
 	struct acc a;
 	struct cache_batch cb;
-	cb.n[0] = cb.n[1] = cb.n_list[0] = cb.n_list[1] = 0;
+	cb.n[0] = cb.n[1] = 0;
 	acc_init(&a);
 	pthread_mutex_lock(&sh->lock);
 	struct kvpi_orec *r = kvpi_oshard_find(sh, owner);

@@ -499,10 +499,10 @@ static inline uint64_t kvpi_pfx_pub_hash(const struct kvpi_pside *e)
 /* lib/prefix/prefix_lru.c: LRU lists of cached blocks. */
 void kvpi_pfx_lru_init(struct kvpi_prefix *pf);
 void kvpi_pfx_lru_destroy(struct kvpi_prefix *pf);
-/* Put @id at the tail of the calling thread's list (block locked; on no list or moved from it). */
+/* Put @id at the tail of the calling thread's list (block locked); one on another's stays. */
 void kvpi_pfx_lru_insert(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int si, uint32_t id);
-/* kvpi_pfx_lru_insert for @n blocks (each locked; on no list or on the
- * calling thread's), in order, under one take of the shard mutex. */
+/* kvpi_pfx_lru_insert for @n blocks (each locked), in order, under one
+ * take of the shard mutex. */
 void kvpi_pfx_lru_insert_many(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int si,
                               const uint32_t *ids, uint32_t n);
 /* Take @id off its list if it is on one (block locked). */

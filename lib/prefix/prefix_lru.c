@@ -212,12 +212,7 @@ static void unlink_locked(struct kvpi_prefix *pf, struct kvpi_plru *l, uint32_t 
 
 void kvpi_pfx_lru_insert(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int si, uint32_t id)
 {
-	struct kvpi_plru *l = &pf->lru[si][kvpi_pfx_home(s)];
-	lru_lock(l);
-	if (kvpi_pfx_flag(&kvpi_pfx_side(pf, id)->listed))
-		unlink_locked(pf, l, id); /* on this list: moved to the tail */
-	append_locked(pf, l, id);
-	pthread_mutex_unlock(&l->lock);
+	kvpi_pfx_lru_insert_many(pf, s, si, &id, 1);
 }
 
 void kvpi_pfx_lru_insert_many(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int si,
@@ -228,32 +223,27 @@ void kvpi_pfx_lru_insert_many(struct kvpi_prefix *pf, const struct kvpi_tslot *s
 	uint32_t home = kvpi_pfx_home(s);
 	struct kvpi_plru *l = &pf->lru[si][home];
 	lru_lock(l);
-	/* Those still on this list (a match took them, and they were
-	 * cached again from this shard) leave their old places first. */
-	for (uint32_t i = 0; i < n; i++)
-		if (kvpi_pfx_flag(&kvpi_pfx_side(pf, ids[i])->listed))
-			unlink_locked(pf, l, ids[i]);
 	/* One clock read: the later blocks take the next stamps, so the
-	 * list stays in strictly increasing order.  The batch is linked as a
-	 * chain in one pass, then hung after the old tail. */
+	 * list stays in strictly increasing order. */
 	uint64_t seq = caching_time(l);
-	uint32_t prev = l->tail;
+	uint32_t k = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		struct kvpi_pside *e = kvpi_pfx_side(pf, ids[i]);
-		e->lru_seq = seq + i;
+		/* listed and lru_shard change only under the block lock (ours)
+		 * and the shard mutex: both stay as read here. */
+		if (kvpi_pfx_flag(&e->listed)) {
+			/* On another thread's list it stays (lazy); on ours it
+			 * moves to the tail. */
+			if (e->lru_shard != home)
+				continue;
+			unlink_locked(pf, l, ids[i]);
+		}
+		e->lru_seq = seq + k++;
 		e->lru_shard = (uint8_t)home;
-		e->lru_prev = prev;
-		e->lru_next = i + 1 < n ? ids[i + 1] : KVPI_NO_ID;
-		kvpi_pfx_set_flag(&e->listed, true);
-		kvpi_pfx_set_flag(&e->stale, false);
-		prev = ids[i];
+		link_locked(pf, l, ids[i], l->tail, KVPI_NO_ID);
 	}
-	l->last_seq = seq + n - 1;
-	if (l->tail == KVPI_NO_ID)
-		set_head(pf, l, ids[0]);
-	else
-		kvpi_pfx_side(pf, l->tail)->lru_next = ids[0];
-	l->tail = ids[n - 1];
+	if (k)
+		l->last_seq = seq + k - 1;
 	pthread_mutex_unlock(&l->lock);
 }
 
