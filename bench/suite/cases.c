@@ -24,6 +24,7 @@ typedef struct kvctx {
 	kvp_stream stream;
 	unsigned k;
 	bool free_all;
+	bool minted; /* new-owner case: ids from kvp_owner_new */
 } kvctx;
 
 typedef struct kvtls {
@@ -98,8 +99,9 @@ static uint64_t kv_run_full(void *ctx, void *tls, int tid, const atomic_int *sto
 
 /*
  * One request per op: a new owner id each time (the thread's own sequence,
- * never reused), kvp_allocate of k blocks, then kvp_free_all, which
- * releases the owner: the owner is made and dropped on every op.
+ * never reused, or with c->minted an id from kvp_owner_new), kvp_allocate
+ * of k blocks, then kvp_free_all, which releases the owner: the owner is
+ * made and dropped on every op.
  */
 static uint64_t kv_run_new_owner(void *ctx, void *tls, int tid, const atomic_int *stop)
 {
@@ -116,6 +118,10 @@ static uint64_t kv_run_new_owner(void *ctx, void *tls, int tid, const atomic_int
 		return 0;
 	KVB_LOOP(stop, ops, {
 		kvp_owner owner = seq++;
+		if (c->minted && (rc = kvp_owner_new(c->kv, &owner)) != KVP_OK) {
+			kvb_fail("kvp_owner_new", rc);
+			return ops;
+		}
 		rc = kvp_allocate(c->kv, c->stream, tokens, owner, KVP_FP16, t->refs, KVB_MAX_BATCH,
 		                  &n);
 		if (rc != KVP_OK) {
@@ -206,6 +212,13 @@ void kvb_case_kv_free_all(kvb_case *c, kvp_pool *pool, kvp_stream s, unsigned k)
 void kvb_case_kv_new_owner(kvb_case *c, kvp_pool *pool, kvp_stream s, unsigned k)
 {
 	*c = (kvb_case){kv_setup, kv_run_new_owner, kv_teardown, new_ctx(pool, NULL, s, k, true)};
+}
+
+void kvb_case_kv_minted_owner(kvb_case *c, kvp_pool *pool, kvp_stream s, unsigned k)
+{
+	kvctx *ctx = new_ctx(pool, NULL, s, k, true);
+	ctx->minted = true;
+	*c = (kvb_case){kv_setup, kv_run_new_owner, kv_teardown, ctx};
 }
 
 void kvb_case_kv_raw(kvb_case *c, kvp_pool *pool, kvp_stream s)

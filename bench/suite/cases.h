@@ -32,6 +32,8 @@ void kvb_case_kv_free_all(kvb_case *c, kvp_pool *pool, kvp_stream s, unsigned k)
 /* kvp_allocate(k * block_size tokens) for a new owner id each op + kvp_free_all (the
  * serving loop's owner churn: every op makes and drops an owner). */
 void kvb_case_kv_new_owner(kvb_case *c, kvp_pool *pool, kvp_stream s, unsigned k);
+/* The same with each op's owner id from kvp_owner_new (homed at the thread). */
+void kvb_case_kv_minted_owner(kvb_case *c, kvp_pool *pool, kvp_stream s, unsigned k);
 /* kvp_alloc_block + kvp_free_block: the raw path, no owner. */
 void kvb_case_kv_raw(kvb_case *c, kvp_pool *pool, kvp_stream s);
 /* The mutex pool: mpool_allocate + mpool_free(refs, k), or mpool_free_all. */

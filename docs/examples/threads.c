@@ -4,12 +4,15 @@
 
 static kvp_pool *pool;
 
-static void *serve(void *arg) /* each thread runs requests with its own owner ids */
+static void *serve(void *arg) /* each thread runs 10,000 requests, an owner each */
 {
 	kvp_ref refs[8];
 	size_t n;
-	for (kvp_owner req = (uintptr_t)arg * 1000000; req % 1000000 < 10000; req++)
-		if (kvp_allocate(pool, KVP_K, 100, req, KVP_FP16, refs, 8, &n) == KVP_OK)
+	kvp_owner req;
+	(void)arg;
+	for (int i = 0; i < 10000; i++)
+		if (kvp_owner_new(pool, &req) == KVP_OK && /* an id homed at this thread */
+		    kvp_allocate(pool, KVP_K, 100, req, KVP_FP16, refs, 8, &n) == KVP_OK)
 			kvp_free_all(pool, req); /* 7 blocks of 16 tokens, back at once */
 	return NULL;
 }

@@ -46,6 +46,7 @@
  *                                                   thread frees it (see kvp_alloc_block)
  *   kvp_free_all           everything               the owner's shard mutex
  *   kvp_blocks_for         everything               the owner's shard mutex
+ *   kvp_owner_new          everything               wait-free, no shared write
  *   kvp_register_owner /
  *   kvp_release_owner      everything               the owner's shard mutex
  *   kvp_n_free             everything               wait-free (sums counters)
@@ -317,6 +318,38 @@ int kvp_blocks_for(kvp_pool *pool, kvp_owner owner, kvp_ref *refs, size_t cap, s
  * Thread-safe, wait-free in the number of threads that used the pool.
  */
 size_t kvp_n_free(kvp_pool *pool, kvp_stream stream);
+
+/**
+ * kvp_owner_new - a fresh owner id, homed at the calling thread
+ * @pool:  the pool
+ * @owner: receives the id
+ *
+ * For a server that makes an owner per request.  Any id works with every
+ * owner call; one from here is also placed by the thread that made it: the
+ * owners a thread makes here share one shard of the owner table, its own
+ * (up to 255 threads using the pool at once each have a shard of their
+ * own).  So a thread that makes an owner, allocates for it and
+ * ends it with kvp_free_all touches no cache line another thread writes in
+ * the common case, and threads doing that in parallel do not slow each
+ * other down.  An owner whose id was drawn at random instead lands in a
+ * shard every thread writes.  Any thread may use the id (it then takes that
+ * shard's mutex, as for any id); it stays fast only on its own thread.
+ *
+ * The id is not registered and holds nothing: it becomes active like any
+ * other id, at the first kvp_allocate, kvp_prefix_match or
+ * kvp_register_owner.  Ids from here have 0xC5 in their top byte, and no
+ * two calls on one pool return the same id (2^40 ids a thread).  An id the
+ * caller picks itself in that range may equal one of them; a program that
+ * uses both keeps its own ids out of it.
+ *
+ * Returns KVP_OK; KVP_EINVAL for a NULL argument; KVP_EEXHAUSTED when the
+ * calling thread's 2^40 ids are used up, or more than 65535 threads use
+ * the pool at once (nothing written then).
+ * Thread-safe; wait-free, writes only the calling thread's state (a thread
+ * that could get no state of its own, for want of memory, shares one under
+ * a mutex).
+ */
+int kvp_owner_new(kvp_pool *pool, kvp_owner *owner);
 
 /**
  * kvp_register_owner - make @owner active with no blocks

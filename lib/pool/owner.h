@@ -148,13 +148,46 @@ int kvpi_owners_init(struct kvpi_owners *o);
 /** kvpi_owners_destroy - free every record (single-threaded) */
 void kvpi_owners_destroy(struct kvpi_owners *o);
 
-/** kvpi_owner_hash - splitmix64's finalizer: every bit of the id reaches shard and bucket */
+/*
+ * Minted owner ids (kvp_owner_new).  An id whose top byte is KVPI_MINT_TAG
+ * names its shard in its next byte: the home shard of the thread slot that
+ * minted it.  Below that, the slot's index above its low byte (8 bits) and
+ * the slot's own count of ids made (40 bits):
+ *
+ *   63      56 55      48 47       40 39                       0
+ *   | 0xC5    | idx & ff | idx >> 8  |  the slot's sequence     |
+ *
+ * So ids minted by different slots differ, and the owners a thread mints
+ * live in a shard whose lock, buckets and records that thread alone
+ * touches in the common case: making and ending them moves no cache line
+ * between cores.  Every other id (and a caller's own id that happens to
+ * carry the tag) is placed by its hash; an id with the tag is a valid id
+ * like any other, it only has a fixed shard.
+ */
+#define KVPI_MINT_TAG       0xC5ull
+#define KVPI_MINT_SEQ_BITS  40u
+#define KVPI_MINT_MAX_SLOTS (1u << 16)
+
+/** kvpi_owner_minted - whether @key carries the minted tag */
+static inline bool kvpi_owner_minted(kvp_owner key)
+{
+	return key >> 56 == KVPI_MINT_TAG;
+}
+
+/**
+ * kvpi_owner_hash - splitmix64's finalizer: every bit of the id reaches the
+ * bucket; the shard (top byte) too, except for a minted id, whose top byte
+ * is the shard its id names (above)
+ */
 static inline uint64_t kvpi_owner_hash(kvp_owner key)
 {
 	uint64_t z = key + 0x9e3779b97f4a7c15ull;
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
+	z ^= z >> 31;
+	if (kvpi_owner_minted(key))
+		z = (z & ~(0xffull << 56)) | (key & (0xffull << 48)) << 8;
+	return z;
 }
 
 /** kvpi_owners_shard_h - the shard of the owner whose hash is @h */

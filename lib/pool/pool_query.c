@@ -10,6 +10,30 @@
  */
 #include "lib/pool/pool_internal.h"
 
+_Static_assert(KVPI_OWNER_SHARD_BITS == 8, "a minted id names its shard in one byte");
+
+/*
+ * A fresh id from the calling thread's slot (lib/pool/owner.h, "Minted
+ * owner ids").  The slot's sequence has one writer: the slot's thread, or
+ * whoever holds the fallback slot's lock.  Nothing is registered, so the
+ * call takes no lock and writes nothing another thread reads.
+ */
+int kvp_owner_new(kvp_pool *p, kvp_owner *owner)
+{
+	if (!p || !owner)
+		return KVP_EINVAL;
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	int rc = KVP_OK;
+	if (s->idx >= KVPI_MINT_MAX_SLOTS || s->minted >= 1ull << KVPI_MINT_SEQ_BITS) {
+		rc = KVP_EEXHAUSTED;
+	} else {
+		*owner = KVPI_MINT_TAG << 56 | (uint64_t)(s->idx & 0xff) << 48 |
+		         (uint64_t)(s->idx >> 8) << KVPI_MINT_SEQ_BITS | s->minted++;
+	}
+	kvpi_tslot_put(p, s);
+	return rc;
+}
+
 int kvp_register_owner(kvp_pool *p, kvp_owner owner)
 {
 	if (!p)

@@ -221,6 +221,7 @@ PROTOTYPES = {
     "kvp_free_all": (c_int, [c_void_p, c_uint64]),
     "kvp_blocks_for": (c_int, [c_void_p, c_uint64, c_uint64_p, c_size_t, P(c_size_t)]),
     "kvp_n_free": (c_size_t, [c_void_p, c_int]),
+    "kvp_owner_new": (c_int, [c_void_p, P(c_uint64)]),
     "kvp_register_owner": (c_int, [c_void_p, c_uint64]),
     "kvp_release_owner": (c_int, [c_void_p, c_uint64]),
     "kvp_shrink": (c_int, [c_void_p, c_int, c_uint32, P(c_uint32)]),

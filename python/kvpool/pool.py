@@ -508,6 +508,17 @@ class BlockPoolAllocator:
         with self._handle.use() as p:
             return fn.kvp_n_free(p, s)
 
+    def owner_new(self) -> int:
+        """A fresh owner id, homed at the calling thread: owners a thread
+        makes here and ends with free_all on the same thread do not slow
+        down other threads doing the same.  The id (a negative int: the
+        Python API's owners are signed) is not registered; no two calls on
+        one pool return the same id."""
+        o = ctypes.c_uint64()
+        with self._handle.use() as p:
+            check(fn.kvp_owner_new(p, ctypes.byref(o)), "owner_new")
+        return owner_from_c(o.value)
+
     def register_owner(self, owner: int) -> None:
         """Reserve ``owner``; OwnerAlreadyActiveError if it is already active
         (registered, or holding blocks).  Of several threads registering one

@@ -328,6 +328,19 @@ def test_live_blocks_are_hashable_and_compare_by_checkout(make_pool):
 # --- owners ----------------------------------------------------------------------------
 
 
+def test_owner_new_gives_fresh_ids_that_work_as_owners(make_pool):
+    pool = make_pool(block_size=4, n_blocks=8, separate_kv=False)
+    ids = {pool.owner_new() for _ in range(100)}
+    assert len(ids) == 100
+    a, b = sorted(ids)[:2]
+    pool.allocate(stream="kv", n_tokens=8, owner=a)
+    pool.allocate(stream="kv", n_tokens=4, owner=b)
+    assert len(pool.blocks_for(a)) == 2 and len(pool.blocks_for(b)) == 1
+    pool.free_all(a)
+    pool.free_all(b)
+    assert pool.n_free("kv") == 8
+
+
 def test_register_owner_detects_a_collision(make_pool):
     pool = make_pool(block_size=4, n_blocks=8)
     pool.register_owner(1)
