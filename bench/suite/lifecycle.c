@@ -4,7 +4,8 @@
  *
  * Each thread is a serving worker.  It takes the requests of a trace in
  * trace order (thread t of N takes every N-th request, starting at t), and
- * for each one, under a new owner id:
+ * for each one, under a new owner id (kvpool's from kvp_owner_new, as a
+ * server using it would make them; the mutex pool's the request's index):
  *   plain:  allocates the prompt in one call (ceil(prompt / 16) blocks of 16
  *           tokens), then one block per call every 16 output tokens
  *           (ceil(output / 16) calls), then kvp_free_all;
@@ -221,7 +222,7 @@ failed:
 
 /*
  * The thread's share of requests [from, to), in trace order, @pass tagging
- * the owner ids.  With --split session (the default) every request of a
+ * the mutex pool's owner ids (kvpool's come from kvp_owner_new).  With --split session (the default) every request of a
  * conversation goes to the same thread, as a prefix-aware router sends it,
  * so a turn always finds its earlier turn published and the matched share
  * does not depend on how fast the threads run.  With --split rr thread t
@@ -237,10 +238,14 @@ static void serve(run *r, worker *me, bufs *B, size_t from, size_t to, int pass)
 		if (!rr && r->w->session[i] % N != (size_t)me->tid)
 			continue;
 		uint64_t owner = (uint64_t)pass * r->w->n + i;
-		if (r->side == KV)
-			one_kv(r, me, B, &r->w->req[i], owner);
-		else
+		if (r->side == MUTEX) {
 			one_mutex(r, me, B, &r->w->req[i], owner);
+		} else if (kvp_owner_new(r->kv, &owner) == KVP_OK) {
+			/* A server's owner per request: an id homed at this thread. */
+			one_kv(r, me, B, &r->w->req[i], owner);
+		} else {
+			me->failed++;
+		}
 	}
 }
 
