@@ -200,7 +200,7 @@ static void test_own_id_with_tag(void)
 #define MAILBOXES    16
 
 static _Atomic uint64_t held_by[2 * RACE_BLOCKS]; /* the owner holding each block id, or 0 */
-static _Atomic uint64_t mailbox[MAILBOXES];      /* owners passed between threads, or 0 */
+static _Atomic uint64_t mailbox[MAILBOXES];       /* owners passed between threads, or 0 */
 static int race_rounds;
 
 /* Mark @n blocks as @o's: a block some owner already holds fails the test. */

@@ -19,6 +19,13 @@
  * fix the claimed block was off its list and not in use, so the reset
  * passed it over, and the allocation put it back with its key.)
  *
+ * A publish of a claimed block's key (the claim wrapped again: right after
+ * it, another thread publishes a fresh block under that key) takes the
+ * key over, where it used to be refused (KVP_EEXIST) and leave the key to
+ * a block on its way out.  Whether the allocation then commits its claim
+ * or gives it back, the key names the fresh block afterwards, and a block
+ * given back after losing its key is evicted, not cached again.
+ *
  * And raced: threads match, allocate (often more than is free or cached, so
  * claims are given back), publish and let go on a pool of a few blocks, and
  * now and then reset; the claim is followed by a yield now and then, so a
@@ -105,18 +112,34 @@ void __wrap_kvpi_pfx_unclaim(struct kvp_pool *p, struct kvpi_tslot *s, int si, u
 	__real_kvpi_pfx_unclaim(p, s, si, ids, n, resets0);
 }
 
-/* After the claim: another thread resets the cache (and waits for it). */
+/* A block to publish from another thread while a claim is held. */
+static _Thread_local bool publish_next; /* the allocating thread, once */
+static kvp_ref over_ref;
+static kvp_hash over_key;
+static int over_rc;
+
+static void *publish_over(void *arg)
+{
+	(void)arg;
+	over_rc = kvp_prefix_publish(pool, over_ref, over_key);
+	return NULL;
+}
+
+/* After the claim: another thread resets the cache, or publishes a block
+ * under a claimed key (and waits for it). */
 uint32_t __wrap_kvpi_pfx_claim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
                                uint32_t n)
 {
 	uint32_t got = __real_kvpi_pfx_claim(p, s, si, ids, n);
 	if (racing && tu_rand(&wrap_rng) % 2 == 0)
 		sched_yield(); /* hold the claims a while */
-	if (reset_next) {
-		reset_next = false;
+	if (reset_next || publish_next) {
 		pthread_t t;
-		CHECK_EQ(pthread_create(&t, NULL, reset_cache, &reset_dropped), 0);
+		CHECK_EQ(pthread_create(&t, NULL, reset_next ? reset_cache : publish_over,
+		                        &reset_dropped),
+		         0);
 		CHECK_EQ(pthread_join(t, NULL), 0);
+		reset_next = publish_next = false;
 	}
 	return got;
 }
@@ -198,6 +221,104 @@ static void test_reset_while_claimed_drops_key(void)
 	CHECK_EQ(kvp_free_all(pool, 77), KVP_OK);
 	CHECK_EQ(kvp_n_free(pool, KVP_KV), 2);
 	CHECK_EQ(kvp_allocate(pool, KVP_KV, 2 * BS, 6, KVP_FP16, got, 2, &n), KVP_OK);
+	CHECK_EQ(kvp_free_all(pool, 6), KVP_OK);
+	kvp_pool_destroy(pool);
+	pool = NULL;
+}
+
+/* The id a match of @k by a throw-away owner gets, or UINT32_MAX. */
+static uint32_t holder_of(kvp_hash k)
+{
+	kvp_ref m;
+	size_t n;
+	CHECK_EQ(kvp_prefix_match(pool, KVP_KV, KVP_FP16, &k, 1, 4242, &m, 1, &n), KVP_OK);
+	if (n == 0)
+		return UINT32_MAX;
+	CHECK_EQ(kvp_free_all(pool, 4242), KVP_OK);
+	return KVP_REF_ID(m);
+}
+
+/*
+ * Block x is held, unpublished; block c is cached under key K.  An
+ * allocation evicts c (its only way to the blocks it needs), and while c
+ * is claimed another thread publishes x under K: KVP_OK, and K names x
+ * once the allocation is done.
+ */
+static void test_publish_takes_over_claimed_key(void)
+{
+	pool = tpx_pool(BS, 3);
+	kvp_ref x, c, got[2];
+	size_t n;
+	kvp_hash k = tpx_key(4, 0, 0);
+	CHECK_EQ(kvp_allocate(pool, KVP_KV, BS, 9, KVP_FP16, &x, 1, &n), KVP_OK);
+	CHECK_EQ(kvp_allocate(pool, KVP_KV, BS, 5, KVP_FP16, &c, 1, &n), KVP_OK);
+	CHECK_EQ(kvp_prefix_publish(pool, c, k), KVP_OK);
+	CHECK_EQ(kvp_free_all(pool, 5), KVP_OK);
+	CHECK_EQ(kvp_prefix_publish(pool, x, k), KVP_EEXIST); /* c is cached, not claimed */
+
+	over_ref = x;
+	over_key = k;
+	over_rc = 1;
+	publish_next = true;
+	CHECK_EQ(kvp_allocate(pool, KVP_KV, 2 * BS, 6, KVP_FP16, got, 2, &n), KVP_OK);
+	CHECK(!publish_next);
+	CHECK_EQ(over_rc, KVP_OK);
+	CHECK(KVP_REF_ID(got[0]) == KVP_REF_ID(c) || KVP_REF_ID(got[1]) == KVP_REF_ID(c));
+	CHECK_EQ(holder_of(k), KVP_REF_ID(x));
+	kvp_stats st;
+	CHECK_EQ(kvp_pool_stats(pool, &st), KVP_OK);
+	CHECK_EQ(st.n_evictions, 1);
+	/* x goes to the cache under K at its release, and is found there. */
+	CHECK_EQ(kvp_free_all(pool, 9), KVP_OK);
+	CHECK_EQ(kvp_pool_stats(pool, &st), KVP_OK);
+	CHECK_EQ(st.n_cached, 1);
+	CHECK_EQ(holder_of(k), KVP_REF_ID(x));
+	CHECK_EQ(kvp_free_all(pool, 6), KVP_OK);
+	kvp_pool_destroy(pool);
+	pool = NULL;
+}
+
+/*
+ * As above, but the allocation then fails (a match takes the other cached
+ * block it counted) and gives its claim back: the block whose key went to
+ * x is evicted (free, unpublished, not cached), and K still names x.
+ */
+static void test_unclaim_after_takeover_evicts(void)
+{
+	key_set = 5;
+	pool = tpx_pool(BS, 4);
+	kvp_ref x, r[2], got[3];
+	size_t n;
+	CHECK_EQ(kvp_allocate(pool, KVP_KV, BS, 9, KVP_FP16, &x, 1, &n), KVP_OK);
+	CHECK_EQ(kvp_allocate(pool, KVP_KV, 2 * BS, 5, KVP_FP16, r, 2, &n), KVP_OK);
+	for (uint32_t i = 0; i < 2; i++)
+		CHECK_EQ(kvp_prefix_publish(pool, r[i], tpx_key(5, 0, i)), KVP_OK);
+	CHECK_EQ(kvp_free_all(pool, 5), KVP_OK);
+
+	over_ref = x;
+	over_key = tpx_key(5, 0, 1);
+	over_rc = 1;
+	interfere = true;    /* takes r[0] (key 0) after the count */
+	publish_next = true; /* x under key 1 while r[1] is claimed */
+	CHECK_EQ(kvp_allocate(pool, KVP_KV, 3 * BS, 6, KVP_FP16, got, 3, &n), KVP_EEXHAUSTED);
+	CHECK(!interfere && !publish_next);
+	CHECK_EQ(over_rc, KVP_OK);
+
+	kvp_block_info bi;
+	CHECK_EQ(kvp_block_get(pool, r[1], &bi), KVP_OK);
+	CHECK(!bi.in_use && !bi.published);
+	kvp_stats st;
+	CHECK_EQ(kvp_pool_stats(pool, &st), KVP_OK);
+	CHECK_EQ(st.n_cached, 0);
+	CHECK_EQ(st.n_evictions, 1);
+	CHECK_EQ(holder_of(tpx_key(5, 0, 1)), KVP_REF_ID(x));
+	CHECK_EQ(kvp_n_free(pool, KVP_KV), 2); /* the free one and r[1] */
+	/* The pool is whole: every block back, a full request met. */
+	CHECK_EQ(kvp_free_all(pool, 77), KVP_OK);
+	CHECK_EQ(kvp_free_all(pool, 9), KVP_OK);
+	CHECK_EQ(kvp_allocate(pool, KVP_KV, 4 * BS, 6, KVP_FP16, got, 3, &n), KVP_ERANGE);
+	kvp_ref all[4];
+	CHECK_EQ(kvp_allocate(pool, KVP_KV, 4 * BS, 6, KVP_FP16, all, 4, &n), KVP_OK);
 	CHECK_EQ(kvp_free_all(pool, 6), KVP_OK);
 	kvp_pool_destroy(pool);
 	pool = NULL;
@@ -288,6 +409,8 @@ int main(void)
 {
 	RUN(test_failed_request_evicts_nothing);
 	RUN(test_reset_while_claimed_drops_key);
+	RUN(test_publish_takes_over_claimed_key);
+	RUN(test_unclaim_after_takeover_evicts);
 	RUN(test_race_claims);
 	return 0;
 }

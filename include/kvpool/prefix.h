@@ -256,7 +256,10 @@ int kvp_prefix_match(kvp_pool *pool, kvp_stream stream, kvp_format format, const
  * Returns KVP_OK; KVP_ENOENT (stale or never created ref); KVP_EINVAL
  * (prefix cache off, block not in use, not full, or already published);
  * KVP_EEXIST (another block of the same stream is published under @key;
- * this block stays unpublished); KVP_ENOMEM.  Thread-safe.
+ * this block stays unpublished); KVP_ENOMEM.  A block under @key that an
+ * allocation is evicting at that moment (a match would miss it) does not
+ * count: this block takes the key over and the call returns KVP_OK.
+ * Thread-safe.
  */
 int kvp_prefix_publish(kvp_pool *pool, kvp_ref ref, kvp_hash key);
 

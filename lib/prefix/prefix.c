@@ -122,6 +122,7 @@ int kvpi_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
 	if (!pf)
 		return -1;
 	p->prefix = pf;
+	pf->bt = &p->bt;
 	/* The prefix layer grows the pool itself, after eviction. */
 	pf->grow = cfg->grow_on_exhaustion;
 	p->grow = false;

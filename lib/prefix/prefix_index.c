@@ -38,6 +38,19 @@
  * 64-bit hash shared by two live keys makes the later one a miss, never a
  * wrong hit.
  *
+ * Taking over.  An allocation that evicts claims a cached block (its state
+ * EVICTING) and only then deletes its key.  A match that meets the block
+ * meanwhile misses, and its caller may publish a fresh block under the
+ * same key before the delete.  Refusing it (KVP_EEXIST) would leave the
+ * key to a block on its way out and the fresh copy unpublished: the next
+ * request with that prompt would miss too.  On the lifecycle benchmark
+ * with four threads every refused publish was of this kind (1,320 in one
+ * run).  So an add that finds its key held by an EVICTING block puts the
+ * new block in that slot.  The evictor's delete is by block id and then
+ * finds nothing; an evictor that gives its claim back
+ * (kvpi_pfx_unclaim) checks, under this shard's mutex, that the slot
+ * still names its block before it makes it CACHED, and else evicts it.
+ *
  * A replaced table is freed only after a grace period, so every lookup
  * runs in a read-side section.  A retired table comes back as its shard's
  * spare after the grace period: a warm shard allocates nothing when it
@@ -267,7 +280,16 @@ static int add_locked(struct kvpi_prefix *pf, struct kvpi_pshard *sh, uint32_t i
 				put = i;
 		} else if (atomic_load_explicit(&t->slot[i].h, memory_order_relaxed) == h &&
 		           same_key(pf, ID_OF(v), e)) {
-			return KVP_EEXIST;
+			/* relaxed: the claim's CAS is not ours to order with;
+			 * its undo (kvpi_pfx_unclaim) stores under this mutex,
+			 * which orders that store before this load. */
+			uint64_t st = atomic_load_explicit(&kvpi_bt_block(pf->bt, ID_OF(v))->state,
+			                                   memory_order_relaxed);
+			if (!(st & KVPI_ST_EVICTING))
+				return KVP_EEXIST;
+			/* Taking over (above); relaxed as the stores below. */
+			atomic_store_explicit(&t->slot[i].v, V_OF(id), memory_order_relaxed);
+			return KVP_OK;
 		}
 	}
 	if (put == UINT32_MAX) {
@@ -350,6 +372,32 @@ void kvpi_pfx_index_add_many(struct kvpi_prefix *pf, const uint32_t *ids, const 
 	for (uint32_t i = 0; i < n; i++)
 		index_prefetch(pf, h[i]);
 	per_shard(pf, h, n, add_one, &a);
+}
+
+struct kvpi_pshard *kvpi_pfx_index_lock(struct kvpi_prefix *pf, uint64_t h)
+{
+	struct kvpi_pshard *sh = shard_of(pf, h);
+	pthread_mutex_lock(&sh->lock);
+	return sh;
+}
+
+void kvpi_pfx_index_unlock(struct kvpi_pshard *sh)
+{
+	pthread_mutex_unlock(&sh->lock);
+}
+
+bool kvpi_pfx_index_names_locked(struct kvpi_pshard *sh, uint32_t id, uint64_t h)
+{
+	/* relaxed (all): slots change only under the mutex we hold. */
+	struct kvpi_ptab *t = atomic_load_explicit(&sh->tab, memory_order_relaxed);
+	for (uint32_t i = (uint32_t)h & t->mask, k = 0; k <= t->mask; i = (i + 1) & t->mask, k++) {
+		uint64_t v = atomic_load_explicit(&t->slot[i].v, memory_order_relaxed);
+		if (v == 0)
+			return false;
+		if (v == V_OF(id))
+			return true;
+	}
+	return false;
 }
 
 /* Delete block @id, added under hash @h, from @t, @sh's table.  Shard mutex

@@ -16,6 +16,8 @@
  *   kvpi_pfx_index_add_many     a publisher, blocks locked    takes the shards'
  *   kvpi_pfx_forget_many        the blocks' locker, or their  mutexes (innermost:
  *                               evictor (EVICTING)            takes no other lock)
+ *   kvpi_pfx_index_lock/unlock  an evictor undoing its claim  none; then the shard
+ *   kvpi_pfx_index_names_locked (EVICTING)                    mutex (innermost)
  */
 #ifndef KVPOOL_LIB_PREFIX_INDEX_H
 #define KVPOOL_LIB_PREFIX_INDEX_H
@@ -71,12 +73,18 @@ uint32_t kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kv
 void kvpi_pfx_index_prefetch_key(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key);
 /* Add @n (at most KVPI_PIDX_BATCH) blocks @ids, each locked with its key in
  * its side entry (pub_key, pub_stream) hashing to @h[i].  @rc[i] is block
- * @ids[i]'s result: KVP_OK; KVP_EEXIST (another block has the key); or
- * KVP_ENOMEM (the shard is full and could not grow).  Keys of one shard are
- * added in their order here (the first of two equal keys wins), under one
- * hold of the shard's mutex. */
+ * @ids[i]'s result: KVP_OK (also when the key's block was being evicted:
+ * the new block takes the key over); KVP_EEXIST (another block has the
+ * key); or KVP_ENOMEM (the shard is full and could not grow).  Keys of one
+ * shard are added in their order here (the first of two equal keys wins),
+ * under one hold of the shard's mutex. */
 void kvpi_pfx_index_add_many(struct kvpi_prefix *pf, const uint32_t *ids, const uint64_t *h,
                              uint32_t n, int *rc);
+/* Take and drop the mutex of the shard of hash @h (kvpi_pfx_unclaim). */
+struct kvpi_pshard *kvpi_pfx_index_lock(struct kvpi_prefix *pf, uint64_t h);
+void kvpi_pfx_index_unlock(struct kvpi_pshard *sh);
+/* Whether @sh (its mutex held) holds block @id under hash @h. */
+bool kvpi_pfx_index_names_locked(struct kvpi_pshard *sh, uint32_t id, uint64_t h);
 /* Call @fn on every block in the index (read-side section; @fn may delete it). */
 void kvpi_pfx_index_each(struct kvpi_prefix *pf, void (*fn)(uint32_t id, void *arg), void *arg);
 /* Forget the keys of blocks @ids[0..@n): each locked by the caller, or

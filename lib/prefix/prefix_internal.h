@@ -96,9 +96,12 @@
  *   CACHED --match: lock, 1 holder, unlock to--> IN_USE|PUBLISHED, gen + 1
  *   CACHED, not stale --evictor: CAS (LRU mutex held)--> EVICTING --index
  *           key deleted, store--> free (exclusive: handed out or pushed)
+ *   EVICTING --a publish of its key: the index slot names the new block
+ *           (under the index shard mutex)--> same state, key gone
  *   EVICTING (claimed by an allocation that then fails) --relisted in
- *           caching-time order, store--> CACHED (key never left the index);
- *           if a reset began since the claim: unlisted, evicted as above
+ *           caching-time order, store under its index shard mutex-->
+ *           CACHED (its key still names it); if a reset began since the
+ *           claim, or its key was taken over: unlisted, evicted as above
  *   IN_USE|PUBLISHED --reset: lock, index del, unlock to--> IN_USE
  *   listed CACHED stale / listed IN_USE --evictor: try-lock (one CAS, never
  *           waits), move to tail / drop from list, unlock--> same state
@@ -317,6 +320,9 @@ struct kvpi_prefix {
 	struct kvpi_pside *seg0;
 	uint32_t n0;
 	_Atomic(_Atomic(struct kvpi_pside *) *) top[KVPI_PFX_TOP];
+	/* The pool's block table: an index add reads the state of the block
+	 * that holds a key (lib/prefix/prefix_index.c, "Taking over"). */
+	struct kvpi_blocktable *bt;
 	struct kvpi_plru lru[2][KVPI_PFX_LRU_SHARDS];
 };
 
@@ -496,52 +502,8 @@ static inline uint64_t kvpi_pfx_pub_hash(const struct kvpi_pside *e)
 	return kvpi_pfx_index_hash(&e->pub_key, e->pub_stream);
 }
 
-/* lib/prefix/prefix_lru.c: LRU lists of cached blocks. */
-void kvpi_pfx_lru_init(struct kvpi_prefix *pf);
-void kvpi_pfx_lru_destroy(struct kvpi_prefix *pf);
-/* Put @id at the tail of the calling thread's list (block locked); one on another's stays. */
-void kvpi_pfx_lru_insert(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int si, uint32_t id);
-/* kvpi_pfx_lru_insert for @n blocks (each locked), in order, under one
- * take of the shard mutex. */
-void kvpi_pfx_lru_insert_many(struct kvpi_prefix *pf, const struct kvpi_tslot *s, int si,
-                              const uint32_t *ids, uint32_t n);
-/* Take @id off its list if it is on one (block locked). */
-void kvpi_pfx_lru_unlink(struct kvpi_prefix *pf, int si, uint32_t id);
-uint64_t kvpi_pfx_n_cached(struct kvpi_prefix *pf, int si);
-/*
- * Evict cached blocks of stream @si in two steps, for a request that may
- * still fail.  Each block is the least recently cached of the calling
- * thread's shard or of the stream (kvpool/prefix.h).  Call in a read-side
- * section.
- *
- *   1. Claim up to @n blocks: EVICTING, off their lists, keys kept.  A
- *      match that finds one meanwhile misses.
- *   2. Either commit them, or give them back.  Commit forgets the keys and
- *      leaves the state words plain free, held by the caller on no list.
- *      Giving back (unclaim) leaves them as they were: same list, same
- *      caching time, findable again.
- */
-uint32_t kvpi_pfx_claim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
-                        uint32_t n);
-void kvpi_pfx_commit(struct kvp_pool *p, struct kvpi_tslot *s, int si, const uint32_t *ids,
-                     uint32_t n);
-/* Commit without the cached count: the caller takes @n off it
- * (kvpi_pfx_count_one) once the blocks are pushed on the free stack. */
-void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvpi_tslot *s, const uint32_t *ids,
-                               uint32_t n);
-/* Evict up to @n cached blocks onto the free stack (reset, shrink): pushed
- * before the cached count drops.  Returns how many. */
-uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
-                                 uint32_t n);
-/*
- * Unclaim: @resets0 is prefix.resets as read (acquire) before the claim.
- * A reset may have run or begun since then.  It may then have passed the
- * claimed blocks over, since they were on no list.  So they are evicted
- * instead, as the reset would have: keys forgotten, counted, pushed on the
- * free stack.
- */
-void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids, uint32_t n,
-                      uint64_t resets0);
+/* The LRU lists of cached blocks (lib/prefix/prefix_lru.c). */
+#include "lib/prefix/prefix_lru.h"
 
 /*
  * lib/prefix/prefix_owner.c: owners in prefix mode.  They live in the pool's

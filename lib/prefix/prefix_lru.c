@@ -475,6 +475,23 @@ static bool reset_overlapped(uint64_t resets0, uint64_t now)
 	return (resets0 & 0xffffffffu) != 0 || (now >> 32) != (resets0 >> 32);
 }
 
+/* Evict @n claimed (EVICTING) blocks that kvpi_pfx_unclaim listed again:
+ * off their lists, keys forgotten, pushed on the free stack, uncounted. */
+static void evict_unclaimed(struct kvp_pool *p, struct kvpi_tslot *s, int si, const uint32_t *ids,
+                            uint32_t n)
+{
+	struct kvpi_prefix *pf = p->prefix;
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvpi_plru *l = shard_of(pf, si, ids[i]);
+		lru_lock(l);
+		unlink_locked(pf, l, ids[i]);
+		pthread_mutex_unlock(&l->lock);
+	}
+	kvpi_pfx_commit_uncounted(p, s, ids, n);
+	kvpi_fs_push_ids(&p->fs[si], &p->bt, ids, n);
+	kvpi_pfx_count_one(pf, si, -(int64_t)n); /* pushed first: never low */
+}
+
 void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids, uint32_t n,
                       uint64_t resets0)
 {
@@ -499,25 +516,36 @@ void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t
 	atomic_thread_fence(memory_order_seq_cst);
 	uint64_t now = atomic_load_explicit(&pf->resets, memory_order_relaxed);
 	if (reset_overlapped(resets0, now)) {
-		for (uint32_t i = 0; i < n; i++) {
-			struct kvpi_plru *l = shard_of(pf, si, ids[i]);
-			lru_lock(l);
-			unlink_locked(pf, l, ids[i]);
-			pthread_mutex_unlock(&l->lock);
-		}
-		kvpi_pfx_commit_uncounted(p, s, ids, n);
-		kvpi_fs_push_ids(&p->fs[si], &p->bt, ids, n);
-		kvpi_pfx_count_one(pf, si, -(int64_t)n); /* pushed first: never low */
+		evict_unclaimed(p, s, si, ids, n);
 		return;
 	}
+	/* CACHED again only if its key still names it, decided under the
+	 * key's index shard mutex: a publish that takes a key over does so
+	 * under that mutex, and only from an EVICTING block.  The blocks
+	 * whose keys went are moved to the front of @ids. */
+	uint32_t gone = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		struct kvpi_block *b = kvpi_bt_block(&p->bt, ids[i]);
-		/* relaxed load: ours.  release store: a matcher that locks it
-		 * (acquire) sees the list fields and the contents as before. */
-		uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
-		atomic_store_explicit(&b->state, (st & ~KVPI_ST_EVICTING) | KVPI_ST_CACHED,
-		                      memory_order_release);
+		uint64_t h = kvpi_pfx_pub_hash(kvpi_pfx_side(pf, ids[i]));
+		struct kvpi_pshard *sh = kvpi_pfx_index_lock(pf, h);
+		bool kept = kvpi_pfx_index_names_locked(sh, ids[i], h);
+		if (kept) {
+			/* relaxed load: ours.  release store: a matcher that
+			 * locks it (acquire) sees the list fields and the
+			 * contents as before. */
+			uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
+			atomic_store_explicit(&b->state, (st & ~KVPI_ST_EVICTING) | KVPI_ST_CACHED,
+			                      memory_order_release);
+		}
+		kvpi_pfx_index_unlock(sh);
+		if (!kept) {
+			uint32_t t = ids[gone];
+			ids[gone++] = ids[i];
+			ids[i] = t;
+		}
 	}
+	if (gone)
+		evict_unclaimed(p, s, si, ids, gone);
 }
 
 uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
