@@ -485,16 +485,22 @@ static void do_contest(st_world *w, st_slot *s)
 
 /*
  * A burst of new requests: ST_BURST owner ids this slot never used before
- * in this burst's range each get one block, are checked, then freed.  More
- * owners than the pool keeps spare records for, so owner records come
- * from the system allocator, and fault injection can make them fail.
+ * in this burst's range, or (every other burst) ids from kvp_owner_new,
+ * each get one block, are checked, then freed.  More owners than the pool
+ * keeps spare records for, so owner records come from the system
+ * allocator, and fault injection can make them fail.  A minted id that
+ * named an active owner would merge two owners, which the list check
+ * catches.
  */
 static void do_owner_burst(st_world *w, st_slot *s)
 {
 	st_owner burst[ST_BURST];
+	bool minted = rnd(s, 2) == 0;
 	memset(burst, 0, sizeof burst);
 	for (unsigned j = 0; j < ST_BURST; j++) {
-		burst[j].id = ((uint64_t)(s->index + 1) << 32) | (0x10000u + j);
+		if (!minted ||
+		    !expect(w, s, "kvp_owner_new", kvp_owner_new(w->pool, &burst[j].id), KVP_OK))
+			burst[j].id = ((uint64_t)(s->index + 1) << 32) | (0x10000u + j);
 		do_alloc(w, s, &burst[j], false);
 	}
 	for (unsigned j = 0; j < ST_BURST; j++)
