@@ -383,14 +383,16 @@ static void print_targets(void)
 		const char *tag = m ? " [kvp_owner_new]" : "";
 		char what[128];
 		if (t1 >= 0) {
-			snprintf(what, sizeof(what),
-			         "1 thread: new owner + free_all >= 0.5x registered pair (new/full)%s",
-			         tag);
+			snprintf(
+			    what, sizeof(what),
+			    "1 thread: new owner + free_all >= 0.5x registered pair (new/full)%s",
+			    tag);
 			verdict(what, v[pe][t1] / v[KV_FULL][t1], 0.5);
 		}
 		if (t1 >= 0 && t2 >= 0) {
 			snprintf(what, sizeof(what),
-			         "2 threads: new owner + free_all >= 1.6x its 1 thread (2T/1T)%s", tag);
+			         "2 threads: new owner + free_all >= 1.6x its 1 thread (2T/1T)%s",
+			         tag);
 			verdict(what, v[pe][t2] / v[pe][t1], 1.6);
 		}
 	}

@@ -222,8 +222,9 @@ failed:
 
 /*
  * The thread's share of requests [from, to), in trace order, @pass tagging
- * the mutex pool's owner ids (kvpool's come from kvp_owner_new).  With --split session (the default) every request of a
- * conversation goes to the same thread, as a prefix-aware router sends it,
+ * the mutex pool's owner ids (kvpool's come from kvp_owner_new).  With
+ * --split session (the default) every request of a conversation goes to
+ * the same thread, as a prefix-aware router sends it,
  * so a turn always finds its earlier turn published and the matched share
  * does not depend on how fast the threads run.  With --split rr thread t
  * takes every N-th request from t, and a turn racing its predecessor on

@@ -46,7 +46,9 @@
  *                                                   thread frees it (see kvp_alloc_block)
  *   kvp_free_all           everything               the owner's shard mutex
  *   kvp_blocks_for         everything               the owner's shard mutex
- *   kvp_owner_new          everything               wait-free, no shared write
+ *   kvp_owner_new          everything               no lock, no shared write (the
+ *                                                   thread's first call on the pool
+ *                                                   makes its slot)
  *   kvp_register_owner /
  *   kvp_release_owner      everything               the owner's shard mutex
  *   kvp_n_free             everything               wait-free (sums counters)
@@ -326,28 +328,35 @@ size_t kvp_n_free(kvp_pool *pool, kvp_stream stream);
  *
  * For a server that makes an owner per request.  Any id works with every
  * owner call; one from here is also placed by the thread that made it: the
- * owners a thread makes here share one shard of the owner table, its own
- * (up to 255 threads using the pool at once each have a shard of their
- * own).  So a thread that makes an owner, allocates for it and
- * ends it with kvp_free_all touches no cache line another thread writes in
- * the common case, and threads doing that in parallel do not slow each
- * other down.  An owner whose id was drawn at random instead lands in a
- * shard every thread writes.  Any thread may use the id (it then takes that
- * shard's mutex, as for any id); it stays fast only on its own thread.
+ * owners a thread makes here share one shard of the owner table, that of
+ * the thread's per-thread state (its slot).  Slots are numbered in the
+ * order the pool makes them, one per thread, a slot given up by an exiting
+ * thread going to the next new one; the first 255 slots each have a shard
+ * of their own, later ones share.  So a thread that makes an owner,
+ * allocates for it and ends it with kvp_free_all touches no cache line
+ * another thread writes in the common case, and threads doing that in
+ * parallel do not slow each other down.  An owner whose id was drawn at
+ * random instead lands in a shard every thread writes.  Any thread may use
+ * the id (it then takes that shard's mutex, as for any id); it stays fast
+ * only on its own thread.  So mint on the thread that will use the id: ids
+ * one dispatcher thread mints for many workers all land in its one shard.
  *
  * The id is not registered and holds nothing: it becomes active like any
  * other id, at the first kvp_allocate, kvp_prefix_match or
  * kvp_register_owner.  Ids from here have 0xC5 in their top byte, and no
- * two calls on one pool return the same id (2^40 ids a thread).  An id the
- * caller picks itself in that range may equal one of them; a program that
- * uses both keeps its own ids out of it.
+ * two calls on one pool return the same id (2^40 ids a slot, shared by the
+ * threads that use the slot in turn).  An id the caller picks itself in
+ * that range may equal one of them; a program that uses both keeps its own
+ * ids out of it.
  *
  * Returns KVP_OK; KVP_EINVAL for a NULL argument; KVP_EEXHAUSTED when the
- * calling thread's 2^40 ids are used up, or more than 65535 threads use
- * the pool at once (nothing written then).
- * Thread-safe; wait-free, writes only the calling thread's state (a thread
- * that could get no state of its own, for want of memory, shares one under
- * a mutex).
+ * calling thread's slot has made its 2^40 ids, or is the 65536th or a
+ * later slot of the pool (more threads than that used it at once); nothing
+ * is written then.
+ * Thread-safe.  Takes no lock and writes only the calling thread's slot,
+ * once the thread has one: its first call on a pool makes it, as any
+ * call's does.  A thread that could get no slot, for want of memory,
+ * shares a fallback slot under a mutex.
  */
 int kvp_owner_new(kvp_pool *pool, kvp_owner *owner);
 

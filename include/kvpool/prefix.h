@@ -256,9 +256,10 @@ int kvp_prefix_match(kvp_pool *pool, kvp_stream stream, kvp_format format, const
  * Returns KVP_OK; KVP_ENOENT (stale or never created ref); KVP_EINVAL
  * (prefix cache off, block not in use, not full, or already published);
  * KVP_EEXIST (another block of the same stream is published under @key;
- * this block stays unpublished); KVP_ENOMEM.  A block under @key that an
- * allocation is evicting at that moment (a match would miss it) does not
- * count: this block takes the key over and the call returns KVP_OK.
+ * this block stays unpublished); KVP_ENOMEM.  A block under @key that is
+ * being evicted at that moment (by an allocation, a reset or a shrink; a
+ * match would miss it) does not count: this block takes the key over and
+ * the call returns KVP_OK.
  * Thread-safe.
  */
 int kvp_prefix_publish(kvp_pool *pool, kvp_ref ref, kvp_hash key);
@@ -314,9 +315,10 @@ int kvp_free_owned(kvp_pool *pool, kvp_owner owner, const kvp_ref *refs, size_t 
  * Evicts every cached block and unpublishes held ones.  Held blocks stay
  * held, and are ordinary free blocks once released.
  *
- * Returns the number of keys dropped; 0 when @pool is NULL or has the
- * prefix cache off.  Thread-safe.  Blocks published or cached while it runs
- * may keep their keys.
+ * Returns the number of blocks it evicted or unpublished; 0 when @pool is
+ * NULL or has the prefix cache off.  Thread-safe.  Blocks published or
+ * cached while it runs may keep their keys; a key such a block took over
+ * from one being evicted may be counted twice.
  */
 size_t kvp_prefix_reset(kvp_pool *pool);
 

@@ -81,7 +81,7 @@ struct kvpi_tslot {
 	                             * (kvpi_account_in_use); -1 for the fallback slot */
 	uint32_t calls;             /* owner only: mutating calls, for history cadence */
 	uint32_t idx;               /* immutable: 1, 2, ... in order made; 0 the fallback slot */
-	uint64_t minted;            /* owner only (the fallback: its lock): ids kvp_owner_new made */
+	uint64_t minted;            /* owner only (fallback: its lock): ids minted */
 	uint32_t ids[] __attribute__((aligned(64)));
 } __attribute__((aligned(64)));
 

@@ -4,7 +4,9 @@
  * Owns: taking blocks for a request and handing them out fresh.  A request
  * takes uncached free blocks first, then evicts cached ones, then grows
  * (kvpi_pfx_get_blocks); it is all or nothing, and nothing is evicted
- * unless the request is met.  The pool's own growth is off in prefix mode.
+ * unless the request is met, but for blocks a failed request finds it
+ * must not cache again (a reset ran, or a publish took the key over:
+ * kvpi_pfx_unclaim).  The pool's own growth is off in prefix mode.
  * Owns also the exhaustion rule (below): a request fails only on a count of
  * one instant that falls short.
  *
@@ -95,7 +97,8 @@ static int get_blocks_once(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvp
 	 * once the magazines are drained: kvpi_pfx_get_blocks).  Whatever
 	 * uncached blocks there
 	 * are, then cached ones (evicted), then growth: all or nothing, and
-	 * nothing evicted unless the request is met.  The cached blocks are
+	 * nothing evicted unless the request is met (but for what
+	 * kvpi_pfx_unclaim must evict).  The cached blocks are
 	 * claimed first and evicted only once the request is sure to be met:
 	 * if matches took some of those counted meanwhile, or growth fails,
 	 * the claimed ones go back to the cache as they were.

@@ -260,12 +260,13 @@ static int add_locked(struct kvpi_prefix *pf, struct kvpi_pshard *sh, uint32_t i
 	const struct kvpi_pside *e = kvpi_pfx_side(pf, id);
 	/* relaxed: only writers store it, under this mutex. */
 	struct kvpi_ptab *t = atomic_load_explicit(&sh->tab, memory_order_relaxed);
+	bool full = false; /* no room for a new slot: only a takeover can be done */
 	if (4ull * (sh->used + 1) > 3ull * (t->mask + 1)) {
 		struct kvpi_ptab *nt = rebuild(pf, sh, t);
 		if (nt)
 			t = nt;
 		else if (sh->used + 2 > t->mask + 1) /* keep one empty slot */
-			return KVP_ENOMEM;
+			full = true;
 	}
 	uint32_t i = (uint32_t)h & t->mask, put = UINT32_MAX;
 	for (;; i = (i + 1) & t->mask) {
@@ -292,6 +293,8 @@ static int add_locked(struct kvpi_prefix *pf, struct kvpi_pshard *sh, uint32_t i
 			return KVP_OK;
 		}
 	}
+	if (full)
+		return KVP_ENOMEM;
 	if (put == UINT32_MAX) {
 		put = i;
 		sh->used++;

@@ -16,8 +16,9 @@
  *   kvpi_pfx_index_add_many     a publisher, blocks locked    takes the shards'
  *   kvpi_pfx_forget_many        the blocks' locker, or their  mutexes (innermost:
  *                               evictor (EVICTING)            takes no other lock)
- *   kvpi_pfx_index_lock/unlock  an evictor undoing its claim  none; then the shard
- *   kvpi_pfx_index_names_locked (EVICTING)                    mutex (innermost)
+ *   kvpi_pfx_index_lock/unlock  an evictor undoing its claim  maybe the owner shard
+ *   kvpi_pfx_index_names_locked (EVICTING), no block lock or  mutex; then the index
+ *                               LRU mutex held                shard's (innermost)
  */
 #ifndef KVPOOL_LIB_PREFIX_INDEX_H
 #define KVPOOL_LIB_PREFIX_INDEX_H

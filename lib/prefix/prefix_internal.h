@@ -134,7 +134,8 @@
  *   owner shard mutex -> [leave read-side section] grow mutex (growth)
  *   owner shard mutex -> index shard mutex (a private block's publish; the
  *     publish takes the owner's mutex outside a read-side section and with
- *     no block lock held)
+ *     no block lock held; and an allocation's eviction commit or unclaim,
+ *     which holds no block lock or LRU mutex while it takes it)
  *
  * A thread holds at most one LRU mutex at a time, and at most one block
  * lock, with two exceptions.  kvp_free_all keeps the blocks it makes

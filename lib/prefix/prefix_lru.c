@@ -292,9 +292,9 @@ static uint32_t walk_locked(struct kvp_pool *p, struct kvpi_plru *l, uint64_t bo
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
 		/* Locked: its locker is changing it; leave it.  (A listed block
 		 * is held or cached, but for one an allocation is giving back
-		 * (EVICTING, CACHED again in a moment, kvpi_pfx_unclaim): leave
-		 * it too.  The release that frees a listed block takes it off
-		 * first.) */
+		 * (EVICTING, CACHED again in a moment or evicted,
+		 * kvpi_pfx_unclaim): leave it too.  The release that frees a
+		 * listed block takes it off first.) */
 		if ((st & KVPI_ST_LOCKED) || !(st & (KVPI_ST_IN_USE | KVPI_ST_CACHED))) {
 			id = next;
 			continue;

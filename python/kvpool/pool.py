@@ -627,8 +627,8 @@ class BlockPoolAllocator:
 
     def reset_prefix_cache(self) -> int:
         """Forget every key: evict cached blocks, unpublish held ones (they
-        stay held).  Returns the number of keys dropped (0 without a prefix
-        cache)."""
+        stay held).  Returns the number of blocks evicted or unpublished (0
+        without a prefix cache)."""
         with self._handle.use() as p:
             return fn.kvp_prefix_reset(p)
 
