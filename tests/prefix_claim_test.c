@@ -144,15 +144,49 @@ uint32_t __wrap_kvpi_pfx_claim(struct kvp_pool *p, struct kvpi_tslot *s, int si,
 	return got;
 }
 
+/* A fresh pool of @nblocks blocks, the interfering match on key set @set. */
+static void start(uint32_t set, uint32_t nblocks)
+{
+	key_set = set;
+	pool = tpx_pool(BS, nblocks);
+}
+
+static void finish(void)
+{
+	kvp_pool_destroy(pool);
+	pool = NULL;
+}
+
+/* Block @r is free and unpublished, and no block is cached: the pool's
+ * stats then. */
+static kvp_stats dropped_nothing_cached(kvp_ref r)
+{
+	kvp_block_info bi;
+	CHECK_EQ(kvp_block_get(pool, r, &bi), KVP_OK);
+	CHECK(!bi.in_use && !bi.published);
+	kvp_stats st;
+	CHECK_EQ(kvp_pool_stats(pool, &st), KVP_OK);
+	CHECK_EQ(st.n_cached, 0);
+	return st;
+}
+
+/* Blocks @r[0..@n) of owner 5, published under tpx_key(@set, 0, i), then
+ * released: cached, the first one the least recently. */
+static void cache_blocks(kvp_ref *r, uint32_t n, uint32_t set)
+{
+	size_t got;
+	CHECK_EQ(kvp_allocate(pool, KVP_KV, n * BS, 5, KVP_FP16, r, n, &got), KVP_OK);
+	for (uint32_t i = 0; i < n; i++)
+		CHECK_EQ(kvp_prefix_publish(pool, r[i], tpx_key(set, 0, i)), KVP_OK);
+	CHECK_EQ(kvp_free_all(pool, 5), KVP_OK);
+}
+
 static void test_failed_request_evicts_nothing(void)
 {
-	pool = tpx_pool(BS, 2);
+	start(1, 2);
 	kvp_ref r[2];
 	size_t n;
-	CHECK_EQ(kvp_allocate(pool, KVP_KV, 2 * BS, 5, KVP_FP16, r, 2, &n), KVP_OK);
-	for (uint32_t i = 0; i < 2; i++)
-		CHECK_EQ(kvp_prefix_publish(pool, r[i], tpx_key(1, 0, i)), KVP_OK);
-	CHECK_EQ(kvp_free_all(pool, 5), KVP_OK);
+	cache_blocks(r, 2, 1);
 	kvp_stats st;
 	CHECK_EQ(kvp_pool_stats(pool, &st), KVP_OK);
 	CHECK_EQ(st.n_cached, 2);
@@ -179,8 +213,7 @@ static void test_failed_request_evicts_nothing(void)
 	CHECK_EQ(kvp_free_all(pool, 77), KVP_OK);
 	CHECK_EQ(kvp_allocate(pool, KVP_KV, 2 * BS, 6, KVP_FP16, got, 2, &n), KVP_OK);
 	CHECK_EQ(kvp_free_all(pool, 6), KVP_OK);
-	kvp_pool_destroy(pool);
-	pool = NULL;
+	finish();
 }
 
 /*
@@ -190,14 +223,10 @@ static void test_failed_request_evicts_nothing(void)
  */
 static void test_reset_while_claimed_drops_key(void)
 {
-	key_set = 2;
-	pool = tpx_pool(BS, 2);
+	start(2, 2);
 	kvp_ref r[2];
 	size_t n;
-	CHECK_EQ(kvp_allocate(pool, KVP_KV, 2 * BS, 5, KVP_FP16, r, 2, &n), KVP_OK);
-	for (uint32_t i = 0; i < 2; i++)
-		CHECK_EQ(kvp_prefix_publish(pool, r[i], tpx_key(2, 0, i)), KVP_OK);
-	CHECK_EQ(kvp_free_all(pool, 5), KVP_OK);
+	cache_blocks(r, 2, 2);
 
 	interfere = true;
 	reset_next = true;
@@ -211,19 +240,13 @@ static void test_reset_while_claimed_drops_key(void)
 	kvp_ref m;
 	CHECK_EQ(kvp_prefix_match(pool, KVP_KV, KVP_FP16, &k, 1, 8, &m, 1, &n), KVP_OK);
 	CHECK_EQ(n, 0);
-	kvp_block_info bi;
-	CHECK_EQ(kvp_block_get(pool, r[1], &bi), KVP_OK);
-	CHECK(!bi.in_use && !bi.published);
-	kvp_stats st;
-	CHECK_EQ(kvp_pool_stats(pool, &st), KVP_OK);
-	CHECK_EQ(st.n_cached, 0);
+	(void)dropped_nothing_cached(r[1]);
 	/* The pool is whole: the held block back, a full request met. */
 	CHECK_EQ(kvp_free_all(pool, 77), KVP_OK);
 	CHECK_EQ(kvp_n_free(pool, KVP_KV), 2);
 	CHECK_EQ(kvp_allocate(pool, KVP_KV, 2 * BS, 6, KVP_FP16, got, 2, &n), KVP_OK);
 	CHECK_EQ(kvp_free_all(pool, 6), KVP_OK);
-	kvp_pool_destroy(pool);
-	pool = NULL;
+	finish();
 }
 
 /* The id a match of @k by a throw-away owner gets, or UINT32_MAX. */
@@ -246,14 +269,12 @@ static uint32_t holder_of(kvp_hash k)
  */
 static void test_publish_takes_over_claimed_key(void)
 {
-	pool = tpx_pool(BS, 3);
+	start(4, 3);
 	kvp_ref x, c, got[2];
 	size_t n;
 	kvp_hash k = tpx_key(4, 0, 0);
 	CHECK_EQ(kvp_allocate(pool, KVP_KV, BS, 9, KVP_FP16, &x, 1, &n), KVP_OK);
-	CHECK_EQ(kvp_allocate(pool, KVP_KV, BS, 5, KVP_FP16, &c, 1, &n), KVP_OK);
-	CHECK_EQ(kvp_prefix_publish(pool, c, k), KVP_OK);
-	CHECK_EQ(kvp_free_all(pool, 5), KVP_OK);
+	cache_blocks(&c, 1, 4);
 	CHECK_EQ(kvp_prefix_publish(pool, x, k), KVP_EEXIST); /* c is cached, not claimed */
 
 	over_ref = x;
@@ -274,8 +295,7 @@ static void test_publish_takes_over_claimed_key(void)
 	CHECK_EQ(st.n_cached, 1);
 	CHECK_EQ(holder_of(k), KVP_REF_ID(x));
 	CHECK_EQ(kvp_free_all(pool, 6), KVP_OK);
-	kvp_pool_destroy(pool);
-	pool = NULL;
+	finish();
 }
 
 /*
@@ -285,15 +305,11 @@ static void test_publish_takes_over_claimed_key(void)
  */
 static void test_unclaim_after_takeover_evicts(void)
 {
-	key_set = 5;
-	pool = tpx_pool(BS, 4);
+	start(5, 4);
 	kvp_ref x, r[2], got[3];
 	size_t n;
 	CHECK_EQ(kvp_allocate(pool, KVP_KV, BS, 9, KVP_FP16, &x, 1, &n), KVP_OK);
-	CHECK_EQ(kvp_allocate(pool, KVP_KV, 2 * BS, 5, KVP_FP16, r, 2, &n), KVP_OK);
-	for (uint32_t i = 0; i < 2; i++)
-		CHECK_EQ(kvp_prefix_publish(pool, r[i], tpx_key(5, 0, i)), KVP_OK);
-	CHECK_EQ(kvp_free_all(pool, 5), KVP_OK);
+	cache_blocks(r, 2, 5);
 
 	over_ref = x;
 	over_key = tpx_key(5, 0, 1);
@@ -304,12 +320,7 @@ static void test_unclaim_after_takeover_evicts(void)
 	CHECK(!interfere && !publish_next);
 	CHECK_EQ(over_rc, KVP_OK);
 
-	kvp_block_info bi;
-	CHECK_EQ(kvp_block_get(pool, r[1], &bi), KVP_OK);
-	CHECK(!bi.in_use && !bi.published);
-	kvp_stats st;
-	CHECK_EQ(kvp_pool_stats(pool, &st), KVP_OK);
-	CHECK_EQ(st.n_cached, 0);
+	kvp_stats st = dropped_nothing_cached(r[1]);
 	CHECK_EQ(st.n_evictions, 1);
 	CHECK_EQ(holder_of(tpx_key(5, 0, 1)), KVP_REF_ID(x));
 	CHECK_EQ(kvp_n_free(pool, KVP_KV), 2); /* the free one and r[1] */
@@ -320,8 +331,7 @@ static void test_unclaim_after_takeover_evicts(void)
 	kvp_ref all[4];
 	CHECK_EQ(kvp_allocate(pool, KVP_KV, 4 * BS, 6, KVP_FP16, all, 4, &n), KVP_OK);
 	CHECK_EQ(kvp_free_all(pool, 6), KVP_OK);
-	kvp_pool_destroy(pool);
-	pool = NULL;
+	finish();
 }
 
 #define RBLOCKS  24u
@@ -377,7 +387,7 @@ static void *racer(void *arg)
 
 static void test_race_claims(void)
 {
-	pool = tpx_pool(BS, RBLOCKS);
+	start(3, RBLOCKS);
 	racing = true;
 	pthread_t t[RTHREADS];
 	for (uintptr_t i = 0; i < RTHREADS; i++)
@@ -401,8 +411,7 @@ static void test_race_claims(void)
 	CHECK_EQ(st.n_cached, 0);
 	CHECK_EQ(kvp_free_all(pool, 9), KVP_OK);
 	CHECK_EQ(kvp_n_free(pool, KVP_KV), RBLOCKS);
-	kvp_pool_destroy(pool);
-	pool = NULL;
+	finish();
 }
 
 int main(void)
