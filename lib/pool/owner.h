@@ -159,8 +159,8 @@ void kvpi_owners_destroy(struct kvpi_owners *o);
  *
  * So ids minted by different slots differ, and the owners a thread mints
  * live in a shard whose lock, buckets and records that thread alone
- * touches in the common case: making and ending them moves no cache line
- * between cores.  Every other id (and a caller's own id that happens to
+ * touches in the common case (slots 256 apart share a shard): making and
+ * ending them moves no cache line between cores.  Every other id (and a caller's own id that happens to
  * carry the tag) is placed by its hash; an id with the tag is a valid id
  * like any other, it only has a fixed shard.
  */

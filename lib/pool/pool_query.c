@@ -1,5 +1,5 @@
 /*
- * lib/pool/pool_query.c - owner registration, owner listing, and per-block calls.
+ * lib/pool/pool_query.c - owner ids minted and registered, owner listing, and per-block calls.
  *
  * kvp_block_get reads a block's state word, then its owner, then the state
  * again (a seqlock without a writer lock): the state word carries the
