@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # bench/ab_build.sh - sourced by the before/after scripts (getput_ab.sh,
 # lifecycle_ab.sh): builds one Bazel target at a base commit and on the
-# current tree.
+# current tree, and runs the two in turns.
 #
 #   ab_build TARGET BASE
+#   ab_rounds ROUNDS FN      (below)
 #
 # Needs $repo (the repository) and $tmp (a scratch directory of the
 # caller's, removed by ab_cleanup, which it sets as the EXIT trap).  Builds
@@ -34,4 +35,26 @@ ab_build() {
 		{ cat "$tmp/build-after.log" >&2; exit 1; }
 	before="$tmp/tree/bazel-bin/bench/$target"
 	after="$repo/bazel-bin/bench/$target"
+}
+
+# ab_rounds ROUNDS FN: call FN ROUND SIDE for every round and side, the two
+# sides in turns (before after, then after before: drift in the machine's
+# load hits both alike), with the load average at start, end and each round.
+ab_rounds() {
+	local rounds=$1 fn=$2 r side order
+	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+	for ((r = 1; r <= rounds; r++)); do
+		order="before after"
+		((r % 2 == 0)) && order="after before"
+		for side in $order; do
+			"$fn" "$r" "$side"
+		done
+		echo "  round $r done (load $(cut -d' ' -f1 /proc/loadavg))"
+	done
+	echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+# ab_bin SIDE: the program of SIDE (before or after)
+ab_bin() {
+	if [ "$1" = after ]; then echo "$after"; else echo "$before"; fi
 }

@@ -25,19 +25,11 @@ tmp=$(mktemp -d)
 . "$repo/bench/ab_build.sh"
 ab_build getput "$base"
 
-echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-for ((r = 1; r <= rounds; r++)); do
-	order="before after"
-	((r % 2 == 0)) && order="after before" # ABBA: drift in load hits both alike
-	for side in $order; do
-		bin=$before
-		[ "$side" = after ] && bin=$after
-		"$bin" --only getput --quick --json "$tmp/$side.$r.json" >"$tmp/$side.$r.txt" 2>&1 ||
-			{ cat "$tmp/$side.$r.txt" >&2; exit 1; }
-		echo "  round $r $side done (load $(cut -d' ' -f1 /proc/loadavg))"
-	done
-done
-echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+one_side() { # ROUND SIDE
+	"$(ab_bin "$2")" --only getput --quick --json "$tmp/$2.$1.json" >"$tmp/$2.$1.txt" 2>&1 ||
+		{ cat "$tmp/$2.$1.txt" >&2; exit 1; }
+}
+ab_rounds "$rounds" one_side
 
 /usr/bin/python3 - "$tmp" "$rounds" "$(git -C "$repo" rev-parse --short "$base")" \
 	"$(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD || echo ' + uncommitted changes')" <<'PY'

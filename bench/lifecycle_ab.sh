@@ -37,29 +37,23 @@ tmp=$(mktemp -d)
 . "$repo/bench/ab_build.sh"
 ab_build lifecycle "$base"
 
-echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-for ((r = 1; r <= rounds; r++)); do
-	order="before after"
-	((r % 2 == 0)) && order="after before"
-	for side in $order; do
-		for t in ${threads//,/ }; do
-			for m in ${modes//,/ }; do
-				# Run from the repository: the default trace lies beside it.
-				bin=$before
-				[ "$side" = after ] && bin=$after
-				(cd "$repo" && "$bin" --only lifecycle --quick --modes "$m" \
-					--threads "$t" "${trace_opt[@]}") >"$tmp/out" 2>&1 ||
-					{ cat "$tmp/out" >&2; exit 1; }
-				# "threads kvpool mutex ratio scaling kv-ns mx-ns ..." rows
-				awk -v s="$side" -v m="$m" -v t="$t" \
-					'$1 == t && NF >= 9 && $4 ~ /x$/ { print s, m, t, $4, $6, $7 }' \
-					"$tmp/out" >>"$tmp/rows"
-			done
+one_side() { # ROUND SIDE
+	local bin t m
+	bin=$(ab_bin "$2")
+	for t in ${threads//,/ }; do
+		for m in ${modes//,/ }; do
+			# Run from the repository: the default trace lies beside it.
+			(cd "$repo" && "$bin" --only lifecycle --quick --modes "$m" \
+				--threads "$t" "${trace_opt[@]}") >"$tmp/out" 2>&1 ||
+				{ cat "$tmp/out" >&2; exit 1; }
+			# "threads kvpool mutex ratio scaling kv-ns mx-ns ..." rows
+			awk -v s="$2" -v m="$m" -v t="$t" \
+				'$1 == t && NF >= 9 && $4 ~ /x$/ { print s, m, t, $4, $6, $7 }' \
+				"$tmp/out" >>"$tmp/rows"
 		done
 	done
-	echo "  round $r done (load $(cut -d' ' -f1 /proc/loadavg))"
-done
-echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+ab_rounds "$rounds" one_side
 
 /usr/bin/python3 - "$tmp/rows" "$(git -C "$repo" rev-parse --short "$base")" \
 	"$(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD || echo ' + uncommitted changes')" <<'PY'

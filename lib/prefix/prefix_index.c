@@ -48,8 +48,9 @@
  * run).  So an add that finds its key held by an EVICTING block puts the
  * new block in that slot.  The evictor's delete is by block id and then
  * finds nothing; an evictor that gives its claim back
- * (kvpi_pfx_unclaim) checks, under this shard's mutex, that the slot
- * still names its block before it makes it CACHED, and else evicts it.
+ * (kvpi_pfx_unclaim) makes its block CACHED only under this shard's mutex
+ * and while the slot still names it (kvpi_pfx_index_recache), and else
+ * evicts it.
  *
  * A replaced table is freed only after a grace period, so every lookup
  * runs in a read-side section.  A retired table comes back as its shard's
@@ -377,59 +378,64 @@ void kvpi_pfx_index_add_many(struct kvpi_prefix *pf, const uint32_t *ids, const 
 	per_shard(pf, h, n, add_one, &a);
 }
 
-struct kvpi_pshard *kvpi_pfx_index_lock(struct kvpi_prefix *pf, uint64_t h)
-{
-	struct kvpi_pshard *sh = shard_of(pf, h);
-	pthread_mutex_lock(&sh->lock);
-	return sh;
-}
-
-void kvpi_pfx_index_unlock(struct kvpi_pshard *sh)
-{
-	pthread_mutex_unlock(&sh->lock);
-}
-
-bool kvpi_pfx_index_names_locked(struct kvpi_pshard *sh, uint32_t id, uint64_t h)
+/* The slot of @t that holds block @id, added under hash @h, or -1 (not in
+ * the index).  Shard mutex held. */
+static int64_t slot_of_id(const struct kvpi_ptab *t, uint32_t id, uint64_t h)
 {
 	/* relaxed (all): slots change only under the mutex we hold. */
-	struct kvpi_ptab *t = atomic_load_explicit(&sh->tab, memory_order_relaxed);
 	for (uint32_t i = (uint32_t)h & t->mask, k = 0; k <= t->mask; i = (i + 1) & t->mask, k++) {
 		uint64_t v = atomic_load_explicit(&t->slot[i].v, memory_order_relaxed);
 		if (v == 0)
-			return false;
+			return -1;
 		if (v == V_OF(id))
-			return true;
+			return i;
 	}
-	return false;
+	return -1;
+}
+
+bool kvpi_pfx_index_recache(struct kvpi_prefix *pf, uint32_t id)
+{
+	uint64_t h = kvpi_pfx_pub_hash(kvpi_pfx_side(pf, id));
+	struct kvpi_pshard *sh = shard_of(pf, h);
+	pthread_mutex_lock(&sh->lock);
+	/* relaxed: only writers store it, under this mutex. */
+	bool kept = slot_of_id(atomic_load_explicit(&sh->tab, memory_order_relaxed), id, h) >= 0;
+	if (kept) {
+		struct kvpi_block *b = kvpi_bt_block(pf->bt, id);
+		/* relaxed load: ours (EVICTING).  release store: a matcher
+		 * that locks it (acquire) sees the list fields and the
+		 * contents as before. */
+		uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
+		atomic_store_explicit(&b->state, (st & ~KVPI_ST_EVICTING) | KVPI_ST_CACHED,
+		                      memory_order_release);
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return kept;
 }
 
 /* Delete block @id, added under hash @h, from @t, @sh's table.  Shard mutex
  * held. */
 static void del_locked(struct kvpi_pshard *sh, struct kvpi_ptab *t, uint32_t id, uint64_t h)
 {
+	int64_t at = slot_of_id(t, id, h);
+	if (at < 0)
+		return; /* not in the index: nothing to undo */
+	uint32_t i = (uint32_t)at;
+	sh->live--;
 	/* relaxed (all): we are the only writer, and lookups' results are
-	 * hints (add_locked). */
-	for (uint32_t i = (uint32_t)h & t->mask, k = 0; k <= t->mask; i = (i + 1) & t->mask, k++) {
-		uint64_t v = atomic_load_explicit(&t->slot[i].v, memory_order_relaxed);
-		if (v == 0)
-			return; /* not in the index: nothing to undo */
-		if (v != V_OF(id))
-			continue;
-		sh->live--;
-		/* An empty slot ends every probe run through it: only when
-		 * the next slot is empty may this one, and the tombstones
-		 * just before it, become empty. */
-		if (atomic_load_explicit(&t->slot[(i + 1) & t->mask].v, memory_order_relaxed)) {
-			atomic_store_explicit(&t->slot[i].v, TOMB, memory_order_relaxed);
+	 * hints (add_locked).  An empty slot ends every probe run through it:
+	 * only when the next slot is empty may this one, and the tombstones
+	 * just before it, become empty. */
+	if (atomic_load_explicit(&t->slot[(i + 1) & t->mask].v, memory_order_relaxed)) {
+		atomic_store_explicit(&t->slot[i].v, TOMB, memory_order_relaxed);
+		return;
+	}
+	for (;;) {
+		atomic_store_explicit(&t->slot[i].v, 0, memory_order_relaxed);
+		sh->used--;
+		i = (i - 1) & t->mask;
+		if (atomic_load_explicit(&t->slot[i].v, memory_order_relaxed) != TOMB)
 			return;
-		}
-		for (;;) {
-			atomic_store_explicit(&t->slot[i].v, 0, memory_order_relaxed);
-			sh->used--;
-			i = (i - 1) & t->mask;
-			if (atomic_load_explicit(&t->slot[i].v, memory_order_relaxed) != TOMB)
-				return;
-		}
 	}
 }
 

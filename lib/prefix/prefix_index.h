@@ -16,8 +16,8 @@
  *   kvpi_pfx_index_add_many     a publisher, blocks locked    takes the shards'
  *   kvpi_pfx_forget_many        the blocks' locker, or their  mutexes (innermost:
  *                               evictor (EVICTING)            takes no other lock)
- *   kvpi_pfx_index_lock/unlock  an evictor undoing its claim  maybe the owner shard
- *   kvpi_pfx_index_names_locked (EVICTING), no block lock or  mutex; then the index
+ *   kvpi_pfx_index_recache      an evictor undoing its claim  maybe the owner shard
+ *                               (EVICTING), no block lock or  mutex; takes the index
  *                               LRU mutex held                shard's (innermost)
  */
 #ifndef KVPOOL_LIB_PREFIX_INDEX_H
@@ -81,11 +81,11 @@ void kvpi_pfx_index_prefetch_key(struct kvpi_prefix *pf, uint32_t stream, const 
  * under one hold of the shard's mutex. */
 void kvpi_pfx_index_add_many(struct kvpi_prefix *pf, const uint32_t *ids, const uint64_t *h,
                              uint32_t n, int *rc);
-/* Take and drop the mutex of the shard of hash @h (kvpi_pfx_unclaim). */
-struct kvpi_pshard *kvpi_pfx_index_lock(struct kvpi_prefix *pf, uint64_t h);
-void kvpi_pfx_index_unlock(struct kvpi_pshard *sh);
-/* Whether @sh (its mutex held) holds block @id under hash @h. */
-bool kvpi_pfx_index_names_locked(struct kvpi_pshard *sh, uint32_t id, uint64_t h);
+/* Make block @id, claimed (EVICTING, ours) and published, CACHED again if
+ * its key still names it, under the key's shard mutex, where a publish
+ * takes a key over (only from an EVICTING block).  Returns false, with
+ * nothing changed, when the key went to another block (kvpi_pfx_unclaim). */
+bool kvpi_pfx_index_recache(struct kvpi_prefix *pf, uint32_t id);
 /* Call @fn on every block in the index (read-side section; @fn may delete it). */
 void kvpi_pfx_index_each(struct kvpi_prefix *pf, void (*fn)(uint32_t id, void *arg), void *arg);
 /* Forget the keys of blocks @ids[0..@n): each locked by the caller, or

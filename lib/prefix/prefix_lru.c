@@ -519,30 +519,16 @@ void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t
 		evict_unclaimed(p, s, si, ids, n);
 		return;
 	}
-	/* CACHED again only if its key still names it, decided under the
-	 * key's index shard mutex: a publish that takes a key over does so
-	 * under that mutex, and only from an EVICTING block.  The blocks
-	 * whose keys went are moved to the front of @ids. */
+	/* CACHED again only if its key still names it (decided under the
+	 * key's index shard mutex).  The blocks whose keys went are moved
+	 * to the front of @ids, and evicted. */
 	uint32_t gone = 0;
 	for (uint32_t i = 0; i < n; i++) {
-		struct kvpi_block *b = kvpi_bt_block(&p->bt, ids[i]);
-		uint64_t h = kvpi_pfx_pub_hash(kvpi_pfx_side(pf, ids[i]));
-		struct kvpi_pshard *sh = kvpi_pfx_index_lock(pf, h);
-		bool kept = kvpi_pfx_index_names_locked(sh, ids[i], h);
-		if (kept) {
-			/* relaxed load: ours.  release store: a matcher that
-			 * locks it (acquire) sees the list fields and the
-			 * contents as before. */
-			uint64_t st = atomic_load_explicit(&b->state, memory_order_relaxed);
-			atomic_store_explicit(&b->state, (st & ~KVPI_ST_EVICTING) | KVPI_ST_CACHED,
-			                      memory_order_release);
-		}
-		kvpi_pfx_index_unlock(sh);
-		if (!kept) {
-			uint32_t t = ids[gone];
-			ids[gone++] = ids[i];
-			ids[i] = t;
-		}
+		if (kvpi_pfx_index_recache(pf, ids[i]))
+			continue;
+		uint32_t t = ids[gone];
+		ids[gone++] = ids[i];
+		ids[i] = t;
 	}
 	if (gone)
 		evict_unclaimed(p, s, si, ids, gone);
