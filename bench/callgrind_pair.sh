@@ -8,7 +8,8 @@
 # Builds TREE's lib/*.c with bench/pair_count.c from this checkout (the same
 # clang flags as the plain Bazel build), runs 100,000 full-API pairs and
 # 100,000 raw pairs under callgrind with collection only inside pair_loop,
-# (and 100,000 one-block requests of a new owner each, allocate + free_all)
+# (and 100,000 one-block requests of a new owner each, allocate + free_all,
+# with the caller's ids and with ids from kvp_owner_new)
 # and prints Ir per pair and the locked instructions (lock-prefixed, and
 # xchg) executed per pair in the executable's own code (calls into shared
 # libraries - glibc's pthread_mutex_*, liburcu - are counted in Ir but their
@@ -22,7 +23,7 @@ trap 'rm -rf "$out"' EXIT
 	-fstack-protector -fno-omit-frame-pointer -Iinclude -I. $(find lib -name "*.c") "$here/bench/pair_count.c" \
 	-o "$out/pc" -lurcu-bp -lurcu-common -lcrypto -lhiredis -lpthread -lm)
 n=100000
-for mode in full raw newowner; do
+for mode in full raw newowner minted; do
 	valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$out/cg.$mode" \
 		--toggle-collect=pair_loop "$out/pc" "$mode" "$n" >/dev/null 2>&1
 	objdump -d --no-show-raw-insn "$out/pc" >"$out/dis"

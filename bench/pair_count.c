@@ -8,7 +8,8 @@
  * "full" = kvp_allocate(stream K, 16 tokens, a registered owner) + kvp_free
  * of its ref; "raw" = kvp_alloc_block + kvp_free_block; "newowner" =
  * kvp_allocate(16 tokens) for a new owner id each pair + kvp_free_all (the
- * serving loop's owner churn: the owner is made and dropped every pair).  Instructions per
+ * serving loop's owner churn: the owner is made and dropped every pair);
+ * "minted" = "newowner" with each id from kvp_owner_new.  Instructions per
  * pair = the Ir callgrind reports inside pair_loop / the count.  Same pool
  * as benchmark 1 (131072 blocks, block 16, default thread_cache); a warm-up
  * of 1000 pairs runs outside pair_loop.  It also prints the thread CPU time
@@ -23,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-static int full, newowner;
+static int full, newowner, minted;
 static kvp_owner next_owner = 1000;
 
 static inline __attribute__((always_inline)) int loop(kvp_pool *p, long n)
@@ -34,6 +35,8 @@ static inline __attribute__((always_inline)) int loop(kvp_pool *p, long n)
 		size_t got;
 		if (newowner) {
 			kvp_owner o = next_owner++;
+			if (minted)
+				bad |= kvp_owner_new(p, &o);
 			bad |= kvp_allocate(p, KVP_K, 16, o, KVP_FP16, &r, 1, &got);
 			bad |= kvp_free_all(p, o);
 		} else if (full) {
@@ -55,13 +58,14 @@ __attribute__((noinline)) int pair_loop(kvp_pool *p, long n)
 
 int main(int argc, char **argv)
 {
-	if (argc != 3 ||
-	    (strcmp(argv[1], "full") && strcmp(argv[1], "raw") && strcmp(argv[1], "newowner"))) {
-		fprintf(stderr, "usage: pair_count full|raw|newowner N\n");
+	if (argc != 3 || (strcmp(argv[1], "full") && strcmp(argv[1], "raw") &&
+	                  strcmp(argv[1], "newowner") && strcmp(argv[1], "minted"))) {
+		fprintf(stderr, "usage: pair_count full|raw|newowner|minted N\n");
 		return 2;
 	}
 	full = !strcmp(argv[1], "full");
-	newowner = !strcmp(argv[1], "newowner");
+	minted = !strcmp(argv[1], "minted");
+	newowner = minted || !strcmp(argv[1], "newowner");
 	long n = atol(argv[2]);
 	kvp_pool_config c;
 	kvp_pool *p;

@@ -16,7 +16,13 @@
  *     the fallback mode no slot is ever raw-biased;
  *   - an allocate that must drain other threads' magazines holds no owner
  *     shard lock while it waits for them: another thread can take the
- *     owner's shard lock meanwhile (it used to wait for the whole drain).
+ *     owner's shard lock meanwhile (it used to wait for the whole drain);
+ *   - biased shards: a thread that makes and ends owners it minted gets
+ *     its minted shard biased to its slot after KVPI_SHARD_REBIAS calls in
+ *     a row; another thread's call on one of those owners revokes it (and
+ *     sees the owner's blocks exactly); the next bias takes twice as many
+ *     calls; a shard op changes the table without the lock (a locked mutex
+ *     does not stop it); a prefix pool never biases a shard.
  */
 #include <kvpool/kvpool.h>
 
@@ -254,6 +260,106 @@ static void test_drain_holds_no_shard_lock(void)
 	kvp_pool_destroy(d.pool);
 }
 
+/* --- biased shards ---------------------------------------------------- */
+
+/* One request of a minted owner, made and ended here: @n blocks. */
+static void mint_cycle(kvp_pool *p, uint32_t n)
+{
+	kvp_owner o;
+	kvp_ref r[4];
+	size_t got;
+	CHECK_EQ(kvp_owner_new(p, &o), KVP_OK);
+	CHECK_EQ(kvp_allocate(p, KVP_KV, 16 * n, o, KVP_FP16, r, 4, &got), KVP_OK);
+	CHECK_EQ(got, n);
+	CHECK_EQ(kvp_free_all(p, o), KVP_OK);
+}
+
+/* The minted shard of the calling thread's slot in @p. */
+static struct kvpi_oshard *my_minted_shard(kvp_pool *p)
+{
+	kvp_owner o;
+	CHECK_EQ(kvp_owner_new(p, &o), KVP_OK);
+	return kvpi_owners_shard(&p->owners, o);
+}
+
+static uintptr_t shard_bias(struct kvpi_oshard *sh)
+{
+	return atomic_load_explicit(&sh->bias, memory_order_relaxed);
+}
+
+static kvp_owner listed_owner;
+static size_t listed_n;
+
+static void *list_owner(void *arg)
+{
+	kvp_ref r[4];
+	(void)arg;
+	CHECK_EQ(kvp_blocks_for(P, listed_owner, r, 4, &listed_n), KVP_OK);
+	return NULL;
+}
+
+static void test_minted_shard_biased_and_revoked(void)
+{
+	struct kvpi_oshard *sh = my_minted_shard(P);
+	struct kvpi_tslot *me = kvpi_tslot_get(P); /* this thread's own slot */
+	CHECK(!kvpi_tslot_is_fallback(P, me));
+	CHECK(sh >= &P->owners.shard[KVPI_MINTED_SHARD0]);
+	CHECK_EQ(shard_bias(sh), 0);
+	/* Each request is two locked calls (allocate, free_all) until then. */
+	for (uint32_t i = 0; i < KVPI_SHARD_REBIAS / 2 - 1; i++)
+		mint_cycle(P, 1 + i % 3);
+	CHECK_EQ(shard_bias(sh), 0);
+	mint_cycle(P, 2);
+	CHECK_EQ(shard_bias(sh), (uintptr_t)me);
+	CHECK_EQ(sh->revokes, 0);
+
+	/* In a shard op the table changes without the lock: with the mutex
+	 * held here, this thread still makes and ends its owners. */
+	CHECK_EQ(pthread_mutex_lock(&sh->lock), 0);
+	uint32_t n0 = sh->n;
+	kvp_ref r[4];
+	size_t got;
+	CHECK_EQ(kvp_owner_new(P, &listed_owner), KVP_OK);
+	CHECK_EQ(kvp_allocate(P, KVP_KV, 40, listed_owner, KVP_FP16, r, 4, &got), KVP_OK);
+	CHECK_EQ(sh->n, n0 + 1);
+	CHECK_EQ(pthread_mutex_unlock(&sh->lock), 0);
+
+	/* Another thread lists the owner: the shard's bias is revoked. */
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, list_owner, NULL), 0);
+	CHECK_EQ(pthread_join(th, NULL), 0);
+	CHECK_EQ(listed_n, 3);
+	CHECK_EQ(shard_bias(sh), 0);
+	CHECK_EQ(sh->revokes, 1);
+	CHECK_EQ(kvp_free_all(P, listed_owner), KVP_OK);
+
+	/* Twice the streak for the next bias: that free_all was its first
+	 * call, and 2 * KVPI_SHARD_REBIAS - 2 more leave it one short. */
+	for (uint32_t i = 0; i < KVPI_SHARD_REBIAS - 1; i++)
+		mint_cycle(P, 1);
+	CHECK_EQ(shard_bias(sh), 0);
+	mint_cycle(P, 1);
+	CHECK_EQ(shard_bias(sh), (uintptr_t)me);
+	CHECK_EQ(sh->n, n0);
+}
+
+static void test_prefix_pool_never_biases(void)
+{
+	kvp_pool_config c;
+	kvp_pool *p;
+	kvp_pool_config_init(&c);
+	c.separate_kv = false;
+	c.n_blocks = 64;
+	c.prefix_cache = true;
+	CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
+	struct kvpi_oshard *sh = my_minted_shard(p);
+	for (uint32_t i = 0; i < 4 * KVPI_SHARD_REBIAS; i++)
+		mint_cycle(p, 2);
+	CHECK_EQ(shard_bias(sh), 0);
+	CHECK_EQ(kvp_n_free(p, KVP_KV), 64);
+	kvp_pool_destroy(p);
+}
+
 int main(void)
 {
 	kvp_pool_config c;
@@ -266,6 +372,8 @@ int main(void)
 	RUN(test_raw_bias_revoked_by_other_thread_free);
 	RUN(test_raw_bias_revoked_by_other_thread_set_used);
 	RUN(test_drain_holds_no_shard_lock);
+	RUN(test_minted_shard_biased_and_revoked);
+	RUN(test_prefix_pool_never_biases);
 	CHECK_EQ(kvp_n_free(P, KVP_KV), 64);
 	kvp_pool_destroy(P);
 	return 0;

@@ -15,6 +15,8 @@
  *   - a race: threads make owners, allocate, pass some owners to other
  *     threads that extend, list and end them, free blocks one at a time;
  *     no block is ever held by two owners, and every block comes back.
+ *     The home threads' minted shards are biased and revoked as it runs
+ *     (lib/pool/owner.h, "Biased shards"; checked at the end).
  */
 #include <kvpool/kvpool.h>
 
@@ -296,6 +298,13 @@ static void test_race(void)
 	}
 	for (int b = 0; b < 2 * RACE_BLOCKS; b++)
 		CHECK_EQ(atomic_load(&held_by[b]), 0);
+	/* The race crossed biased shards: owners handed on were changed by
+	 * other threads while their home thread made and ended its own in
+	 * shard ops, so shards were biased and revoked along the way. */
+	uint64_t revokes = 0;
+	for (uint32_t i = KVPI_MINTED_SHARD0; i < KVPI_OWNER_SHARDS; i++)
+		revokes += P->owners.shard[i].revokes;
+	CHECK(revokes > 0);
 	kvp_stats st;
 	CHECK_EQ(kvp_pool_stats(P, &st), KVP_OK);
 	CHECK_EQ(kvp_stats_blocks_in_use(&st), 0);

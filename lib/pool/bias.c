@@ -1,10 +1,11 @@
 /*
  * lib/pool/bias.c - the slow sides of the two bias protocols.
  *
- * Owns: revoking an owner record's bias (kvpi_bias_revoke_slow), and
- * revoking a slot's raw-block bias (kvpi_raw_exclude).  The rest is
+ * Owns: revoking an owner record's bias (kvpi_bias_revoke_slow), biasing
+ * and revoking a minted shard (kvpi_oshard_note_slow), and revoking a
+ * slot's raw-block bias (kvpi_raw_exclude).  The rest is
  * inline: kvpi_bias_enter, kvpi_bias_leave, kvpi_bias_adopt and
- * kvpi_bias_revoke's first test in lib/pool/pool_internal.h, and the raw op
+ * kvpi_bias_revoke's first test, and the shard ops, in lib/pool/bias.h, and the raw op
  * in kvp_free's fast path (lib/pool/pool_free.c).  May call: the heavy barrier and the spin wait;
  * it takes no lock (its callers hold the owner's shard lock where needed).
  *
@@ -14,6 +15,14 @@
  * and waits until the biased thread is not inside an op on it: the two
  * sides form a Dekker pair, so either the op sees the bias gone or the
  * revoker sees the op and waits for its end.
+ *
+ * Shard bias.  The same pair one level up (lib/pool/owner.h, "Biased
+ * shards"): a minted shard biased to a slot is changed by that slot's
+ * thread inside a shard op (in_owner_op = the shard), and a thread that
+ * takes the shard's lock revokes the bias the same way before it changes
+ * anything.  The op's word and the record op's are one, so a thread is in
+ * at most one of the two at a time, and a revoker of either waits only for
+ * its own value.
  *
  * Raw bias (asymmetric mode only).  A raw block has no owner, so only a
  * CAS excludes two frees of it.  The common case is a thread freeing the
@@ -107,4 +116,50 @@ void kvpi_bias_revoke_slow(struct kvp_pool *p, struct kvpi_orec *r, uintptr_t t)
 	                            p->asym ? memory_order_acquire : memory_order_seq_cst) ==
 	       (uintptr_t)r)
 		kvpi_spin_wait(&spin);
+}
+
+/* Clear shard @sh's bias to slot @t and wait until @t's thread is out of
+ * any shard op on it (the Dekker pair above); the caller holds the lock. */
+static __attribute__((noinline, cold)) void oshard_revoke(struct kvp_pool *p,
+                                                          struct kvpi_oshard *sh, uintptr_t t)
+{
+	/* seq_cst: the store half of the revoker's Dekker pair. */
+	atomic_store_explicit(&sh->bias, 0, memory_order_seq_cst);
+	if (sh->revokes < UINT32_MAX)
+		sh->revokes++;
+	kvpi_heavy_barrier(p);
+	struct kvpi_tslot *ts = (struct kvpi_tslot *)t;
+	struct kvpi_spin spin = {0};
+	/* acquire (asym) / seq_cst (fallback): the load half; once it reads
+	 * anything but @sh (a release store by that thread ending its op, or
+	 * a later op's word), the op's changes to the shard are visible. */
+	while (atomic_load_explicit(&ts->in_owner_op,
+	                            p->asym ? memory_order_acquire : memory_order_seq_cst) ==
+	       (uintptr_t)sh)
+		kvpi_spin_wait(&spin);
+}
+
+void kvpi_oshard_note_slow(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_oshard *sh,
+                           uintptr_t t)
+{
+	if (t != 0)
+		oshard_revoke(p, sh, t);
+	if (t != 0 || sh->streak_slot != s) {
+		sh->streak_slot = s;
+		sh->streak = 1;
+		return;
+	}
+	/* A streak long enough: bias the shard to @s if it is @s's own
+	 * minted shard in a plain pool (a prefix pool's calls take the lock
+	 * without kvpi_oshard_lock, so its shards are never biased; the
+	 * fallback slot is never biased to). */
+	size_t i = (size_t)(sh - p->owners.shard);
+	sh->streak = 0;
+	if (p->mode || kvpi_tslot_is_fallback(p, s) || i < KVPI_MINTED_SHARD0 ||
+	    (s->idx & 0xff) != i - KVPI_MINTED_SHARD0)
+		return;
+	/* relaxed: bias is written under the lock only, which we hold; our
+	 * own shard ops read it in program order, and any other thread reads
+	 * it under the lock (or racily, acting only on its own slot). */
+	atomic_store_explicit(&sh->bias, (uintptr_t)s, memory_order_relaxed);
 }

@@ -81,26 +81,13 @@ struct kvpi_oshard *kvpi_owners_shard(struct kvpi_owners *o, kvp_owner key)
 	return kvpi_owners_shard_h(o, kvpi_owner_hash(key));
 }
 
-static struct kvpi_orec **bucket_of(struct kvpi_oshard *sh, kvp_owner key)
-{
-	return &sh->buckets[kvpi_owner_hash(key) & (sh->nbuckets - 1)];
-}
-
-struct kvpi_orec *kvpi_oshard_find_h(struct kvpi_oshard *sh, kvp_owner key, uint64_t h)
-{
-	for (struct kvpi_orec *r = sh->buckets[h & (sh->nbuckets - 1)]; r; r = r->next)
-		if (r->key == key)
-			return r;
-	return NULL;
-}
-
 struct kvpi_orec *kvpi_oshard_find(struct kvpi_oshard *sh, kvp_owner key)
 {
 	return kvpi_oshard_find_h(sh, key, kvpi_owner_hash(key));
 }
 
 /* Double the bucket array; on no memory keep the old one. */
-static void rehash(struct kvpi_oshard *sh)
+void kvpi_oshard_rehash(struct kvpi_oshard *sh)
 {
 	uint32_t nb = sh->nbuckets * 2;
 	struct kvpi_orec **nbk = kvpi_sys_calloc(nb, sizeof(*nbk), 64);
@@ -110,7 +97,7 @@ static void rehash(struct kvpi_oshard *sh)
 		struct kvpi_orec *r = sh->buckets[b];
 		while (r) {
 			struct kvpi_orec *next = r->next;
-			struct kvpi_orec **dst = &nbk[kvpi_owner_hash(r->key) & (nb - 1)];
+			struct kvpi_orec **dst = &nbk[r->hash & (nb - 1)];
 			r->next = *dst;
 			*dst = r;
 			r = next;
@@ -121,9 +108,9 @@ static void rehash(struct kvpi_oshard *sh)
 	sh->nbuckets = nb;
 }
 
-/* An unused record: from the thread's cache, refilled from the pool's
- * shared list a batch at a time, else new from the system. */
-static struct kvpi_orec *record_get(struct kvpi_owners *o, struct kvpi_rec_cache *rc)
+/* An unused record when the thread's cache is empty: the cache refilled
+ * from the pool's shared list a batch at a time, else new from the system. */
+struct kvpi_orec *kvpi_rec_get_slow(struct kvpi_owners *o, struct kvpi_rec_cache *rc)
 {
 	if (!rc->head) {
 		pthread_mutex_lock(&o->spare_lock);
@@ -156,13 +143,9 @@ static struct kvpi_orec *record_get(struct kvpi_owners *o, struct kvpi_rec_cache
 	return r;
 }
 
-/* Keep @r in the thread's cache; past two batches, give one batch back. */
-static void record_put(struct kvpi_owners *o, struct kvpi_rec_cache *rc, struct kvpi_orec *r)
+/* The thread's cache holds more than two batches: give one batch back. */
+void kvpi_rec_put_slow(struct kvpi_owners *o, struct kvpi_rec_cache *rc)
 {
-	r->next = rc->head;
-	rc->head = r;
-	if (++rc->n <= 2 * KVPI_REC_BATCH)
-		return;
 	struct kvpi_orec *first = rc->head, *last = first;
 	for (uint32_t i = 1; i < KVPI_REC_BATCH; i++)
 		last = last->next;
@@ -172,19 +155,6 @@ static void record_put(struct kvpi_owners *o, struct kvpi_rec_cache *rc, struct 
 	last->next = o->spare;
 	o->spare = first;
 	pthread_mutex_unlock(&o->spare_lock);
-}
-
-int kvpi_rec_cache_reserve(struct kvpi_owners *o, struct kvpi_rec_cache *rc)
-{
-	if (rc->head)
-		return 0;
-	struct kvpi_orec *r = record_get(o, rc);
-	if (!r)
-		return -1;
-	r->next = rc->head;
-	rc->head = r;
-	rc->n++;
-	return 0;
 }
 
 void kvpi_rec_cache_drain(struct kvpi_owners *o, struct kvpi_rec_cache *rc)
@@ -210,43 +180,4 @@ void kvpi_rec_cache_free(struct kvpi_rec_cache *rc)
 	free_chain(rc->head);
 	rc->head = NULL;
 	rc->n = 0;
-}
-
-struct kvpi_orec *kvpi_oshard_insert(struct kvpi_owners *o, struct kvpi_oshard *sh,
-                                     struct kvpi_rec_cache *rc, kvp_owner key)
-{
-	struct kvpi_orec *r = record_get(o, rc);
-	if (!r)
-		return NULL;
-	r->key = key; /* its id array is empty: cleared when it was dropped */
-	r->registered = false;
-	r->revokes = 0;
-	r->not_full = 0;
-	r->epoch++;
-	/* relaxed: bias is written under the shard lock only, which we hold;
-	 * a thread whose stale cache entry names this record reads it
-	 * racily and acts only on its own slot's value. */
-	atomic_store_explicit(&r->bias, 0, memory_order_relaxed);
-	if (sh->n >= sh->nbuckets)
-		rehash(sh);
-	struct kvpi_orec **b = bucket_of(sh, key);
-	r->next = *b;
-	*b = r;
-	sh->n++;
-	return r;
-}
-
-void kvpi_oshard_remove(struct kvpi_owners *o, struct kvpi_oshard *sh, struct kvpi_rec_cache *rc,
-                        struct kvpi_orec *r)
-{
-	struct kvpi_orec **pp = bucket_of(sh, r->key);
-	while (*pp != r)
-		pp = &(*pp)->next;
-	*pp = r->next;
-	sh->n--;
-	/* relaxed: as in kvpi_oshard_insert. */
-	atomic_store_explicit(&r->bias, 0, memory_order_relaxed);
-	struct kvpi_idsrc src = kvpi_owners_idsrc(o, rc);
-	kvpi_idarr_release(&r->ids, &src);
-	record_put(o, rc, r);
 }

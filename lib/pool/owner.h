@@ -24,12 +24,12 @@
  *   function              caller holds                progress
  *   --------------------  --------------------------  ----------------------
  *   kvpi_owners_shard      nothing                     wait-free (hash)
- *   kvpi_oshard_find       the shard's lock            O(chain)
- *   kvpi_oshard_insert     the shard's lock            the spare lock (leaf) once
+ *   kvpi_oshard_find       the shard's exclusion       O(chain)
+ *   kvpi_oshard_insert     the shard's exclusion       the spare lock (leaf) once
  *                                                     per KVPI_REC_BATCH; may
  *                                                     allocate (records, bucket
  *                                                     array growth)
- *   kvpi_oshard_remove     the shard's lock            O(chain); the spare lock
+ *   kvpi_oshard_remove     the shard's exclusion       O(chain); the spare lock
  *                                                     once per KVPI_REC_BATCH
  *   kvpi_orec_append_b/unlink_b  the owner's exclusion O(1); room for an
  *                                                     append is made first by
@@ -65,9 +65,28 @@
  * itself, revokes nothing.
  *
  * A thread's owner cache validates three fields: 'bias' (written under the
- * shard lock only), 'key' and 'epoch'.  'epoch' grows each time the record
- * is (re)inserted.  So a cache entry made for an earlier life of a recycled
- * record never matches.
+ * shard's exclusion only), 'key' and 'epoch'.  'epoch' grows each time the
+ * record is (re)inserted.  So a cache entry made for an earlier life of a
+ * recycled record never matches.
+ *
+ * Biased shards.  The shard's exclusion is its lock, or, for a shard biased
+ * to a slot, a shard op of that slot's thread: the same protocol one level
+ * up.  Only the minted shards of a plain pool are ever biased (a prefix
+ * pool's calls all hold the mutex).  A thread that makes and ends owners
+ * with ids it minted (kvp_owner_new) finds, adds and drops their records in
+ * its own minted shard, and the shard is biased to its slot once it has
+ * locked it KVPI_SHARD_REBIAS times in a row with no other slot in between.
+ * A shard op is a plain store of the slot's in_owner_op word (the shard's
+ * address) and a load of the shard's 'bias' (kvpi_oshard_enter,
+ * lib/pool/pool_internal.h); inside it the thread may do anything the lock
+ * allows.  Any other thread takes the lock and revokes the shard's bias
+ * (kvpi_oshard_lock): 'bias' = 0 (seq_cst), the heavy barrier, a wait while
+ * the biased slot's in_owner_op names the shard.  The count needed to bias
+ * the shard again doubles with each revocation (up to 2^10 times), so
+ * another thread touching a thread's minted owners now and then costs a
+ * barrier only once in that many of its calls.  Records inside keep their
+ * own bias: a shard op revokes a record biased to another slot as the lock
+ * holder would.
  */
 #ifndef KVPOOL_LIB_OWNER_H
 #define KVPOOL_LIB_OWNER_H
@@ -82,14 +101,22 @@
 #include "lib/pool/blocktable.h"
 #include "lib/pool/idarray.h"
 
-#define KVPI_OWNER_SHARD_BITS 8u
+/* Shards: 256 for ids placed by their hash, then 256 minted shards (below). */
+#define KVPI_OWNER_SHARD_BITS 9u
 #define KVPI_OWNER_SHARDS     (1u << KVPI_OWNER_SHARD_BITS)
+#define KVPI_MINTED_SHARD0    (KVPI_OWNER_SHARDS / 2)
+
+/* Locked calls in a row by one slot before a minted shard is biased to it
+ * (doubled per revocation, at most KVPI_SHARD_REBIAS_MAXSHIFT times). */
+#define KVPI_SHARD_REBIAS          16u
+#define KVPI_SHARD_REBIAS_MAXSHIFT 10u
 
 #define KVPI_BIAS_MAX_REVOKES 2u
 
 struct kvpi_orec {
 	struct kvpi_orec *next; /* bucket chain or shard free list */
 	kvp_owner key;
+	uint64_t hash;          /* kvpi_owner_hash(key), set at insertion */
 	struct kvpi_idarr ids;  /* the blocks held, in allocation order */
 	_Atomic uintptr_t bias; /* the slot it is biased to, or 0 */
 	uint32_t epoch;         /* bumped at each insertion */
@@ -107,6 +134,15 @@ struct kvpi_oshard {
 	struct kvpi_orec **buckets;
 	uint32_t nbuckets; /* power of two */
 	uint32_t n;        /* records in the table */
+	/* The slot whose thread may change the shard in a shard op, or 0
+	 * (always 0 but for a plain pool's minted shards); written under
+	 * the lock only. */
+	_Atomic uintptr_t bias;
+	/* Under the lock: the slot of the latest locked calls, how many in a
+	 * row, and how many times the bias was revoked. */
+	const void *streak_slot;
+	uint32_t streak;
+	uint32_t revokes;
 } __attribute__((aligned(64)));
 
 /*
@@ -150,9 +186,10 @@ void kvpi_owners_destroy(struct kvpi_owners *o);
 
 /*
  * Minted owner ids (kvp_owner_new).  An id whose top byte is KVPI_MINT_TAG
- * names its shard in its next byte: the home shard of the thread slot that
- * minted it.  Below that, the slot's index above its low byte (8 bits) and
- * the slot's own count of ids made (40 bits):
+ * names its shard in its next byte: the minted shard KVPI_MINTED_SHARD0 +
+ * that byte, the home shard of the thread slot that minted it.  Below
+ * that, the slot's index above its low byte (8 bits) and the slot's own
+ * count of ids made (40 bits):
  *
  *   63      56 55      48 47       40 39                       0
  *   | 0xC5    | idx & ff | idx >> 8  |  the slot's sequence     |
@@ -160,9 +197,12 @@ void kvpi_owners_destroy(struct kvpi_owners *o);
  * So ids minted by different slots differ, and the owners a thread mints
  * live in a shard whose lock, buckets and records that thread alone
  * touches in the common case (slots 256 apart share a shard): making and
- * ending them moves no cache line between cores.  Every other id (and a caller's own id that happens to
- * carry the tag) is placed by its hash; an id with the tag is a valid id
- * like any other, it only has a fixed shard.
+ * ending them moves no cache line between cores, and once the shard is
+ * biased to the slot ("Biased shards" above) takes no lock.  The bucket is
+ * the sequence's low bits, so the owners a thread has alive at once sit in
+ * distinct buckets.  Every other id is placed by its hash in the first 256
+ * shards.  An id with the tag that no slot minted is a valid id like any
+ * other; it only has a fixed shard.
  */
 #define KVPI_MINT_TAG       0xC5ull
 #define KVPI_MINT_SEQ_BITS  40u
@@ -175,19 +215,21 @@ static inline bool kvpi_owner_minted(kvp_owner key)
 }
 
 /**
- * kvpi_owner_hash - splitmix64's finalizer: every bit of the id reaches the
- * bucket; the shard (top byte) too, except for a minted id, whose top byte
- * is the shard its id names (above)
+ * kvpi_owner_hash - the shard in the top KVPI_OWNER_SHARD_BITS bits, the
+ * bucket in the low bits: for a minted id its shard byte under a set top
+ * bit, and its own low bits (the sequence); for any other id splitmix64's
+ * finalizer with the top bit cleared (every bit of the id reaches both)
  */
 static inline uint64_t kvpi_owner_hash(kvp_owner key)
 {
+	_Static_assert(KVPI_OWNER_SHARD_BITS == 9, "one bit for minted, a byte for the shard");
+	if (kvpi_owner_minted(key))
+		return 1ull << 63 | (key >> 48 & 0xff) << 55 | (key & ((1ull << 48) - 1));
 	uint64_t z = key + 0x9e3779b97f4a7c15ull;
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	z ^= z >> 31;
-	if (kvpi_owner_minted(key))
-		z = (z & ~(0xffull << 56)) | (key & (0xffull << 48)) << 8;
-	return z;
+	return z >> 1;
 }
 
 /** kvpi_owners_shard_h - the shard of the owner whose hash is @h */
@@ -203,27 +245,102 @@ struct kvpi_oshard *kvpi_owners_shard(struct kvpi_owners *o, kvp_owner key);
 struct kvpi_orec *kvpi_oshard_find(struct kvpi_oshard *sh, kvp_owner key);
 
 /** kvpi_oshard_find_h - kvpi_oshard_find with the key's hash @h already known */
-struct kvpi_orec *kvpi_oshard_find_h(struct kvpi_oshard *sh, kvp_owner key, uint64_t h);
+static inline struct kvpi_orec *kvpi_oshard_find_h(struct kvpi_oshard *sh, kvp_owner key,
+                                                   uint64_t h)
+{
+	for (struct kvpi_orec *r = sh->buckets[h & (sh->nbuckets - 1)]; r; r = r->next)
+		if (r->key == key)
+			return r;
+	return NULL;
+}
+
+/* The out-of-line halves of the calls below (lib/pool/owner.c): a record
+ * from @o when @rc is empty (or new), a batch given back to @o when @rc
+ * holds too many, the bucket array doubled. */
+struct kvpi_orec *kvpi_rec_get_slow(struct kvpi_owners *o, struct kvpi_rec_cache *rc);
+void kvpi_rec_put_slow(struct kvpi_owners *o, struct kvpi_rec_cache *rc);
+void kvpi_oshard_rehash(struct kvpi_oshard *sh);
 
 /**
- * kvpi_oshard_insert - a new empty, unbiased record for @key (not present)
+ * kvpi_oshard_insert_h - a new empty, unbiased record for @key (not
+ * present), whose hash is @h
  * @rc: the calling thread's record cache, refilled from @o when empty
  * Returns the record (its epoch bumped), or NULL when no memory could be had.
  */
-struct kvpi_orec *kvpi_oshard_insert(struct kvpi_owners *o, struct kvpi_oshard *sh,
-                                     struct kvpi_rec_cache *rc, kvp_owner key);
+static inline struct kvpi_orec *kvpi_oshard_insert_h(struct kvpi_owners *o, struct kvpi_oshard *sh,
+                                                     struct kvpi_rec_cache *rc, kvp_owner key,
+                                                     uint64_t h)
+{
+	struct kvpi_orec *r = rc->head;
+	if (__builtin_expect(r != NULL, 1)) {
+		rc->head = r->next;
+		rc->n--;
+	} else if (!(r = kvpi_rec_get_slow(o, rc))) {
+		return NULL;
+	}
+	r->key = key; /* its id array is empty: cleared when it was dropped */
+	r->hash = h;
+	r->registered = false;
+	r->revokes = 0;
+	r->not_full = 0;
+	r->epoch++;
+	/* relaxed: bias is written under the shard's exclusion only, which we
+	 * hold; a thread whose stale cache entry names this record reads it
+	 * racily and acts only on its own slot's value. */
+	atomic_store_explicit(&r->bias, 0, memory_order_relaxed);
+	if (__builtin_expect(sh->n >= sh->nbuckets, 0))
+		kvpi_oshard_rehash(sh);
+	struct kvpi_orec **b = &sh->buckets[h & (sh->nbuckets - 1)];
+	r->next = *b;
+	*b = r;
+	sh->n++;
+	return r;
+}
+
+/** kvpi_oshard_insert - kvpi_oshard_insert_h, the hash computed */
+static inline struct kvpi_orec *kvpi_oshard_insert(struct kvpi_owners *o, struct kvpi_oshard *sh,
+                                                   struct kvpi_rec_cache *rc, kvp_owner key)
+{
+	return kvpi_oshard_insert_h(o, sh, rc, key, kvpi_owner_hash(key));
+}
 
 /** kvpi_oshard_remove - take @r (not biased to another thread) out of the
  * table, clear its bias, and keep it in @rc (or @o), its id array in @rc's stash */
-void kvpi_oshard_remove(struct kvpi_owners *o, struct kvpi_oshard *sh, struct kvpi_rec_cache *rc,
-                        struct kvpi_orec *r);
+static inline void kvpi_oshard_remove(struct kvpi_owners *o, struct kvpi_oshard *sh,
+                                      struct kvpi_rec_cache *rc, struct kvpi_orec *r)
+{
+	struct kvpi_orec **pp = &sh->buckets[r->hash & (sh->nbuckets - 1)];
+	while (*pp != r)
+		pp = &(*pp)->next;
+	*pp = r->next;
+	sh->n--;
+	/* relaxed: as in kvpi_oshard_insert_h. */
+	atomic_store_explicit(&r->bias, 0, memory_order_relaxed);
+	struct kvpi_idsrc src = kvpi_owners_idsrc(o, rc);
+	kvpi_idarr_release(&r->ids, &src);
+	r->next = rc->head;
+	rc->head = r;
+	if (__builtin_expect(++rc->n > 2 * KVPI_REC_BATCH, 0))
+		kvpi_rec_put_slow(o, rc);
+}
 
 /**
  * kvpi_rec_cache_reserve - make sure @rc holds a record, so that the next
  * kvpi_oshard_insert with @rc cannot fail; 0, or -1 when no memory could be
  * had.  Caller: @rc's thread (or the fallback slot's lock holder).
  */
-int kvpi_rec_cache_reserve(struct kvpi_owners *o, struct kvpi_rec_cache *rc);
+static inline int kvpi_rec_cache_reserve(struct kvpi_owners *o, struct kvpi_rec_cache *rc)
+{
+	if (__builtin_expect(rc->head != NULL, 1))
+		return 0;
+	struct kvpi_orec *r = kvpi_rec_get_slow(o, rc);
+	if (!r)
+		return -1;
+	r->next = rc->head;
+	rc->head = r;
+	rc->n++;
+	return 0;
+}
 
 /** kvpi_rec_cache_drain - give every record in @rc back to @o (thread exit) */
 void kvpi_rec_cache_drain(struct kvpi_owners *o, struct kvpi_rec_cache *rc);

@@ -143,32 +143,36 @@ static __attribute__((noinline)) uint64_t hand_out(struct kvp_pool *p, int si, s
 }
 
 /*
- * @owner's record (hash @h) under its shard lock, held on return (*@shp),
- * with room for @nb more ids: found, with another thread's bias on it
- * revoked, or made from the slot's record cache (*@made then true).  NULL,
- * with the lock released and nothing changed, when no record or no room
- * could be had (no memory).
+ * @owner's record (hash @h) under its shard's exclusion, held on return
+ * (@x; a shard op only if @may_op), with room for @nb more ids: found,
+ * with another thread's bias on it revoked, or made from the slot's record
+ * cache (*@made then true).  NULL, with the exclusion released and nothing
+ * changed, when no record or no room could be had (no memory).
  */
-static struct kvpi_orec *locked_with_room(struct kvp_pool *p, struct kvpi_tslot *s, kvp_owner owner,
-                                          uint64_t h, uint32_t nb, struct kvpi_oshard **shp,
-                                          bool *made)
+static inline __attribute__((always_inline)) struct kvpi_orec *
+locked_with_room(struct kvp_pool *p, struct kvpi_tslot *s, kvp_owner owner, uint64_t h, uint32_t nb,
+                 bool may_op, struct kvpi_oexcl *x, bool *made)
 {
 	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
-	pthread_mutex_lock(&sh->lock);
+	x->sh = sh;
+	x->op = false;
+	if (may_op)
+		x->op = kvpi_oshard_enter(p, s, sh);
+	else
+		kvpi_oshard_lock(p, s, sh);
 	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	*made = r == NULL;
 	if (r)
 		kvpi_bias_revoke(p, s, r);
 	else
-		r = kvpi_oshard_insert(&p->owners, sh, &s->recs, owner);
+		r = kvpi_oshard_insert_h(&p->owners, sh, &s->recs, owner, h);
 	if (r && kvpi_orec_reserve(&p->owners, r, &p->bt, &s->recs, nb) != 0) {
 		if (*made)
 			kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
 		r = NULL;
 	}
 	if (!r)
-		pthread_mutex_unlock(&sh->lock);
-	*shp = sh;
+		kvpi_oshard_exit(s, sh, x->op);
 	return r;
 }
 
@@ -210,16 +214,16 @@ take_from_mag(struct kvp_pool *p, struct kvpi_tslot *s, int si, struct kvpi_orec
  * been revoked, the record's array grown), and then the general path
  * takes the blocks first and the owner after.
  */
-static __attribute__((noinline)) bool alloc_from_mag(struct kvp_pool *p, struct kvpi_tslot *s,
-                                                     int si, kvp_ref *refs, uint32_t nb,
-                                                     uint32_t n_tokens, kvp_owner owner,
-                                                     kvp_format format, uint64_t *reused)
+static inline __attribute__((always_inline)) bool
+alloc_from_mag(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvp_ref *refs, uint32_t nb,
+               uint32_t n_tokens, kvp_owner owner, kvp_format format, bool unbiased,
+               uint64_t *reused)
 {
 	/* relaxed: our own magazine's count, a hint here (checked inside). */
 	if (!kvpi_use_magazine(p, s) ||
 	    atomic_load_explicit(&s->mag[si].count, memory_order_relaxed) < nb)
 		return false;
-	struct kvpi_orec *r = kvpi_bias_enter(p, s, owner);
+	struct kvpi_orec *r = unbiased ? NULL : kvpi_bias_enter(p, s, owner);
 	if (r) {
 		bool done = (uint64_t)r->ids.len + nb <= r->ids.cap &&
 		            take_from_mag(p, s, si, r, refs, nb, n_tokens, owner, format, reused);
@@ -228,17 +232,19 @@ static __attribute__((noinline)) bool alloc_from_mag(struct kvp_pool *p, struct 
 	}
 	if (kvpi_rec_cache_reserve(&p->owners, &s->recs) != 0)
 		return false;
-	struct kvpi_oshard *sh;
+	struct kvpi_oexcl x;
 	bool made;
-	r = locked_with_room(p, s, owner, kvpi_owner_hash(owner), nb, &sh, &made);
+	r = locked_with_room(p, s, owner, kvpi_owner_hash(owner), nb, true, &x, &made);
 	if (!r)
 		return false;
+	/* Inside the shard's exclusion (a shard op or its lock) we enter only
+	 * the magazine, never an owner op. */
 	bool done = take_from_mag(p, s, si, r, refs, nb, n_tokens, owner, format, reused);
 	if (done)
 		kvpi_bias_adopt(p, s, r);
 	else if (made)
-		kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
-	pthread_mutex_unlock(&sh->lock);
+		kvpi_oshard_remove(&p->owners, x.sh, &s->recs, r);
+	kvpi_oshard_exit(s, x.sh, x.op);
 	return done;
 }
 
@@ -277,14 +283,15 @@ static int hand_out_locked(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvp
                            uint32_t nb, uint32_t n_tokens, kvp_owner owner, kvp_format format,
                            uint64_t *reused)
 {
-	struct kvpi_oshard *sh;
+	struct kvpi_oexcl x;
 	bool made;
-	struct kvpi_orec *r = locked_with_room(p, s, owner, kvpi_owner_hash(owner), nb, &sh, &made);
+	struct kvpi_orec *r =
+	    locked_with_room(p, s, owner, kvpi_owner_hash(owner), nb, true, &x, &made);
 	if (!r)
 		return -1;
 	*reused = hand_out(p, si, r, refs, nb, n_tokens, owner, format);
 	kvpi_bias_adopt(p, s, r);
-	pthread_mutex_unlock(&sh->lock);
+	kvpi_oshard_exit(s, x.sh, x.op);
 	return 0;
 }
 
@@ -303,21 +310,22 @@ static int allocate_locked(struct kvp_pool *p, struct kvpi_tslot *s, int si, uin
 	 * run under it: nothing that holds grow_lock or a claimed magazine
 	 * ever waits for a shard lock.
 	 */
-	struct kvpi_oshard *sh;
+	struct kvpi_oexcl x;
 	bool made;
-	struct kvpi_orec *r = locked_with_room(p, s, owner, h, nb, &sh, &made);
+	/* The lock, not a shard op: the block path below may drain. */
+	struct kvpi_orec *r = locked_with_room(p, s, owner, h, nb, false, &x, &made);
 	if (!r)
 		return kvpi_fail_call(p, s, KVP_ENOMEM);
 	int rc = kvpi_get_blocks(p, s, si, ids_in(refs, nb), nb);
 	if (rc != KVP_OK) {
 		if (made)
-			kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
-		pthread_mutex_unlock(&sh->lock);
+			kvpi_oshard_remove(&p->owners, x.sh, &s->recs, r);
+		pthread_mutex_unlock(&x.sh->lock);
 		return kvpi_fail_call(p, s, rc);
 	}
 	uint64_t reused = hand_out(p, si, r, refs, nb, n_tokens, owner, format);
 	kvpi_bias_adopt(p, s, r);
-	pthread_mutex_unlock(&sh->lock);
+	pthread_mutex_unlock(&x.sh->lock);
 	return alloc_done(p, s, nb, n_tokens, reused, n_refs);
 }
 
@@ -325,10 +333,14 @@ static int allocate_locked(struct kvp_pool *p, struct kvpi_tslot *s, int si, uin
  * kvp_allocate's stream index, token count and format in one word, so the
  * general path takes six arguments: all in registers, and the fast path's
  * calls to it are tail calls (no callee-saved registers saved there).
+ * @unbiased: the fast path found no record of the owner biased to this
+ * thread in its owner cache (so alloc_from_mag need not look again: only
+ * this thread could bias one to itself, and it is here).
  */
-static inline uint64_t alloc_req(int si, uint32_t n_tokens, kvp_format format)
+static inline uint64_t alloc_req(int si, uint32_t n_tokens, kvp_format format, bool unbiased)
 {
-	return (uint64_t)n_tokens << 32 | (uint64_t)format << 8 | (uint64_t)si;
+	return (uint64_t)n_tokens << 32 | (uint64_t)unbiased << 16 | (uint64_t)format << 8 |
+	       (uint64_t)si;
 }
 
 /*
@@ -347,14 +359,17 @@ static inline uint64_t alloc_req(int si, uint32_t n_tokens, kvp_format format)
  */
 static int prepare_room(struct kvp_pool *p, struct kvpi_tslot *s, kvp_owner owner, uint32_t nb)
 {
-	struct kvpi_oshard *sh;
-	struct kvpi_orec *r = kvpi_owner_lock(p, s, owner, &sh);
+	struct kvpi_oexcl x;
+	struct kvpi_orec *r = kvpi_owner_lock(p, s, owner, &x);
 	if (!r)
 		r = s->recs.head; /* the record kvpi_oshard_insert will take */
 	int rc = kvpi_orec_reserve(&p->owners, r, &p->bt, &s->recs, nb);
-	kvpi_owner_unlock(s, sh);
+	kvpi_owner_unlock(s, &x);
 	return rc;
 }
+
+static int allocate_taken(struct kvp_pool *p, struct kvpi_tslot *s, uint64_t req, kvp_owner owner,
+                          kvp_ref *refs, size_t *n_refs);
 
 /* kvp_allocate with its arguments checked (@req: alloc_req), every case. */
 static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64_t req,
@@ -390,8 +405,25 @@ static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64
 	 * a failure still leaves no trace.
 	 */
 	uint64_t reused;
-	if (alloc_from_mag(p, s, si, refs, nb, n_tokens, owner, format, &reused))
+	if (alloc_from_mag(p, s, si, refs, nb, n_tokens, owner, format, (req >> 16) & 1, &reused))
 		return alloc_done(p, s, nb, n_tokens, reused, n_refs);
+	return allocate_taken(p, s, req, owner, refs, n_refs);
+}
+
+/*
+ * allocate_general once the magazine could not serve the call (@req as
+ * alloc_req made it, checked): the blocks are taken first, then handed out
+ * under the owner's exclusion.
+ */
+static __attribute__((noinline)) int allocate_taken(struct kvp_pool *p, struct kvpi_tslot *s,
+                                                    uint64_t req, kvp_owner owner, kvp_ref *refs,
+                                                    size_t *n_refs)
+{
+	int si = (int)(req & 0xff);
+	kvp_format format = (kvp_format)((req >> 8) & 0xff);
+	uint32_t n_tokens = (uint32_t)(req >> 32);
+	uint32_t nb = blocks_for_tokens(p, n_tokens);
+	uint64_t reused;
 	if (kvpi_rec_cache_reserve(&p->owners, &s->recs) != 0)
 		return allocate_locked(p, s, si, n_tokens, nb, owner, kvpi_owner_hash(owner),
 		                       format, refs, n_refs);
@@ -421,12 +453,14 @@ static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64
  * biased to, then pop a block of stream @si from the thread's magazine
  * into *@id, when the record's id array has room for it.  Returns the
  * record, inside the owner op; or NULL, inside no op and with nothing
- * taken.
+ * taken (*@unbiased set when no record biased to us was found).
  */
 static inline __attribute__((always_inline)) struct kvpi_orec *
-fast_take(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvp_owner owner, uint32_t *id)
+fast_take(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvp_owner owner, uint32_t *id,
+          bool *unbiased)
 {
 	struct kvpi_orec *r = kvpi_bias_enter(p, s, owner);
+	*unbiased = r == NULL;
 	if (r && (!kvpi_idarr_room(&r->ids) || !kvpi_mag_pop(p, s, si, id))) {
 		kvpi_bias_leave(s);
 		return NULL;
@@ -463,10 +497,11 @@ static inline __attribute__((always_inline)) int allocate_body(kvp_pool *p, kvp_
 	struct kvpi_tslot *s = kvpi_tslot_mine(p);
 	struct kvpi_orec *r;
 	uint32_t id;
+	bool unbiased = false;
 	if (n_tokens > p->block_size || refs_cap == 0 || p->mode || !s ||
-	    !(r = fast_take(p, s, si, owner, &id)))
-		return allocate_general(p, alloc_req(si, n_tokens, format), owner, refs, refs_cap,
-		                        n_refs);
+	    !(r = fast_take(p, s, si, owner, &id, &unbiased)))
+		return allocate_general(p, alloc_req(si, n_tokens, format, unbiased), owner, refs,
+		                        refs_cap, n_refs);
 	/* Inside an owner op on our own record: no lock (a revoker waits). */
 	bool re, nf = n_tokens < p->block_size; /* once: the atomics below reload */
 	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);

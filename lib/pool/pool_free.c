@@ -61,24 +61,26 @@ static void acc_add(struct kvp_pool *p, struct kvpi_tslot *s, struct free_acc *a
 		acc_flush(p, s, a, si);
 }
 
-/* Hold shard @sh's lock in *held (one at a time). */
-static void hold_shard(struct kvpi_oshard **held, struct kvpi_oshard *sh)
+/* Hold shard @sh's lock in *held (one at a time).  The lock, never a
+ * shard op: the next ref's free may enter an owner op while it is held. */
+static void hold_shard(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_oshard **held,
+                       struct kvpi_oshard *sh)
 {
 	if (sh == *held)
 		return;
 	if (*held)
 		pthread_mutex_unlock(&(*held)->lock);
-	pthread_mutex_lock(&sh->lock);
+	kvpi_oshard_lock(p, s, sh);
 	*held = sh;
 }
 
 /*
- * Drop @r if it holds nothing and is not registered; shard lock held.
- * The shard lock covers 'registered' and 'bias' but not 'count' while the
- * record is biased to another thread (that thread changes it in its owner
- * ops), so count is read only after making sure no other thread is biased.
- * A record biased to another slot is left alone: that thread drops it
- * itself when one of its frees empties it (free_ref's 'empty').
+ * Drop @r if it holds nothing and is not registered; the shard's
+ * exclusion held (its lock or a shard op).  The exclusion covers 'registered' and 'bias' but not
+ * 'count' while the record is biased to another thread (that thread changes it in its owner ops),
+ * so count is read only after making sure no other thread is biased. A record biased to another
+ * slot is left alone: that thread drops it itself when one of its frees empties it (free_ref's
+ * 'empty').
  */
 static void drop_if_empty(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_oshard *sh,
                           struct kvpi_orec *r)
@@ -156,7 +158,7 @@ static inline __attribute__((always_inline)) uint64_t free_ref(struct kvp_pool *
 			uint64_t h = kvpi_owner_hash(owner);
 			/* Dropping a record changes the shard's table: lock. */
 			struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
-			hold_shard(held, sh);
+			hold_shard(p, s, held, sh);
 			struct kvpi_orec *r2 = kvpi_oshard_find_h(sh, owner, h);
 			if (r2)
 				drop_if_empty(p, s, sh, r2);
@@ -165,7 +167,7 @@ static inline __attribute__((always_inline)) uint64_t free_ref(struct kvp_pool *
 	}
 	uint64_t h = kvpi_owner_hash(owner);
 	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
-	hold_shard(held, sh);
+	hold_shard(p, s, held, sh);
 	return free_owned(p, s, sh, b, gen, owner, h);
 }
 
@@ -213,11 +215,11 @@ static __attribute__((noinline, cold)) void drop_emptied(struct kvp_pool *p, str
 {
 	uint64_t h = kvpi_owner_hash(owner);
 	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
-	pthread_mutex_lock(&sh->lock);
+	bool op = kvpi_oshard_enter(p, s, sh);
 	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	if (r)
 		drop_if_empty(p, s, sh, r);
-	pthread_mutex_unlock(&sh->lock);
+	kvpi_oshard_exit(s, sh, op);
 }
 
 /*

@@ -32,83 +32,66 @@ static inline uint64_t free_held_block(struct kvpi_block *b)
 #define FREE_ALL_SMALL 16u
 
 /*
- * kvp_free_all of record @r (shard lock held, bias revoked) when it holds at
- * most FREE_ALL_SMALL blocks: they are cleared, the record dropped and the
- * lock released, then given back through the ordinary block path (one
+ * kvp_free_all of record @r (its shard's exclusion held, @op as
+ * kvpi_oshard_enter returned it; bias revoked) when it holds at most
+ * FREE_ALL_SMALL blocks: they are cleared, the record dropped and the
+ * exclusion released, then given back through the ordinary block path (one
  * magazine entry per stream).  Ends the call.
  */
 static __attribute__((noinline)) int free_all_small(struct kvp_pool *p, struct kvpi_tslot *s,
-                                                    struct kvpi_oshard *sh, struct kvpi_orec *r)
+                                                    struct kvpi_oshard *sh, bool op,
+                                                    struct kvpi_orec *r)
 {
 	uint32_t ids[2][FREE_ALL_SMALL], cnt[2] = {0, 0};
 	uint64_t not_full = r->not_full; /* exact under the exclusion */
+	/* Written top down from the count of each stream's ids (exact under
+	 * the exclusion), so the first block allocated is given back last
+	 * and ends on top, with no reversal.  One stream: the record's count. */
+	uint32_t w[2] = {kvpi_orec_count(r), 0};
+	bool two = p->separate_kv;
+	if (two) {
+		for (uint32_t k = 0; k < r->ids.len; k++) {
+			uint32_t id = r->ids.ids[k];
+			if (id != KVPI_NO_ID)
+				/* relaxed: the exclusion orders the stamp before us. */
+				w[1] += (uint32_t)kvpi_st_stream(atomic_load_explicit(
+				    &kvpi_bt_block(&p->bt, id)->state, memory_order_relaxed));
+		}
+		w[0] -= w[1];
+	}
+	cnt[0] = w[0];
+	cnt[1] = w[1];
 	for (uint32_t k = 0; k < r->ids.len; k++) {
 		uint32_t id = r->ids.ids[k];
 		if (id == KVPI_NO_ID)
 			continue;
 		uint64_t st = free_held_block(kvpi_bt_block(&p->bt, id));
-		int si = kvpi_stream_of_state(p, st);
-		ids[si][cnt[si]++] = id;
+		int si = two ? (int)kvpi_st_stream(st) : 0;
+		ids[si][--w[si]] = id;
 	}
 	kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
-	pthread_mutex_unlock(&sh->lock);
-	/* Allocation order, the first allocated given last: it ends on top. */
-	for (int si = 0; si < 2; si++) {
-		for (uint32_t i = 0, j = cnt[si]; i + 1 < j; i++, j--) {
-			uint32_t t = ids[si][i];
-			ids[si][i] = ids[si][j - 1];
-			ids[si][j - 1] = t;
-		}
+	kvpi_oshard_exit(s, sh, op);
+	for (int si = 0; si < 2; si++)
 		if (cnt[si])
 			kvpi_give_back(p, s, si, ids[si], cnt[si]);
-	}
 	if (not_full)
 		kvpi_ctr_add(s, KVPI_C_NOT_FULL, (uint64_t)0 - not_full);
 	kvpi_end_call(p, s, true);
 	return KVP_OK;
 }
 
-/*
- * kvp_free_all in a plain pool.  Under the owner's shard lock (its bias
- * revoked), every block in the record's id array is cleared and goes straight
- * into this thread's magazine of its stream when the magazine can take the
- * whole array (it grows by demand): a request's blocks stay with the thread
- * that freed them, and the next request it serves takes them back without
- * touching a line another thread writes.  A stream whose magazine cannot
- * take them (too many, the stream starving, the fallback slot) gets a
- * chain pushed to its global stack with one CAS, after the lock.
- *
- * Either way the first block allocated ends on top, so a request made
- * again gets its old ids in the same order.  The magazines are entered
- * only once the shard lock is held and left before it is dropped: while
- * inside one we wait for nothing (a drainer may be waiting for us, and a
- * drainer may hold a shard lock: lib/pool/pool_internal.h, lock order).
- */
-int kvp_free_all(kvp_pool *p, kvp_owner owner)
+/* kvp_free_all of record @r (as free_all_small) holding more blocks: they go
+ * into the thread's magazines when those can take them all, else as a chain
+ * per stream to the global stack.  Ends the call. */
+static __attribute__((noinline)) int free_all_large(struct kvp_pool *p, struct kvpi_tslot *s,
+                                                    struct kvpi_oshard *sh, bool op,
+                                                    struct kvpi_orec *r)
 {
-	if (!p)
-		return KVP_EINVAL;
-	if (__builtin_expect(p->mode != NULL, 0))
-		return p->mode->free_all(p, owner);
-	struct kvpi_tslot *s = kvpi_tslot_get(p);
-	uint64_t h = kvpi_owner_hash(owner);
-	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 	uint32_t first[2] = {KVPI_NO_ID, KVPI_NO_ID}, last[2] = {KVPI_NO_ID, KVPI_NO_ID},
 	         cnt[2] = {0, 0}, base[2] = {0, 0};
 	struct kvpi_mag *mag[2] = {NULL, NULL};
 	bool top_first = false; /* ids written top down (else in allocation order) */
-
-	pthread_mutex_lock(&sh->lock);
-	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
-	if (!r) {
-		pthread_mutex_unlock(&sh->lock);
-		kvpi_end_call(p, s, false);
-		return KVP_ENOENT;
-	}
-	kvpi_bias_revoke(p, s, r);
 	uint32_t count = kvpi_orec_count(r);
-	if (count <= FREE_ALL_SMALL)
-		return free_all_small(p, s, sh, r);
 	uint64_t not_full = r->not_full; /* exact under the exclusion */
 	for (uint32_t si = 0; si < p->n_streams; si++)
 		mag[si] = kvpi_mag_hold_room(p, s, (int)si, count, &base[si]);
@@ -191,11 +174,51 @@ int kvp_free_all(kvp_pool *p, kvp_owner owner)
 	/* Out of the magazines first: dropping the record may give its id
 	 * array to the shared stash (a lock) or the system. */
 	kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
-	pthread_mutex_unlock(&sh->lock);
+	kvpi_oshard_exit(s, sh, op);
 	for (int si = 0; si < 2; si++)
 		if (!mag[si])
 			kvpi_put_chain(p, s, si, first[si], last[si], cnt[si]);
 	kvpi_ctr_add(s, KVPI_C_NOT_FULL, (uint64_t)0 - not_full);
 	kvpi_end_call(p, s, true);
 	return KVP_OK;
+}
+
+/*
+ * kvp_free_all in a plain pool.  Under the owner's shard's exclusion (its
+ * lock, or a shard op when the shard is biased to this thread; the record's
+ * bias revoked), every block in the record's id array is cleared and goes straight
+ * into this thread's magazine of its stream when the magazine can take the
+ * whole array (it grows by demand): a request's blocks stay with the thread
+ * that freed them, and the next request it serves takes them back without
+ * touching a line another thread writes.  A stream whose magazine cannot
+ * take them (too many, the stream starving, the fallback slot) gets a
+ * chain pushed to its global stack with one CAS, after the lock.
+ *
+ * Either way the first block allocated ends on top, so a request made
+ * again gets its old ids in the same order.  The magazines are entered
+ * only once the exclusion is held and left before it is dropped: while
+ * inside one we wait for nothing (a drainer may be waiting for us, and a
+ * drainer may hold a shard lock: lib/pool/pool_internal.h, lock order).
+ */
+int kvp_free_all(kvp_pool *p, kvp_owner owner)
+{
+	if (!p)
+		return KVP_EINVAL;
+	if (__builtin_expect(p->mode != NULL, 0))
+		return p->mode->free_all(p, owner);
+	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	uint64_t h = kvpi_owner_hash(owner);
+	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
+	/* Inside the shard's exclusion we enter only magazines. */
+	bool op = kvpi_oshard_enter(p, s, sh);
+	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
+	if (!r) {
+		kvpi_oshard_exit(s, sh, op);
+		kvpi_end_call(p, s, false);
+		return KVP_ENOENT;
+	}
+	kvpi_bias_revoke(p, s, r);
+	if (kvpi_orec_count(r) <= FREE_ALL_SMALL)
+		return free_all_small(p, s, sh, op, r);
+	return free_all_large(p, s, sh, op, r);
 }

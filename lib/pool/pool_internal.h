@@ -26,7 +26,12 @@
  *
  * An owner op is a thread inside its own biased owner record
  * (lib/pool/owner.h).  It takes no shard lock while inside.  So a revoker
- * that holds a shard lock and waits for it closes no cycle.  In a plain
+ * that holds a shard lock and waits for it closes no cycle.  A shard op
+ * (a thread inside the minted shard biased to it, lib/pool/bias.h) stands
+ * where that shard's lock would in the order above; inside it the thread
+ * may revoke a record's bias (owner ops wait for nothing) but takes no
+ * other shard's exclusion, so a revoker of the shard, which holds its lock
+ * and waits for the op, closes no cycle either.  In a plain
  * pool neither a shard lock nor an owner op is held across a drain or a
  * growth, since kvp_allocate takes its blocks first.  The exception is
  * when no owner record can be reserved for lack of memory.  (A prefix
@@ -182,6 +187,17 @@ void kvpi_heavy_barrier(struct kvp_pool *p);
 void kvpi_bias_revoke_slow(struct kvp_pool *p, struct kvpi_orec *r, uintptr_t t);
 
 /*
+ * kvpi_oshard_note_slow - kvpi_oshard_lock's bookkeeping once it holds
+ * @sh's lock and found it biased to @t, not the caller's slot @s: revoke
+ * that bias (as kvpi_bias_revoke_slow does a record's) when @t is not 0;
+ * else count the call in the shard's streak and bias the shard to @s when
+ * the streak is long enough and the shard is @s's minted shard in a plain
+ * pool (lib/pool/owner.h, "Biased shards").
+ */
+void kvpi_oshard_note_slow(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_oshard *sh,
+                           uintptr_t t);
+
+/*
  * kvpi_raw_exclude - before changing the state word of raw block @b (a CAS)
  * from slot @s: if the hand-out whose state is @st has its owner word naming
  * another slot whose raw bias still stands, revoke that bias (once for the
@@ -329,129 +345,8 @@ static inline void kvpi_tslot_put(struct kvp_pool *p, struct kvpi_tslot *s)
 /* The magazine protocol's inline half: it needs struct kvp_pool above. */
 #include "lib/pool/magazine.h"
 
-/** kvpi_ocache_ent_of - @owner's entry in @s's owner cache */
-static inline struct kvpi_ocache_ent *kvpi_ocache_ent_of(struct kvpi_tslot *s, kvp_owner owner)
-{
-	_Static_assert((KVPI_OCACHE_N & (KVPI_OCACHE_N - 1)) == 0, "power of two");
-	return &s->ocache[kvpi_ocache_index(owner, __builtin_ctz(KVPI_OCACHE_N))];
-}
-
-/*
- * kvpi_bias_enter - enter @owner's record as the thread it is biased to
- *
- * Looks the owner up in the slot's owner cache.  The cached record may
- * still be biased to this slot and still be @owner's (key and epoch).  The
- * thread is then inside an owner op on it until kvpi_bias_leave.  Meanwhile
- * it may change the record's ids without a lock.  Returns the
- * record, or NULL: then use the locked path.  Never for the fallback slot.
- */
-static inline __attribute__((always_inline)) struct kvpi_orec *
-kvpi_bias_enter(struct kvp_pool *p, struct kvpi_tslot *s, kvp_owner owner)
-{
-	struct kvpi_ocache_ent *e = kvpi_ocache_ent_of(s, owner);
-	struct kvpi_orec *r = e->rec;
-	if (!r || e->key != owner)
-		return NULL;
-	bool asym = p->asym; /* read once, as in kvpi_mag_enter */
-	kvpi_light_store_m(asym, &s->in_owner_op, (uintptr_t)r);
-	/* relaxed (asym) / seq_cst (fallback): the load half of the Dekker
-	 * pair with kvpi_bias_revoke.  Only the value 's' matters, which only
-	 * this slot's thread ever stores. */
-	uintptr_t b =
-	    atomic_load_explicit(&r->bias, asym ? memory_order_relaxed : memory_order_seq_cst);
-	/* The record is ours while biased to us: key and epoch are stable. */
-	if (b == (uintptr_t)s && r->key == owner && r->epoch == e->epoch)
-		return r;
-	/* release: we touched nothing; a revoker waiting on us goes on. */
-	atomic_store_explicit(&s->in_owner_op, 0, memory_order_release);
-	return NULL;
-}
-
-/** kvpi_bias_leave - end the owner op begun by kvpi_bias_enter */
-static inline void kvpi_bias_leave(struct kvpi_tslot *s)
-{
-	/* release: a revoker that reads 0 (acquire) sees our changes. */
-	atomic_store_explicit(&s->in_owner_op, 0, memory_order_release);
-}
-
-/*
- * kvpi_bias_revoke - make @r an ordinary shard-locked record
- *
- * Caller holds @r's shard lock.  If @r is biased to another slot, clears the
- * bias, issues the heavy barrier and waits until that slot's thread is not
- * inside an owner op on @r (kvpi_bias_revoke_slow, lib/pool/bias.c).  A
- * record biased to the caller's own slot @s stays biased: its thread is
- * here, not inside an op.
- */
-static inline void kvpi_bias_revoke(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r)
-{
-	/* relaxed: bias is written only under the shard lock, which we hold. */
-	uintptr_t t = atomic_load_explicit(&r->bias, memory_order_relaxed);
-	if (t != 0 && t != (uintptr_t)s)
-		kvpi_bias_revoke_slow(p, r, t);
-}
-
-/*
- * kvpi_owner_lock - take @owner's exclusion for a short change
- *
- * An owner op on its record when the record is biased to this thread
- * (*@sh = NULL); else its shard lock, with another thread's bias on the
- * record revoked (*@sh = the locked shard).  Returns the record, or NULL
- * (only under the shard lock) when the owner has none.  End with
- * kvpi_owner_unlock.  Never inside a magazine (a revocation waits).
- */
-static inline struct kvpi_orec *kvpi_owner_lock(struct kvp_pool *p, struct kvpi_tslot *s,
-                                                kvp_owner owner, struct kvpi_oshard **sh)
-{
-	struct kvpi_orec *r = kvpi_tslot_is_fallback(p, s) ? NULL : kvpi_bias_enter(p, s, owner);
-	if (r) {
-		*sh = NULL;
-		return r;
-	}
-	uint64_t h = kvpi_owner_hash(owner);
-	*sh = kvpi_owners_shard_h(&p->owners, h);
-	pthread_mutex_lock(&(*sh)->lock);
-	r = kvpi_oshard_find_h(*sh, owner, h);
-	if (r)
-		kvpi_bias_revoke(p, s, r);
-	return r;
-}
-
-/** kvpi_owner_unlock - end kvpi_owner_lock's exclusion (@sh as it set it) */
-static inline void kvpi_owner_unlock(struct kvpi_tslot *s, struct kvpi_oshard *sh)
-{
-	if (sh)
-		pthread_mutex_unlock(&sh->lock);
-	else
-		kvpi_bias_leave(s);
-}
-
-/*
- * kvpi_bias_adopt - bias @r to slot @s and cache it there
- *
- * Caller holds @r's shard lock, and @r is not biased to another slot.  Does
- * nothing for the fallback slot, or for a record revoked too often to be
- * worth it (KVPI_BIAS_MAX_REVOKES).
- */
-static inline void kvpi_bias_adopt(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r)
-{
-	if (kvpi_tslot_is_fallback(p, s))
-		return;
-	/* relaxed: bias is written only under the shard lock, which we hold;
-	 * any thread formerly biased has left its op (kvpi_bias_revoke). */
-	uintptr_t t = atomic_load_explicit(&r->bias, memory_order_relaxed);
-	if (t == 0) {
-		if (r->revokes >= KVPI_BIAS_MAX_REVOKES)
-			return;
-		atomic_store_explicit(&r->bias, (uintptr_t)s, memory_order_relaxed);
-	} else if (t != (uintptr_t)s) {
-		return;
-	}
-	struct kvpi_ocache_ent *e = kvpi_ocache_ent_of(s, r->key);
-	e->key = r->key;
-	e->rec = r;
-	e->epoch = r->epoch;
-}
+/* The bias protocols' inline half: it needs the slot helpers above. */
+#include "lib/pool/bias.h"
 
 /*
  * kvpi_account_in_use - note @d blocks more (or fewer) in use by this thread

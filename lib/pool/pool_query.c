@@ -10,8 +10,6 @@
  */
 #include "lib/pool/pool_internal.h"
 
-_Static_assert(KVPI_OWNER_SHARD_BITS == 8, "a minted id names its shard in one byte");
-
 /*
  * A fresh id from the calling thread's slot (lib/pool/owner.h, "Minted
  * owner ids").  The slot's sequence has one writer: the slot's thread, or
@@ -22,7 +20,10 @@ int kvp_owner_new(kvp_pool *p, kvp_owner *owner)
 {
 	if (!p || !owner)
 		return KVP_EINVAL;
-	struct kvpi_tslot *s = kvpi_tslot_get(p);
+	/* The thread's own slot in the common case: no fallback lock to give
+	 * back (kvpi_tslot_mine). */
+	struct kvpi_tslot *mine = kvpi_tslot_mine(p);
+	struct kvpi_tslot *s = mine ? mine : kvpi_tslot_get(p);
 	int rc = KVP_OK;
 	if (s->idx >= KVPI_MINT_MAX_SLOTS || s->minted >= 1ull << KVPI_MINT_SEQ_BITS) {
 		rc = KVP_EEXHAUSTED;
@@ -30,7 +31,8 @@ int kvp_owner_new(kvp_pool *p, kvp_owner *owner)
 		*owner = KVPI_MINT_TAG << 56 | (uint64_t)(s->idx & 0xff) << 48 |
 		         (uint64_t)(s->idx >> 8) << KVPI_MINT_SEQ_BITS | s->minted++;
 	}
-	kvpi_tslot_put(p, s);
+	if (!mine)
+		kvpi_tslot_put(p, s);
 	return rc;
 }
 
@@ -42,7 +44,7 @@ int kvp_register_owner(kvp_pool *p, kvp_owner owner)
 	uint64_t h = kvpi_owner_hash(owner);
 	struct kvpi_oshard *sh = kvpi_owners_shard_h(&p->owners, h);
 	int rc = KVP_OK;
-	pthread_mutex_lock(&sh->lock);
+	kvpi_oshard_lock(p, s, sh);
 	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	if (r) {
 		rc = KVP_EOWNER; /* nothing of the record is touched: no revocation */
@@ -66,7 +68,7 @@ int kvp_release_owner(kvp_pool *p, kvp_owner owner)
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, owner);
 	int rc = KVP_OK;
-	pthread_mutex_lock(&sh->lock);
+	kvpi_oshard_lock(p, s, sh);
 	struct kvpi_orec *r = kvpi_oshard_find(sh, owner);
 	if (!r) {
 		rc = KVP_ENOENT;
@@ -89,7 +91,7 @@ int kvp_blocks_for(kvp_pool *p, kvp_owner owner, kvp_ref *refs, size_t cap, size
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, owner);
 	int rc = KVP_OK;
-	pthread_mutex_lock(&sh->lock);
+	kvpi_oshard_lock(p, s, sh);
 	struct kvpi_orec *r = kvpi_oshard_find(sh, owner);
 	/* Its ids must hold still: a revocation only if the record is
 	 * biased to another thread (kvpi_bias_revoke returns at once when it
@@ -300,12 +302,12 @@ static int set_used_exclusive(struct kvp_pool *p, struct kvpi_tslot *s, struct k
 	 * sees the block freed or re-stamped (docs/DESIGN.md, "Why an owned
 	 * block's free needs no CAS"); relaxed would not order the re-check. */
 	kvp_owner owner = atomic_load_explicit(&b->owner, memory_order_acquire);
-	struct kvpi_oshard *sh;
+	struct kvpi_oexcl x;
 	/* No record: the block was freed (its owner's last block) since the
 	 * owner load; set_used_owned then finds it stale. */
-	struct kvpi_orec *r = kvpi_owner_lock(p, s, owner, &sh);
+	struct kvpi_orec *r = kvpi_owner_lock(p, s, owner, &x);
 	int rc = set_used_owned(p, s, r, b, gen, n_used);
-	kvpi_owner_unlock(s, sh);
+	kvpi_owner_unlock(s, &x);
 	return rc;
 }
 
