@@ -44,8 +44,13 @@
  *                                                   for raw blocks); a raw block: one
  *                                                   CAS, or none when its allocating
  *                                                   thread frees it (see kvp_alloc_block)
- *   kvp_free_all           everything               the owner's shard mutex
- *   kvp_blocks_for         everything               the owner's shard mutex
+ *   kvp_free_all           everything               the owner's shard mutex (none
+ *                                                   for a minted owner on its
+ *                                                   thread: see kvp_owner_new)
+ *   kvp_blocks_for         everything               the owner's shard mutex (a
+ *                                                   minted owner's shard: its
+ *                                                   bias revoked, if another
+ *                                                   thread's)
  *   kvp_owner_new          everything               no lock, no shared write (the
  *                                                   thread's first call on the pool
  *                                                   makes its slot)
@@ -85,6 +90,15 @@
  * then allocated) is biased to the thread that allocated.  So an owner
  * registered by one thread and allocated for by another pays no revocation.
  * One allocated by a thread and then freed or listed by another pays one.
+ *
+ * Minted owners (kvp_owner_new) go one step further: the shard holding a
+ * thread's minted owners is biased to that thread too, so making an owner
+ * and ending it with kvp_free_all take no lock either (in a pool without
+ * prefix_cache).  Another thread touching one of them (any owner call,
+ * kvp_register_owner and kvp_release_owner included) revokes the shard's
+ * bias as above, one membarrier; the thread earns it back after a run of
+ * its own calls, twice as long each time, so owners routinely touched from
+ * another thread settle on the shard mutex.
  *
  * Asymmetric and fallback protocols.  kvp_pool_create probes
  * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) and registers the process
@@ -336,10 +350,13 @@ size_t kvp_n_free(kvp_pool *pool, kvp_stream stream);
  * allocates for it and ends it with kvp_free_all touches no cache line
  * another thread writes in the common case, and threads doing that in
  * parallel do not slow each other down.  An owner whose id was drawn at
- * random instead lands in a shard every thread writes.  Any thread may use
- * the id (it then takes that shard's mutex, as for any id); it stays fast
- * only on its own thread.  So mint on the thread that will use the id: ids
- * one dispatcher thread mints for many workers all land in its one shard.
+ * random instead lands in a shard every thread writes.  In a pool without
+ * prefix_cache the thread's shard is biased to it after a few calls (see
+ * "Biased owners" above), so it makes and ends its owners with no lock.
+ * Any thread may use the id (it then takes that shard's mutex, revoking
+ * that bias); it stays fast only on its own thread.  So mint on the
+ * thread that will use the id: ids one dispatcher thread mints for many
+ * workers all land in its one shard.
  *
  * The id is not registered and holds nothing: it becomes active like any
  * other id, at the first kvp_allocate, kvp_prefix_match or

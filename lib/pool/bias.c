@@ -7,11 +7,13 @@
  * inline: kvpi_bias_enter, kvpi_bias_leave, kvpi_bias_adopt and
  * kvpi_bias_revoke's first test, and the shard ops, in lib/pool/bias.h, and the raw op
  * in kvp_free's fast path (lib/pool/pool_free.c).  May call: the heavy barrier and the spin wait;
- * it takes no lock (its callers hold the owner's shard lock where needed).
+ * it takes no lock (its callers hold the owner's shard's exclusion, its lock
+ * or a shard op, where needed).
  *
  * Owner bias.  A record biased to a slot is changed by that slot's thread
  * inside an owner op, with no lock.  Another thread that needs the record
- * takes its shard lock, clears the bias (seq_cst), issues the heavy barrier
+ * takes its shard's exclusion (the lock, or a shard op for the thread the
+ * shard is biased to), clears the bias (seq_cst), issues the heavy barrier
  * and waits until the biased thread is not inside an op on it: the two
  * sides form a Dekker pair, so either the op sees the bias gone or the
  * revoker sees the op and waits for its end.

@@ -85,7 +85,8 @@ static inline void kvpi_bias_leave(struct kvpi_tslot *s)
  */
 static inline void kvpi_bias_revoke(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r)
 {
-	/* relaxed: bias is written only under the shard lock, which we hold. */
+	/* relaxed: bias is written only under the shard's exclusion, which we
+	 * hold (its lock or a shard op). */
 	uintptr_t t = atomic_load_explicit(&r->bias, memory_order_relaxed);
 	if (t != 0 && t != (uintptr_t)s)
 		kvpi_bias_revoke_slow(p, r, t);
@@ -211,7 +212,8 @@ kvpi_bias_adopt(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_orec *r)
 {
 	if (kvpi_tslot_is_fallback(p, s))
 		return;
-	/* relaxed: bias is written only under the shard lock, which we hold;
+	/* relaxed: bias is written only under the shard's exclusion, which we
+	 * hold;
 	 * any thread formerly biased has left its op (kvpi_bias_revoke). */
 	uintptr_t t = atomic_load_explicit(&r->bias, memory_order_relaxed);
 	if (t == 0) {

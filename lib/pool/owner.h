@@ -5,16 +5,18 @@
  * order (lib/pool/idarray.h); each block keeps its position in it (own_pos
  * in the block table), so appending and dropping a block are O(1), and
  * kvp_free_all reads the ids with independent loads.  Records live in
- * KVPI_OWNER_SHARDS shards chosen by a hash of the owner id; each shard has
- * its own mutex that guards its buckets, its records, their id arrays, and
- * the position (own_pos) of every block its owners hold.
+ * KVPI_OWNER_SHARDS shards: 256 chosen by a hash of the owner id, and 256
+ * minted shards named by the id itself (below).  Each shard's exclusion
+ * (its mutex, or a shard op of the thread it is biased to: "Biased shards"
+ * below) guards its buckets, its records, their id arrays, and the
+ * position (own_pos) of every block its owners hold.
  *
  * Why a lock per shard and not a lock-free table: every operation on one
  * owner (extend, free, free_all, blocks_for) must see and change that
  * owner's ids atomically.  kvp_register_owner must detect a collision
  * exactly.  So a per-owner critical section is needed anyway.  Sharding
  * makes two threads contend only when their owners hash to the same shard
- * (1 in KVPI_OWNER_SHARDS).  A thread holds a shard lock for O(blocks in
+ * (1 in 256).  A thread holds a shard lock for O(blocks in
  * the call).  Under it, it may take the leaf spare_lock, enter its own
  * magazines (waiting for nothing inside), revoke a bias, and allocate or
  * free an id array; it never waits for another shard lock.
@@ -40,7 +42,7 @@
  * allocates for it: 'bias' = the slot.  kvp_register_owner makes it
  * unbiased.  While it stays biased, that thread alone changes the record's
  * ids.  It does so without the shard lock, inside an owner op
- * (lib/pool/pool_internal.h, kvpi_bias_enter/leave).  An owner op is a
+ * (lib/pool/bias.h, kvpi_bias_enter/leave).  An owner op is a
  * plain store of the slot's in_owner_op word and a load of 'bias'.  In asym
  * mode it takes no locked instruction.
  *
@@ -78,7 +80,7 @@
  * locked it KVPI_SHARD_REBIAS times in a row with no other slot in between.
  * A shard op is a plain store of the slot's in_owner_op word (the shard's
  * address) and a load of the shard's 'bias' (kvpi_oshard_enter,
- * lib/pool/pool_internal.h); inside it the thread may do anything the lock
+ * lib/pool/bias.h); inside it the thread may do anything the lock
  * allows.  Any other thread takes the lock and revokes the shard's bias
  * (kvpi_oshard_lock): 'bias' = 0 (seq_cst), the heavy barrier, a wait while
  * the biased slot's in_owner_op names the shard.  The count needed to bias

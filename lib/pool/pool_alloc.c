@@ -4,7 +4,8 @@
  * Owns: taking blocks for a request (all or nothing) and handing them out:
  * each block is stamped with a new generation, its owner and its fill, and
  * added to the owner's id array under the owner's exclusion (an owner op on
- * a record biased to this thread, or else the owner's shard lock).  The
+ * a record biased to this thread, or else the owner's shard's exclusion:
+ * its lock, or a shard op of a minted shard biased to this thread).  The
  * common case (one block, an owner biased to this thread, a block in the
  * thread's magazine) is a short inline path; every other case goes to
  * allocate_general having changed nothing.  A prefix pool's calls go to its
@@ -183,7 +184,7 @@ locked_with_room(struct kvp_pool *p, struct kvpi_tslot *s, kvp_owner owner, uint
  * Returns true with *@reused set; false having changed nothing (too few
  * blocks in the magazine, the stream starving).  Inside the magazine we
  * wait for nothing, so entering it under the owner's exclusion (an owner
- * op, or the shard lock) is safe, as in the one-block fast path and
+ * op, the shard lock or a shard op) is safe, as in the one-block fast path and
  * kvp_free_all.
  */
 static inline __attribute__((always_inline)) bool
@@ -207,7 +208,7 @@ take_from_mag(struct kvp_pool *p, struct kvpi_tslot *s, int si, struct kvpi_orec
 /*
  * kvp_allocate served whole from the thread's magazine, under the owner's
  * exclusion: inside an owner op when its record is biased to this thread,
- * else under its shard lock, the record made (from the slot's record
+ * else under its shard's exclusion, the record made (from the slot's record
  * cache) if it has none.  Returns true with the blocks handed out and
  * *@reused set; false with no block taken and nothing a caller can see
  * changed (a record made for the owner is dropped again; a bias may have
@@ -272,7 +273,7 @@ static inline __attribute__((always_inline)) int alloc_done(struct kvp_pool *p,
 
 /*
  * Hand @nb blocks, already taken (their ids in @refs), out to @owner under
- * its shard lock: its record is found, or made from the record the caller
+ * its shard's exclusion: its record is found, or made from the record the caller
  * reserved in the slot's cache (so that cannot fail), and another thread's
  * bias on it is revoked first.  Returns 0 with *@reused set to how many
  * had been handed out before, or -1 when the record's id array could not
@@ -347,7 +348,7 @@ static inline uint64_t alloc_req(int si, uint32_t n_tokens, kvp_format format, b
  * Make room for @nb more ids in @owner's id array before any block is
  * taken, so the hand-out after cannot fail for memory once the blocks (and
  * maybe a growth of the pool) are had: in an owner op when the record is
- * biased to this thread, else under the shard lock (revoking another
+ * biased to this thread, else under the shard's exclusion (revoking another
  * thread's bias), or, for an owner with no record yet, in the record the
  * slot's cache holds for it (private until kvpi_oshard_insert takes it).
  * 0, or -1 (no memory: nothing else changed).  The slot's record cache
@@ -395,14 +396,14 @@ static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64
 	 * When the thread's magazine holds them all, the blocks are handed out
 	 * where they lie, under the owner's exclusion (alloc_from_mag): no
 	 * drain or growth can be needed then.  Otherwise the blocks are taken
-	 * first, inside neither the owner's shard lock nor an owner op: a drain (which waits for
-	 * other threads' magazines and issues the heavy barrier) or a growth then holds up no other
-	 * thread that touches this owner or any owner of its shard, and a revoker never waits for
-	 * an owner op that is draining.  The owner's record, if it has none yet, is then made from
-	 * a record reserved here, which cannot fail, and room in its id array is made before the
-	 * blocks are taken (prepare_room); only if not even one record can be had (no memory) is
-	 * the record made first and the block path run under the shard lock (allocate_locked), so
-	 * a failure still leaves no trace.
+	 * first, inside neither the owner's shard lock, a shard op nor an owner op: a drain (which
+	 * waits for other threads' magazines and issues the heavy barrier) or a growth then holds
+	 * up no other thread that touches this owner or any owner of its shard, and a revoker never
+	 * waits for an owner op that is draining.  The owner's record, if it has none yet, is then
+	 * made from a record reserved here, which cannot fail, and room in its id array is made
+	 * before the blocks are taken (prepare_room); only if not even one record can be had (no
+	 * memory) is the record made first and the block path run under the shard lock
+	 * (allocate_locked), so a failure still leaves no trace.
 	 */
 	uint64_t reused;
 	if (alloc_from_mag(p, s, si, refs, nb, n_tokens, owner, format, (req >> 16) & 1, &reused))

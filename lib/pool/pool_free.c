@@ -3,7 +3,7 @@
  *
  * Owns: freeing blocks by ref.  A free checks the ref's generation against
  * the block's state word and clears it: an owned block under its owner's
- * exclusion (an owner op, or the shard lock with the bias revoked) with a
+ * exclusion (an owner op, or the shard's exclusion with the bias revoked) with a
  * plain store, a raw block with a CAS, or with a plain store inside a raw
  * op while its slot's raw bias stands (lib/pool/bias.c).  A stale ref
  * changes nothing and is counted.  The freed blocks go to this thread's
@@ -87,12 +87,13 @@ static void drop_if_empty(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_
 {
 	if (r->registered)
 		return;
-	/* relaxed: bias is written only under the shard lock, which we hold. */
+	/* relaxed: bias is written only under the shard's exclusion, which we
+	 * hold. */
 	uintptr_t t = atomic_load_explicit(&r->bias, memory_order_relaxed);
 	if (t != 0 && t != (uintptr_t)s)
 		return;
 	/* bias is 0 or ours: this thread's own ops are over, so count holds
-	 * still under the shard lock. */
+	 * still under the shard's exclusion. */
 	if (kvpi_orec_count(r) == 0)
 		kvpi_oshard_remove(&p->owners, sh, &s->recs, r);
 }

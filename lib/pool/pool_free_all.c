@@ -1,20 +1,21 @@
 /*
  * lib/pool/pool_free_all.c - kvp_free_all in a plain pool.
  *
- * Owns: ending an owner.  Under the owner's shard lock (its bias revoked)
+ * Owns: ending an owner.  Under the owner's shard's exclusion (its lock, or
+ * a shard op; the record's bias revoked)
  * every block in the owner's id array is cleared, the record dropped, and the
  * blocks given back: into this thread's magazines when they have room for
  * all its blocks, else as one chain per stream pushed on the global stack.
  *
  * May call: the block path (lib/pool/pool_blocks.c, magazine.h), the owner
- * table (lib/pool/owner.h), kvpi_bias_revoke (lib/pool/pool_internal.h), the
+ * table (lib/pool/owner.h), kvpi_bias_revoke (lib/pool/bias.h), the
  * state-word helpers (lib/pool/block_state.h) and the statistics.
  */
 #include "lib/pool/block_state.h"
 
 /*
  * Clear in-use block @b of an owner's id array; returns the state it had.  The
- * record's exclusion (shard lock, bias revoked) makes us its only writer.
+ * record's exclusion (the shard's, bias revoked) makes us its only writer.
  */
 static inline uint64_t free_held_block(struct kvpi_block *b)
 {

@@ -5,9 +5,10 @@
  *   - the struct;
  *   - the functions the .c files share, declared under the file that
  *     defines each;
- *   - the small inline helpers: thread slots, streams, the owner op,
- *     statistics.  The magazine protocol's inline half is in
- *     lib/pool/magazine.h, included among them.
+ *   - the small inline helpers: thread slots, streams, statistics.  The
+ *     magazine protocol's inline half is in lib/pool/magazine.h, and the
+ *     bias protocols' (owner ops, shard ops) in lib/pool/bias.h, both
+ *     included among them.
  *
  * Locks and waits, in the order they nest (outer first):
  *   fallback_lock (only a thread without a slot) -> owner shard lock
@@ -187,12 +188,13 @@ void kvpi_heavy_barrier(struct kvp_pool *p);
 void kvpi_bias_revoke_slow(struct kvp_pool *p, struct kvpi_orec *r, uintptr_t t);
 
 /*
- * kvpi_oshard_note_slow - kvpi_oshard_lock's bookkeeping once it holds
- * @sh's lock and found it biased to @t, not the caller's slot @s: revoke
- * that bias (as kvpi_bias_revoke_slow does a record's) when @t is not 0;
- * else count the call in the shard's streak and bias the shard to @s when
- * the streak is long enough and the shard is @s's minted shard in a plain
- * pool (lib/pool/owner.h, "Biased shards").
+ * kvpi_oshard_note_slow - kvpi_oshard_lock's rare case, holding @sh's lock
+ * and having found its bias @t not the caller's slot @s: revoke that bias
+ * (as kvpi_bias_revoke_slow does a record's) when @t is not 0, and start
+ * a new streak for @s; with @t 0, start a new streak when the last one was
+ * another slot's, else (kvpi_oshard_lock counted it long enough) bias the
+ * shard to @s when it is @s's minted shard in a plain pool
+ * (lib/pool/owner.h, "Biased shards").
  */
 void kvpi_oshard_note_slow(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_oshard *sh,
                            uintptr_t t);

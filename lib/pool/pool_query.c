@@ -47,7 +47,7 @@ int kvp_register_owner(kvp_pool *p, kvp_owner owner)
 	kvpi_oshard_lock(p, s, sh);
 	struct kvpi_orec *r = kvpi_oshard_find_h(sh, owner, h);
 	if (r) {
-		rc = KVP_EOWNER; /* nothing of the record is touched: no revocation */
+		rc = KVP_EOWNER; /* nothing of the record is touched: its bias stays */
 	} else if (!(r = kvpi_oshard_insert(&p->owners, sh, &s->recs, owner))) {
 		rc = KVP_ENOMEM;
 	} else {

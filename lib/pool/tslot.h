@@ -65,8 +65,9 @@ struct kvpi_tslot {
 	struct kvpi_tslot *next; /* immutable once on the list */
 	_Atomic int taken;       /* 1 while a live thread owns the slot */
 	struct kvpi_mag mag[2];
-	/* The record this slot's thread is inside an owner op on, or 0;
-	 * written only by that thread (kvpi_bias_enter/leave). */
+	/* What this slot's thread is inside, or 0: the record of an owner
+	 * op, the shard of a shard op, or KVPI_RAW_OP; written only by that
+	 * thread (lib/pool/bias.h, and kvp_free's raw op). */
 	_Atomic uintptr_t in_owner_op;
 	/* While this is KVPI_RAW_BIASED, the slot's thread may free the raw
 	 * blocks it stamped (owner word = the slot) without a CAS.  The first
