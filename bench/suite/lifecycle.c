@@ -62,6 +62,7 @@ typedef struct work {
 	size_t n;
 	uint64_t *hash_ids;
 	uint64_t *session;   /* per request: a hash of its conversation (see serve) */
+	uint8_t *thread_of;  /* per request: its thread in the current run (place_sessions) */
 	uint32_t max_blocks; /* largest request, prompt + decode blocks */
 	uint64_t blocks;     /* blocks of all requests */
 	char source[160];
@@ -224,9 +225,10 @@ failed:
  * The thread's share of requests [from, to), in trace order, @pass tagging
  * the mutex pool's owner ids (kvpool's come from kvp_owner_new).  With
  * --split session (the default) every request of a conversation goes to
- * the same thread, as a prefix-aware router sends it,
- * so a turn always finds its earlier turn published and the matched share
- * does not depend on how fast the threads run.  With --split rr thread t
+ * the same thread, as a prefix-aware router sends it (the conversations
+ * placed so the threads get equal work: place_sessions), so a turn always
+ * finds its earlier turn published and the matched share does not depend
+ * on how fast the threads run.  With --split rr thread t
  * takes every N-th request from t, and a turn racing its predecessor on
  * another thread may miss: the shares of the two sides then differ by luck.
  */
@@ -236,7 +238,7 @@ static void serve(run *r, worker *me, bufs *B, size_t from, size_t to, int pass)
 	bool rr = kvb_opt.split && !strcmp(kvb_opt.split, "rr");
 
 	for (size_t i = from + (rr ? (size_t)me->tid : 0); i < to; i += rr ? N : 1) {
-		if (!rr && r->w->session[i] % N != (size_t)me->tid)
+		if (!rr && r->w->thread_of[i] != (uint8_t)me->tid)
 			continue;
 		uint64_t owner = (uint64_t)pass * r->w->n + i;
 		if (r->side == MUTEX) {
@@ -298,6 +300,75 @@ static uint32_t pool_blocks(const work *w)
 	return (uint32_t)most * w->max_blocks + CACHE_BLOCKS;
 }
 
+/* A conversation's requests and their blocks (place_sessions). */
+typedef struct session_load {
+	uint64_t session, blocks;
+} session_load;
+
+static int by_session(const void *a, const void *b)
+{
+	uint64_t x = ((const session_load *)a)->session, y = ((const session_load *)b)->session;
+	return x < y ? -1 : x > y;
+}
+
+static int by_load_desc(const void *a, const void *b)
+{
+	const session_load *x = a, *y = b;
+	if (x->blocks != y->blocks)
+		return x->blocks > y->blocks ? -1 : 1;
+	return x->session < y->session ? -1 : x->session > y->session;
+}
+
+static uint32_t request_blocks(const trace_request *q)
+{
+	return (q->prompt + BLOCK - 1) / BLOCK + (q->output + BLOCK - 1) / BLOCK;
+}
+
+/*
+ * Each conversation's thread for a run on @n threads, in w->thread_of: the
+ * conversations, largest (in blocks) first, each on the thread with the
+ * fewest blocks so far (a prefix-aware router that balances load).  Taking
+ * the conversation's hash modulo @n instead left one of two threads 9% more
+ * than its share of this trace, so the run's wall time, set by its slowest
+ * thread, capped two-thread scaling at 1.83x before any cost of the pools.
+ * Deterministic, and the same for both sides.
+ */
+static void place_sessions(const work *w, int n)
+{
+	session_load *g = malloc((w->n ? w->n : 1) * sizeof(*g));
+	uint64_t load[KVB_MAX_THREADS] = {0};
+	size_t ng = 0;
+
+	if (!g) {
+		fprintf(stderr, "bench: out of memory\n");
+		exit(2);
+	}
+	for (size_t i = 0; i < w->n; i++)
+		g[i] = (session_load){w->session[i], request_blocks(&w->req[i])};
+	qsort(g, w->n, sizeof(*g), by_session);
+	for (size_t i = 0; i < w->n; i++) { /* one entry per conversation */
+		if (ng && g[ng - 1].session == g[i].session)
+			g[ng - 1].blocks += g[i].blocks;
+		else
+			g[ng++] = g[i];
+	}
+	qsort(g, ng, sizeof(*g), by_load_desc);
+	for (size_t k = 0; k < ng; k++) {
+		int t = 0;
+		for (int u = 1; u < n; u++)
+			t = load[u] < load[t] ? u : t;
+		load[t] += g[k].blocks;
+		g[k].blocks = (uint64_t)t; /* now the conversation's thread */
+	}
+	qsort(g, ng, sizeof(*g), by_session);
+	for (size_t i = 0; i < w->n; i++) {
+		session_load key = {w->session[i], 0};
+		const session_load *hit = bsearch(&key, g, ng, sizeof(*g), by_session);
+		w->thread_of[i] = (uint8_t)hit->blocks;
+	}
+	free(g);
+}
+
 /* One run of one side with a fresh pool; adds its figures to @out.  0, or 1 on a failure. */
 static int one_run(const work *w, int mode, int side, int n_threads, int passes, result *out,
                    int rep)
@@ -309,6 +380,7 @@ static int one_run(const work *w, int mode, int side, int n_threads, int passes,
 	double t0 = 1e300, t1 = 0, cpu = 0;
 
 	r.n_warm = w->n / 8;
+	place_sessions(w, n_threads);
 	if (side == KV) {
 		kvp_pool_config cfg;
 		kvp_pool_config_init(&cfg);
@@ -379,7 +451,8 @@ static int size_work(work *w)
 	w->max_blocks = 1;
 	w->blocks = 0;
 	w->session = malloc((w->n ? w->n : 1) * sizeof(uint64_t));
-	if (!w->session)
+	w->thread_of = malloc(w->n ? w->n : 1);
+	if (!w->session || !w->thread_of)
 		return -1;
 	for (size_t i = 0; i < w->n; i++) {
 		const trace_request *q = &w->req[i];
@@ -387,8 +460,7 @@ static int size_work(work *w)
 		             : q->n_hash   ? w->hash_ids[q->hash_off]
 		                           : ~(uint64_t)i;
 		w->session[i] = mix64(k + 0x9e3779b97f4a7c15ull);
-		uint32_t b =
-		    (w->req[i].prompt + BLOCK - 1) / BLOCK + (w->req[i].output + BLOCK - 1) / BLOCK;
+		uint32_t b = request_blocks(&w->req[i]);
 		if (b > w->max_blocks)
 			w->max_blocks = b;
 		w->blocks += b;
@@ -652,5 +724,6 @@ int kvb_bench_lifecycle(void)
 		free(w.hash_ids);
 	}
 	free(w.session);
+	free(w.thread_of);
 	return bad;
 }
