@@ -102,43 +102,42 @@ void kvpi_raw_exclude(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_bloc
 		raw_revoke(p, t);
 }
 
-void kvpi_bias_revoke_slow(struct kvp_pool *p, struct kvpi_orec *r, uintptr_t t)
+/*
+ * The revoker's half of both Dekker pairs: clear the bias word @bias (of a
+ * record or a shard), issue the heavy barrier, and wait until slot @t's
+ * thread is no longer inside an op on @what (the record or the shard).
+ */
+static void revoke_and_wait(struct kvp_pool *p, _Atomic uintptr_t *bias, uintptr_t t,
+                            uintptr_t what)
 {
 	/* seq_cst: the store half of the revoker's Dekker pair. */
-	atomic_store_explicit(&r->bias, 0, memory_order_seq_cst);
-	if (r->revokes < UINT8_MAX)
-		r->revokes++;
+	atomic_store_explicit(bias, 0, memory_order_seq_cst);
 	kvpi_heavy_barrier(p);
 	struct kvpi_tslot *ts = (struct kvpi_tslot *)t;
 	struct kvpi_spin spin = {0};
 	/* acquire (asym) / seq_cst (fallback): the load half; once it reads
-	 * anything but @r (a release store by that thread), the op's changes
-	 * to the record's ids are visible. */
+	 * anything but @what (a release store by that thread ending its op,
+	 * or a later op's word), the op's changes are visible. */
 	while (atomic_load_explicit(&ts->in_owner_op,
-	                            p->asym ? memory_order_acquire : memory_order_seq_cst) ==
-	       (uintptr_t)r)
+	                            p->asym ? memory_order_acquire : memory_order_seq_cst) == what)
 		kvpi_spin_wait(&spin);
 }
 
+void kvpi_bias_revoke_slow(struct kvp_pool *p, struct kvpi_orec *r, uintptr_t t)
+{
+	if (r->revokes < UINT8_MAX)
+		r->revokes++;
+	revoke_and_wait(p, &r->bias, t, (uintptr_t)r);
+}
+
 /* Clear shard @sh's bias to slot @t and wait until @t's thread is out of
- * any shard op on it (the Dekker pair above); the caller holds the lock. */
+ * any shard op on it; the caller holds the lock. */
 static __attribute__((noinline, cold)) void oshard_revoke(struct kvp_pool *p,
                                                           struct kvpi_oshard *sh, uintptr_t t)
 {
-	/* seq_cst: the store half of the revoker's Dekker pair. */
-	atomic_store_explicit(&sh->bias, 0, memory_order_seq_cst);
 	if (sh->revokes < UINT32_MAX)
 		sh->revokes++;
-	kvpi_heavy_barrier(p);
-	struct kvpi_tslot *ts = (struct kvpi_tslot *)t;
-	struct kvpi_spin spin = {0};
-	/* acquire (asym) / seq_cst (fallback): the load half; once it reads
-	 * anything but @sh (a release store by that thread ending its op, or
-	 * a later op's word), the op's changes to the shard are visible. */
-	while (atomic_load_explicit(&ts->in_owner_op,
-	                            p->asym ? memory_order_acquire : memory_order_seq_cst) ==
-	       (uintptr_t)sh)
-		kvpi_spin_wait(&spin);
+	revoke_and_wait(p, &sh->bias, t, (uintptr_t)sh);
 }
 
 void kvpi_oshard_note_slow(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_oshard *sh,
