@@ -3,8 +3,8 @@
  *
  * Owns: freeing blocks by ref.  A free checks the ref's generation against
  * the block's state word and clears it: an owned block under its owner's
- * exclusion (an owner op, or the shard's exclusion with the bias revoked) with a
- * plain store, a raw block with a CAS, or with a plain store inside a raw
+ * exclusion (an owner op, or the shard's exclusion with the bias revoked)
+ * with a plain store, a raw block with a CAS, or with a plain store inside a raw
  * op while its slot's raw bias stands (lib/pool/bias.c).  A stale ref
  * changes nothing and is counted.  The freed blocks go to this thread's
  * magazine or the global stack.  One ref takes a short inline path; every
@@ -75,12 +75,13 @@ static void hold_shard(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_osh
 }
 
 /*
- * Drop @r if it holds nothing and is not registered; the shard's
- * exclusion held (its lock or a shard op).  The exclusion covers 'registered' and 'bias' but not
- * 'count' while the record is biased to another thread (that thread changes it in its owner ops),
- * so count is read only after making sure no other thread is biased. A record biased to another
- * slot is left alone: that thread drops it itself when one of its frees empties it (free_ref's
- * 'empty').
+ * Drop @r if it holds nothing and is not registered; the shard's exclusion
+ * held (its lock or a shard op).  The exclusion covers 'registered' and
+ * 'bias' but not 'count' while the record is biased to another thread
+ * (that thread changes it in its owner ops), so count is read only after
+ * making sure no other thread is biased.  A record biased to another slot
+ * is left alone: that thread drops it itself when one of its frees empties
+ * it (free_ref's 'empty').
  */
 static void drop_if_empty(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_oshard *sh,
                           struct kvpi_orec *r)

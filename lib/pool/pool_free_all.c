@@ -2,10 +2,10 @@
  * lib/pool/pool_free_all.c - kvp_free_all in a plain pool.
  *
  * Owns: ending an owner.  Under the owner's shard's exclusion (its lock, or
- * a shard op; the record's bias revoked)
- * every block in the owner's id array is cleared, the record dropped, and the
- * blocks given back: into this thread's magazines when they have room for
- * all its blocks, else as one chain per stream pushed on the global stack.
+ * a shard op; the record's bias revoked) every block in the owner's id
+ * array is cleared, the record dropped, and the blocks given back: into
+ * this thread's magazines when they have room for all its blocks, else as
+ * one chain per stream pushed on the global stack.
  *
  * May call: the block path (lib/pool/pool_blocks.c, magazine.h), the owner
  * table (lib/pool/owner.h), kvpi_bias_revoke (lib/pool/bias.h), the
@@ -186,9 +186,9 @@ static __attribute__((noinline)) int free_all_large(struct kvp_pool *p, struct k
 
 /*
  * kvp_free_all in a plain pool.  Under the owner's shard's exclusion (its
- * lock, or a shard op when the shard is biased to this thread; the record's
- * bias revoked), every block in the record's id array is cleared and goes straight
- * into this thread's magazine of its stream when the magazine can take the
+ * lock, or a shard op when the shard is biased to this thread; the
+ * record's bias revoked), every block in the record's id array is cleared
+ * and goes straight into this thread's magazine of its stream when the magazine can take the
  * whole array (it grows by demand): a request's blocks stay with the thread
  * that freed them, and the next request it serves takes them back without
  * touching a line another thread writes.  A stream whose magazine cannot
