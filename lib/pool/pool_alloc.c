@@ -215,10 +215,11 @@ take_from_mag(struct kvp_pool *p, struct kvpi_tslot *s, int si, struct kvpi_orec
  * been revoked, the record's array grown), and then the general path
  * takes the blocks first and the owner after.
  */
-static inline __attribute__((always_inline)) bool
-alloc_from_mag(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvp_ref *refs, uint32_t nb,
-               uint32_t n_tokens, kvp_owner owner, kvp_format format, bool unbiased,
-               uint64_t *reused)
+static __attribute__((noinline)) bool alloc_from_mag(struct kvp_pool *p, struct kvpi_tslot *s,
+                                                     int si, kvp_ref *refs, uint32_t nb,
+                                                     uint32_t n_tokens, kvp_owner owner,
+                                                     kvp_format format, bool unbiased,
+                                                     uint64_t *reused)
 {
 	/* relaxed: our own magazine's count, a hint here (checked inside). */
 	if (!kvpi_use_magazine(p, s) ||
@@ -369,9 +370,6 @@ static int prepare_room(struct kvp_pool *p, struct kvpi_tslot *s, kvp_owner owne
 	return rc;
 }
 
-static int allocate_taken(struct kvp_pool *p, struct kvpi_tslot *s, uint64_t req, kvp_owner owner,
-                          kvp_ref *refs, size_t *n_refs);
-
 /* kvp_allocate with its arguments checked (@req: alloc_req), every case. */
 static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64_t req,
                                                       kvp_owner owner, kvp_ref *refs,
@@ -408,23 +406,6 @@ static __attribute__((noinline)) int allocate_general(struct kvp_pool *p, uint64
 	uint64_t reused;
 	if (alloc_from_mag(p, s, si, refs, nb, n_tokens, owner, format, (req >> 16) & 1, &reused))
 		return alloc_done(p, s, nb, n_tokens, reused, n_refs);
-	return allocate_taken(p, s, req, owner, refs, n_refs);
-}
-
-/*
- * allocate_general once the magazine could not serve the call (@req as
- * alloc_req made it, checked): the blocks are taken first, then handed out
- * under the owner's exclusion.
- */
-static __attribute__((noinline)) int allocate_taken(struct kvp_pool *p, struct kvpi_tslot *s,
-                                                    uint64_t req, kvp_owner owner, kvp_ref *refs,
-                                                    size_t *n_refs)
-{
-	int si = (int)(req & 0xff);
-	kvp_format format = (kvp_format)((req >> 8) & 0xff);
-	uint32_t n_tokens = (uint32_t)(req >> 32);
-	uint32_t nb = blocks_for_tokens(p, n_tokens);
-	uint64_t reused;
 	if (kvpi_rec_cache_reserve(&p->owners, &s->recs) != 0)
 		return allocate_locked(p, s, si, n_tokens, nb, owner, kvpi_owner_hash(owner),
 		                       format, refs, n_refs);
