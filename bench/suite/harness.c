@@ -35,7 +35,7 @@ static void usage(FILE *f, const char *argv0)
 	    "usage: %s [--quick | --smoke] [--seconds S] [--warmup S] [--reps N]\n"
 	    "          [--threads 1,2,4,8,16] [--max-pow10 N] [--only NAME,...] [--json FILE]\n"
 	    "          [--trace FILE] [--modes plain,prefix] [--runs N] [--limit N]\n"
-	    "          [--split session|rr] [--thread-cache N]\n"
+	    "          [--split session|rr] [--thread-cache N] [--phases]\n"
 	    "  --quick         every benchmark, short windows (whole suite ~1.5 min on 2 cores):\n"
 	    "                  0.2 s windows, 0.1 s warm-up, 3 reps, threads 1,2,4,8,16\n"
 	    "  --smoke         about a second per binary (the tests run this): 0.01 s windows,\n"
@@ -58,6 +58,8 @@ static void usage(FILE *f, const char *argv0)
 	    "  --split HOW     session: a conversation's requests on one thread (default);\n"
 	    "                  rr: thread t takes every N-th request from t\n"
 	    "  --thread-cache N  kvpool's per-thread cache (default: kvpool's default)\n"
+	    "  --phases        also time each step of a request (match, allocate, publish,\n"
+	    "                  decode, free_all) on both sides: wall ns per block\n"
 	    "  -h, --help      this text\n"
 	    "  -V, --version   the kvpool version\n"
 	    "Options take their value as --opt VALUE or --opt=VALUE.\n",
@@ -110,6 +112,7 @@ static int parse_flags(int argc, char **argv, overrides *ov)
 	    {"limit", required_argument, NULL, 'L'},
 	    {"split", required_argument, NULL, 'p'},
 	    {"thread-cache", required_argument, NULL, 'C'},
+	    {"phases", no_argument, NULL, 'X'},
 	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -163,6 +166,9 @@ static int parse_flags(int argc, char **argv, overrides *ov)
 				        KVB_MAX_REPS);
 				return -1;
 			}
+			break;
+		case 'X':
+			kvb_opt.phases = true;
 			break;
 		case 'C':
 			kvb_opt.thread_cache = atol(optarg);

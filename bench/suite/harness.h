@@ -54,6 +54,7 @@ typedef struct kvb_opts {
 	long limit;        /* --limit N: the trace's first N requests (0: the mode's default) */
 	const char *split; /* --split session|rr: how requests go to threads (NULL: session) */
 	long thread_cache; /* --thread-cache N: kvpool's thread_cache (-1: its default) */
+	bool phases;       /* --phases: time each step of a request too */
 } kvb_opts;
 
 extern kvb_opts kvb_opt;

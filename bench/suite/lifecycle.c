@@ -41,6 +41,7 @@
 
 #include "bench/suite/harness.h"
 #include "bench/suite/mutex_blockpool.h"
+#include "bench/suite/phases.h"
 #include "bench/suite/suite.h"
 #include "stress/trace.h"
 
@@ -84,6 +85,7 @@ typedef struct worker {
 	int tid;
 	uint64_t blocks, prompt_blocks, matched, failed, eexist;
 	double t0, t1, cpu; /* timed part: wall start and end, thread CPU seconds */
+	phase_clock pc;     /* --phases: the timed part's steps */
 } worker;
 
 /* What a side did at one thread count: the best run, and the sums. */
@@ -92,9 +94,10 @@ typedef struct result {
 	double ns_cpu;   /* CPU ns per block of that run */
 	double matched;  /* matched share of prompt blocks, percent, that run */
 	double bps[KVB_MAX_REPS];
-	uint64_t failed; /* failed requests, every run */
-	uint64_t eexist; /* publishes refused (another block has the key), every run */
-	int leaks;       /* runs after which blocks were missing */
+	uint64_t failed;      /* failed requests, every run */
+	uint64_t eexist;      /* publishes refused (another block has the key), every run */
+	int leaks;            /* runs after which blocks were missing */
+	double ph_ns[NPHASE]; /* --phases: wall ns per block in each step, best run */
 } result;
 
 static result res[NMODE][MAX_T][NSIDE];
@@ -149,10 +152,14 @@ __attribute__((noinline)) static void one_kv(run *r, worker *me, bufs *B, const 
 
 	if (r->mode == PREFIX) {
 		make_keys(r->w, q, owner, nfull, B->keys);
+		phase_start(&me->pc);
 		rc = kvp_prefix_match(r->kv, KVP_KV, KVP_FP16, B->keys, nfull, owner, B->refs, cap,
 		                      &m);
+		phase_end(&me->pc, PH_MATCH);
 		if (rc != KVP_OK)
 			goto failed;
+	} else {
+		phase_start(&me->pc);
 	}
 	if (nb > m) {
 		rc = kvp_allocate(r->kv, KVP_KV, q->prompt - (uint32_t)m * BLOCK, owner, KVP_FP16,
@@ -160,12 +167,14 @@ __attribute__((noinline)) static void one_kv(run *r, worker *me, bufs *B, const 
 		if (rc != KVP_OK)
 			goto failed;
 	}
+	phase_end(&me->pc, PH_ALLOC);
 	if (r->mode == PREFIX && nfull > m) {
 		/* The request's new full blocks in one call, as the mutex pool's
 		 * mbp_publish takes them. */
 		size_t np;
 		rc = kvp_prefix_publish_many(r->kv, B->refs + m, B->keys + m, nfull - m, B->status,
 		                             &np);
+		phase_end(&me->pc, PH_PUBLISH);
 		if (rc != KVP_OK)
 			goto failed;
 		for (size_t i = 0; i < nfull - m; i++) {
@@ -180,8 +189,10 @@ __attribute__((noinline)) static void one_kv(run *r, worker *me, bufs *B, const 
 		if (rc != KVP_OK)
 			goto failed;
 	}
+	phase_end(&me->pc, PH_DECODE);
 	if (kvp_free_all(r->kv, owner) != KVP_OK)
 		goto failed;
+	phase_end(&me->pc, PH_FREE);
 	me->blocks += nb + nd;
 	me->prompt_blocks += nb;
 	me->matched += m;
@@ -200,18 +211,27 @@ __attribute__((noinline)) static void one_mutex(run *r, worker *me, bufs *B, con
 
 	if (r->mode == PREFIX) {
 		make_keys(r->w, q, owner, nfull, B->keys);
+		phase_start(&me->pc);
 		if (mbp_match(r->mp, owner, B->keys, nfull, B->ids, &m) != 0)
 			goto failed;
+		phase_end(&me->pc, PH_MATCH);
+	} else {
+		phase_start(&me->pc);
 	}
 	if (nb > m && mbp_allocate(r->mp, owner, nb - m, B->ids + m) != 0)
 		goto failed;
-	if (r->mode == PREFIX && nfull > m)
+	phase_end(&me->pc, PH_ALLOC);
+	if (r->mode == PREFIX && nfull > m) {
 		me->eexist += (nfull - m) - mbp_publish(r->mp, B->ids + m, B->keys + m, nfull - m);
+		phase_end(&me->pc, PH_PUBLISH);
+	}
 	for (uint32_t d = 0; d < nd; d++)
 		if (mbp_allocate(r->mp, owner, 1, &one) != 0)
 			goto failed;
+	phase_end(&me->pc, PH_DECODE);
 	if (mbp_free_all(r->mp, owner) != 0)
 		goto failed;
+	phase_end(&me->pc, PH_FREE);
 	me->blocks += nb + nd;
 	me->prompt_blocks += nb;
 	me->matched += m;
@@ -267,8 +287,10 @@ static void *worker_main(void *arg)
 		fprintf(stderr, "bench: out of memory\n");
 		exit(2);
 	}
+	me->pc.on = kvb_opt.phases;
 	serve(r, me, &B, 0, r->n_warm, 0);
 	me->blocks = me->prompt_blocks = me->matched = 0;
+	memset(me->pc.ns, 0, sizeof(me->pc.ns));
 	pthread_barrier_wait(&r->bar);
 	me->t0 = kvb_now();
 	c0 = thread_cpu();
@@ -376,7 +398,7 @@ static int one_run(const work *w, int mode, int side, int n_threads, int passes,
 	run r = {.side = side, .mode = mode, .n_threads = n_threads, .passes = passes, .w = w};
 	worker ws[KVB_MAX_THREADS];
 	uint32_t nblk = pool_blocks(w);
-	uint64_t blocks = 0, prompt = 0, matched = 0;
+	uint64_t blocks = 0, prompt = 0, matched = 0, ph[NPHASE] = {0};
 	double t0 = 1e300, t1 = 0, cpu = 0;
 
 	r.n_warm = w->n / 8;
@@ -415,6 +437,8 @@ static int one_run(const work *w, int mode, int side, int n_threads, int passes,
 		out->failed += ws[t].failed;
 		out->eexist += ws[t].eexist;
 		cpu += ws[t].cpu;
+		for (int k = 0; k < NPHASE; k++)
+			ph[k] += ws[t].pc.ns[k];
 		t0 = ws[t].t0 < t0 ? ws[t].t0 : t0;
 		t1 = ws[t].t1 > t1 ? ws[t].t1 : t1;
 	}
@@ -434,6 +458,8 @@ static int one_run(const work *w, int mode, int side, int n_threads, int passes,
 		out->best_bps = bps;
 		out->ns_cpu = blocks ? cpu * 1e9 / (double)blocks : KVB_NA;
 		out->matched = prompt ? 100.0 * (double)matched / (double)prompt : 0;
+		for (int k = 0; k < NPHASE; k++)
+			out->ph_ns[k] = blocks ? (double)ph[k] / (double)blocks : 0;
 	}
 	return out->leaks || out->failed;
 }
@@ -600,6 +626,49 @@ static void record(int mode, int ti, int runs)
 	}
 	kvb_fig(BENCH, "kvpool", x, "ratio_vs_mutex_blockpool",
 	        res[mode][ti][KV].best_bps / res[mode][ti][MUTEX].best_bps, NULL, 0);
+	for (int k = 0; kvb_opt.phases && k < NPHASE; k++) {
+		snprintf(x, sizeof(x), "mode=%s,threads=%d,step=%s", mode_name[mode],
+		         kvb_opt.threads[ti], phase_name[k]);
+		for (int s = 0; s < NSIDE; s++)
+			kvb_fig(BENCH, side_name[s], x, "wall_ns_per_block",
+			        res[mode][ti][s].ph_ns[k], NULL, 0);
+	}
+}
+
+/* --phases: each step's wall ns per block, both sides, and kvpool's over the mutex pool's. */
+static void print_phases(int mode)
+{
+	printf("\n%s: wall ns per block in each step of a request (--phases; best run of each "
+	       "side)\n",
+	       mode_name[mode]);
+	printf("%-7s %-7s", "threads", "side");
+	for (int k = 0; k < NPHASE; k++)
+		printf(" %9s", phase_name[k]);
+	printf(" %9s\n", "all");
+	for (int ti = 0; ti < kvb_opt.n_threads; ti++) {
+		for (int s = 0; s <= NSIDE; s++) {
+			const double *a = res[mode][ti][KV].ph_ns, *b = res[mode][ti][MUTEX].ph_ns;
+			double sa = 0, sb = 0;
+			printf("%-7d %-7s", kvb_opt.threads[ti],
+			       s == KV      ? "kvpool"
+			       : s == MUTEX ? "mutex"
+			                    : "kv/mx");
+			for (int k = 0; k < NPHASE; k++) {
+				sa += a[k];
+				sb += b[k];
+				if (s < NSIDE)
+					printf(" %9.2f", s == KV ? a[k] : b[k]);
+				else if (b[k] > 0)
+					printf(" %8.2fx", a[k] / b[k]);
+				else
+					printf(" %9s", "-");
+			}
+			if (s < NSIDE)
+				printf(" %9.2f\n", s == KV ? sa : sb);
+			else
+				printf(" %8.2fx\n", sb > 0 ? sa / sb : 0);
+		}
+	}
 }
 
 static void print_mode(int mode, int runs)
@@ -715,6 +784,8 @@ int kvb_bench_lifecycle(void)
 			record(mode, ti, runs);
 		}
 		print_mode(mode, runs);
+		if (kvb_opt.phases)
+			print_phases(mode);
 		print_targets(mode);
 	}
 	if (t.req)
