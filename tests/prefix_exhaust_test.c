@@ -23,6 +23,11 @@
  * return a block not published under the key asked for.  All three must
  * be 0.
  *
+ * Evicting ahead (lib/prefix/prefix_alloc.c) moves cached blocks to the
+ * free stack before they are needed; both tests run again with it on at
+ * every cache size (the threshold lowered to 0 before the threads start),
+ * so it races the exhaustion rule, eviction and the ledger too.
+ *
  * KVP_SOAK_SECONDS=N runs each bystander phase N seconds and the race 2N
  * (a soak) instead of a fraction of a second; an argument "race" or
  * "bystander" runs only those.
@@ -37,7 +42,45 @@
 #include <string.h>
 #include <time.h>
 
+#define BS 4
+
+#include "lib/testing/prefix_peek.h"
 #include "tests/prefix_testutil.h"
+
+/* Evict ahead at every cache size (the ahead variants), or as shipped. */
+static bool ahead_always;
+
+/* That the knob took: @p's @n blocks cached, one block allocated evicts 16;
+ * then everything freed and unpublished again, as a fresh pool. */
+static void check_ahead_on(kvp_pool *p, uint32_t n)
+{
+	kvp_ref refs[64];
+	size_t got;
+	kvp_stats s;
+	CHECK(n <= 64 && n >= 16);
+	CHECK_EQ(kvp_allocate(p, KVP_KV, n * BS, 99, KVP_FP32, refs, n, &got), KVP_OK);
+	for (uint32_t i = 0; i < n; i++)
+		CHECK_EQ(kvp_prefix_publish(p, refs[i], tpx_key(99, 0, i)), KVP_OK);
+	CHECK_EQ(kvp_free_all(p, 99), KVP_OK);
+	CHECK_EQ(kvp_allocate(p, KVP_KV, BS, 99, KVP_FP32, refs, 1, &got), KVP_OK);
+	CHECK_EQ(kvp_pool_stats(p, &s), KVP_OK);
+	CHECK_EQ(s.n_evictions, 16);
+	CHECK_EQ(s.n_cached, n - 16);
+	CHECK_EQ(kvp_free_all(p, 99), KVP_OK);
+	kvp_prefix_reset(p);
+	CHECK_EQ(kvp_n_free(p, KVP_KV), n);
+}
+
+/* tpx_pool, with evicting ahead at every cache size when ahead_always. */
+static kvp_pool *test_pool(uint32_t n_blocks)
+{
+	kvp_pool *p = tpx_pool(BS, n_blocks);
+	if (ahead_always) {
+		p->prefix->ahead_cached = 0; /* before any other thread sees the pool */
+		check_ahead_on(p, n_blocks);
+	}
+	return p;
+}
 
 static double phase_seconds(void)
 {
@@ -59,8 +102,6 @@ static double now_s(void)
 }
 
 /* --- bystander -------------------------------------------------------------- */
-
-#define BS 4
 
 struct by {
 	kvp_pool *p;
@@ -123,7 +164,7 @@ static void bystander(bool publish)
 	size_t n;
 	pthread_t a, b;
 
-	t.p = tpx_pool(BS, 64);
+	t.p = test_pool(64);
 	t.publish = publish;
 	CHECK_EQ(kvp_allocate(t.p, KVP_KV, 10 * BS, 1, KVP_FP32, held, 10, &n), KVP_OK);
 	CHECK_EQ(pthread_create(&a, NULL, by_big, &t), 0);
@@ -257,7 +298,7 @@ static void test_race_ledger(void)
 	pthread_t th[T];
 
 	memset(&r, 0, sizeof r);
-	r.p = tpx_pool(BS, NPOOL);
+	r.p = test_pool(NPOOL);
 	for (uint32_t i = 0; i < T; i++) {
 		args[i] = (struct racer){&r, i};
 		CHECK_EQ(pthread_create(&th[i], NULL, racer, &args[i]), 0);
@@ -291,6 +332,11 @@ int main(int argc, char **argv)
 		RUN(test_bystander_plain);
 		RUN(test_bystander_cached);
 	}
+	if (race)
+		RUN(test_race_ledger);
+	ahead_always = true;
+	if (by)
+		RUN(test_bystander_cached);
 	if (race)
 		RUN(test_race_ledger);
 	return 0;

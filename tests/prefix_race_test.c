@@ -22,6 +22,11 @@
  * At the end every block is free again, and without resets (which hold
  * evicted blocks in transit) no allocation fails.
  *
+ * The ledger runs a third time with evicting ahead on at every cache size
+ * (lib/prefix/prefix_alloc.c; as shipped only above 4096 cached blocks):
+ * blocks evicted ahead go to the free stack and on to other threads, and
+ * TSan sees their contents change hands through that path too.
+ *
  * Eviction order: with blocks cached in a known order and then many
  * threads evicting at once (nothing cached meanwhile), exactly the least
  * recently cached blocks are gone (the guarantee lib/prefix/prefix_lru.c states).
@@ -44,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/testing/prefix_peek.h"
 #include "tests/prefix_testutil.h"
 
 #define BS       4u
@@ -229,7 +235,7 @@ static void *worker_main(void *arg)
  * of a stream held or in transit, so at least 48 - 8 * 4 = 16 blocks of
  * each stream are free or cached at every instant.
  */
-static void test_ledger(int iters, uint64_t resets_every)
+static void test_ledger(int iters, uint64_t resets_every, bool ahead)
 {
 	reset_every = resets_every;
 	kvp_pool_config c;
@@ -243,6 +249,8 @@ static void test_ledger(int iters, uint64_t resets_every)
 	c.grow_on_exhaustion = resets_every != 0;
 	c.max_blocks = NBLOCKS;
 	CHECK_EQ(kvp_pool_create(&c, &pool), KVP_OK);
+	if (ahead)
+		pool->prefix->ahead_cached = 0; /* before the workers see the pool */
 	memset(content, 0, sizeof(content));
 	struct worker w[NTHREADS];
 	pthread_t th[NTHREADS];
@@ -365,10 +373,12 @@ static void test_eviction_order(int rounds)
 int main(void)
 {
 	seed0 = tpx_seed();
-	test_ledger(5000, 1000);
+	test_ledger(5000, 1000, false);
 	printf("ok test_ledger\n");
-	test_ledger(3000, 0);
+	test_ledger(3000, 0, false);
 	printf("ok test_ledger_no_false_exhaustion\n");
+	test_ledger(3000, 0, true);
+	printf("ok test_ledger_evicting_ahead\n");
 	test_eviction_order(50);
 	printf("ok test_eviction_order\n");
 	return 0;

@@ -125,6 +125,7 @@ int kvpi_pfx_create(struct kvp_pool *p, const kvp_pool_config *cfg)
 	pf->bt = &p->bt;
 	/* The prefix layer grows the pool itself, after eviction. */
 	pf->grow = cfg->grow_on_exhaustion;
+	pf->ahead_cached = KVPI_PFX_EVICT_AHEAD_CACHED;
 	p->grow = false;
 	/* Per-thread magazines hold uncached free blocks, as in a plain pool;
 	 * an allocation that must evict drains them first

@@ -228,6 +228,12 @@
 /* An evicting allocation drains the idle threads' magazines first, at most
  * once in this many nanoseconds per stream (lib/prefix/prefix_alloc.c). */
 #define KVPI_PFX_IDLE_DRAIN_NS 1000000u
+/* A small allocation that leaves its stream's free stack empty and more
+ * than KVPI_PFX_EVICT_AHEAD_CACHED blocks of it cached evicts up to this
+ * many blocks ahead onto the free stack (lib/prefix/prefix_alloc.c,
+ * "Evicting ahead"). */
+#define KVPI_PFX_EVICT_AHEAD        16u
+#define KVPI_PFX_EVICT_AHEAD_CACHED 4096u
 /* Side table: top level of KVPI_PFX_TOP entries, each a segment directory of
  * KVPI_PFX_MID segments of KVPI_SEG_BLOCKS entries (2^31 ids in all). */
 #define KVPI_PFX_MID_SHIFT 10u
@@ -299,7 +305,11 @@ struct kvpi_pcount {
 
 struct kvpi_prefix {
 	struct kvpi_pshard idx[KVPI_PIDX_SHARDS];
-	bool grow;                 /* the pool's grow_on_exhaustion (the pool's own flag is off) */
+	bool grow; /* the pool's grow_on_exhaustion (the pool's own flag is off) */
+	/* Evict ahead only with more than this many blocks of the stream
+	 * cached: KVPI_PFX_EVICT_AHEAD_CACHED (tests lower it, before the
+	 * pool is shared, to race the path on small pools). */
+	uint32_t ahead_cached;
 	_Atomic uint64_t resets;   /* KVPI_PFX_RESET_START above; read by every claim */
 	_Atomic uint64_t deferred; /* index tables waiting for a grace period */
 	/* Per stream: when an evicting allocation last drained the idle

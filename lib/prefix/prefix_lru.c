@@ -539,7 +539,7 @@ uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvpi_tslot *s, int s
 {
 	uint32_t got = kvpi_pfx_claim(p, s, si, ids, n);
 	kvpi_pfx_commit_uncounted(p, s, ids, got);
-	/* a prefix pool has no magazines: the stream's global stack */
+	/* onto the stream's global stack, where any thread takes them */
 	kvpi_fs_push_ids(&p->fs[si], &p->bt, ids, got);
 	/* after the push: an allocation that sees the count drop (acquire)
 	 * sees the blocks on the free stack */

@@ -1,0 +1,175 @@
+/*
+ * tests/prefix_evict_ahead_test.c - evicting ahead (kvpool/prefix.h, "Eviction").
+ *
+ * An allocation of fewer than 16 blocks that must evict, and after which
+ * more than 4096 blocks of its stream are still cached, evicts 16 blocks in
+ * all, the least recently cached, and leaves the ones it did not take on
+ * the free stack; the next small allocations take those and evict nothing.
+ * An allocation of 16 or more, or one after which 4096 or fewer stay
+ * cached, evicts exactly what it needs.  One thread, so every count and
+ * every evicted block is exact.
+ *
+ * Each test caches N blocks the same way: one owner allocates all N (the
+ * pool's every block), publishes block i under key (1, 0, i) and lets go
+ * with kvp_free_all, which caches them last block first: block N - 1 is
+ * the least recently cached, then N - 2, and so on.
+ */
+#include <kvpool/kvpool.h>
+
+#include <stdlib.h>
+
+#include "tests/prefix_testutil.h"
+
+#define BS 16u
+
+static uint64_t evictions(kvp_pool *p)
+{
+	kvp_stats s;
+	CHECK_EQ(kvp_pool_stats(p, &s), KVP_OK);
+	return s.n_evictions;
+}
+
+static uint64_t cached(kvp_pool *p)
+{
+	kvp_stats s;
+	CHECK_EQ(kvp_pool_stats(p, &s), KVP_OK);
+	return s.n_cached;
+}
+
+/* A pool of @n blocks (thread_cache @tc), all cached as the top comment
+ * says; their refs in *@refs (the caller frees them). */
+static kvp_pool *cached_pool(uint32_t n, uint32_t tc, kvp_ref **refs)
+{
+	kvp_pool_config c;
+	kvp_pool_config_init(&c);
+	c.block_size = BS;
+	c.n_blocks = n;
+	c.separate_kv = false;
+	c.prefix_cache = true;
+	c.thread_cache = tc;
+	kvp_pool *p = NULL;
+	CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
+	kvp_ref *r = malloc(n * sizeof(*r));
+	CHECK(r != NULL);
+	size_t got;
+	CHECK_EQ(kvp_allocate(p, KVP_KV, n * BS, 1, KVP_FP16, r, n, &got), KVP_OK);
+	CHECK_EQ(got, n);
+	for (uint32_t i = 0; i < n; i++)
+		CHECK_EQ(kvp_prefix_publish(p, r[i], tpx_key(1, 0, i)), KVP_OK);
+	CHECK_EQ(kvp_free_all(p, 1), KVP_OK);
+	CHECK_EQ(cached(p), n);
+	CHECK_EQ(evictions(p), 0);
+	*refs = r;
+	return p;
+}
+
+/* Whether block @r (of the caching above) is still cached under its key. */
+static bool still_cached(kvp_pool *p, kvp_ref r)
+{
+	kvp_block_info bi;
+	return kvp_block_get(p, r, &bi) == KVP_OK && bi.published && !bi.in_use;
+}
+
+/* Exactly blocks [@from, n) of the caching are gone: the @n - @from least
+ * recently cached. */
+static void check_gone_from(kvp_pool *p, const kvp_ref *r, uint32_t n, uint32_t from)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (still_cached(p, r[i]) != (i < from)) {
+			fprintf(stderr, "block %u of %u: cached=%d, expected %d\n", i, n,
+			        still_cached(p, r[i]), i < from);
+			CHECK(0);
+		}
+}
+
+static void alloc_one(kvp_pool *p, kvp_owner o)
+{
+	kvp_ref r;
+	size_t got;
+	CHECK_EQ(kvp_allocate(p, KVP_KV, BS, o, KVP_FP16, &r, 1, &got), KVP_OK);
+	CHECK_EQ(got, 1);
+}
+
+/* Above the threshold: 16 evicted by the first one-block allocation, none
+ * by the next 15, 16 again by the 17th; then a 20-block allocation takes
+ * the 15 left free and evicts 5. */
+static void test_evicts_ahead(uint32_t tc)
+{
+	const uint32_t n = 4200;
+	kvp_ref *r;
+	kvp_pool *p = cached_pool(n, tc, &r);
+	alloc_one(p, 2);
+	CHECK_EQ(evictions(p), 16);
+	CHECK_EQ(cached(p), n - 16);
+	check_gone_from(p, r, n, n - 16);
+	CHECK_EQ(kvp_n_free(p, KVP_KV), n - 1); /* 15 uncached free, the rest cached */
+	for (int i = 0; i < 15; i++)
+		alloc_one(p, 2);
+	CHECK_EQ(evictions(p), 16);
+	check_gone_from(p, r, n, n - 16);
+	alloc_one(p, 2);
+	CHECK_EQ(evictions(p), 32);
+	check_gone_from(p, r, n, n - 32);
+	kvp_ref big[20];
+	size_t got;
+	CHECK_EQ(kvp_allocate(p, KVP_KV, 20 * BS, 3, KVP_FP16, big, 20, &got), KVP_OK);
+	CHECK_EQ(evictions(p), 37);
+	CHECK_EQ(cached(p), n - 37);
+	check_gone_from(p, r, n, n - 37);
+	CHECK_EQ(kvp_free_all(p, 2), KVP_OK);
+	CHECK_EQ(kvp_free_all(p, 3), KVP_OK);
+	CHECK_EQ(kvp_n_free(p, KVP_KV), n);
+	free(r);
+	kvp_pool_destroy(p);
+}
+
+/* At the threshold: 4097 cached, 4096 left after the first eviction, so
+ * one block is evicted a time; with 4098 cached, the first evicts 16. */
+static void test_threshold(void)
+{
+	const uint32_t n = 4097;
+	kvp_ref *r;
+	kvp_pool *p = cached_pool(n, 16, &r);
+	for (uint32_t i = 1; i <= 3; i++) {
+		alloc_one(p, 2);
+		CHECK_EQ(evictions(p), i);
+		check_gone_from(p, r, n, n - i);
+	}
+	CHECK_EQ(kvp_free_all(p, 2), KVP_OK);
+	free(r);
+	kvp_pool_destroy(p);
+	p = cached_pool(n + 1, 16, &r);
+	alloc_one(p, 2);
+	CHECK_EQ(evictions(p), 16);
+	check_gone_from(p, r, n + 1, n + 1 - 16);
+	CHECK_EQ(kvp_free_all(p, 2), KVP_OK);
+	free(r);
+	kvp_pool_destroy(p);
+}
+
+/* 16 blocks in one call: exactly 16 evicted, none ahead. */
+static void test_large_request_exact(void)
+{
+	const uint32_t n = 5000;
+	kvp_ref *r;
+	kvp_pool *p = cached_pool(n, 16, &r);
+	kvp_ref got_refs[16];
+	size_t got;
+	CHECK_EQ(kvp_allocate(p, KVP_KV, 16 * BS, 2, KVP_FP16, got_refs, 16, &got), KVP_OK);
+	CHECK_EQ(evictions(p), 16);
+	CHECK_EQ(kvp_n_free(p, KVP_KV), n - 16); /* nothing left uncached */
+	check_gone_from(p, r, n, n - 16);
+	CHECK_EQ(kvp_free_all(p, 2), KVP_OK);
+	free(r);
+	kvp_pool_destroy(p);
+}
+
+int main(void)
+{
+	test_evicts_ahead(16);
+	test_evicts_ahead(0); /* no per-thread caches: the same on the global stack */
+	test_threshold();
+	test_large_request_exact();
+	printf("ok prefix_evict_ahead_test\n");
+	return 0;
+}
