@@ -22,10 +22,11 @@
  * At the end every block is free again, and without resets (which hold
  * evicted blocks in transit) no allocation fails.
  *
- * The ledger runs a third time with evicting ahead on at every cache size
- * (lib/prefix/prefix_alloc.c; as shipped only above 4096 cached blocks):
- * blocks evicted ahead go to the free stack and on to other threads, and
- * TSan sees their contents change hands through that path too.
+ * The ledger runs twice more with evicting ahead on at every cache size
+ * (lib/prefix/prefix_alloc.c; as shipped only above 4096 cached blocks),
+ * with resets, shrinks and growth and without: blocks evicted ahead go to
+ * the free stack and on to other threads, and TSan sees their contents
+ * change hands through that path too.
  *
  * Eviction order: with blocks cached in a known order and then many
  * threads evicting at once (nothing cached meanwhile), exactly the least
@@ -379,6 +380,8 @@ int main(void)
 	printf("ok test_ledger_no_false_exhaustion\n");
 	test_ledger(3000, 0, true);
 	printf("ok test_ledger_evicting_ahead\n");
+	test_ledger(3000, 1000, true);
+	printf("ok test_ledger_evicting_ahead_with_resets\n");
 	test_eviction_order(50);
 	printf("ok test_eviction_order\n");
 	return 0;

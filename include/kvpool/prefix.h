@@ -32,13 +32,15 @@
  * "Per-thread caches" below).  Only when those run out does it evict cached blocks,
  * least recently cached first.  Growth happens only when free and cached
  * blocks together cannot cover a request.  An allocation of n < 16 blocks
- * (a decode step's, as a rule) that uses up the stream's free blocks and
- * leaves more than 4096 of its blocks cached evicts 16 - n more, the least
- * recently cached, onto the stream's free stack: the next small
- * allocations of any thread take them without an eviction each.  So in a
- * cache that large a block may be evicted up to 15 allocations early (per
- * evicting thread); a smaller cache, and any larger allocation, evicts
- * exactly what it needs.  n_evictions counts every block evicted.  kvp_free_all (or kvp_free_owned
+ * (a decode step's, as a rule) that finds too few free blocks in its
+ * thread's cache and on the stream's global stack, and after which that
+ * stack is empty and more than 4096 of the stream's blocks are cached,
+ * evicts 16 - n more, the least recently cached, onto the global stack:
+ * the next small allocations of any thread take them without an eviction
+ * each.  So in a cache that large a block may be evicted up to 15
+ * allocations early (per evicting thread); a smaller cache, and any larger
+ * allocation, evicts exactly what it needs.  n_evictions counts every
+ * block evicted.  kvp_free_all (or kvp_free_owned
  * with several refs) may let go of an owner's published blocks.  They then
  * become cached last block first, so eviction takes the end of a sequence
  * before its beginning.  kvp_shrink retires uncached free blocks before

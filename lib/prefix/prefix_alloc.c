@@ -237,26 +237,38 @@ static bool idle_drain_due(struct kvpi_prefix *pf, int si)
  * step's one-block allocation paid a whole eviction for one block: the
  * pend and cached counts, an LRU shard mutex, an index shard mutex and the
  * claim's CAS, several of them on lines every evicting thread writes.  So
- * an allocation of k < KVPI_PFX_EVICT_AHEAD blocks that leaves the
- * stream's free stack empty, and more than KVPI_PFX_EVICT_AHEAD_CACHED of
- * its blocks cached, then evicts KVPI_PFX_EVICT_AHEAD - k more onto the
- * free stack (one that evicted for itself: KVPI_PFX_EVICT_AHEAD in all).
- * The next small allocations of any thread take them with no eviction of
- * their own.  They are the least recently cached blocks, the ones the
- * next evictions would have taken, evicted a few allocations early: at
- * most KVPI_PFX_EVICT_AHEAD - 1 per thread at a time, a small share of a
- * cache that large.  A smaller cache evicts exactly what it needs.  On the
- * lifecycle benchmark's prefix loop the decode steps cost about half as
- * much with it (docs/BENCHMARKS.md).
+ * an allocation of k < KVPI_PFX_EVICT_AHEAD blocks that had to go past
+ * its thread's magazine and the global stack (kvpi_pfx_get_blocks' slow
+ * path), and after which the stack is empty and more than
+ * KVPI_PFX_EVICT_AHEAD_CACHED blocks of the stream are cached, evicts
+ * KVPI_PFX_EVICT_AHEAD - k more onto the stack.  The next small
+ * allocations of any thread take them with no eviction of their own.  They
+ * are the least recently cached blocks, the ones the next evictions would
+ * have taken, evicted a few allocations early: at most
+ * KVPI_PFX_EVICT_AHEAD - 1 per thread at a time, a small share of a cache
+ * that large.  A smaller cache evicts exactly what it needs.  The caller
+ * runs it once it holds no lock (the owner's shard mutex released), so no
+ * owner of that shard waits for it.  On the lifecycle benchmark's prefix
+ * loop a decode step cost 19-39% less with it (docs/BENCHMARKS.md).
+ *
+ * With grow_on_exhaustion, an allocation that read the stack before an
+ * eviction ahead pushed to it and the cached count after may grow by up to
+ * the blocks that eviction moved, as it may beside a kvp_shrink or a
+ * kvp_prefix_reset that evicts (docs/PREFIX.md, "Exhaustion").
  */
-static void evict_ahead(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t k)
+void kvpi_pfx_evict_ahead(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t k)
 {
 	uint32_t ids[KVPI_PFX_EVICT_AHEAD];
+	if (k >= KVPI_PFX_EVICT_AHEAD)
+		return;
 	/* relaxed (both): a heuristic; the eviction orders itself. */
 	if (atomic_load_explicit(&p->fs[si].avail, memory_order_relaxed) > 0 ||
 	    kvpi_pfx_n_cached(p->prefix, si) <= p->prefix->ahead_cached)
 		return;
+	/* Claims and evictions touch the index: in a read-side section. */
+	kvpi_rcu_read_lock();
 	kvpi_pfx_evict_to_stack(p, s, si, ids, KVPI_PFX_EVICT_AHEAD - k);
+	kvpi_rcu_read_unlock();
 }
 
 /*
@@ -275,8 +287,9 @@ static void evict_ahead(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32
  * counts every free block.
  */
 int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
-                        uint32_t k)
+                        uint32_t k, bool *slow)
 {
+	*slow = false;
 	if (kvpi_get_blocks_fast(p, s, si, ids, k))
 		return KVP_OK;
 	/* Claims and evictions touch the index: in a read-side section. */
@@ -299,9 +312,8 @@ int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u
 			kvpi_starve_end(p, si);
 		}
 	}
-	if (rc == KVP_OK && k < KVPI_PFX_EVICT_AHEAD)
-		evict_ahead(p, s, si, k);
 	kvpi_rcu_read_unlock();
+	*slow = rc == KVP_OK;
 	return rc;
 }
 
@@ -319,8 +331,9 @@ int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner o
 	bool made;
 	struct kvpi_orec *r = kvpi_pfx_oget(p, s, sh, owner, &made);
 	int rc = KVP_ENOMEM;
+	bool slow = false;
 	if (r && kvpi_pfx_oreserve(p, s, r, nb) == 0)
-		rc = kvpi_pfx_get_blocks(p, s, si, ids, nb);
+		rc = kvpi_pfx_get_blocks(p, s, si, ids, nb, &slow);
 	if (rc != KVP_OK) {
 		if (r && made)
 			kvpi_pfx_oremove(p, s, sh, r);
@@ -346,6 +359,8 @@ int kvpi_pfx_allocate(struct kvp_pool *p, int si, uint32_t n_tokens, kvp_owner o
 		refs[i] = KVP_MAKE_REF(id, kvpi_st_gen(st));
 	}
 	pthread_mutex_unlock(&sh->lock);
+	if (slow)
+		kvpi_pfx_evict_ahead(p, s, si, nb);
 	kvpi_ctr_add(s, KVPI_C_ALLOCS, nb);
 	kvpi_ctr_add(s, KVPI_C_REUSED, reused);
 	kvpi_ctr_add(s, KVPI_C_NOT_FULL, last_used < bs);
@@ -358,11 +373,14 @@ int kvpi_pfx_alloc_block(struct kvp_pool *p, int si, kvp_format format, kvp_ref 
 {
 	struct kvpi_tslot *s = kvpi_tslot_get(p);
 	uint32_t id;
-	int rc = kvpi_pfx_get_blocks(p, s, si, &id, 1);
+	bool slow;
+	int rc = kvpi_pfx_get_blocks(p, s, si, &id, 1, &slow);
 	if (rc != KVP_OK)
 		return kvpi_fail_call(p, s, rc);
 	bool re;
 	uint32_t gen = stamp(p, id, p->block_size, KVPI_ST_RAW, 0, format, &re);
+	if (slow)
+		kvpi_pfx_evict_ahead(p, s, si, 1);
 	kvpi_ctr_add(s, KVPI_C_ALLOCS, 1);
 	kvpi_ctr_add(s, KVPI_C_REUSED, re);
 	kvpi_account_in_use(p, s, 1);

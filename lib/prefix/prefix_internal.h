@@ -136,6 +136,8 @@
  *     publish takes the owner's mutex outside a read-side section and with
  *     no block lock held; and an allocation's eviction commit or unclaim,
  *     which holds no block lock or LRU mutex while it takes it)
+ *   (an allocation's eviction ahead takes the LRU and index shard mutexes
+ *   after it released the owner's: lib/prefix/prefix_alloc.c)
  *
  * A thread holds at most one LRU mutex at a time, and at most one block
  * lock, with two exceptions.  kvp_free_all keeps the blocks it makes
@@ -566,8 +568,14 @@ int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner);
 int kvpi_pfx_free_owned(struct kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n);
 int kvpi_pfx_shrink(struct kvp_pool *p, int si, uint32_t target_free, uint32_t *n_retired);
 int kvpi_pfx_block_get(struct kvp_pool *p, kvp_ref ref, kvp_block_info *out);
-/* Take @k blocks of @si: uncached free ones, then evicted, then growth. */
+/* Take @k blocks of @si: uncached free ones, then evicted, then growth;
+ * *@slow: they were not all in the thread's magazine or on the global
+ * stack at first (the caller may then evict ahead). */
 int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
-                        uint32_t k);
+                        uint32_t k, bool *slow);
+/* After an allocation of @k blocks of @si that went the slow way, with no
+ * lock held: evict ahead onto the free stack when the stack is empty and
+ * the cache large (lib/prefix/prefix_alloc.c, "Evicting ahead"). */
+void kvpi_pfx_evict_ahead(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t k);
 
 #endif /* KVPOOL_LIB_PREFIX_INTERNAL_H */

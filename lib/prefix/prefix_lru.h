@@ -44,8 +44,8 @@ void kvpi_pfx_commit(struct kvp_pool *p, struct kvpi_tslot *s, int si, const uin
  * (kvpi_pfx_count_one) once the blocks are pushed on the free stack. */
 void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvpi_tslot *s, const uint32_t *ids,
                                uint32_t n);
-/* Evict up to @n cached blocks onto the free stack (reset, shrink): pushed
- * before the cached count drops.  Returns how many. */
+/* Evict up to @n cached blocks onto the free stack (reset, shrink, evicting
+ * ahead): pushed before the cached count drops.  Returns how many. */
 uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
                                  uint32_t n);
 /*
