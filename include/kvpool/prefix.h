@@ -31,7 +31,11 @@
  * (last-freed-first; other threads' per-thread caches aside, see
  * "Per-thread caches" below).  Only when those run out does it evict cached blocks,
  * least recently cached first.  Growth happens only when free and cached
- * blocks together cannot cover a request.  An allocation of n < 16 blocks
+ * blocks together cannot cover a request (but for a race: an allocation
+ * that meets a kvp_shrink, a kvp_prefix_reset or an eviction ahead moving
+ * cached blocks to the free stack may miss those blocks in its count and
+ * grow by up to that many; docs/PREFIX.md, "Exhaustion").  An allocation
+ * of n < 16 blocks
  * (a decode step's, as a rule) that finds too few free blocks in its
  * thread's cache and on the stream's global stack, and after which that
  * stack is empty and more than 4096 of the stream's blocks are cached,
