@@ -40,15 +40,7 @@ static uint64_t cached(kvp_pool *p)
  * says; their refs in *@refs (the caller frees them). */
 static kvp_pool *cached_pool(uint32_t n, uint32_t tc, kvp_ref **refs)
 {
-	kvp_pool_config c;
-	kvp_pool_config_init(&c);
-	c.block_size = BS;
-	c.n_blocks = n;
-	c.separate_kv = false;
-	c.prefix_cache = true;
-	c.thread_cache = tc;
-	kvp_pool *p = NULL;
-	CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
+	kvp_pool *p = tpx_pool_tc(BS, n, tc);
 	kvp_ref *r = malloc(n * sizeof(*r));
 	CHECK(r != NULL);
 	size_t got;
@@ -80,6 +72,16 @@ static void check_gone_from(kvp_pool *p, const kvp_ref *r, uint32_t n, uint32_t 
 			        still_cached(p, r[i]), i < from);
 			CHECK(0);
 		}
+}
+
+/* Let go of every block owner 2 holds, check all @n blocks are free
+ * (cached or not), and drop the pool and its refs @r. */
+static void finish(kvp_pool *p, kvp_ref *r, uint32_t n)
+{
+	CHECK_EQ(kvp_free_all(p, 2), KVP_OK);
+	CHECK_EQ(kvp_n_free(p, KVP_KV), n);
+	free(r);
+	kvp_pool_destroy(p);
 }
 
 static void alloc_one(kvp_pool *p, kvp_owner o)
@@ -116,11 +118,8 @@ static void test_evicts_ahead(uint32_t tc)
 	CHECK_EQ(evictions(p), 37);
 	CHECK_EQ(cached(p), n - 37);
 	check_gone_from(p, r, n, n - 37);
-	CHECK_EQ(kvp_free_all(p, 2), KVP_OK);
 	CHECK_EQ(kvp_free_all(p, 3), KVP_OK);
-	CHECK_EQ(kvp_n_free(p, KVP_KV), n);
-	free(r);
-	kvp_pool_destroy(p);
+	finish(p, r, n);
 }
 
 /* At the threshold: 4097 cached, 4096 left after the first eviction, so
@@ -135,16 +134,12 @@ static void test_threshold(void)
 		CHECK_EQ(evictions(p), i);
 		check_gone_from(p, r, n, n - i);
 	}
-	CHECK_EQ(kvp_free_all(p, 2), KVP_OK);
-	free(r);
-	kvp_pool_destroy(p);
+	finish(p, r, n);
 	p = cached_pool(n + 1, 16, &r);
 	alloc_one(p, 2);
 	CHECK_EQ(evictions(p), 16);
 	check_gone_from(p, r, n + 1, n + 1 - 16);
-	CHECK_EQ(kvp_free_all(p, 2), KVP_OK);
-	free(r);
-	kvp_pool_destroy(p);
+	finish(p, r, n + 1);
 }
 
 /* 16 blocks in one call: exactly 16 evicted, none ahead. */
@@ -159,9 +154,7 @@ static void test_large_request_exact(void)
 	CHECK_EQ(evictions(p), 16);
 	CHECK_EQ(kvp_n_free(p, KVP_KV), n - 16); /* nothing left uncached */
 	check_gone_from(p, r, n, n - 16);
-	CHECK_EQ(kvp_free_all(p, 2), KVP_OK);
-	free(r);
-	kvp_pool_destroy(p);
+	finish(p, r, n);
 }
 
 int main(void)

@@ -20,8 +20,8 @@
 
 #include "tests/testutil.h"
 
-/* tpx_pool - a prefix-cache pool of @n_blocks blocks of @bs tokens, one stream. */
-static inline kvp_pool *tpx_pool(uint32_t bs, uint32_t n_blocks)
+/* tpx_pool_tc - tpx_pool with @tc blocks per thread cache (< 0: the default) */
+static inline kvp_pool *tpx_pool_tc(uint32_t bs, uint32_t n_blocks, long tc)
 {
 	kvp_pool_config c;
 	kvp_pool_config_init(&c);
@@ -29,9 +29,17 @@ static inline kvp_pool *tpx_pool(uint32_t bs, uint32_t n_blocks)
 	c.n_blocks = n_blocks;
 	c.separate_kv = false;
 	c.prefix_cache = true;
+	if (tc >= 0)
+		c.thread_cache = (uint32_t)tc;
 	kvp_pool *p = NULL;
 	CHECK_EQ(kvp_pool_create(&c, &p), KVP_OK);
 	return p;
+}
+
+/* tpx_pool - a prefix-cache pool of @n_blocks blocks of @bs tokens, one stream. */
+static inline kvp_pool *tpx_pool(uint32_t bs, uint32_t n_blocks)
+{
+	return tpx_pool_tc(bs, n_blocks, -1);
 }
 
 /* tpx_findable - whether a block is published under @h in stream @st: a
