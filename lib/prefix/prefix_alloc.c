@@ -134,6 +134,15 @@ static int get_blocks_once(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvp
 	uint32_t rest = k - r - e;
 	if (rc == KVP_OK && rest && !pf->grow) {
 		rc = KVP_EEXHAUSTED;
+	} else if (rc == KVP_OK && rest &&
+	           atomic_load_explicit(&fs->avail, memory_order_relaxed) > 0) {
+		/* Blocks came to the free stack since our reserve: frees, or
+		 * cached blocks a shrink, a reset or an eviction ahead moved
+		 * there after we read the stack and before we read the
+		 * cached count.  Give back and try again (get_blocks_retry)
+		 * rather than grow past them.  relaxed: a hint; the retry's
+		 * decision reads the counts of one instant. */
+		rc = KVP_EEXHAUSTED;
 	} else if (rc == KVP_OK && rest) {
 		/* As the plain pool: no read-side section across the wait. */
 		kvpi_rcu_read_unlock();
@@ -252,8 +261,10 @@ static bool idle_drain_due(struct kvpi_prefix *pf, int si)
  * loop a decode step cost 19-39% less with it (docs/BENCHMARKS.md).
  *
  * With grow_on_exhaustion, an allocation that read the stack before an
- * eviction ahead pushed to it and the cached count after may grow by up to
- * the blocks that eviction moved, as it may beside a kvp_shrink or a
+ * eviction ahead pushed to it and the cached count after misses those
+ * blocks; get_blocks_once looks at the stack again before it grows and
+ * tries again if blocks came there.  A push after that look may still
+ * make it grow by up to those blocks, as beside a kvp_shrink or a
  * kvp_prefix_reset that evicts (docs/PREFIX.md, "Exhaustion").
  */
 void kvpi_pfx_evict_ahead(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t k)
