@@ -34,18 +34,20 @@
  * blocks together cannot cover a request (but for a race: an allocation
  * that meets a kvp_shrink, a kvp_prefix_reset or an eviction ahead moving
  * cached blocks to the free stack may miss those blocks in its count and
- * grow by up to that many; docs/PREFIX.md, "Exhaustion").  An allocation
- * of n < 16 blocks
- * (a decode step's, as a rule) that finds too few free blocks in its
- * thread's cache and on the stream's global stack, and after which that
- * stack is empty and more than 4096 of the stream's blocks are cached,
- * evicts 16 - n more, the least recently cached, onto the global stack:
- * the next small allocations of any thread take them without an eviction
- * each.  So in a cache that large a block may be evicted up to 15
- * allocations early (per evicting thread); a smaller cache, and any larger
- * allocation, evicts exactly what it needs.  n_evictions counts every
- * block evicted.  kvp_free_all (or kvp_free_owned
- * with several refs) may let go of an owner's published blocks.  They then
+ * grow by up to that many; docs/PREFIX.md, "Exhaustion").
+ *
+ * An allocation of n < 16 blocks (a decode step's, as a rule) that finds
+ * too few free blocks in its thread's cache and on the stream's global
+ * stack, and after which that stack is empty and more than 4096 of the
+ * stream's blocks are cached, evicts 16 - n more, the least recently
+ * cached, onto the global stack: the next small allocations of any thread
+ * take them without an eviction each.  So in a cache that large a block
+ * may be evicted up to 15 allocations early (per evicting thread); a
+ * smaller cache, and any larger allocation, evicts exactly what it needs.
+ * n_evictions counts every block evicted.
+ *
+ * kvp_free_all (or kvp_free_owned with several refs) may let go of an
+ * owner's published blocks.  They then
  * become cached last block first, so eviction takes the end of a sequence
  * before its beginning.  kvp_shrink retires uncached free blocks before
  * cached ones.  Eviction forgets the key.  "Eviction order with several

@@ -188,8 +188,9 @@ static __attribute__((noinline)) int free_all_large(struct kvp_pool *p, struct k
  * kvp_free_all in a plain pool.  Under the owner's shard's exclusion (its
  * lock, or a shard op when the shard is biased to this thread; the
  * record's bias revoked), every block in the record's id array is cleared
- * and goes straight into this thread's magazine of its stream when the magazine can take the
- * whole array (it grows by demand): a request's blocks stay with the thread
+ * and goes straight into this thread's magazine of its stream when the
+ * magazine can take the whole array (it grows by demand): a request's
+ * blocks stay with the thread
  * that freed them, and the next request it serves takes them back without
  * touching a line another thread writes.  A stream whose magazine cannot
  * take them (too many, the stream starving, the fallback slot) gets a
