@@ -127,15 +127,16 @@ static uint64_t mix64(uint64_t z)
 
 /*
  * The keys of a request's @nfull full prompt blocks: block b lies in hash
- * id b / 32 at position b % 32.  A block past the trace's hash ids (none in
- * a well-formed trace) gets a key of its own request.
+ * id b / 32 at position b % 32.  A block past the trace's hash ids (every
+ * block of a trace without them) gets a key of its own request and chunk.
  */
 __attribute__((noinline)) static void make_keys(const work *w, const trace_request *q,
                                                 uint64_t owner, uint32_t nfull, kvp_hash *keys)
 {
 	for (uint32_t b = 0; b < nfull; b++) {
 		uint32_t c = b / PER_HASH;
-		uint64_t h = c < q->n_hash ? w->hash_ids[q->hash_off + c] : ~owner;
+		uint64_t h = c < q->n_hash ? w->hash_ids[q->hash_off + c]
+		                           : ~mix64(owner * 0x9e3779b97f4a7c15ull + c);
 		keys[b].hi = h;
 		keys[b].lo = mix64(h * PER_HASH + b % PER_HASH + 1);
 	}
@@ -344,14 +345,18 @@ static void *worker_main(void *arg)
  * of the sweep's largest count at once, plus the cache.  The same at every
  * thread count, so the cache (and the matched share) is the same too.
  */
-static uint32_t pool_blocks(const work *w)
+static uint64_t pool_blocks(const work *w)
 {
 	int most = 1;
 
 	for (int i = 0; i < kvb_opt.n_threads; i++)
 		most = kvb_opt.threads[i] > most ? kvb_opt.threads[i] : most;
-	return (uint32_t)most * w->max_blocks + CACHE_BLOCKS;
+	return (uint64_t)most * w->max_blocks + CACHE_BLOCKS;
 }
+
+/* The most blocks a run's pool may have: beyond it the trace is refused
+ * (a request of a billion tokens is a broken row, not a workload). */
+#define MAX_POOL_BLOCKS (1u << 28)
 
 /* A conversation's requests and their blocks (place_sessions). */
 typedef struct session_load {
@@ -451,7 +456,7 @@ static int one_run(const work *w, int mode, int side, int n_threads, int passes,
 	         .lockstep = lockstep};
 	atomic_init(&r.turn, 0);
 	worker ws[KVB_MAX_THREADS];
-	uint32_t nblk = pool_blocks(w);
+	uint32_t nblk = (uint32_t)pool_blocks(w); /* at most MAX_POOL_BLOCKS */
 	uint64_t blocks = 0, prompt = 0, matched = 0, ph[NPHASE] = {0};
 	double t0 = 1e300, t1 = 0, cpu = 0;
 
@@ -628,7 +633,9 @@ static int load_work(work *w, trace *t)
 		               kvb_opt.smoke ? 2048 : 16384) != 0)
 			return -1;
 	} else {
-		trace_opts o = {.format = TRACE_MOONCAKE, .max_rows = limit};
+		/* Any format the replay reads; only Mooncake rows have hash
+		 * ids, without them no two requests share a block. */
+		trace_opts o = {.format = TRACE_AUTO, .max_rows = limit};
 		if (trace_load(path, &o, t, err, sizeof(err)) != 0) {
 			printf("  %s\n", err);
 			return -1;
@@ -639,6 +646,18 @@ static int load_work(work *w, trace *t)
 		snprintf(w->source, sizeof(w->source), "%s", path);
 	}
 	return size_work(w);
+}
+
+static void free_work(work *w, trace *t)
+{
+	if (t->req) {
+		trace_free(t);
+	} else {
+		free(w->req);
+		free(w->hash_ids);
+	}
+	free(w->session);
+	free(w->thread_of);
 }
 
 /* --- tables and targets ---------------------------------------------------- */
@@ -827,7 +846,15 @@ int kvb_bench_lifecycle(void)
 	if (load_work(&w, &t) != 0) {
 		printf("  no requests: skipped\n");
 		kvb_note(BENCH, "skipped: no requests");
-		trace_free(&t);
+		free_work(&w, &t);
+		return 1;
+	}
+	if (pool_blocks(&w) > MAX_POOL_BLOCKS) {
+		printf("  a request of %u blocks: a pool for it on every thread would exceed %u "
+		       "blocks; skipped\n",
+		       w.max_blocks, MAX_POOL_BLOCKS);
+		kvb_note(BENCH, "skipped: requests too large");
+		free_work(&w, &t);
 		return 1;
 	}
 	int plain_passes = kvb_opt.quick || kvb_opt.smoke ? 1 : 3;
@@ -838,8 +865,14 @@ int kvb_bench_lifecycle(void)
 	printf("blocks of %u tokens: %llu in all, %.1f a request on average, %u at most; pool: %u "
 	       "blocks (most threads x %u + %u)%s\n",
 	       BLOCK, (unsigned long long)w.blocks, (double)w.blocks / (double)w.n, w.max_blocks,
-	       pool_blocks(&w), w.max_blocks, CACHE_BLOCKS,
+	       (unsigned)pool_blocks(&w), w.max_blocks, CACHE_BLOCKS,
 	       KVB_SANITIZED ? " (sanitizer build: figures mean nothing)" : "");
+	size_t keyed = 0;
+	for (size_t i = 0; i < w.n; i++)
+		keyed += w.req[i].n_hash > 0;
+	if (keyed == 0)
+		printf("no request has hash ids (only Mooncake traces do): in prefix mode no two "
+		       "requests share a block\n");
 	if (kvb_opt.thread_cache >= 0)
 		printf("kvpool thread_cache: %ld (--thread-cache)\n", kvb_opt.thread_cache);
 	memset(res, 0, sizeof(res));
@@ -865,13 +898,6 @@ int kvb_bench_lifecycle(void)
 			print_phases(mode);
 		print_targets(mode);
 	}
-	if (t.req)
-		trace_free(&t);
-	else {
-		free(w.req);
-		free(w.hash_ids);
-	}
-	free(w.session);
-	free(w.thread_of);
+	free_work(&w, &t);
 	return bad;
 }
