@@ -8,7 +8,8 @@
 # 5).  THREADS: thread counts, comma-separated (default 1,2,8).  MODES:
 # plain, prefix or both (default prefix).  The trace is the benchmark's
 # default (../shared/traces/conversation_trace.jsonl beside the repository),
-# or $TRACE when set.
+# or $TRACE when set; $LIMIT, when set, is passed as --limit (the quick
+# mode's default is the trace's first 1500 requests).
 #
 # Builds //bench:lifecycle twice with Bazel and the repository's .bazelrc:
 #   before   at BASE, in a temporary git worktree with its own Bazel output
@@ -32,6 +33,7 @@ threads=${3:-1,2,8}
 modes=${4:-prefix}
 trace_opt=()
 [ -n "${TRACE:-}" ] && trace_opt=(--trace "$(realpath "$TRACE")")
+[ -n "${LIMIT:-}" ] && trace_opt+=(--limit "$LIMIT")
 tmp=$(mktemp -d)
 # shellcheck source=bench/ab_build.sh
 . "$repo/bench/ab_build.sh"

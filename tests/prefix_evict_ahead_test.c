@@ -1,13 +1,14 @@
 /*
  * tests/prefix_evict_ahead_test.c - evicting ahead (kvpool/prefix.h, "Eviction").
  *
- * An allocation of fewer than 16 blocks that must evict, and after which
- * more than 4096 blocks of its stream are still cached, evicts 16 blocks in
- * all, the least recently cached, and leaves the ones it did not take on
- * the free stack; the next small allocations take those and evict nothing.
- * An allocation of 16 or more, or one after which 4096 or fewer stay
- * cached, evicts exactly what it needs.  One thread, so every count and
- * every evicted block is exact.
+ * An allocation of fewer than 64 blocks that must evict, and after which
+ * more than 4096 blocks of its stream are still cached, evicts 64 blocks in
+ * all, the least recently cached, and leaves the ones it did not take in
+ * its thread's cache (on the global stack when they do not fit there); the
+ * thread's next small allocations take those and evict nothing.  An
+ * allocation of 64 or more, or one after which 4096 or fewer
+ * stay cached, evicts exactly what it needs.  One thread, so every count
+ * and every evicted block is exact.
  *
  * Each test caches N blocks the same way: one owner allocates all N (the
  * pool's every block), publishes block i under key (1, 0, i) and lets go
@@ -16,11 +17,14 @@
  */
 #include <kvpool/kvpool.h>
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
+#include "lib/testing/prefix_peek.h"
 #include "tests/prefix_testutil.h"
 
-#define BS 16u
+#define BS    16u
+#define AHEAD 64u /* kvpool/prefix.h, "Eviction" */
 
 static uint64_t evictions(kvp_pool *p)
 {
@@ -92,38 +96,65 @@ static void alloc_one(kvp_pool *p, kvp_owner o)
 	CHECK_EQ(got, 1);
 }
 
-/* Above the threshold: 16 evicted by the first one-block allocation, none
- * by the next 15, 16 again by the 17th; then a 20-block allocation takes
- * the 15 left free and evicts 5. */
+/* Above the threshold: AHEAD evicted by the first one-block allocation,
+ * none by the next AHEAD - 1, AHEAD again by the one after; then an
+ * allocation of AHEAD + 6 blocks takes the AHEAD - 1 left free and evicts
+ * 7. */
 static void test_evicts_ahead(uint32_t tc)
 {
 	const uint32_t n = 4200;
 	kvp_ref *r;
 	kvp_pool *p = cached_pool(n, tc, &r);
 	alloc_one(p, 2);
-	CHECK_EQ(evictions(p), 16);
-	CHECK_EQ(cached(p), n - 16);
-	check_gone_from(p, r, n, n - 16);
-	CHECK_EQ(kvp_n_free(p, KVP_KV), n - 1); /* 15 uncached free, the rest cached */
-	for (int i = 0; i < 15; i++)
+	CHECK_EQ(evictions(p), AHEAD);
+	CHECK_EQ(cached(p), n - AHEAD);
+	check_gone_from(p, r, n, n - AHEAD);
+	CHECK_EQ(kvp_n_free(p, KVP_KV), n - 1); /* AHEAD - 1 uncached free, the rest cached */
+	for (uint32_t i = 0; i < AHEAD - 1; i++)
 		alloc_one(p, 2);
-	CHECK_EQ(evictions(p), 16);
-	check_gone_from(p, r, n, n - 16);
+	CHECK_EQ(evictions(p), AHEAD);
+	check_gone_from(p, r, n, n - AHEAD);
 	alloc_one(p, 2);
-	CHECK_EQ(evictions(p), 32);
-	check_gone_from(p, r, n, n - 32);
-	kvp_ref big[20];
+	CHECK_EQ(evictions(p), 2 * AHEAD);
+	check_gone_from(p, r, n, n - 2 * AHEAD);
+	kvp_ref big[AHEAD + 6];
 	size_t got;
-	CHECK_EQ(kvp_allocate(p, KVP_KV, 20 * BS, 3, KVP_FP16, big, 20, &got), KVP_OK);
-	CHECK_EQ(evictions(p), 37);
-	CHECK_EQ(cached(p), n - 37);
-	check_gone_from(p, r, n, n - 37);
+	CHECK_EQ(kvp_allocate(p, KVP_KV, (AHEAD + 6) * BS, 3, KVP_FP16, big, AHEAD + 6, &got),
+	         KVP_OK);
+	CHECK_EQ(evictions(p), 2 * AHEAD + 7);
+	CHECK_EQ(cached(p), n - (2 * AHEAD + 7));
+	check_gone_from(p, r, n, n - (2 * AHEAD + 7));
 	CHECK_EQ(kvp_free_all(p, 3), KVP_OK);
 	finish(p, r, n);
 }
 
+/* Uncached free blocks on the global stack of @p's one stream. */
+static uint64_t on_stack(kvp_pool *p)
+{
+	return atomic_load_explicit(&p->fs[0].avail, memory_order_acquire);
+}
+
+/* Where the blocks evicted ahead go: with room in the thread's cache
+ * (thread_cache @tc of AHEAD or more) they stay there, and the global stack
+ * stays empty; with no per-thread caches, or ones too small, they are on
+ * the global stack.  (Whether another thread then takes them or evicts
+ * depends on the clock: an evicting allocation drains idle threads'
+ * caches at most once a millisecond.) */
+static void test_where_they_go(uint32_t tc)
+{
+	const uint32_t n = 4200;
+	kvp_ref *r;
+	kvp_pool *p = cached_pool(n, tc, &r);
+	CHECK_EQ(on_stack(p), 0);
+	alloc_one(p, 2);
+	CHECK_EQ(evictions(p), AHEAD);
+	CHECK_EQ(on_stack(p), (tc >= AHEAD ? 0u : AHEAD - 1));
+	CHECK_EQ(kvp_n_free(p, KVP_KV), n - 1);
+	finish(p, r, n);
+}
+
 /* At the threshold: 4097 cached, 4096 left after the first eviction, so
- * one block is evicted a time; with 4098 cached, the first evicts 16. */
+ * one block is evicted a time; with 4098 cached, the first evicts AHEAD. */
 static void test_threshold(void)
 {
 	const uint32_t n = 4097;
@@ -137,30 +168,34 @@ static void test_threshold(void)
 	finish(p, r, n);
 	p = cached_pool(n + 1, 16, &r);
 	alloc_one(p, 2);
-	CHECK_EQ(evictions(p), 16);
-	check_gone_from(p, r, n + 1, n + 1 - 16);
+	CHECK_EQ(evictions(p), AHEAD);
+	check_gone_from(p, r, n + 1, n + 1 - AHEAD);
 	finish(p, r, n + 1);
 }
 
-/* 16 blocks in one call: exactly 16 evicted, none ahead. */
+/* AHEAD blocks in one call: exactly AHEAD evicted, none ahead. */
 static void test_large_request_exact(void)
 {
 	const uint32_t n = 5000;
 	kvp_ref *r;
 	kvp_pool *p = cached_pool(n, 16, &r);
-	kvp_ref got_refs[16];
+	kvp_ref got_refs[AHEAD];
 	size_t got;
-	CHECK_EQ(kvp_allocate(p, KVP_KV, 16 * BS, 2, KVP_FP16, got_refs, 16, &got), KVP_OK);
-	CHECK_EQ(evictions(p), 16);
-	CHECK_EQ(kvp_n_free(p, KVP_KV), n - 16); /* nothing left uncached */
-	check_gone_from(p, r, n, n - 16);
+	CHECK_EQ(kvp_allocate(p, KVP_KV, AHEAD * BS, 2, KVP_FP16, got_refs, AHEAD, &got), KVP_OK);
+	CHECK_EQ(evictions(p), AHEAD);
+	CHECK_EQ(kvp_n_free(p, KVP_KV), n - AHEAD); /* nothing left uncached */
+	check_gone_from(p, r, n, n - AHEAD);
 	finish(p, r, n);
 }
 
 int main(void)
 {
-	test_evicts_ahead(16);
-	test_evicts_ahead(0); /* no per-thread caches: the same on the global stack */
+	test_evicts_ahead(256); /* in the thread's cache */
+	test_evicts_ahead(16);  /* too many for it: on the global stack */
+	test_evicts_ahead(0);   /* no per-thread caches: the same on the global stack */
+	test_where_they_go(256);
+	test_where_they_go(16);
+	test_where_they_go(0);
 	test_threshold();
 	test_large_request_exact();
 	printf("ok prefix_evict_ahead_test\n");

@@ -25,7 +25,8 @@
  * The ledger runs twice more with evicting ahead on at every cache size
  * (lib/prefix/prefix_alloc.c; as shipped only above 4096 cached blocks),
  * with resets, shrinks and growth and without: blocks evicted ahead go to
- * the free stack and on to other threads, and TSan sees their contents
+ * the evicting thread's magazine or the free stack, and on to other
+ * threads (through a drain or a flush), and TSan sees their contents
  * change hands through that path too.
  *
  * Eviction order: with blocks cached in a known order and then many

@@ -33,18 +33,23 @@
  * least recently cached first.  Growth happens only when free and cached
  * blocks together cannot cover a request (but for a race: an allocation
  * that meets a kvp_shrink, a kvp_prefix_reset or an eviction ahead moving
- * cached blocks to the free stack may miss those blocks in its count and
- * grow by up to that many; docs/PREFIX.md, "Exhaustion").
+ * cached blocks to the free stack or a thread's cache may miss those
+ * blocks in its count and grow by up to that many; docs/PREFIX.md,
+ * "Exhaustion").
  *
- * An allocation of n < 16 blocks (a decode step's, as a rule) that finds
+ * An allocation of n < 64 blocks (a decode step's, as a rule) that finds
  * too few free blocks in its thread's cache and on the stream's global
  * stack, and after which that stack is empty and more than 4096 of the
- * stream's blocks are cached, evicts 16 - n more, the least recently
- * cached, onto the global stack: the next small allocations of any thread
- * take them without an eviction each.  So in a cache that large a block
- * may be evicted up to 15 allocations early (per evicting thread); a
- * smaller cache, and any larger allocation, evicts exactly what it needs.
- * n_evictions counts every block evicted.
+ * stream's blocks are cached, evicts 64 - n more, the least recently
+ * cached, into the calling thread's cache (onto the global stack when the
+ * pool has no per-thread caches, or they are being drained, or the blocks
+ * do not fit): that thread's next small allocations take them without an
+ * eviction each, and touch no line another thread writes.  So in a cache
+ * that large a block may be evicted up to 63 allocations early (per
+ * evicting thread), and until then it is an uncached free block in that
+ * thread's cache (see "Per-thread caches"); a smaller cache, and any
+ * larger allocation, evicts exactly what it needs.  n_evictions counts
+ * every block evicted.
  *
  * kvp_free_all (or kvp_free_owned with several refs) may let go of an
  * owner's published blocks.  They then

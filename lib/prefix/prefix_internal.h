@@ -232,9 +232,9 @@
 #define KVPI_PFX_IDLE_DRAIN_NS 1000000u
 /* A small allocation that leaves its stream's free stack empty and more
  * than KVPI_PFX_EVICT_AHEAD_CACHED blocks of it cached evicts up to this
- * many blocks ahead onto the free stack (lib/prefix/prefix_alloc.c,
+ * many blocks ahead into its thread's magazine (lib/prefix/prefix_alloc.c,
  * "Evicting ahead"). */
-#define KVPI_PFX_EVICT_AHEAD        16u
+#define KVPI_PFX_EVICT_AHEAD        64u
 #define KVPI_PFX_EVICT_AHEAD_CACHED 4096u
 /* Side table: top level of KVPI_PFX_TOP entries, each a segment directory of
  * KVPI_PFX_MID segments of KVPI_SEG_BLOCKS entries (2^31 ids in all). */
