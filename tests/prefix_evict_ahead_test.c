@@ -105,9 +105,16 @@ static void test_evicts_ahead(uint32_t tc)
 	const uint32_t n = 4200;
 	kvp_ref *r;
 	kvp_pool *p = cached_pool(n, tc, &r);
+	kvp_stats s0, s1;
+	CHECK_EQ(kvp_pool_stats(p, &s0), KVP_OK);
 	alloc_one(p, 2);
 	CHECK_EQ(evictions(p), AHEAD);
 	CHECK_EQ(cached(p), n - AHEAD);
+	/* Evicted blocks were counted free when they were cached: one more in
+	 * use, no free counted. */
+	CHECK_EQ(kvp_pool_stats(p, &s1), KVP_OK);
+	CHECK_EQ(kvp_stats_blocks_in_use(&s1), 1);
+	CHECK_EQ(s1.n_frees, s0.n_frees);
 	check_gone_from(p, r, n, n - AHEAD);
 	CHECK_EQ(kvp_n_free(p, KVP_KV), n - 1); /* AHEAD - 1 uncached free, the rest cached */
 	for (uint32_t i = 0; i < AHEAD - 1; i++)

@@ -23,8 +23,9 @@
  * return a block not published under the key asked for.  All three must
  * be 0.
  *
- * Evicting ahead (lib/prefix/prefix_alloc.c) moves cached blocks to the
- * free stack before they are needed; both tests run again with it on at
+ * Evicting ahead (lib/prefix/prefix_alloc.c) moves cached blocks into the
+ * evicting thread's magazine (or onto the free stack) before they are
+ * needed; both tests run again with it on at
  * every cache size (the threshold lowered to 0 before the threads start),
  * so it races the exhaustion rule, eviction and the ledger too.
  *

@@ -244,7 +244,9 @@ static void test_ledger(int iters, uint64_t resets_every, bool ahead)
 	kvp_pool_config_init(&c);
 	c.block_size = BS;
 	c.n_blocks = NBLOCKS;
-	c.thread_cache = 4;
+	/* Evicting ahead: magazines that hold a whole batch (63), so blocks
+	 * evicted ahead go through them, and through drains, to other threads. */
+	c.thread_cache = ahead ? 64 : 4;
 	c.prefix_cache = true;
 	/* With resets the workers also shrink; growth (up to the start size)
 	 * brings the blocks back. */

@@ -253,8 +253,8 @@ static bool idle_drain_due(struct kvpi_prefix *pf, int si)
  * KVPI_PFX_EVICT_AHEAD - k more into its thread's magazine
  * (kvpi_pfx_evict_to_thread; the global stack when the pool has no
  * magazines, the stream is starving, or they do not fit).  The thread's
- * next small allocations take them from its magazine, with no eviction
- * and no line another thread writes.  They are the least recently cached
+ * next small allocations take them from its magazine, with no eviction,
+ * taking their blocks with no line another thread writes.  They are the least recently cached
  * blocks, the ones the next evictions would have taken, evicted a few
  * allocations early: at most KVPI_PFX_EVICT_AHEAD - 1 per thread at a
  * time, a small share of a cache that large.  A smaller cache evicts
@@ -263,9 +263,10 @@ static bool idle_drain_due(struct kvpi_prefix *pf, int si)
  *
  * Into the magazine rather than onto the global stack, and 64 rather than
  * 16: on the lifecycle benchmark with a trace that shares no prefix (every
- * allocation evicts), kvpool's CPU time a block fell 15-20% at two and
- * at eight threads; 16 onto the stack had made the decode step 19-39%
- * cheaper than one eviction a block (docs/BENCHMARKS.md).  Exhaustion is
+ * allocation evicts), kvpool's CPU time a block fell 14-15% at two and
+ * eight threads in one before/after run and 8-9% in another, and 2-4% on
+ * the conversation trace; 16 onto the stack had made the decode step
+ * 19-39% cheaper than one eviction a block (docs/BENCHMARKS.md).  Exhaustion is
  * unchanged: blocks in a magazine are found by the drain that precedes
  * any KVP_EEXHAUSTED, as freed blocks there are (kvpi_pfx_get_blocks).
  *

@@ -574,8 +574,8 @@ int kvpi_pfx_block_get(struct kvp_pool *p, kvp_ref ref, kvp_block_info *out);
 int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
                         uint32_t k, bool *slow);
 /* After an allocation of @k blocks of @si that went the slow way, with no
- * lock held: evict ahead onto the free stack when the stack is empty and
- * the cache large (lib/prefix/prefix_alloc.c, "Evicting ahead"). */
+ * lock held: evict ahead into the thread's magazine when the stack is
+ * empty and the cache large (lib/prefix/prefix_alloc.c, "Evicting ahead"). */
 void kvpi_pfx_evict_ahead(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t k);
 
 #endif /* KVPOOL_LIB_PREFIX_INTERNAL_H */
