@@ -517,7 +517,7 @@ void kvb_target(const char *bench, const char *what, double value, bool met)
 		printf("  target %-62s not measured\n", what);
 		kvb_note(bench, "target %s: not measured", what);
 	} else {
-		printf("  target %-62s %s (%.3g)\n", what, met ? "MET" : "NOT MET", value);
+		printf("  target %-62s %s (%.4g)\n", what, met ? "MET" : "NOT MET", value);
 		kvb_note(bench, "target %s: %s (%.4g)", what, met ? "met" : "not met", value);
 	}
 	fflush(stdout);
