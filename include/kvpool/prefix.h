@@ -43,17 +43,17 @@
  * stream's blocks are cached, evicts 64 - n more, the least recently
  * cached, into the calling thread's cache (onto the global stack when the
  * pool has no per-thread caches, or they are being drained, or the blocks
- * do not fit): that thread's next small allocations take them without an
- * eviction each, and take their blocks with no line another thread writes.  So in a cache
- * that large a block may be evicted up to 63 allocations early (per
- * evicting thread), and until then it is an uncached free block in that
- * thread's cache (see "Per-thread caches"): other threads evict rather
- * than wait for it, and with grow_on_exhaustion may grow past it, until
- * that thread allocates again or an evicting allocation drains the caches
- * of threads outside a call (at most once a millisecond).  So up to 63
- * blocks per thread and stream may stand aside that way.  A smaller cache,
- * and any larger allocation, evicts exactly what it needs.  n_evictions
- * counts every block evicted.
+ * do not fit).  That thread's next small allocations take them from there
+ * without an eviction each, and without touching a line another thread
+ * writes.  In a cache that large a block may thus be evicted up to 63
+ * allocations early (per evicting thread).  Until then it is an uncached
+ * free block in that thread's cache (see "Per-thread caches"): other
+ * threads evict rather than wait for it, and with grow_on_exhaustion may
+ * grow past it, until that thread allocates again or an evicting
+ * allocation drains the caches of threads outside a call (at most once a
+ * millisecond).  Up to 63 blocks per thread and stream may stand aside
+ * that way.  A smaller cache, and any larger allocation, evicts exactly
+ * what it needs.  n_evictions counts every block evicted.
  *
  * kvp_free_all (or kvp_free_owned with several refs) may let go of an
  * owner's published blocks.  They then
