@@ -377,7 +377,7 @@ size_t kvp_prefix_reset(kvp_pool *p)
 	for (uint32_t si = 0; si < p->n_streams; si++) {
 		for (;;) {
 			kvpi_rcu_read_lock();
-			uint32_t e = kvpi_pfx_evict_to_stack(p, s, (int)si, ids, 64);
+			uint32_t e = kvpi_pfx_evict_free(p, s, (int)si, ids, 64, false);
 			kvpi_rcu_read_unlock();
 			dropped += e;
 			if (e < 64)

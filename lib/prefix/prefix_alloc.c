@@ -251,10 +251,10 @@ static bool idle_drain_due(struct kvpi_prefix *pf, int si)
  * path), and after which the stack is empty and more than
  * KVPI_PFX_EVICT_AHEAD_CACHED blocks of the stream are cached, evicts
  * KVPI_PFX_EVICT_AHEAD - k more into its thread's magazine
- * (kvpi_pfx_evict_to_thread; the global stack when the pool has no
+ * (kvpi_pfx_evict_free; the global stack when the pool has no
  * magazines, the stream is starving, or they do not fit).  The thread's
- * next small allocations take them from its magazine, with no eviction,
- * taking their blocks with no line another thread writes.  They are the least recently cached
+ * next small allocations take them from its magazine, with no eviction
+ * and no line another thread writes.  They are the least recently cached
  * blocks, the ones the next evictions would have taken, evicted a few
  * allocations early: at most KVPI_PFX_EVICT_AHEAD - 1 per thread at a
  * time, a small share of a cache that large.  A smaller cache evicts
@@ -266,9 +266,10 @@ static bool idle_drain_due(struct kvpi_prefix *pf, int si)
  * allocation evicts), kvpool's CPU time a block fell 14-15% at two and
  * eight threads in one before/after run and 8-9% in another, and 2-4% on
  * the conversation trace; 16 onto the stack had made the decode step
- * 19-39% cheaper than one eviction a block (docs/BENCHMARKS.md).  Exhaustion is
- * unchanged: blocks in a magazine are found by the drain that precedes
- * any KVP_EEXHAUSTED, as freed blocks there are (kvpi_pfx_get_blocks).
+ * 19-39% cheaper than one eviction a block (docs/BENCHMARKS.md).
+ * Exhaustion is unchanged: blocks in a magazine are found by the drain
+ * that precedes any KVP_EEXHAUSTED, as freed blocks there are
+ * (kvpi_pfx_get_blocks).
  *
  * With grow_on_exhaustion, an allocation that read the stack before an
  * eviction ahead pushed to it and the cached count after misses those
@@ -289,7 +290,7 @@ void kvpi_pfx_evict_ahead(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint
 		return;
 	/* Claims and evictions touch the index: in a read-side section. */
 	kvpi_rcu_read_lock();
-	kvpi_pfx_evict_to_thread(p, s, si, ids, KVPI_PFX_EVICT_AHEAD - k);
+	kvpi_pfx_evict_free(p, s, si, ids, KVPI_PFX_EVICT_AHEAD - k, true);
 	kvpi_rcu_read_unlock();
 }
 

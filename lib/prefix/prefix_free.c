@@ -382,7 +382,7 @@ static uint64_t evict_to_free(struct kvp_pool *p, int si, uint64_t n)
 	while (done < n) {
 		uint32_t want = n - done < FREE_BATCH ? (uint32_t)(n - done) : FREE_BATCH;
 		kvpi_rcu_read_lock();
-		uint32_t e = kvpi_pfx_evict_to_stack(p, s, si, ids, want);
+		uint32_t e = kvpi_pfx_evict_free(p, s, si, ids, want, false);
 		kvpi_rcu_read_unlock();
 		done += e;
 		if (e < want)

@@ -534,27 +534,17 @@ void kvpi_pfx_unclaim(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t
 		evict_unclaimed(p, s, si, ids, gone);
 }
 
-uint32_t kvpi_pfx_evict_to_thread(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
-                                  uint32_t n)
+uint32_t kvpi_pfx_evict_free(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
+                             uint32_t n, bool own)
 {
 	uint32_t got = kvpi_pfx_claim(p, s, si, ids, n);
 	kvpi_pfx_commit_uncounted(p, s, ids, got);
-	/* into the thread's magazine (the global stack when it has none, or
-	 * the stream is starving: a drain then finds them there) */
-	kvpi_put_blocks(p, s, si, ids, got);
-	kvpi_pfx_count_one(p->prefix, si, -(int64_t)got);
-	return got;
-}
-
-uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
-                                 uint32_t n)
-{
-	uint32_t got = kvpi_pfx_claim(p, s, si, ids, n);
-	kvpi_pfx_commit_uncounted(p, s, ids, got);
-	/* onto the stream's global stack, where any thread takes them */
-	kvpi_fs_push_ids(&p->fs[si], &p->bt, ids, got);
-	/* after the push: an allocation that sees the count drop (acquire)
-	 * sees the blocks on the free stack */
+	if (own) /* the thread's magazine, or the stack as a free puts them */
+		kvpi_put_blocks(p, s, si, ids, got);
+	else /* the stream's global stack, where any thread takes them */
+		kvpi_fs_push_ids(&p->fs[si], &p->bt, ids, got);
+	/* after the put: an allocation that sees the count drop (acquire)
+	 * sees the blocks on the stack, or in a magazine a drain empties */
 	kvpi_pfx_count_one(p->prefix, si, -(int64_t)got);
 	return got;
 }

@@ -44,14 +44,12 @@ void kvpi_pfx_commit(struct kvp_pool *p, struct kvpi_tslot *s, int si, const uin
  * (kvpi_pfx_count_one) once the blocks are pushed on the free stack. */
 void kvpi_pfx_commit_uncounted(struct kvp_pool *p, struct kvpi_tslot *s, const uint32_t *ids,
                                uint32_t n);
-/* Evict up to @n cached blocks onto the free stack (reset, shrink): pushed
- * before the cached count drops.  Returns how many. */
-uint32_t kvpi_pfx_evict_to_stack(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
-                                 uint32_t n);
-/* kvpi_pfx_evict_to_stack, but into the calling thread's magazine (the
- * stack when kvpi_put_blocks puts them there): evicting ahead. */
-uint32_t kvpi_pfx_evict_to_thread(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
-                                  uint32_t n);
+/* Evict up to @n cached blocks: onto the free stack (reset, shrink), or
+ * with @own into the calling thread's magazine when it has room (evicting
+ * ahead; kvpi_put_blocks).  Put there before the cached count drops.
+ * Returns how many. */
+uint32_t kvpi_pfx_evict_free(struct kvp_pool *p, struct kvpi_tslot *s, int si, uint32_t *ids,
+                             uint32_t n, bool own);
 /*
  * Unclaim: @resets0 is prefix.resets as read (acquire) before the claim.
  * A reset may have run or begun since then.  It may then have passed the
