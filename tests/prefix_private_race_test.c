@@ -34,7 +34,9 @@
  *     lost under a publish would show here) and held by two owners at most;
  *   - a fill set one short and then restored is restored: while it is
  *     short no publish takes it, and nothing else makes it full;
- *   - every call returns a status its contract allows;
+ *   - every call returns a status its contract allows, and kvp_block_get
+ *     never shows a block in use with no holder (a release caching a
+ *     private block keeps readers out as a lock does);
  *   - after each round every block is free or cached: none is lost, none
  *     is in use, and the pool's counts add up (no block counted not full:
  *     a fill change lost or counted twice would leave one).
@@ -140,6 +142,10 @@ static void *filler(void *arg)
 		for (uint32_t k = 0; k < 2 * NB; k++) {
 			uint64_t x = tu_rand(&s);
 			kvp_ref r = x % 4 ? refs[x / 4 % NB] : old[x / 4 % NB];
+			/* A consistent snapshot: in use means held. */
+			kvp_block_info info;
+			if (kvp_block_get(pool, r, &info) == KVP_OK && info.in_use)
+				CHECK(info.n_holders >= 1);
 			int rc = kvp_block_set_used(pool, r, BS - 1);
 			CHECK(rc == KVP_OK || rc == KVP_EINVAL || rc == KVP_ENOENT);
 			maybe_yield(&s);

@@ -168,7 +168,11 @@
  *   ------------------  ----------------  ------------------------------------
  *   kvp_prefix_match    everything        the owner's shard mutex for the call;
  *                                         per key a lock-free index lookup and
- *                                         the block's lock bit (one CAS)
+ *                                         the block's lock bit (one CAS); a
+ *                                         block another live owner published:
+ *                                         that owner's shard mutex too, tried
+ *                                         (if busy, waited for between two
+ *                                         holds of the caller's mutex)
  *   kvp_prefix_publish  everything        the block's lock bit, or, for a
  *                                         block not yet published since its
  *                                         allocation, its owner's shard mutex
@@ -178,14 +182,17 @@
  *   kvp_free_owned,
  *   kvp_free,
  *   kvp_free_all        everything        owner shard mutex, then per block
- *                                         its lock bit (and its thread's
- *                                         LRU shard mutex when it becomes
- *                                         cached)
+ *                                         its lock bit (none for a block the
+ *                                         owner published and no other owner
+ *                                         matched) and its thread's LRU
+ *                                         shard mutex when it becomes cached
  *   kvp_allocate        everything        as in kvpool/pool.h; eviction takes
  *                                         LRU shard mutexes one at a time and
  *                                         never waits for a block's lock bit
  *   kvp_prefix_reset    everything        LRU shard mutexes and lock bits, one
- *                                         at a time
+ *                                         at a time; for a block its owner
+ *                                         published and holds alone, that
+ *                                         owner's shard mutex
  *   kvp_block_get       everything        lock-free (seqlock retry)
  *
  * No call takes a global lock except growth (the pool's grow mutex, as in
@@ -257,7 +264,16 @@ int kvp_prefix_hash(const kvp_hash *parent, uint64_t salt, const void *tokens, s
  *
  * Returns KVP_OK; KVP_EINVAL (prefix cache off, NULL pointers, bad stream
  * or format); KVP_ERANGE (@refs_cap below @n_keys: *@n_matched is set to
- * @n_keys and nothing is done); KVP_ENOMEM.
+ * @n_keys and nothing is done); KVP_ENOMEM (nothing done).  Memory that
+ * runs out after the call waited (below) ends the match there: KVP_OK,
+ * the holds taken kept.
+ *
+ * A block that another live owner published and still holds alone takes
+ * that owner's shard mutex to be shared (once per block).  When that mutex
+ * is busy, the call lets go of its own owner's shard mutex, waits for it,
+ * and goes on from that key: its holds are then taken in more than one
+ * step, and a kvp_free_all of @owner racing the call may end the holds of
+ * the earlier steps (their refs are then stale, as after any free).
  *
  * Thread-safe.  A match and an eviction racing for the same cached block
  * settle on the block's state word.  The match either gets the block with

@@ -269,7 +269,11 @@ static int set_used_private(struct kvp_pool *p, struct kvpi_tslot *s, struct kvp
 		if ((s1 & KVPI_ST_PRIVATE) &&
 		    atomic_load_explicit(&b->owner, memory_order_relaxed) == o) {
 			int rc = KVP_ENOENT;
-			if (kvpi_st_gen(s1) == gen) {
+			if (kvpi_st_gen(s1) == gen && (s1 & KVPI_ST_PUBLISHED)) {
+				/* Published by its owner since the first check
+				 * (and private still): contents fixed. */
+				rc = KVP_EINVAL;
+			} else if (kvpi_st_gen(s1) == gen) {
 				/* release: as in set_used_owned. */
 				atomic_store_explicit(&b->state, kvpi_st_with_used(s1, n_used),
 				                      memory_order_release);

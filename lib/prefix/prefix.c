@@ -1,24 +1,16 @@
 /*
- * lib/prefix/prefix.c - the public prefix-cache calls (kvpool/prefix.h), and the
- * prefix state's life cycle.  lib/prefix/prefix_internal.h has the design.
+ * lib/prefix/prefix.c - the prefix state's life cycle, kvp_free_owned and
+ * kvp_prefix_reset.  lib/prefix/prefix_internal.h has the design.
  *
- * Matching: each key is looked up in the index with no lock; the block it
- * names is then locked (one CAS on its state word, from a state that is
- * published, in use or cached, and of the right format) and checked (still
- * published under that very key).  An in-use block gains a hold; a cached
- * one becomes in use with a new generation, left on its LRU list (marked
- * stale).  An evictor's CAS CACHED -> EVICTING may beat the lock's CAS
- * (then the key is a miss).  The whole call holds the owner's shard mutex,
- * so the owner's hold array takes the matched blocks in order.
- * Publishing is in lib/prefix/prefix_publish.c.
+ * Matching is in lib/prefix/prefix_match.c, publishing in
+ * lib/prefix/prefix_publish.c.  Reset unpublishes a block still private to
+ * its publisher (lib/prefix/prefix_internal.h, "Private blocks") under that
+ * owner's shard mutex, as the owner's own calls change it.
  */
 #include <string.h>
 
 #include "lib/prefix/prefix_internal.h"
 #include "lib/base/sysmem.h"
-
-/* Keys a match looks up before it takes their holds. */
-#define MATCH_CHUNK 16u
 
 /* The segment directory of top entry @t, made zeroed and published (release)
  * if it is missing; NULL when out of memory.  Grow mutex held, or before
@@ -149,173 +141,6 @@ void kvpi_pfx_destroy(struct kvp_pool *p)
 	p->prefix = NULL;
 }
 
-/* A state a match may lock: published, in use or cached (not being
- * evicted), of format *@arg. */
-static bool match_ok(uint64_t st, const void *arg)
-{
-	return (st & KVPI_ST_PUBLISHED) && (st & (KVPI_ST_IN_USE | KVPI_ST_CACHED)) &&
-	       !(st & KVPI_ST_EVICTING) && kvpi_st_format(st) == *(const uint32_t *)arg;
-}
-
-/*
- * Take @owner's hold on block @id, which the index gave for (@tag, @key),
- * if it is still published under that key in @format.  Returns false for
- * a miss.  Owner shard mutex held.
- */
-static bool take_hold(struct kvp_pool *p, struct kvpi_orec *r, uint32_t id, uint32_t tag,
-                      const kvp_hash *key, uint32_t format, kvp_owner owner, kvp_ref *out,
-                      int64_t *revived)
-{
-	struct kvpi_prefix *pf = p->prefix;
-	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
-	struct kvpi_pside *e = kvpi_pfx_side(pf, id);
-	uint64_t seen;
-
-	/* The one CAS that settles a race with an evictor or a release. */
-	uint64_t st = kvpi_pfx_lock(b, match_ok, &format, &seen);
-	if (!st)
-		return false;
-	/* Evicted and published again meanwhile, or another key of the
-	 * same 64-bit hash: a miss. */
-	if (!e->pub || e->pub_stream != tag || e->pub_key.lo != key->lo ||
-	    e->pub_key.hi != key->hi) {
-		kvpi_pfx_unlock(b, st);
-		return false;
-	}
-	if (st & KVPI_ST_IN_USE) {
-		/* relaxed (holders, owner_xor, owner): under the lock. */
-		uint32_t h = atomic_load_explicit(&e->holders, memory_order_relaxed);
-		bool mine = h == 1 ? atomic_load_explicit(&b->owner, memory_order_relaxed) == owner
-		                   : kvpi_pfx_ofind_pos(pf, r, id) >= 0;
-		if (!mine) {
-			kvpi_pfx_bump(e);
-			atomic_store_explicit(&e->holders, h + 1, memory_order_relaxed);
-			atomic_store_explicit(
-			    &e->owner_xor,
-			    atomic_load_explicit(&e->owner_xor, memory_order_relaxed) ^ owner,
-			    memory_order_relaxed);
-			kvpi_pfx_oappend(pf, r, id);
-		}
-		kvpi_pfx_unlock(b, st);
-		*out = KVP_MAKE_REF(id, kvpi_st_gen(st));
-		return true;
-	}
-	/* Cached: revive it with a new generation, left where it is on its
-	 * LRU list (an evictor that meets it moves or drops it). */
-	uint32_t gen = kvpi_st_gen(st) + 1;
-	if (gen == 0)
-		gen = 1;
-	kvpi_pfx_bump(e);
-	/* relaxed: under the lock. */
-	atomic_store_explicit(&e->holders, 1, memory_order_relaxed);
-	atomic_store_explicit(&e->owner_xor, owner, memory_order_relaxed);
-	atomic_store_explicit(&b->owner, owner, memory_order_relaxed);
-	int si = kvpi_pfx_si(p, st);
-	if (kvpi_pfx_flag(&e->listed))
-		kvpi_pfx_set_flag(&e->stale, true);
-	revived[si]++;
-	kvpi_pfx_oappend(pf, r, id);
-	kvpi_pfx_unlock(b, kvpi_st_make(gen, p->block_size,
-	                                KVPI_ST_IN_USE | KVPI_ST_EVER | KVPI_ST_PUBLISHED,
-	                                kvpi_st_stream(st), format));
-	/* The cached count drops by *@revived when the call ends, after the
-	 * blocks stopped being available: the count never runs low. */
-	*out = KVP_MAKE_REF(id, gen);
-	return true;
-}
-
-int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kvp_hash *keys,
-                     size_t n_keys, kvp_owner owner, kvp_ref *refs, size_t refs_cap,
-                     size_t *n_matched)
-{
-	if (!n_matched)
-		return KVP_EINVAL;
-	*n_matched = 0;
-	if (!p || !p->prefix || (!keys && n_keys) || (!refs && refs_cap) ||
-	    (unsigned)format >= KVP_N_FORMATS)
-		return KVP_EINVAL;
-	int si = kvpi_stream_index(p, stream);
-	if (si < 0)
-		return KVP_EINVAL;
-	if (refs_cap < n_keys) {
-		*n_matched = n_keys;
-		return KVP_ERANGE;
-	}
-	if (n_keys == 0)
-		return KVP_OK;
-	if (n_keys > UINT32_MAX)
-		return KVP_ENOMEM;
-
-	struct kvpi_prefix *pf = p->prefix;
-	struct kvpi_tslot *s = kvpi_tslot_get(p);
-	struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, owner);
-	uint32_t tag = kvpi_stream_tag(p, si);
-	int64_t revived[2] = {0, 0};
-	size_t i = 0;
-
-	kvpi_rcu_read_lock();
-	pthread_mutex_lock(&sh->lock);
-	bool made;
-	struct kvpi_orec *r = kvpi_pfx_oget(p, s, sh, owner, &made);
-	if (!r || kvpi_pfx_oreserve(p, s, r, (uint32_t)n_keys) != 0) {
-		if (r && made)
-			kvpi_pfx_oremove(p, s, sh, r);
-		pthread_mutex_unlock(&sh->lock);
-		kvpi_rcu_read_unlock();
-		kvpi_tslot_put(p, s);
-		return KVP_ENOMEM;
-	}
-	/* In chunks: the chunk's home slots are prefetched, then its
-	 * lookups run (the blocks' lines are fetched meanwhile), then the
-	 * holds in order, up to the first miss.  The prefetch pass puts
-	 * the chunk's slot misses in flight together: with it, the
-	 * lifecycle benchmark's prefix loop at one thread spent 8.0-9.2 ms
-	 * of a run in kvp_prefix_match against 10.0-12.5 without (three
-	 * alternating runs each, the benchmark built with a timer around
-	 * each call of its loop). */
-	while (i < n_keys) {
-		uint32_t ids[MATCH_CHUNK];
-		size_t c = n_keys - i < MATCH_CHUNK ? n_keys - i : MATCH_CHUNK, found = 0, j = 0;
-		for (size_t k = 0; k < c; k++)
-			kvpi_pfx_index_prefetch_key(pf, tag, &keys[i + k]);
-		for (; found < c; found++) {
-			ids[found] = kvpi_pfx_index_lookup(pf, tag, &keys[i + found]);
-			if (ids[found] == KVPI_NO_ID)
-				break;
-			kvpi_pfx_prefetch(p, ids[found]);
-		}
-		while (j < found && take_hold(p, r, ids[j], tag, &keys[i + j], (uint32_t)format,
-		                              owner, &refs[i + j], revived))
-			j++;
-		i += j;
-		if (j < c)
-			break;
-	}
-	if (kvpi_orec_count(r) == 0 && made)
-		kvpi_pfx_oremove(p, s, sh, r);
-	pthread_mutex_unlock(&sh->lock);
-	/* One change of the shared cached count a call, not one a revived
-	 * block: with several threads matching, a per-block atomic add moved
-	 * the counter's line between the cores for every hit.  Meanwhile the
-	 * count is above the blocks cached and unheld, which the exhaustion
-	 * decision allows (an allocation that counts them looks again). */
-	kvpi_pfx_count_one(pf, 0, -revived[0]);
-	kvpi_pfx_count_one(pf, 1, -revived[1]);
-	kvpi_ctr_add(s, KVPI_C_PQUERIES, n_keys);
-	kvpi_ctr_add(s, KVPI_C_PHITS, i);
-	uint64_t nrev = (uint64_t)(revived[0] + revived[1]);
-	kvpi_ctr_add(s, KVPI_C_ALLOCS, nrev);
-	kvpi_ctr_add(s, KVPI_C_REUSED, nrev);
-	if (nrev)
-		kvpi_account_in_use(p, s, (int64_t)nrev);
-	kvpi_rcu_read_unlock();
-	if (i)
-		kvpi_history_tick(p, s);
-	kvpi_tslot_put(p, s);
-	*n_matched = i;
-	return KVP_OK;
-}
-
 int kvp_free_owned(kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n)
 {
 	if (!p || !p->prefix || (!refs && n))
@@ -329,35 +154,111 @@ int kvp_free_owned(kvp_pool *p, kvp_owner owner, const kvp_ref *refs, size_t n)
 	return kvpi_pfx_free_owned(p, owner, refs, n);
 }
 
+/* Private blocks a reset's index pass could not unpublish at once (their
+ * owner's shard mutex was busy) are done after the pass: this many kept on
+ * the stack, more in an array grown from the system. */
+#define UNPUB_BUSY 64u
+
 struct unpub_arg {
 	struct kvp_pool *p;
 	size_t n;
+	uint32_t first[UNPUB_BUSY];
+	uint32_t *busy; /* first, or a grown array */
+	uint32_t n_busy, cap;
+	bool more; /* busy blocks that found no room: another pass */
 };
 
-/* A state reset may unpublish: published and held. */
+/* A state reset may unpublish: published and held, not private. */
 static bool unpub_ok(uint64_t st, const void *arg)
 {
 	(void)arg;
-	return (st & KVPI_ST_PUBLISHED) && (st & KVPI_ST_IN_USE);
+	return (st & KVPI_ST_PUBLISHED) && (st & KVPI_ST_IN_USE) && !(st & KVPI_ST_PRIVATE);
 }
 
-/* Unpublish block @id if it is held (locked here). */
+/* Drop block @e's key (@id, locked or private to an owner whose mutex we
+ * hold) if it still has it; returns @st without PUBLISHED if so. */
+static uint64_t unpub_key(struct unpub_arg *a, uint32_t id, struct kvpi_pside *e, uint64_t st)
+{
+	if (!e->pub)
+		return st;
+	kvpi_pfx_forget_many(a->p->prefix, &id, 1);
+	a->n++;
+	return st & ~KVPI_ST_PUBLISHED;
+}
+
+/*
+ * Unpublish block @id if it is held.  An ordinary block is locked; a
+ * private one (published by an owner that still holds it alone) is
+ * changed under its owner's shard mutex, as its owner's calls change it:
+ * taken at once when @wait is false (the index pass, in a read-side
+ * section, must not wait for it), else waited for (no lock held, outside
+ * any section).  Returns false when @wait is false and that mutex was
+ * busy (nothing done).
+ */
+static bool unpublish_one(struct unpub_arg *a, uint32_t id, bool wait)
+{
+	struct kvp_pool *p = a->p;
+	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
+	struct kvpi_pside *e = kvpi_pfx_side(p->prefix, id);
+	const uint64_t priv = KVPI_ST_PRIVATE | KVPI_ST_PUBLISHED | KVPI_ST_IN_USE;
+	for (;;) {
+		uint64_t seen;
+		if (wait)
+			kvpi_rcu_read_lock(); /* the index pass's section is left */
+		uint64_t st = kvpi_pfx_lock(b, unpub_ok, NULL, &seen);
+		if (st)
+			kvpi_pfx_unlock(b, unpub_key(a, id, e, st));
+		if (wait)
+			kvpi_rcu_read_unlock();
+		if (st || (seen & priv) != priv)
+			return true; /* done; or cached (or evicted) since the eviction pass */
+		/* acquire: as in pub_private (lib/prefix/prefix_publish.c). */
+		kvp_owner o = atomic_load_explicit(&b->owner, memory_order_acquire);
+		struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, o);
+		if (!wait && pthread_mutex_trylock(&sh->lock) != 0)
+			return false;
+		if (wait) {
+			pthread_mutex_lock(&sh->lock);
+			kvpi_rcu_read_lock();
+		}
+		/* acquire: the state as the owner's calls left it. */
+		st = atomic_load_explicit(&b->state, memory_order_acquire);
+		/* relaxed: after the acquire load of the state. */
+		bool same =
+		    st == seen && atomic_load_explicit(&b->owner, memory_order_relaxed) == o;
+		if (same)
+			/* release: as the owner's own stores of the word. */
+			atomic_store_explicit(&b->state, unpub_key(a, id, e, st),
+			                      memory_order_release);
+		if (wait)
+			kvpi_rcu_read_unlock();
+		pthread_mutex_unlock(&sh->lock);
+		if (same)
+			return true;
+	}
+}
+
+/* kvpi_pfx_index_each callback: unpublish_one without waiting; a busy
+ * private block is kept for after the pass. */
 static void unpublish(uint32_t id, void *arg)
 {
 	struct unpub_arg *a = arg;
-	struct kvpi_prefix *pf = a->p->prefix;
-	struct kvpi_block *b = kvpi_bt_block(&a->p->bt, id);
-	struct kvpi_pside *e = kvpi_pfx_side(pf, id);
-	uint64_t seen;
-	uint64_t st = kvpi_pfx_lock(b, unpub_ok, NULL, &seen);
-	if (!st)
-		return; /* cached (or evicted) since the reset's eviction pass */
-	if (e->pub) {
-		kvpi_pfx_forget_many(pf, &id, 1);
-		st &= ~KVPI_ST_PUBLISHED;
-		a->n++;
+	if (unpublish_one(a, id, false))
+		return;
+	if (a->n_busy == a->cap) {
+		/* Not a hot path: a reset that meets many busy owners. */
+		uint32_t *g = kvpi_sys_alloc(2 * (size_t)a->cap * sizeof(*g), 64);
+		if (!g) {
+			a->more = true;
+			return;
+		}
+		memcpy(g, a->busy, a->n_busy * sizeof(*g));
+		if (a->busy != a->first)
+			kvpi_sys_free(a->busy);
+		a->busy = g;
+		a->cap *= 2;
 	}
-	kvpi_pfx_unlock(b, st);
+	a->busy[a->n_busy++] = id;
 }
 
 size_t kvp_prefix_reset(kvp_pool *p)
@@ -384,10 +285,19 @@ size_t kvp_prefix_reset(kvp_pool *p)
 				break;
 		}
 	}
-	struct unpub_arg a = {p, 0};
-	kvpi_rcu_read_lock();
-	kvpi_pfx_index_each(pf, unpublish, &a);
-	kvpi_rcu_read_unlock();
+	struct unpub_arg a = {.p = p, .cap = UNPUB_BUSY};
+	a.busy = a.first;
+	do {
+		a.n_busy = 0;
+		a.more = false;
+		kvpi_rcu_read_lock();
+		kvpi_pfx_index_each(pf, unpublish, &a);
+		kvpi_rcu_read_unlock();
+		for (uint32_t k = 0; k < a.n_busy; k++)
+			(void)unpublish_one(&a, a.busy[k], true);
+	} while (a.more); /* only when memory ran out */
+	if (a.busy != a.first)
+		kvpi_sys_free(a.busy);
 	dropped += a.n;
 	/* release: an allocation that reads this (acquire) before it claims
 	 * sees our scan done. */

@@ -7,7 +7,10 @@
  * read-side sections (the side table never moves).
  *
  * Dropping a hold (drop_hold) runs under the holder's owner shard mutex,
- * with the block locked (its state word's lock bit).  The last hold of a
+ * with the block locked (its state word's lock bit: a CAS, or a plain store
+ * on a block private to that owner, whose word no other thread writes
+ * without the mutex: lib/prefix/prefix_internal.h, "Private blocks"; a
+ * private unpublished one is freed with one store).  The last hold of a
  * published block makes it cached: counted, and put at the tail of its
  * thread's LRU list unless it stays on another thread's
  * (kvpi_pfx_lru_insert), before the unlock.  So no evictor sees it cached
@@ -44,6 +47,13 @@ static void acc_flush(struct kvp_pool *p, struct kvpi_tslot *s, struct acc *a, i
 }
 
 enum drop { D_STALE, D_KEPT, D_CACHED, D_FREED };
+
+/* The state a block whose last hold is dropped in state @st takes when it
+ * is published: cached (not in use, raw or private). */
+static inline uint64_t cached_state(uint64_t st)
+{
+	return (st & ~(KVPI_ST_IN_USE | KVPI_ST_RAW | KVPI_ST_PRIVATE)) | KVPI_ST_CACHED;
+}
 
 /*
  * Blocks one kvp_free_all makes cached, kept locked until they are listed
@@ -148,32 +158,45 @@ drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id, uint32_t gen, b
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
 	if ((st & KVPI_ST_PRIVATE) && drop_ok(st, &arg)) {
 		/* Private: @owner's alone, and every writer of the word
-		 * holds @owner's shard mutex, as we do; no lock needed.  The
-		 * bump tells snapshot readers the holders changed. */
+		 * holds @owner's shard mutex, as we do; no CAS needed.  It
+		 * is locked all the same, with a plain store, until its
+		 * freed or cached state is stored: snapshot readers wait
+		 * (as for a locked block) instead of seeing it in use with
+		 * no holder, and an evictor that meets it listed leaves it.
+		 * relaxed: the bump's release store and fence below order it
+		 * before the holder stores, as a lock's CAS is.  The bump
+		 * tells snapshot readers the holders changed. */
+		atomic_store_explicit(&b->state, st | KVPI_ST_LOCKED, memory_order_relaxed);
 		kvpi_pfx_bump(e);
 		/* relaxed: published by the release store of the state. */
 		atomic_store_explicit(&e->holders, 0, memory_order_relaxed);
 		atomic_store_explicit(&e->owner_xor, 0, memory_order_relaxed);
 		*st_out = st;
-		/* release: the next hand-out, and any reader that sees the
-		 * block free, sees the changes above. */
-		atomic_store_explicit(&b->state, kvpi_freed_state(st), memory_order_release);
-		return D_FREED;
-	}
-	st = drop_lock(p, s, cb, b, &arg, &seen);
-	if (!st)
-		return D_STALE;
-	kvpi_pfx_bump(e);
-	/* relaxed (holders, owner_xor, owner): under the lock. */
-	uint32_t h = atomic_load_explicit(&e->holders, memory_order_relaxed) - 1;
-	uint64_t x = atomic_load_explicit(&e->owner_xor, memory_order_relaxed) ^ owner;
-	atomic_store_explicit(&e->holders, h, memory_order_relaxed);
-	atomic_store_explicit(&e->owner_xor, x, memory_order_relaxed);
-	if (h > 0) {
-		if (h == 1) /* the XOR of one holder is that holder */
-			atomic_store_explicit(&b->owner, x, memory_order_relaxed);
-		kvpi_pfx_unlock(b, st);
-		return D_KEPT;
+		if (!(st & KVPI_ST_PUBLISHED)) {
+			/* release: the next hand-out, and any reader that sees
+			 * the block free, sees the changes above. */
+			atomic_store_explicit(&b->state, kvpi_freed_state(st),
+			                      memory_order_release);
+			return D_FREED;
+		}
+		/* Published by its owner and private still: locked above,
+		 * it becomes cached below as any locked block does. */
+	} else {
+		st = drop_lock(p, s, cb, b, &arg, &seen);
+		if (!st)
+			return D_STALE;
+		kvpi_pfx_bump(e);
+		/* relaxed (holders, owner_xor, owner): under the lock. */
+		uint32_t h = atomic_load_explicit(&e->holders, memory_order_relaxed) - 1;
+		uint64_t x = atomic_load_explicit(&e->owner_xor, memory_order_relaxed) ^ owner;
+		atomic_store_explicit(&e->holders, h, memory_order_relaxed);
+		atomic_store_explicit(&e->owner_xor, x, memory_order_relaxed);
+		if (h > 0) {
+			if (h == 1) /* the XOR of one holder is that holder */
+				atomic_store_explicit(&b->owner, x, memory_order_relaxed);
+			kvpi_pfx_unlock(b, st);
+			return D_KEPT;
+		}
 	}
 	int si = kvpi_pfx_si(p, st);
 	if ((st & KVPI_ST_PUBLISHED) && cb) {
@@ -183,7 +206,7 @@ drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id, uint32_t gen, b
 		 * meets a listed one locked passes it over. */
 		uint32_t k = cb->n[si]++;
 		cb->ids[si][k] = id;
-		cb->st[si][k] = (st & ~(KVPI_ST_IN_USE | KVPI_ST_RAW)) | KVPI_ST_CACHED;
+		cb->st[si][k] = cached_state(st);
 		if (cb->n[si] == CACHE_BATCH)
 			cache_flush(p, s, cb, si);
 		*st_out = st;
@@ -196,7 +219,7 @@ drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id, uint32_t gen, b
 		 * never runs below the blocks cached and unheld */
 		kvpi_pfx_count_one(pf, si, 1);
 		*st_out = st;
-		kvpi_pfx_unlock(b, (st & ~(KVPI_ST_IN_USE | KVPI_ST_RAW)) | KVPI_ST_CACHED);
+		kvpi_pfx_unlock(b, cached_state(st));
 		return D_CACHED;
 	}
 	/* Unpublished by a reset while held: off its list before it is free. */

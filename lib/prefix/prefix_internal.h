@@ -58,22 +58,32 @@
  *
  * Private blocks.  An owned allocation hands each block out PRIVATE
  * (KVPI_ST_PRIVATE): one holder, the owner stamped in the block, on no LRU
- * list and in no index slot.  No matcher, evictor or reset changes such a
- * word: they lock only published or listed blocks.  Every other writer of
- * it holds the owner's shard mutex: the owner's releases (kvp_free,
- * kvp_free_owned, kvp_free_all), kvp_prefix_publish_many (which takes
- * that mutex for a private block: prefix_publish.c) and
- * kvp_block_set_used (lib/pool/pool_query.c).  So under that mutex the
- * word is written with plain release stores, no lock bit and no CAS.  A
- * release frees a private block that way; a publish adds it to the index
- * and then stores it PUBLISHED with PRIVATE clear.  Between the two a
- * matcher that finds it sees it unpublished and refuses it without a CAS,
- * and a refused publish leaves it private.  The bit never comes back in a
- * generation, so a lock path that sees it clear may lock as below, and
- * refuses a private state (only a stale ref's).  A reader that wants the
- * owner of a private block reads the state, then the owner, takes that
- * owner's mutex and reads both again: the same private state and owner
- * are that owner's hand-out (another would have needed the mutex).
+ * list.  Every writer of such a word holds the owner's shard mutex: the
+ * owner's releases (kvp_free, kvp_free_owned, kvp_free_all),
+ * kvp_prefix_publish_many (which takes that mutex for a private block:
+ * prefix_publish.c), kvp_block_set_used (lib/pool/pool_query.c), and the
+ * two that make a published one ordinary or unpublished (a match of another
+ * owner, a reset: prefix_match.c, prefix.c).  So under that mutex the word
+ * is written with plain release stores, no lock bit and no CAS, and no lock
+ * path accepts a private state: a CAS would race those stores.  A release
+ * frees a private block that way (locked with a plain store while it writes
+ * the holders, so snapshots wait).  A publish adds it to the index and then
+ * stores it PUBLISHED, PRIVATE kept: its publisher is still its only
+ * holder, and its last release makes it cached with no CAS either (locked
+ * with a plain store, listed, counted, unlocked to the cached state; a
+ * snapshot waits meanwhile).  Between the index add and the PUBLISHED store
+ * a matcher that finds it sees it unpublished and refuses it without a CAS,
+ * and a refused publish leaves it as it was.  A match that finds it
+ * published and private first clears PRIVATE with one store under the
+ * owner's mutex (its own, when the owner is in its shard; another taken
+ * only with trylock, else after its section, with no lock held), then locks
+ * it as any published block.  A private block is listed only while so locked
+ * by its last release, so an evictor leaves it, and no lock path accepts a
+ * private state: no CAS ever meets one.  The bit never comes back in a
+ * generation, so a lock path that sees it clear may lock as below.  A reader
+ * that wants the owner of a private block reads the state, then the owner,
+ * takes that owner's mutex and reads both again: the same private state and
+ * owner are that owner's hand-out (another would have needed the mutex).
  * docs/DESIGN.md ("Private blocks") has the measurements.
  *
  * Block states in prefix mode (state word bits, lib/pool/blocktable.h).
@@ -85,7 +95,11 @@
  *                                   1 holder (raw: IN_USE|RAW)
  *   IN_USE|PRIVATE --release: store--> free (then pushed on the free stack)
  *   IN_USE|PRIVATE --set_used: store--> IN_USE|PRIVATE, new fill
- *   IN_USE|PRIVATE --publish: index add, store--> IN_USE|PUBLISHED
+ *   IN_USE|PRIVATE --publish: index add, store--> IN_USE|PRIVATE|PUBLISHED
+ *   IN_USE|PRIVATE|PUBLISHED --release (last hold): store it LOCKED, list
+ *                                   it, count, unlock to--> CACHED|PUBLISHED
+ *   IN_USE|PRIVATE|PUBLISHED --match of another owner: store--> IN_USE|PUBLISHED
+ *   IN_USE|PRIVATE|PUBLISHED --reset: index del, store--> IN_USE|PRIVATE
  *   IN_USE|PUBLISHED --match: lock, holders+1, unlock--> same state
  *   IN_USE --publish: lock, index add, unlock to--> IN_USE|PUBLISHED
  *   IN_USE, 2+ holders --release: lock, holders-1, unlock--> same state
@@ -134,8 +148,13 @@
  *   owner shard mutex -> [leave read-side section] grow mutex (growth)
  *   owner shard mutex -> index shard mutex (a private block's publish; the
  *     publish takes the owner's mutex outside a read-side section and with
- *     no block lock held; and an allocation's eviction commit or unclaim,
- *     which holds no block lock or LRU mutex while it takes it)
+ *     no block lock held; a reset's unpublishing of a private block, alike;
+ *     and an allocation's eviction commit or unclaim, which holds no block
+ *     lock or LRU mutex while it takes it)
+ *   owner shard mutex -> another owner shard mutex: only tried
+ *     (pthread_mutex_trylock), never waited for (a match making another
+ *     owner's published block ordinary); a thread that waits for an owner
+ *     shard mutex holds no other one
  *   (an allocation's eviction ahead takes the LRU and index shard mutexes
  *   after it released the owner's: lib/prefix/prefix_alloc.c)
  *

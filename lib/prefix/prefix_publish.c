@@ -23,10 +23,13 @@
  * A private block (lib/prefix/prefix_internal.h, "Private blocks") is not
  * locked: the call holds its owner's shard mutex instead, which every other
  * writer of the block's word holds too.  Its key is written, the batch adds
- * it to the index, and then one release store makes it published.  The
- * call keeps the mutex of the last private block's owner until it ends or
- * meets a private block of an owner in another shard; before it waits for
- * a mutex it finishes the batch and leaves its read-side section.  On the
+ * it to the index, and then one release store makes it published, and
+ * private still: its owner is its only holder until another owner's match
+ * makes it ordinary (lib/prefix/prefix.c), so the owner's release caches
+ * it with no CAS (lib/prefix/prefix_free.c).  The call keeps the mutex of
+ * the last private block's owner until it ends or meets a private block of
+ * an owner in another shard; before it waits for a mutex it finishes the
+ * batch and leaves its read-side section.  On the
  * serving loop every block of a request has one owner, so a call takes
  * one mutex and no block lock.  A block given twice in one call is judged
  * the second time after the batch holding the first is flushed, as one by
@@ -103,7 +106,9 @@ static void pub_flush(struct kvp_pool *p, struct pub_batch *pb, struct pub_call 
 		bool ok = pb->rc[i] == KVP_OK;
 		if (ok) {
 			kvpi_pfx_side(pf, pb->id[i])->pub = true;
-			st = (st & ~KVPI_ST_PRIVATE) | KVPI_ST_PUBLISHED;
+			/* A private block stays private (its publisher is its
+			 * one holder); a locked one had PRIVATE clear. */
+			st |= KVPI_ST_PUBLISHED;
 			c->done++;
 		} else if (pb->rc[i] == KVP_ENOMEM) {
 			c->rc = KVP_ENOMEM;
