@@ -38,8 +38,12 @@ struct kvpi_pside;
  * shards a batch of 64 keys took about 40 mutexes, and the lifecycle
  * benchmark's prefix loop 128-137 CPU ns a block at one thread; with 16
  * shards, 112-118 (four alternating runs each); with batches of 256,
- * 105-110 against 110-114 for 64 (three runs each). */
-#define KVPI_PIDX_SHARDS 16u
+ * 105-110 against 110-114 for 64 (three runs each).  With 4 shards instead
+ * of 16 (medians of five alternating runs, two before/after runs): 71.1 to
+ * 68.9 at one thread, 92.0 to 86.0 and 89.8 to 86.9 at two, 93.9 to 89.3
+ * at eight, 89.4 to 85.8 at sixteen; fewer shard lines move between the
+ * cores per batch (an eviction batch of 64 keys took about 16 mutexes). */
+#define KVPI_PIDX_SHARDS 4u
 #define KVPI_PIDX_BATCH  256u
 struct kvpi_ptab;
 struct kvpi_pshard {
