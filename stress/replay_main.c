@@ -1106,7 +1106,11 @@ static void replay_both(app *A, const trace *t, kvp_storage *store[2], uint64_t 
 		return;
 	c.kind = RP_NAIVE;
 	c.label = "naive";
+	/* Naive has no prefix cache: no remote tier, no content checks of
+	 * matched blocks (rp_run refuses either without a prefix cache). */
 	c.prefix = false;
+	c.remote[0] = c.remote[1] = NULL;
+	c.check_rows = false;
 	rp_run(&c, &nres, NULL);
 	S->n = &nres;
 }

@@ -5,7 +5,8 @@
 # rate, and that ideal equals one computed here from the file's hash_ids
 # independently of the C code; under concurrency and a small pool (cached
 # blocks evicted) every check still passes and no hit exceeds the ideal;
-# traces without hashes are refused with one line and exit 2.
+# with --storage the naive baseline runs and passes its checks too; traces
+# without hashes are refused with one line and exit 2.
 set -euo pipefail
 replay=$1
 source "$(dirname "$0")/replay_testlib.sh"
@@ -73,7 +74,18 @@ run small --threads 2 --batch 16 --blocks 40000 --storage --head-dim 8
 expect_eq "small pool: evictions happened" "$(json_get "$tmp/small.json" 'j["prefix"]["evictions"] > 0')" True
 expect_eq "small pool: some hits" "$(json_get "$tmp/small.json" 'j["prefix"]["matched_blocks"] > 0')" True
 
-# 4. Traces without hashes: one line, exit 2.
+# 4. With --storage and the naive baseline on: the naive run is valid too
+#    (it once inherited the content checks, which need a prefix cache, and
+#    was refused as a bad configuration).
+"$replay" --trace "$moon" --limit 100 --speed 0 --prefix-cache --storage --head-dim 8 \
+	--threads 2 --no-progress --json "$tmp/naive.json" >"$tmp/naive.out" 2>&1 || {
+	cat "$tmp/naive.out"
+	fail "naive: replay exited $?"
+}
+expect_eq "naive: checks failed" "$(json_get "$tmp/naive.json" 'j["checks"]["failed"]')" 0
+expect_eq "naive: requests completed" "$(json_get "$tmp/naive.json" 'j["naive"]["requests_completed"]')" 100
+
+# 5. Traces without hashes: one line, exit 2.
 for f in AzureLLMInferenceTrace_conv.csv arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv; do
 	set +e
 	"$replay" --trace "$traces/$f" --limit 5 --prefix-cache --no-progress >"$tmp/refuse.out" 2>&1
