@@ -188,7 +188,8 @@ int kvp_format_parse(const char *name, kvp_format *out);
 #define KVP_MAX_THREAD_CACHE 1048576u
 /* Each thread records a history snapshot once every this many mutating calls. */
 #define KVP_HISTORY_EVERY 65536u
-/* Blocks a thread may hold unpublished in its in-use count before peak tracking sees them. */
+/* Blocks a thread may always hold unpublished in its in-use count (more, below the
+ * peak: its share of the distance to it); see kvp_pool_stats in kvpool/stats.h. */
 #define KVP_PEAK_BATCH 64u
 
 typedef struct kvp_pool_config {

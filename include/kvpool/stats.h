@@ -56,11 +56,17 @@ typedef struct kvp_stats {
  * @out:  where to write the snapshot
  *
  * peak_blocks_in_use is exact when one thread uses the pool.  With several
- * threads it holds three promises:
+ * threads it holds four promises:
  *   - it never reports a peak that did not happen;
- *   - it may miss one by at most KVP_PEAK_BATCH blocks per other thread,
- *     the blocks a thread has allocated but not yet published;
- *   - it is never below the blocks in use at the time of the call.
+ *   - it may miss one by the blocks each other thread has allocated but not
+ *     yet published: at most KVP_PEAK_BATCH when the pool was near its peak
+ *     as that thread last published, else at most that thread's share of
+ *     the distance to the peak then (the distance divided by the number of
+ *     threads that have used the pool).  A thread publishes every net free
+ *     at once, and its allocations once they pass that room, so threads
+ *     working below the peak touch no shared word for it;
+ *   - it is never below the blocks in use at the time of the call;
+ *   - it never decreases from one call to the next.
  *
  * Returns KVP_OK, or KVP_EINVAL when @pool or @out is NULL.
  * Thread-safe; reads a per-thread slot list, takes no lock.

@@ -3,7 +3,8 @@
  *
  * Counters live in the threads' slots (lib/pool/tslot.h) and are summed here;
  * nothing on the allocate/free path writes shared memory for statistics
- * except the in-use count, published in batches of KVP_PEAK_BATCH blocks.
+ * except the in-use count, published when a thread's unpublished allocations
+ * pass its room below the peak (kvpi_account_in_use_slow).
  * The history ring is the only statistics structure under a lock, and the
  * allocate/free path reaches it only on the rare events the header lists.
  */
@@ -59,15 +60,23 @@ void kvpi_stats_sum(struct kvp_pool *p, kvp_stats *out)
 			out->n_cached += p->mode->n_cached(p, (int)si);
 	/* Summed mid-flight the signed counter can dip below zero for a moment. */
 	out->n_not_full = (int64_t)acc[KVPI_C_NOT_FULL] < 0 ? 0 : acc[KVPI_C_NOT_FULL];
-	/* Slots are read one after another, not at one instant: a block that
-	 * moves between threads during the read can be counted twice, so the
-	 * in-use figure is clamped to what the pool manages before it may
-	 * raise the peak.  Quiescent, every figure is exact. */
+	/* The two passes make allocations - frees a count that happened during
+	 * the read; it is still clamped to what the pool manages (read apart
+	 * from the counters, so a shrink racing the read could leave it
+	 * behind) before it may raise the peak.  Quiescent, every figure is
+	 * exact. */
 	uint64_t in_use =
 	    out->n_allocations >= out->n_frees ? out->n_allocations - out->n_frees : 0;
 	if (in_use > out->n_blocks)
 		in_use = out->n_blocks;
+	/* The in-use figure is one that happened (the two passes above), so it
+	 * may raise the stored peak too: a later call then never reports a
+	 * lower one.  relaxed: a statistic; it orders nothing else. */
 	uint64_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);
+	while (peak < in_use &&
+	       !atomic_compare_exchange_weak_explicit(&p->peak, &peak, in_use, memory_order_relaxed,
+	                                              memory_order_relaxed))
+		;
 	out->peak_blocks_in_use = peak > in_use ? peak : in_use;
 }
 
@@ -105,44 +114,74 @@ void kvpi_history_tick_slow(struct kvp_pool *p, uint32_t calls)
 		kvpi_history_record(p); /* this thread's KVP_HISTORY_EVERY-th call */
 }
 
+/*
+ * The most a thread may keep unpublished after a visit here that saw the
+ * pool's published count @in_use and its @peak: KVP_PEAK_BATCH - 1 or less
+ * when that fills the room below the peak, else the thread's share of that
+ * room (the room over the @n threads that have used the pool), which may be
+ * more.  Never more than the room itself once the room is below
+ * KVP_PEAK_BATCH, so with one thread the peak stays exact.
+ */
+static int64_t unpublished_room(uint64_t peak, int64_t in_use, uint32_t n)
+{
+	int64_t room = (int64_t)peak - in_use;
+	if (room <= 0)
+		return 0;
+	int64_t share = room / (int64_t)(n ? n : 1);
+	int64_t batch = room < (int64_t)KVP_PEAK_BATCH - 1 ? room : (int64_t)KVP_PEAK_BATCH - 1;
+	return share > batch ? share : batch;
+}
+
 void kvpi_account_in_use_slow(struct kvp_pool *p, struct kvpi_tslot *s, int64_t d)
 {
 	/*
-	 * A thread keeps up to KVP_PEAK_BATCH - 1 newly allocated blocks to
-	 * itself before adding them to the pool's count, but publishes any net
-	 * free at once, so every unpublished delta is >= 0.  Then the estimate
-	 * below (published count + our own delta) never exceeds the true
-	 * number in use, so the peak never records one that did not happen.
-	 * The fast path keeps a delta only up to in_use_room = peak - published
-	 * count as read here (capped at KVP_PEAK_BATCH - 1): with one thread
-	 * those two words change only here, so every allocation that would
-	 * raise the peak comes here and the peak is exact.  With several
-	 * threads the published count may have grown since; at the instant of
-	 * the true maximum M the published count P was last raised by a
-	 * publish that raised the peak to at least P, and M - P is the sum of
-	 * the unpublished deltas: the peak misses at most KVP_PEAK_BATCH - 1
-	 * blocks per other thread, as before the room was cached.
+	 * A thread keeps newly allocated blocks to itself, unpublished, up to
+	 * its room, but publishes any net free at once, so every unpublished
+	 * delta is >= 0.  Then the estimate below (published count + our own
+	 * delta) never exceeds the true number in use, so the peak never
+	 * records one that did not happen.
+	 *
+	 * The room (unpublished_room) is KVP_PEAK_BATCH - 1 near the peak and
+	 * the thread's share of the distance to the peak further below it.  A
+	 * server's threads then run request after request below the peak
+	 * without touching the shared count: a request's allocation stays
+	 * unpublished, and its kvp_free_all only takes the delta back towards
+	 * zero.  (Publishing both, once a request, moved the count's line
+	 * between the CPUs twice a request, about a tenth of a two-thread
+	 * serving loop's time.)
+	 *
+	 * With one thread those two words change only here and the room never
+	 * passes the distance to the peak, so every allocation that would raise
+	 * the peak comes here and the peak is exact.  With several threads the
+	 * published count may have grown since; at the instant of the true
+	 * maximum M the published count P was last raised by a publish that
+	 * raised the peak to at least P, and M - P is the sum of the
+	 * unpublished deltas: the peak misses at most each other thread's room
+	 * as it last left here.
 	 */
 	bool fb = kvpi_tslot_is_fallback(p, s);
+	/* relaxed: the slot count only sizes the share; statistics below. */
+	uint32_t n = atomic_load_explicit(&p->n_slots, memory_order_relaxed);
 	s->delta_in_use += d;
-	if (s->delta_in_use >= (int64_t)KVP_PEAK_BATCH || s->delta_in_use < 0 || fb) {
-		/* relaxed: a statistic; orders nothing else. */
-		atomic_fetch_add_explicit(&p->in_use, s->delta_in_use, memory_order_relaxed);
-		s->delta_in_use = 0;
-	}
-	/* relaxed: statistics, as above. */
+	/* relaxed: statistics; they order nothing else. */
 	int64_t in_use = atomic_load_explicit(&p->in_use, memory_order_relaxed);
 	uint64_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);
+	if (s->delta_in_use < 0 || fb ||
+	    (s->delta_in_use >= (int64_t)KVP_PEAK_BATCH &&
+	     s->delta_in_use > unpublished_room(peak, in_use, n))) {
+		/* relaxed: a statistic; orders nothing else. */
+		in_use =
+		    atomic_fetch_add_explicit(&p->in_use, s->delta_in_use, memory_order_relaxed) +
+		    s->delta_in_use;
+		s->delta_in_use = 0;
+	}
 	int64_t est = in_use + s->delta_in_use;
 	while (d > 0 && est > 0 && (uint64_t)est > peak) {
 		if (atomic_compare_exchange_weak_explicit(
 		        &p->peak, &peak, (uint64_t)est, memory_order_relaxed, memory_order_relaxed))
 			peak = (uint64_t)est;
 	}
-	int64_t room = (int64_t)peak - in_use;
-	if (room > (int64_t)KVP_PEAK_BATCH - 1)
-		room = (int64_t)KVP_PEAK_BATCH - 1;
-	s->in_use_room = fb ? -1 : room;
+	s->in_use_room = fb ? -1 : unpublished_room(peak, in_use, n);
 }
 
 int kvpi_fast_end_slow(struct kvp_pool *p, struct kvpi_tslot *s, int64_t d)
