@@ -11,28 +11,28 @@
  * first ones it cached, whichever thread evicted them.
  *
  * test_idle_shard_ages: thread A caches 64 blocks and stays alive but idle;
- * 120 ms later thread B caches 64 and then evicts 16.  B's home shard is
- * not empty, but A's oldest block was cached more than the 2 ms window
+ * 200 ms later thread B caches 64 and then evicts 16.  B's home shard is
+ * not empty, but A's oldest block was cached more than the 20 ms window
  * before B's oldest, so every eviction of B takes the stream's oldest:
  * exactly A's first 16 blocks are gone, and none of B's.
  *
- * test_inherited_shard: thread C caches 16 blocks and stays alive; 20 ms
+ * test_inherited_shard: thread C caches 16 blocks and stays alive; 150 ms
  * later thread A caches 16 more and exits; thread B, which has cached
  * nothing, then evicts 4.  B takes the slot A gave up, and with it A's home
  * shard, which is not empty.  But C's blocks are older than A's by more
  * than the window, so B's evictions take the stream's least recently
  * cached blocks: C's first 4, none of A's.
  *
- * test_local_batch_bound: the main thread B caches 1 block; 20 ms later
- * thread A caches 4; 20 ms later B caches 4 more.  Then B takes 3 blocks in
+ * test_local_batch_bound: the main thread B caches 1 block; 150 ms later
+ * thread A caches 4; 150 ms later B caches 4 more.  Then B takes 3 blocks in
  * one call.  Its local batch takes its first block and stops at its next,
  * cached more than the window after A's oldest; the other two are A's
  * first two.  None of B's later blocks is gone.
  *
  * The pools have no per-thread caches (thread_cache 0), as kvpool/prefix.h
  * requires for "uncached first" across threads.  All run in the ASan and
- * TSan builds too (no timing is asserted but the 120 ms and 20 ms gaps, far
- * above the 2 ms window).
+ * TSan builds too (no timing is asserted but the 200 ms and 150 ms gaps, far
+ * above the 20 ms window).
  */
 #include <kvpool/kvpool.h>
 
@@ -230,7 +230,7 @@ static void test_idle_shard_ages(void)
 	pthread_t a, b;
 	CHECK_EQ(pthread_create(&a, NULL, ia_a_main, &sh), 0);
 	wait_stage(&sh, 1);
-	struct timespec gap = {0, 120 * 1000 * 1000};
+	struct timespec gap = {0, 200 * 1000 * 1000};
 	nanosleep(&gap, NULL);
 	CHECK_EQ(pthread_create(&b, NULL, ia_b_main, &sh), 0);
 	CHECK_EQ(pthread_join(b, NULL), 0);
@@ -287,7 +287,7 @@ static void test_inherited_shard(void)
 	pthread_t c, a, b;
 	CHECK_EQ(pthread_create(&c, NULL, is_c_main, &sh), 0);
 	wait_stage(&sh, 1);
-	struct timespec gap = {0, 20 * 1000 * 1000};
+	struct timespec gap = {0, 150 * 1000 * 1000};
 	nanosleep(&gap, NULL);
 	CHECK_EQ(pthread_create(&a, NULL, is_a_main, &sh), 0);
 	CHECK_EQ(pthread_join(a, NULL), 0);
@@ -320,7 +320,7 @@ static void test_local_batch_bound(void)
 	make_pool(9);
 	kvp_ref b_old[1], b_new[4];
 	uint64_t rng = 17;
-	struct timespec gap = {0, 20 * 1000 * 1000};
+	struct timespec gap = {0, 150 * 1000 * 1000};
 	cache_shuffled(1, 1, 0, b_old, 1, &rng);
 	nanosleep(&gap, NULL);
 	pthread_t a;
@@ -329,7 +329,7 @@ static void test_local_batch_bound(void)
 	nanosleep(&gap, NULL);
 	cache_shuffled(1, 1, 1, b_new, 4, &rng);
 	/* Three blocks in one call: the first batch is local and stops at
-	 * B's blocks cached 20 ms after A's oldest; the rest are A's. */
+	 * B's blocks cached 150 ms after A's oldest; the rest are A's. */
 	kvp_ref r[3];
 	size_t got;
 	CHECK_EQ(kvp_allocate(pool, KVP_KV, 3 * BS, 3, KVP_FP16, r, 3, &got), KVP_OK);

@@ -77,7 +77,7 @@
  *
  * Eviction order with several threads.  The order is exact least recently
  * cached first within a shard, and least recently cached first to within
- * 2 ms across shards.
+ * 20 ms across shards.
  *
  * Shards.  Cached blocks sit on per-stream LRU lists split into 16 shards.
  * Each thread that calls the pool has a home shard: that of its per-thread
@@ -99,11 +99,11 @@
  *
  * Whom an eviction takes.  An allocation evicts in batches, each from one
  * shard.  A batch takes the oldest blocks of the evicting thread's home
- * shard, those cached at most 2 ms after the oldest block of the other
+ * shard, those cached at most 20 ms after the oldest block of the other
  * shards.  When there is none, and when the home shard has nothing to
  * give, it takes the stream's oldest:
  * blocks of the shard whose oldest is oldest, oldest first, cached at most
- * 2 ms after the next shard's oldest.
+ * 20 ms after the next shard's oldest.
  *
  * What holds:
  *   - Within a shard, blocks are evicted strictly in order of caching time,
@@ -125,12 +125,12 @@
  *     after every block of its list cached before the eviction that moved
  *     it.
  *   - Across the stream, among blocks no match took, an evicted block's
- *     caching time is at most 2 ms after that of the least recently cached
+ *     caching time is at most 20 ms after that of the least recently cached
  *     block left (on the clock below).
  *     This holds as long as no other thread caches a block during the
  *     eviction, or gives one back from an allocation that failed.
  *   - So blocks cached by threads that stopped evicting age out as any
- *     others: once the oldest of them is 2 ms older than an evicting
+ *     others: once the oldest of them is 20 ms older than an evicting
  *     thread's oldest, that thread's evictions take them first.
  *   - Across shards, a block cached while an eviction runs may be ordered
  *     either way against the block that eviction takes.  Caching times come

@@ -245,7 +245,7 @@
  * past the other shards' oldest, and a batch from another shard blocks
  * cached up to the window past the next shard's oldest
  * (lib/prefix/prefix_lru.c). */
-#define KVPI_PFX_LRU_WINDOW_NS 2000000u
+#define KVPI_PFX_LRU_WINDOW_NS 20000000u
 /* An evicting allocation drains the idle threads' magazines first, at most
  * once in this many nanoseconds per stream (lib/prefix/prefix_alloc.c). */
 #define KVPI_PFX_IDLE_DRAIN_NS 1000000u
