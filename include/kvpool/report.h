@@ -26,7 +26,7 @@
  * destroyed by then, as mimalloc's MIMALLOC_SHOW_STATS does.  This is the
  * only output the library ever makes on its own.
  *
- * Allocate latency: one kvp_allocate call in 64 of each thread is timed
+ * Allocate latency: one kvp_allocate call in 1024 of each thread is timed
  * (CLOCK_MONOTONIC) into its pool's histogram.  The function
  * kvp_pools_to_prometheus exports that histogram.  The other calls pay a
  * thread-local increment and a branch.
@@ -121,8 +121,8 @@ int kvp_pool_to_prometheus(kvp_pool *pool, const char *prefix, char *buf, size_t
  *     100 ns to 100 ms;
  *   - once, kvpool_build_info{version="..."} 1.
  *
- * The histogram samples one kvp_allocate call in 64 per thread.  So its
- * _count is about a 64th of the calls.  Each pool's figures are read once,
+ * The histogram samples one kvp_allocate call in 1024 per thread.  So its
+ * _count is about a 1024th of the calls.  Each pool's figures are read once,
  * so all its families show one snapshot.  The text is NUL-terminated when
  * it fits with its NUL.
  *

@@ -310,7 +310,9 @@ static inline uint32_t kvpi_stream_tag(const struct kvp_pool *p, int si)
 static inline struct kvpi_tslot *kvpi_tslot_get(struct kvp_pool *p)
 {
 	struct kvpi_tls_ent *e = kvpi_tls_head;
-	if (e && e->pool == p && e->uid == p->uid)
+	/* The uid alone names the pool: uids are never reused in a process,
+	 * so an equal uid is this pool's entry (kvpi_tslot_mine). */
+	if (e && e->uid == p->uid)
 		return e->slot;
 	return kvpi_tslot_get_slow(p);
 }
@@ -326,7 +328,10 @@ static inline struct kvpi_tslot *kvpi_tslot_get(struct kvp_pool *p)
 static inline struct kvpi_tslot *kvpi_tslot_mine(const struct kvp_pool *p)
 {
 	struct kvpi_tls_ent *e = kvpi_tls_head;
-	if (__builtin_expect(e && e->pool == p && e->uid == p->uid, 1))
+	/* No pointer compare: a uid is unique for the process's life, so an
+	 * entry with @p's uid is @p's, even if another pool once lived at
+	 * @p's address (that one had another uid). */
+	if (__builtin_expect(e && e->uid == p->uid, 1))
 		return e->slot;
 	return NULL;
 }

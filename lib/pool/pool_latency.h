@@ -27,7 +27,7 @@
 
 /* Upper bounds in nanoseconds: 100 ns .. 100 ms, then +Inf (the replay's buckets). */
 #define KVPI_LAT_N     16
-#define KVPI_LAT_EVERY 64u /* default sampling: one call in 64 per thread */
+#define KVPI_LAT_EVERY 1024u /* default sampling: one call in 1024 per thread */
 
 struct kvpi_alloc_lat {
 	_Atomic uint64_t b[KVPI_LAT_N + 1]; /* per bucket, not cumulative; last: +Inf */

@@ -170,7 +170,7 @@ static void fam_latency(struct kvpi_text *t, const struct snap *sn, size_t n)
 {
 	const char *name = "allocate_duration_seconds";
 	head(t, name, "histogram",
-	     "kvp_allocate call duration, one call in 64 per thread sampled.");
+	     "kvp_allocate call duration, one call in 1024 per thread sampled.");
 	for (size_t i = 0; i < n; i++) {
 		for (unsigned b = 0; b <= KVPI_LAT_N; b++) {
 			open_sample(t, "allocate_duration_seconds_bucket", &sn[i]);
