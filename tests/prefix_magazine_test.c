@@ -9,11 +9,13 @@
  * cache and stays alive, idle.  The main thread caches the other 48 blocks
  * of the pool.  A request for all 64 must then succeed, taking A's 16 and
  * evicting exactly the 48 cached ones; a request for 65 must fail having
- * evicted nothing.
+ * evicted nothing.  And two threads whose caches hold half the pool each,
+ * racing for more than half: one gets it, the other fails, neither hangs.
  */
 #include <kvpool/kvpool.h>
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include "tests/testutil.h"
 
@@ -126,9 +128,73 @@ static void test_own_cache_first(void)
 	kvp_pool_destroy(pool);
 }
 
+/*
+ * Two threads, each with half the pool in its own cache, ask at once for
+ * more than half: together they cannot both have it, one alone can.  An
+ * allocation takes its own cache's blocks first; if it kept them while it
+ * waited for the rest, each would see the other's as held, not gone, and
+ * both would wait forever.  So exactly one must succeed and the other fail
+ * with KVP_EEXHAUSTED, round after round (an alarm fails a hang).
+ */
+#define HALF 32u
+#define WANT 40u
+static pthread_barrier_t go;
+
+struct half_arg {
+	kvp_owner owner;
+	int rc;
+};
+
+static void *half_thread(void *argp)
+{
+	struct half_arg *a = argp;
+	kvp_ref r[WANT];
+	size_t n;
+	/* HALF unpublished blocks into this thread's own cache. */
+	CHECK_EQ(kvp_allocate(pool, KVP_KV, HALF * BS, a->owner, KVP_FP16, r, WANT, &n), KVP_OK);
+	CHECK_EQ(kvp_free_all(pool, a->owner), KVP_OK);
+	pthread_barrier_wait(&go);
+	a->rc = kvp_allocate(pool, KVP_KV, WANT * BS, a->owner, KVP_FP16, r, WANT, &n);
+	pthread_barrier_wait(&go); /* both answered: hold until the main thread looked */
+	pthread_barrier_wait(&go);
+	return NULL;
+}
+
+static void test_two_caches_race(void)
+{
+	alarm(60);
+	for (int round = 0; round < 500; round++) {
+		kvp_pool_config c;
+		kvp_pool_config_init(&c);
+		c.block_size = BS;
+		c.n_blocks = 2 * HALF;
+		c.separate_kv = false;
+		c.prefix_cache = true;
+		CHECK_EQ(kvp_pool_create(&c, &pool), KVP_OK);
+		CHECK_EQ(pthread_barrier_init(&go, NULL, 3), 0);
+		struct half_arg a[2] = {{10, -1}, {11, -1}};
+		pthread_t th[2];
+		for (int i = 0; i < 2; i++)
+			CHECK_EQ(pthread_create(&th[i], NULL, half_thread, &a[i]), 0);
+		pthread_barrier_wait(&go);
+		pthread_barrier_wait(&go);
+		CHECK((a[0].rc == KVP_OK) != (a[1].rc == KVP_OK));
+		CHECK(a[0].rc == KVP_EEXHAUSTED || a[1].rc == KVP_EEXHAUSTED);
+		kvp_stats s = stats();
+		CHECK_EQ(kvp_stats_blocks_in_use(&s), WANT);
+		pthread_barrier_wait(&go);
+		for (int i = 0; i < 2; i++)
+			CHECK_EQ(pthread_join(th[i], NULL), 0);
+		pthread_barrier_destroy(&go);
+		kvp_pool_destroy(pool);
+	}
+	alarm(0);
+}
+
 int main(void)
 {
 	RUN(test_other_threads_cache);
 	RUN(test_own_cache_first);
+	RUN(test_two_caches_race);
 	return 0;
 }

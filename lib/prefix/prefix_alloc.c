@@ -83,9 +83,10 @@ static uint64_t available_now(struct kvp_pool *p, int si)
 	}
 }
 
-/* One try: KVP_OK with @k blocks, or a failure after giving back all. */
-static int get_blocks_once(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
-                           uint32_t k)
+/* One try at the shared blocks: KVP_OK with @k blocks, or a failure after
+ * giving back all. */
+static int get_blocks_shared(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
+                             uint32_t k)
 {
 	struct kvpi_prefix *pf = p->prefix;
 	struct kvpi_freestack *fs = &p->fs[si];
@@ -181,34 +182,6 @@ static int get_blocks_once(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvp
 	return KVP_OK;
 }
 
-/* The exhaustion loop: get_blocks_once until it succeeds, or until the
- * blocks it lacked are gone at one instant (see "Exhaustion" above).  @need
- * is the whole request: @k plus the blocks the call already took from its
- * own magazine (take_own), which are in pend, so in available_now. */
-static int get_blocks_retry(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
-                            uint32_t k, uint32_t need)
-{
-	struct kvpi_spin spin = {0};
-	for (;;) {
-		int rc = get_blocks_once(p, s, si, ids, k);
-		if (rc != KVP_EEXHAUSTED)
-			return rc;
-		/* Exhausted only if, at one instant after our give-back, the
-		 * free, cached and undecided blocks and the room to grow fall
-		 * short.  Otherwise another request held what we lacked:
-		 * try again once it had time to decide. */
-		uint64_t room = 0;
-		if (p->prefix->grow) {
-			/* relaxed: as the pre-check in get_blocks_once */
-			uint64_t managed = atomic_load_explicit(&p->managed, memory_order_relaxed);
-			room = managed < p->max_blocks ? p->max_blocks - managed : 0;
-		}
-		if (available_now(p, si) + room < need)
-			return KVP_EEXHAUSTED;
-		kvpi_spin_wait(&spin);
-	}
-}
-
 /*
  * Take up to @k of the calling thread's own cached free blocks of @si (its
  * magazine) into @ids, newest first; returns how many.  The blocks go
@@ -221,7 +194,7 @@ static int get_blocks_retry(struct kvp_pool *p, struct kvpi_tslot *s, int si, kv
  * (docs/DESIGN.md, "Prefix cache").  They are counted in pend
  * first, as a partial reservation is: an allocation that drains the
  * magazines meanwhile finds ours empty and must see them held, not gone.
- * Our own exhaustion check counts them too (get_blocks_retry's need).
+ * A try that fails gives them back to the global stack (get_blocks_once).
  */
 static uint32_t take_own(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
                          uint32_t k)
@@ -233,8 +206,8 @@ static uint32_t take_own(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_
 		return 0;
 	uint32_t cnt = kvpi_mag_count(m), t = cnt < k ? cnt : k;
 	if (t) {
-		/* acq_rel, as get_blocks_once's partial reservation: counted
-		 * before the blocks leave the magazine. */
+		/* acq_rel, as get_blocks_shared's partial reservation:
+		 * counted before the blocks leave the magazine. */
 		atomic_fetch_add_explicit(&p->prefix->pend.n[si], t, memory_order_acq_rel);
 		for (uint32_t i = 0; i < t; i++)
 			ids[i] = m->ids[cnt - 1 - i];
@@ -245,7 +218,7 @@ static uint32_t take_own(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_
 }
 
 /* End take_own's count of @t blocks: the request got them (@kept), or
- * they go to the global stack, as get_blocks_once gives back a partial
+ * they go to the global stack, as get_blocks_shared gives back a partial
  * reservation (avail first, then pend with a give-back counted). */
 static void end_own(struct kvp_pool *p, int si, const kvpi_u32_alias *ids, uint32_t t, bool kept)
 {
@@ -253,13 +226,56 @@ static void end_own(struct kvp_pool *p, int si, const kvpi_u32_alias *ids, uint3
 	if (t == 0)
 		return;
 	if (kept) {
-		/* relaxed: the blocks are ours now, as in get_blocks_once. */
+		/* relaxed: the blocks are ours now, as in get_blocks_shared. */
 		atomic_fetch_sub_explicit(pend, t, memory_order_relaxed);
 		return;
 	}
 	kvpi_fs_push_ids(&p->fs[si], &p->bt, (const uint32_t *)ids, t);
 	/* release: a reader that sees the give-back sees avail raised. */
 	atomic_fetch_add_explicit(pend, PEND_GIVEBACK - t, memory_order_release);
+}
+
+/*
+ * One try: the thread's own magazine's blocks (take_own), then the rest
+ * from the shared ones (get_blocks_shared).  A try that fails gives back
+ * everything, its own blocks to the global stack: a request that held them
+ * across its retries could wait forever for another that holds its own
+ * (each sees the other's in pend, neither gives up).  A try that succeeds,
+ * the common case, never moves them through the stack.
+ */
+static int get_blocks_once(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
+                           uint32_t k)
+{
+	uint32_t own = take_own(p, s, si, ids, k);
+	int rc = own < k ? get_blocks_shared(p, s, si, ids + own, k - own) : KVP_OK;
+	end_own(p, si, ids, own, rc == KVP_OK);
+	return rc;
+}
+
+/* The exhaustion loop: get_blocks_once until it succeeds, or until the
+ * blocks it lacked are gone at one instant (see "Exhaustion" above). */
+static int get_blocks_retry(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias *ids,
+                            uint32_t k)
+{
+	struct kvpi_spin spin = {0};
+	for (;;) {
+		int rc = get_blocks_once(p, s, si, ids, k);
+		if (rc != KVP_EEXHAUSTED)
+			return rc;
+		/* Exhausted only if, at one instant after our give-back, the
+		 * free, cached and undecided blocks and the room to grow fall
+		 * short.  Otherwise another request held what we lacked:
+		 * try again once it had time to decide. */
+		uint64_t room = 0;
+		if (p->prefix->grow) {
+			/* relaxed: as the pre-check in get_blocks_shared */
+			uint64_t managed = atomic_load_explicit(&p->managed, memory_order_relaxed);
+			room = managed < p->max_blocks ? p->max_blocks - managed : 0;
+		}
+		if (available_now(p, si) + room < k)
+			return KVP_EEXHAUSTED;
+		kvpi_spin_wait(&spin);
+	}
 }
 
 /* Whether this evicting allocation should drain the idle threads'
@@ -362,26 +378,20 @@ int kvpi_pfx_get_blocks(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u
 	kvpi_rcu_read_lock();
 	int rc;
 	if (!p->thread_cache) {
-		rc = get_blocks_retry(p, s, si, ids, k, k);
+		rc = get_blocks_retry(p, s, si, ids, k);
 	} else {
-		/* The fast path found fewer than k in the magazine: take them
-		 * all, then the rest from the global stack or the cache. */
-		uint32_t own = take_own(p, s, si, ids, k);
 		if (idle_drain_due(p->prefix, si)) {
 			kvpi_starve_begin(p, si);
 			kvpi_drain_idle_magazines(p, si);
 			kvpi_starve_end(p, si);
 		}
-		/* own < k: the fast path takes a magazine that holds k, and
-		 * only drainers take from ours meanwhile. */
-		rc = own < k ? get_blocks_retry(p, s, si, ids + own, k - own, k) : KVP_OK;
+		rc = get_blocks_retry(p, s, si, ids, k);
 		if (rc == KVP_EEXHAUSTED) {
 			kvpi_starve_begin(p, si);
 			kvpi_drain_magazines(p, si, 0);
-			rc = get_blocks_retry(p, s, si, ids + own, k - own, k);
+			rc = get_blocks_retry(p, s, si, ids, k);
 			kvpi_starve_end(p, si);
 		}
-		end_own(p, si, ids, own, rc == KVP_OK);
 	}
 	kvpi_rcu_read_unlock();
 	*slow = rc == KVP_OK;
