@@ -65,7 +65,9 @@ typedef struct kvp_stats {
  *     threads that have used the pool).  A thread publishes every net free
  *     at once, and its allocations once they pass that room, so threads
  *     working below the peak touch no shared word for it;
- *   - it is never below the blocks in use at the time of the call;
+ *   - it is never below the blocks in use at the time of the call when no
+ *     other thread allocates or frees during it (with calls racing it, it
+ *     may trail a count that moved during the call by what moved);
  *   - it never decreases from one call to the next.
  *
  * Returns KVP_OK, or KVP_EINVAL when @pool or @out is NULL.

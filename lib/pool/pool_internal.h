@@ -276,6 +276,9 @@ void kvpi_history_record(struct kvp_pool *p);
 void kvpi_history_tick_slow(struct kvp_pool *p, uint32_t calls);
 /* kvpi_account_in_use when the delta leaves the thread's room. */
 void kvpi_account_in_use_slow(struct kvp_pool *p, struct kvpi_tslot *s, int64_t d);
+/* Raise the stored peak to @v, a count of blocks in use that happened;
+ * returns the peak after (lib/pool/pool_stats.c). */
+uint64_t kvpi_peak_raise(struct kvp_pool *p, int64_t v);
 /* kvpi_fast_end's rare case: kvpi_account_in_use and kvpi_history_tick; KVP_OK. */
 int kvpi_fast_end_slow(struct kvp_pool *p, struct kvpi_tslot *s, int64_t d);
 

@@ -71,13 +71,8 @@ void kvpi_stats_sum(struct kvp_pool *p, kvp_stats *out)
 		in_use = out->n_blocks;
 	/* The in-use figure is one that happened (the two passes above), so it
 	 * may raise the stored peak too: a later call then never reports a
-	 * lower one.  relaxed: a statistic; it orders nothing else. */
-	uint64_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);
-	while (peak < in_use &&
-	       !atomic_compare_exchange_weak_explicit(&p->peak, &peak, in_use, memory_order_relaxed,
-	                                              memory_order_relaxed))
-		;
-	out->peak_blocks_in_use = peak > in_use ? peak : in_use;
+	 * lower one. */
+	out->peak_blocks_in_use = kvpi_peak_raise(p, (int64_t)in_use);
 }
 
 int kvp_pool_stats(kvp_pool *p, kvp_stats *out)
@@ -112,6 +107,18 @@ void kvpi_history_tick_slow(struct kvp_pool *p, uint32_t calls)
 	}
 	if (calls != 0)
 		kvpi_history_record(p); /* this thread's KVP_HISTORY_EVERY-th call */
+}
+
+uint64_t kvpi_peak_raise(struct kvp_pool *p, int64_t v)
+{
+	/* relaxed (all): a statistic; it orders nothing else. */
+	uint64_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);
+	while (v > 0 && (uint64_t)v > peak) {
+		if (atomic_compare_exchange_weak_explicit(
+		        &p->peak, &peak, (uint64_t)v, memory_order_relaxed, memory_order_relaxed))
+			return (uint64_t)v;
+	}
+	return peak;
 }
 
 /*
@@ -175,12 +182,8 @@ void kvpi_account_in_use_slow(struct kvp_pool *p, struct kvpi_tslot *s, int64_t 
 		    s->delta_in_use;
 		s->delta_in_use = 0;
 	}
-	int64_t est = in_use + s->delta_in_use;
-	while (d > 0 && est > 0 && (uint64_t)est > peak) {
-		if (atomic_compare_exchange_weak_explicit(
-		        &p->peak, &peak, (uint64_t)est, memory_order_relaxed, memory_order_relaxed))
-			peak = (uint64_t)est;
-	}
+	if (d > 0)
+		peak = kvpi_peak_raise(p, in_use + s->delta_in_use);
 	s->in_use_room = fb ? -1 : unpublished_room(peak, in_use, n);
 }
 

@@ -111,7 +111,12 @@ static void tslot_release(struct kvp_pool *p, struct kvpi_tslot *s)
 		/* release: the next holder sees the emptied magazine. */
 		atomic_store_explicit(&m->claimed, 0, memory_order_release);
 	}
-	atomic_fetch_add_explicit(&p->in_use, s->delta_in_use, memory_order_relaxed);
+	/* relaxed: a statistic.  The published count after it is one that
+	 * happened (every other unpublished delta is >= 0), so it may raise
+	 * the peak: a publish never leaves the count above the peak. */
+	int64_t now = atomic_fetch_add_explicit(&p->in_use, s->delta_in_use, memory_order_relaxed) +
+	              s->delta_in_use;
+	(void)kvpi_peak_raise(p, now);
 	s->delta_in_use = 0;
 	s->in_use_room = 0; /* the next thread's first allocation recomputes it */
 	kvpi_rec_cache_drain(&p->owners, &s->recs);
