@@ -17,7 +17,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "tests/testutil.h"
+#include "tests/prefix_testutil.h"
 
 #define BS 4u
 #define N  64u
@@ -164,13 +164,7 @@ static void test_two_caches_race(void)
 {
 	alarm(60);
 	for (int round = 0; round < 500; round++) {
-		kvp_pool_config c;
-		kvp_pool_config_init(&c);
-		c.block_size = BS;
-		c.n_blocks = 2 * HALF;
-		c.separate_kv = false;
-		c.prefix_cache = true;
-		CHECK_EQ(kvp_pool_create(&c, &pool), KVP_OK);
+		pool = tpx_pool(BS, 2 * HALF);
 		CHECK_EQ(pthread_barrier_init(&go, NULL, 3), 0);
 		struct half_arg a[2] = {{10, -1}, {11, -1}};
 		pthread_t th[2];
