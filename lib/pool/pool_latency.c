@@ -4,11 +4,11 @@
  *
  * Why sampled: timing every call costs two clock reads (~40 ns) on a call
  * that itself takes tens of nanoseconds on its fast path.  One call in 64
- * cost 0.7-0.8 ns a call on average, 4% of a one-block allocate + free
+ * cost 0.6-0.9 ns a pair on average, 4% of a one-block allocate + free
  * (`bazel-bin/bench/all --only getput --quick --threads 1`, three
  * alternated runs: 18.9-19.1 ns a pair at 1 in 64, 18.2-18.3 at 1 in 1024);
- * one in 1024 costs a sixteenth of that, and a server's thousands of calls
- * a second still give a thread a sample or more a second.  Why per thread:
+ * one in 1024 does the clock reads a sixteenth as often, and a server's
+ * thousands of calls a second still give a thread a sample a second.  Why per thread:
  * a shared counter would be a contended cache line on the hot path.
  * The buckets are the replay's (stress/promhist.c), so dashboards built on
  * either read the same bounds.

@@ -61,17 +61,14 @@ void kvpi_stats_sum(struct kvp_pool *p, kvp_stats *out)
 	/* Summed mid-flight the signed counter can dip below zero for a moment. */
 	out->n_not_full = (int64_t)acc[KVPI_C_NOT_FULL] < 0 ? 0 : acc[KVPI_C_NOT_FULL];
 	/* The two passes make allocations - frees a count that happened during
-	 * the read; it is still clamped to what the pool manages (read apart
-	 * from the counters, so a shrink racing the read could leave it
-	 * behind) before it may raise the peak.  Quiescent, every figure is
-	 * exact. */
+	 * the read, clamped to what the pool manages (read apart from the
+	 * counters: a shrink racing the read could leave it behind).  So it may
+	 * raise the stored peak, and a later call never reports a lower one.
+	 * Quiescent, every figure is exact. */
 	uint64_t in_use =
 	    out->n_allocations >= out->n_frees ? out->n_allocations - out->n_frees : 0;
 	if (in_use > out->n_blocks)
 		in_use = out->n_blocks;
-	/* The in-use figure is one that happened (the two passes above), so it
-	 * may raise the stored peak too: a later call then never reports a
-	 * lower one. */
 	out->peak_blocks_in_use = kvpi_peak_raise(p, (int64_t)in_use);
 }
 
