@@ -152,6 +152,19 @@ static inline void kvpi_mag_set_count(struct kvpi_mag *m, uint32_t n)
 	atomic_store_explicit(&m->count, n, memory_order_relaxed);
 }
 
+/*
+ * kvpi_mag_take_top - move the newest @t of the @cnt ids of held magazine
+ * @m into @ids, newest first, and leave it @cnt - @t (@t <= @cnt): the
+ * order a one-block take would give them in, one at a time.
+ */
+static inline void kvpi_mag_take_top(struct kvpi_mag *m, uint32_t cnt, kvpi_u32_alias *ids,
+                                     uint32_t t)
+{
+	for (uint32_t i = 0; i < t; i++)
+		ids[i] = m->ids[cnt - 1 - i];
+	kvpi_mag_set_count(m, cnt - t);
+}
+
 /* kvpi_mag_flush_all - move every id of held magazine @m to stream @si's stack */
 static inline void kvpi_mag_flush_all(struct kvp_pool *p, int si, struct kvpi_mag *m)
 {

@@ -162,20 +162,19 @@ get_blocks_fast(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_u32_alias
 		if (kvpi_mag_enter(p, m, si)) {
 			uint32_t cnt = kvpi_mag_count(m);
 			if (cnt >= k) {
-				if (k == 1) /* the common case: skip the vectorised copy */
+				if (k == 1) { /* the common case: skip the vectorised copy */
 					ids[0] = m->ids[cnt - 1];
-				else
-					for (uint32_t i = 0; i < k; i++)
-						ids[i] = m->ids[cnt - 1 - i];
-				kvpi_mag_set_count(m, cnt - k);
+					kvpi_mag_set_count(m, cnt - 1);
+				} else {
+					kvpi_mag_take_top(m, cnt, ids, k);
+				}
 				kvpi_mag_leave(m);
 				return true;
 			}
 			uint32_t need = k - cnt;
 			uint32_t got = kvpi_fs_reserve(fs, need, need + m->cap / 2);
 			if (got) {
-				for (uint32_t i = 0; i < cnt; i++)
-					ids[i] = m->ids[cnt - 1 - i];
+				kvpi_mag_take_top(m, cnt, ids, cnt);
 				kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, ids + cnt, need);
 				uint32_t extra = got - need;
 				kvpi_fs_pop_reserved(fs, &p->bt, &p->n_ids, m->ids, extra);

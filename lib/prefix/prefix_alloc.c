@@ -209,9 +209,7 @@ static uint32_t take_own(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvpi_
 		/* acq_rel, as get_blocks_shared's partial reservation:
 		 * counted before the blocks leave the magazine. */
 		atomic_fetch_add_explicit(&p->prefix->pend.n[si], t, memory_order_acq_rel);
-		for (uint32_t i = 0; i < t; i++)
-			ids[i] = m->ids[cnt - 1 - i];
-		kvpi_mag_set_count(m, cnt - t);
+		kvpi_mag_take_top(m, cnt, ids, t);
 	}
 	kvpi_mag_leave(m);
 	return t;
