@@ -75,6 +75,8 @@ struct kvpi_block {
 	_Atomic uint64_t owner;
 	_Atomic uint32_t free_next;
 	uint32_t own_pos;
+	/* pad[0]: in a prefix pool, the eviction walk's look-ahead hint of a
+	 * cached block (lib/prefix/prefix_lru.c), under its list's mutex. */
 	uint32_t pad[2];
 };
 

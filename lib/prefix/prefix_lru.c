@@ -99,6 +99,7 @@
 
 #include "lib/base/spin.h"
 #include "lib/prefix/prefix_internal.h"
+#include "lib/prefix/prefix_lru_ahead.h"
 
 void kvpi_pfx_lru_init(struct kvpi_prefix *pf)
 {
@@ -191,6 +192,7 @@ static void append_locked(struct kvpi_prefix *pf, struct kvpi_plru *l, uint32_t 
 	e->lru_seq = caching_time(l);
 	e->lru_shard = (uint8_t)((l - pf->lru[0]) % KVPI_PFX_LRU_SHARDS);
 	link_locked(pf, l, id, l->tail, KVPI_NO_ID);
+	kvpi_ahead_linked(pf, id);
 }
 
 /* Shard mutex held; @id listed. */
@@ -227,6 +229,13 @@ void kvpi_pfx_lru_insert_many(struct kvpi_prefix *pf, const struct kvpi_tslot *s
 	 * list stays in strictly increasing order. */
 	uint64_t seq = caching_time(l);
 	uint32_t k = 0;
+	/* The look-ahead of appends: the block KVPI_LRU_AHEAD before each new
+	 * tail gets its id (the tail's own hint is none). */
+	uint32_t back[KVPI_LRU_AHEAD]; /* back[j]: the block j + 1 before the tail's place */
+	kvpi_ahead_tail_back(pf, l, back);
+	struct kvpi_blocktable *bt = pf->bt;
+	struct kvpi_block *seg0 = bt->seg0;
+	uint32_t n0 = bt->n0;
 	for (uint32_t i = 0; i < n; i++) {
 		struct kvpi_pside *e = kvpi_pfx_side(pf, ids[i]);
 		/* listed and lru_shard change only under the block lock (ours)
@@ -237,10 +246,17 @@ void kvpi_pfx_lru_insert_many(struct kvpi_prefix *pf, const struct kvpi_tslot *s
 			if (e->lru_shard != home)
 				continue;
 			unlink_locked(pf, l, ids[i]);
+			kvpi_ahead_tail_back(pf, l, back);
 		}
 		e->lru_seq = seq + k++;
 		e->lru_shard = (uint8_t)home;
 		link_locked(pf, l, ids[i], l->tail, KVPI_NO_ID);
+		kvpi_bt_block_at(bt, seg0, n0, ids[i])->pad[0] = KVPI_NO_ID;
+		if (back[KVPI_LRU_AHEAD - 1] != KVPI_NO_ID)
+			kvpi_bt_block_at(bt, seg0, n0, back[KVPI_LRU_AHEAD - 1])->pad[0] = ids[i];
+		for (uint32_t j = KVPI_LRU_AHEAD - 1; j > 0; j--)
+			back[j] = back[j - 1];
+		back[0] = ids[i];
 	}
 	if (k)
 		l->last_seq = seq + k - 1;
@@ -281,12 +297,20 @@ static uint32_t walk_locked(struct kvp_pool *p, struct kvpi_plru *l, uint64_t bo
 	struct kvpi_prefix *pf = p->prefix;
 	/* The blocks this walk moves to the tail are stamped above this. */
 	uint64_t moved_above = l->last_seq;
+	/* Ids below it have side entries and block table entries to
+	 * prefetch (a stale look-ahead hint is any id ever listed). */
+	uint32_t n_ids = kvp_pool_n_ids(p);
 	for (uint32_t id = l->head; id != KVPI_NO_ID && got < want;) {
 		struct kvpi_pside *e = kvpi_pfx_side(pf, id);
 		if (e->lru_seq > bound)
 			break; /* another shard may now hold an older block */
 		uint32_t next = e->lru_next;
 		struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
+		uint32_t ahead = b->pad[0]; /* lib/prefix/prefix_lru_ahead.h */
+		if (ahead < n_ids) {
+			__builtin_prefetch(kvpi_pfx_side(pf, ahead));
+			__builtin_prefetch(kvpi_bt_block(&p->bt, ahead));
+		}
 		/* acquire: see the state its last holder or locker left, and
 		 * the stale flag written before that release. */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
@@ -467,6 +491,7 @@ static void insert_sorted_locked(struct kvpi_prefix *pf, struct kvpi_plru *l, ui
 		next = kvpi_pfx_side(pf, next)->lru_next;
 	}
 	link_locked(pf, l, id, prev, next);
+	kvpi_ahead_linked(pf, id);
 }
 
 /* A reset began after @resets0 was read, or was running then. */
