@@ -49,7 +49,11 @@
  *   own_pos    in a plain pool, the block's position in its owner's id
  *              array (lib/pool/idarray.h), under the owner's exclusion (its
  *              shard lock, or the thread it is biased to)
- *   pad        unused by the block layer
+ *   lru_ahead  in a prefix pool, while the block is cached: the id of the
+ *              block two after it on its LRU list, a prefetch hint for the
+ *              eviction walk (lib/prefix/prefix_lru_ahead.h), under the
+ *              list's mutex; unused by the block layer
+ *   pad        unused
  */
 #ifndef KVPOOL_LIB_BLOCKTABLE_H
 #define KVPOOL_LIB_BLOCKTABLE_H
@@ -75,9 +79,10 @@ struct kvpi_block {
 	_Atomic uint64_t owner;
 	_Atomic uint32_t free_next;
 	uint32_t own_pos;
-	/* pad[0]: in a prefix pool, the eviction walk's look-ahead hint of a
-	 * cached block (lib/prefix/prefix_lru.c), under its list's mutex. */
-	uint32_t pad[2];
+	/* In a prefix pool, the eviction walk's look-ahead hint of a cached
+	 * block, under its list's mutex (lib/prefix/prefix_lru_ahead.h). */
+	uint32_t lru_ahead;
+	uint32_t pad;
 };
 
 _Static_assert(sizeof(struct kvpi_block) == 32, "block metadata must stay 32 bytes");

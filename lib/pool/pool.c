@@ -79,7 +79,7 @@ static void fill_stream(struct kvp_pool *p, int si, uint32_t first, uint32_t n)
 		atomic_init(&b->owner, 0);
 		atomic_init(&b->free_next, i + 1 < n ? first + i + 1 : KVPI_NO_ID);
 		b->own_pos = KVPI_NO_ID;
-		b->pad[0] = b->pad[1] = 0;
+		b->lru_ahead = b->pad = 0;
 	}
 	atomic_init(&p->fs[si].head, kvpi_fs_pack(0, first));
 	atomic_init(&p->fs[si].avail, n);

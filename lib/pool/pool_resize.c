@@ -78,7 +78,7 @@ int kvpi_grow_locked(struct kvp_pool *p, int si, uint32_t n, kvpi_u32_alias *ids
 		atomic_store_explicit(&b->owner, 0, memory_order_relaxed);
 		atomic_store_explicit(&b->free_next, KVPI_NO_ID, memory_order_relaxed);
 		b->own_pos = KVPI_NO_ID;
-		b->pad[0] = b->pad[1] = 0;
+		b->lru_ahead = b->pad = 0;
 		ids[reuse + i] = first + i;
 	}
 	/* release: readers that see the new n_ids (acquire) see the metadata. */

@@ -251,12 +251,7 @@ void kvpi_pfx_lru_insert_many(struct kvpi_prefix *pf, const struct kvpi_tslot *s
 		e->lru_seq = seq + k++;
 		e->lru_shard = (uint8_t)home;
 		link_locked(pf, l, ids[i], l->tail, KVPI_NO_ID);
-		kvpi_bt_block_at(bt, seg0, n0, ids[i])->pad[0] = KVPI_NO_ID;
-		if (back[KVPI_LRU_AHEAD - 1] != KVPI_NO_ID)
-			kvpi_bt_block_at(bt, seg0, n0, back[KVPI_LRU_AHEAD - 1])->pad[0] = ids[i];
-		for (uint32_t j = KVPI_LRU_AHEAD - 1; j > 0; j--)
-			back[j] = back[j - 1];
-		back[0] = ids[i];
+		kvpi_ahead_append(bt, seg0, n0, back, ids[i]);
 	}
 	if (k)
 		l->last_seq = seq + k - 1;
@@ -306,7 +301,7 @@ static uint32_t walk_locked(struct kvp_pool *p, struct kvpi_plru *l, uint64_t bo
 			break; /* another shard may now hold an older block */
 		uint32_t next = e->lru_next;
 		struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
-		uint32_t ahead = b->pad[0]; /* lib/prefix/prefix_lru_ahead.h */
+		uint32_t ahead = b->lru_ahead; /* lib/prefix/prefix_lru_ahead.h */
 		if (ahead < n_ids) {
 			__builtin_prefetch(kvpi_pfx_side(pf, ahead));
 			__builtin_prefetch(kvpi_bt_block(&p->bt, ahead));

@@ -16,7 +16,7 @@
  * side entry names the next: one cache miss after another, none of which
  * a prefetch one step ahead can overlap (the next id comes with the miss).
  * So each listed block also keeps the id of the block KVPI_LRU_AHEAD after it,
- * in its block table entry's spare word (lib/pool/blocktable.h, pad[0]),
+ * in its block table entry's spare word (lib/pool/blocktable.h, lru_ahead),
  * which the walk reads with the state word it loads anyway: it prefetches
  * that block's lines while it claims this one, so KVPI_LRU_AHEAD misses are in
  * flight at once.  Every link sets the hints it changes (below); an unlink
@@ -34,7 +34,7 @@
 
 static inline void kvpi_ahead_set(struct kvpi_prefix *pf, uint32_t id, uint32_t ahead)
 {
-	kvpi_bt_block(pf->bt, id)->pad[0] = ahead;
+	kvpi_bt_block(pf->bt, id)->lru_ahead = ahead;
 }
 
 /* Shard mutex held; @id just linked on its list: the look-ahead hints of
@@ -63,6 +63,22 @@ static inline void kvpi_ahead_tail_back(struct kvpi_prefix *pf, const struct kvp
 	for (uint32_t j = 1; j < KVPI_LRU_AHEAD; j++)
 		back[j] = back[j - 1] == KVPI_NO_ID ? KVPI_NO_ID
 		                                    : kvpi_pfx_side(pf, back[j - 1])->lru_prev;
+}
+
+/* Shard mutex held; @id just appended at the tail, @back as
+ * kvpi_ahead_tail_back left it before the append: the hints an append
+ * changes (@id's none, and the block KVPI_LRU_AHEAD before it @id), and
+ * @back moved on by one.  kvpi_ahead_linked for the append of a batch,
+ * with the block table's first segment (@seg0, @n0) read once. */
+static inline void kvpi_ahead_append(struct kvpi_blocktable *bt, struct kvpi_block *seg0,
+                                     uint32_t n0, uint32_t *back, uint32_t id)
+{
+	kvpi_bt_block_at(bt, seg0, n0, id)->lru_ahead = KVPI_NO_ID;
+	if (back[KVPI_LRU_AHEAD - 1] != KVPI_NO_ID)
+		kvpi_bt_block_at(bt, seg0, n0, back[KVPI_LRU_AHEAD - 1])->lru_ahead = id;
+	for (uint32_t j = KVPI_LRU_AHEAD - 1; j > 0; j--)
+		back[j] = back[j - 1];
+	back[0] = id;
 }
 
 #endif /* KVPOOL_LIB_PREFIX_LRU_AHEAD_H */
