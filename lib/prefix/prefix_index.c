@@ -18,10 +18,16 @@
  * under a shard mutex no other thread is likely to hold (docs/DESIGN.md
  * has the figures).
  *
- * A slot is (hash, v): v is 0 for an empty slot, TOMB for a deleted one,
- * else the block id + 2.  A lookup compares hashes only.  The key itself
- * lives in the block's side entry, and a match compares it there under
- * the block's lock (lib/prefix/prefix.c), so a lookup is a hint.  Readers
+ * A slot is one 64-bit word: 0 for an empty slot, TOMB for a deleted one,
+ * else the high 32 bits of the key's hash (the tag) above the block id + 2.
+ * Eight slots share a line.  (Slots of a 64-bit hash and a 64-bit value
+ * were twice the memory, four a line: an add or delete whose neighbour slot
+ * was on the next line, one in four, paid a second miss.)  A lookup
+ * compares tags only.  The key itself lives in the block's side entry, and
+ * a match compares it there under the block's lock (lib/prefix/prefix.c),
+ * so a lookup is a hint.  A rebuild, which needs each key's whole hash to
+ * place it, reads it from the side entry too: a block named by a slot keeps
+ * its key until its delete, under the shard's mutex.  Readers
  * take no lock, so slots never move inside a table:
  *   - an add fills the first tombstone or empty slot of its probe run;
  *   - a delete leaves a tombstone, or an empty slot when the next slot is
@@ -34,9 +40,10 @@
  * of its probe run before it stays non-empty, so the lookup finds it.  A
  * lookup that runs beside an add or a delete of its key may miss it or
  * find a block being evicted; match holds a block only after checking,
- * under the block's lock, that it is still published under that key.  A
- * 64-bit hash shared by two live keys makes the later one a miss, never a
- * wrong hit.
+ * under the block's lock, that it is still published under that key.  Two
+ * live keys with one tag on one probe run make the later one a miss
+ * (one chance in 2^30 a slot passed, the shard's two bits of the hash
+ * being the same), never a wrong hit.
  *
  * Taking over.  An allocation that evicts claims a cached block (its state
  * EVICTING) and only then deletes its key.  A match that meets the block
@@ -64,8 +71,10 @@
 #include "lib/prefix/prefix_internal.h"
 
 #define TOMB        ((uint64_t)1)
-#define V_OF(id)    ((uint64_t)(id) + 2)
-#define ID_OF(v)    ((uint32_t)((v)-2))
+#define TAG(h)      ((uint32_t)((h) >> 32))
+#define W_OF(h, id) ((uint64_t)TAG(h) << 32 | ((uint64_t)(id) + 2))
+#define ID_OF(w)    ((uint32_t)(w)-2)
+#define HAS_ID(w, id) ((uint32_t)(w) == (uint32_t)(id) + 2) /* false for 0 and TOMB */
 #define SHARD_SHIFT (64 - __builtin_ctz(KVPI_PIDX_SHARDS)) /* the hash's top bits */
 #define MIN_SLOTS   64u
 #define MAX_SLOTS   (1u << 30)
@@ -73,8 +82,7 @@ _Static_assert((KVPI_PIDX_SHARDS & (KVPI_PIDX_SHARDS - 1)) == 0 && KVPI_PIDX_SHA
                "a power of two; shard numbers fit a byte (forget_chunk)");
 
 struct kvpi_pslot {
-	_Atomic uint64_t h;
-	_Atomic uint64_t v; /* 0 empty, TOMB, or block id + 2 */
+	_Atomic uint64_t w; /* 0 empty, TOMB, or tag << 32 | block id + 2 */
 };
 
 struct kvpi_ptab {
@@ -132,8 +140,8 @@ int kvpi_pfx_index_init(struct kvpi_prefix *pf, uint32_t n_blocks)
 	 * three quarters full, keys and tombstones counted): most lookups
 	 * find their key in its home slot, and deletes leave tombstones
 	 * seldom, so rebuilds are rare (docs/DESIGN.md, "Key index",
-	 * has the measurement against two slots a block).  The price: 64
-	 * bytes of index a block, not 32. */
+	 * has the measurement against two slots a block).  The price: 32
+	 * bytes of index a block, not 16. */
 	uint64_t want = 4ull * n_blocks / KVPI_PIDX_SHARDS;
 	uint32_t slots = MIN_SLOTS;
 	while (slots < want && slots < (1u << 24))
@@ -181,26 +189,26 @@ uint32_t kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kv
 	 * so its slots as copied are seen. */
 	struct kvpi_ptab *t = atomic_load_explicit(&shard_of(pf, h)->tab, memory_order_acquire);
 	for (uint32_t i = (uint32_t)h & t->mask, k = 0; k <= t->mask; i = (i + 1) & t->mask, k++) {
-		/* relaxed (both): the id is a hint, checked under the block's
-		 * lock, which orders everything the match reads. */
-		uint64_t v = atomic_load_explicit(&t->slot[i].v, memory_order_relaxed);
-		if (v == 0)
+		/* relaxed: the id is a hint, checked under the block's lock,
+		 * which orders everything the match reads. */
+		uint64_t w = atomic_load_explicit(&t->slot[i].w, memory_order_relaxed);
+		if (w == 0)
 			return KVPI_NO_ID;
-		if (v != TOMB && atomic_load_explicit(&t->slot[i].h, memory_order_relaxed) == h)
-			return ID_OF(v);
+		if (w != TOMB && (uint32_t)(w >> 32) == TAG(h))
+			return ID_OF(w);
 	}
 	return KVPI_NO_ID;
 }
 
-/* Put (@h, @v) into @t, which has no tombstones and room (a rebuild). */
-static void put_fresh(struct kvpi_ptab *t, uint64_t h, uint64_t v)
+/* Put slot word @w, of a key hashed @h, into @t, which has no tombstones
+ * and room (a rebuild). */
+static void put_fresh(struct kvpi_ptab *t, uint64_t h, uint64_t w)
 {
 	uint32_t i = (uint32_t)h & t->mask;
 	/* relaxed (all): the table is not published yet. */
-	while (atomic_load_explicit(&t->slot[i].v, memory_order_relaxed))
+	while (atomic_load_explicit(&t->slot[i].w, memory_order_relaxed))
 		i = (i + 1) & t->mask;
-	atomic_store_explicit(&t->slot[i].h, h, memory_order_relaxed);
-	atomic_store_explicit(&t->slot[i].v, v, memory_order_relaxed);
+	atomic_store_explicit(&t->slot[i].w, w, memory_order_relaxed);
 }
 
 /*
@@ -226,10 +234,9 @@ static struct kvpi_ptab *rebuild(struct kvpi_prefix *pf, struct kvpi_pshard *sh,
 	}
 	for (uint32_t i = 0; i <= old->mask; i++) {
 		/* relaxed: we are the only writer (shard mutex). */
-		uint64_t v = atomic_load_explicit(&old->slot[i].v, memory_order_relaxed);
-		if (v > TOMB)
-			put_fresh(t, atomic_load_explicit(&old->slot[i].h, memory_order_relaxed),
-			          v);
+		uint64_t w = atomic_load_explicit(&old->slot[i].w, memory_order_relaxed);
+		if (w > TOMB) /* the key's hash from its block (top of file) */
+			put_fresh(t, kvpi_pfx_pub_hash(kvpi_pfx_side(pf, ID_OF(w))), w);
 	}
 	sh->used = sh->live;
 	/* release: a lookup that loads the table (acquire) sees its slots. */
@@ -250,9 +257,10 @@ static void index_prefetch(struct kvpi_prefix *pf, uint64_t h)
 
 /* index_prefetch for a writer: also the slots on either side of the home
  * slot, which an add (probing on) and a delete (the next slot, then the
- * tombstones before) read.  Four slots share a line, so each neighbour is
- * on another line one time in four: unprefetched, those loads were half of
- * kvpi_pfx_forget_many's samples on the lifecycle loop.  A neighbour on the
+ * tombstones before) read.  Eight slots share a line, so each neighbour is
+ * on another line one time in eight.  (With four a line, one in four, the
+ * unprefetched loads were half of kvpi_pfx_forget_many's samples on the
+ * lifecycle loop.)  A neighbour on the
  * home line costs a prefetch that hits. */
 static void index_prefetch_run(struct kvpi_prefix *pf, uint64_t h)
 {
@@ -290,23 +298,22 @@ static int add_locked(struct kvpi_prefix *pf, struct kvpi_pshard *sh, uint32_t i
 		/* relaxed: we are the only writer.  A block in a slot keeps its
 		 * key until its delete, which needs this mutex: reading it
 		 * here races with nothing. */
-		uint64_t v = atomic_load_explicit(&t->slot[i].v, memory_order_relaxed);
-		if (v == 0)
+		uint64_t w = atomic_load_explicit(&t->slot[i].w, memory_order_relaxed);
+		if (w == 0)
 			break;
-		if (v == TOMB) {
+		if (w == TOMB) {
 			if (put == UINT32_MAX)
 				put = i;
-		} else if (atomic_load_explicit(&t->slot[i].h, memory_order_relaxed) == h &&
-		           same_key(pf, ID_OF(v), e)) {
+		} else if ((uint32_t)(w >> 32) == TAG(h) && same_key(pf, ID_OF(w), e)) {
 			/* relaxed: the claim's CAS is not ours to order with;
 			 * its undo (kvpi_pfx_unclaim) stores under this mutex,
 			 * which orders that store before this load. */
-			uint64_t st = atomic_load_explicit(&kvpi_bt_block(pf->bt, ID_OF(v))->state,
+			uint64_t st = atomic_load_explicit(&kvpi_bt_block(pf->bt, ID_OF(w))->state,
 			                                   memory_order_relaxed);
 			if (!(st & KVPI_ST_EVICTING))
 				return KVP_EEXIST;
-			/* Taking over (above); relaxed as the stores below. */
-			atomic_store_explicit(&t->slot[i].v, V_OF(id), memory_order_relaxed);
+			/* Taking over (above); relaxed as the store below. */
+			atomic_store_explicit(&t->slot[i].w, W_OF(h, id), memory_order_relaxed);
 			return KVP_OK;
 		}
 	}
@@ -317,10 +324,9 @@ static int add_locked(struct kvpi_prefix *pf, struct kvpi_pshard *sh, uint32_t i
 		sh->used++;
 	}
 	sh->live++;
-	/* relaxed (both): a lookup's result is a hint, and the match that
-	 * follows it reads the key under the block's lock. */
-	atomic_store_explicit(&t->slot[put].h, h, memory_order_relaxed);
-	atomic_store_explicit(&t->slot[put].v, V_OF(id), memory_order_relaxed);
+	/* relaxed: a lookup's result is a hint, and the match that follows
+	 * it reads the key under the block's lock. */
+	atomic_store_explicit(&t->slot[put].w, W_OF(h, id), memory_order_relaxed);
 	return KVP_OK;
 }
 
@@ -400,10 +406,10 @@ static int64_t slot_of_id(const struct kvpi_ptab *t, uint32_t id, uint64_t h)
 {
 	/* relaxed (all): slots change only under the mutex we hold. */
 	for (uint32_t i = (uint32_t)h & t->mask, k = 0; k <= t->mask; i = (i + 1) & t->mask, k++) {
-		uint64_t v = atomic_load_explicit(&t->slot[i].v, memory_order_relaxed);
-		if (v == 0)
+		uint64_t w = atomic_load_explicit(&t->slot[i].w, memory_order_relaxed);
+		if (w == 0)
 			return -1;
-		if (v == V_OF(id))
+		if (HAS_ID(w, id))
 			return i;
 	}
 	return -1;
@@ -442,15 +448,15 @@ static void del_locked(struct kvpi_pshard *sh, struct kvpi_ptab *t, uint32_t id,
 	 * hints (add_locked).  An empty slot ends every probe run through it:
 	 * only when the next slot is empty may this one, and the tombstones
 	 * just before it, become empty. */
-	if (atomic_load_explicit(&t->slot[(i + 1) & t->mask].v, memory_order_relaxed)) {
-		atomic_store_explicit(&t->slot[i].v, TOMB, memory_order_relaxed);
+	if (atomic_load_explicit(&t->slot[(i + 1) & t->mask].w, memory_order_relaxed)) {
+		atomic_store_explicit(&t->slot[i].w, TOMB, memory_order_relaxed);
 		return;
 	}
 	for (;;) {
-		atomic_store_explicit(&t->slot[i].v, 0, memory_order_relaxed);
+		atomic_store_explicit(&t->slot[i].w, 0, memory_order_relaxed);
 		sh->used--;
 		i = (i - 1) & t->mask;
-		if (atomic_load_explicit(&t->slot[i].v, memory_order_relaxed) != TOMB)
+		if (atomic_load_explicit(&t->slot[i].w, memory_order_relaxed) != TOMB)
 			return;
 	}
 }
@@ -513,9 +519,9 @@ void kvpi_pfx_index_each(struct kvpi_prefix *pf, void (*fn)(uint32_t id, void *a
 		struct kvpi_ptab *t = atomic_load_explicit(&pf->idx[s].tab, memory_order_acquire);
 		for (uint32_t i = 0; i <= t->mask; i++) {
 			/* relaxed: @fn checks the block under its lock. */
-			uint64_t v = atomic_load_explicit(&t->slot[i].v, memory_order_relaxed);
-			if (v > TOMB)
-				fn(ID_OF(v), arg);
+			uint64_t w = atomic_load_explicit(&t->slot[i].w, memory_order_relaxed);
+			if (w > TOMB)
+				fn(ID_OF(w), arg);
 		}
 	}
 }
