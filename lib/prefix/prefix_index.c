@@ -70,14 +70,14 @@
 #include "lib/base/sysmem.h"
 #include "lib/prefix/prefix_internal.h"
 
-#define TOMB        ((uint64_t)1)
-#define TAG(h)      ((uint32_t)((h) >> 32))
-#define W_OF(h, id) ((uint64_t)TAG(h) << 32 | ((uint64_t)(id) + 2))
-#define ID_OF(w)    ((uint32_t)(w)-2)
-#define HAS_ID(w, id) ((uint32_t)(w) == (uint32_t)(id) + 2) /* false for 0 and TOMB */
-#define SHARD_SHIFT (64 - __builtin_ctz(KVPI_PIDX_SHARDS)) /* the hash's top bits */
-#define MIN_SLOTS   64u
-#define MAX_SLOTS   (1u << 30)
+#define TOMB          ((uint64_t)1)
+#define TAG(h)        ((uint32_t)((h) >> 32))
+#define W_OF(h, id)   ((uint64_t)TAG(h) << 32 | ((uint64_t)(id) + 2))
+#define ID_OF(w)      ((uint32_t)(w)-2)
+#define HAS_ID(w, id) ((uint32_t)(w) == (uint32_t)(id) + 2)  /* false for 0 and TOMB */
+#define SHARD_SHIFT   (64 - __builtin_ctz(KVPI_PIDX_SHARDS)) /* the hash's top bits */
+#define MIN_SLOTS     64u
+#define MAX_SLOTS     (1u << 30)
 _Static_assert((KVPI_PIDX_SHARDS & (KVPI_PIDX_SHARDS - 1)) == 0 && KVPI_PIDX_SHARDS <= 256,
                "a power of two; shard numbers fit a byte (forget_chunk)");
 
