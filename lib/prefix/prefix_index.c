@@ -41,7 +41,7 @@
  * lookup that runs beside an add or a delete of its key may miss it or
  * find a block being evicted; match holds a block only after checking,
  * under the block's lock, that it is still published under that key.  Two
- * live keys with one tag on one probe run make the later one a miss
+ * live keys with one tag on one probe run make the one further along a miss
  * (one chance in 2^30 a slot passed, the shard's two bits of the hash
  * being the same), never a wrong hit.
  *
@@ -74,9 +74,11 @@
 #define TAG(h)        ((uint32_t)((h) >> 32))
 #define W_OF(h, id)   ((uint64_t)TAG(h) << 32 | ((uint64_t)(id) + 2))
 #define ID_OF(w)      ((uint32_t)(w)-2)
-#define HAS_ID(w, id) ((uint32_t)(w) == (uint32_t)(id) + 2)  /* false for 0 and TOMB */
+#define HAS_ID(w, id) ((uint32_t)(w) == (uint32_t)(id) + 2) /* false for 0 and TOMB */
+_Static_assert(KVP_MAX_BLOCKS <= UINT32_MAX - 2, "an id + 2 fits a slot's low half");
 #define SHARD_SHIFT   (64 - __builtin_ctz(KVPI_PIDX_SHARDS)) /* the hash's top bits */
 #define MIN_SLOTS     64u
+#define REBUILD_AHEAD 16u /* slots ahead whose block's side entry a rebuild prefetches */
 #define MAX_SLOTS     (1u << 30)
 _Static_assert((KVPI_PIDX_SHARDS & (KVPI_PIDX_SHARDS - 1)) == 0 && KVPI_PIDX_SHARDS <= 256,
                "a power of two; shard numbers fit a byte (forget_chunk)");
@@ -233,7 +235,11 @@ static struct kvpi_ptab *rebuild(struct kvpi_prefix *pf, struct kvpi_pshard *sh,
 			return NULL;
 	}
 	for (uint32_t i = 0; i <= old->mask; i++) {
-		/* relaxed: we are the only writer (shard mutex). */
+		/* relaxed (both): we are the only writer (shard mutex). */
+		uint64_t ahead = atomic_load_explicit(&old->slot[(i + REBUILD_AHEAD) & old->mask].w,
+		                                      memory_order_relaxed);
+		if (ahead > TOMB) /* its side entry a few slots from now */
+			__builtin_prefetch(kvpi_pfx_side(pf, ID_OF(ahead)));
 		uint64_t w = atomic_load_explicit(&old->slot[i].w, memory_order_relaxed);
 		if (w > TOMB) /* the key's hash from its block (top of file) */
 			put_fresh(t, kvpi_pfx_pub_hash(kvpi_pfx_side(pf, ID_OF(w))), w);

@@ -66,13 +66,19 @@ void kvpi_pfx_index_destroy(struct kvpi_prefix *pf);
 /* The index hash of (@stream, @key): a pure function. */
 static inline uint64_t kvpi_pfx_index_hash(const kvp_hash *key, uint32_t stream)
 {
-	/* The key is a cryptographic hash already: fold it, and set the
-	 * streams apart. */
+	/* Fold the key and set the streams apart, then mix with one odd
+	 * multiply (a bijection), whose top half depends on every bit: the
+	 * index compares only the top 32 bits, and keys a caller builds from
+	 * counters rather than a cryptographic hash folded, with a shift and
+	 * XOR alone, to values whose top halves met (the publish tests' keys
+	 * did; their later keys were then not found).  The top half folded
+	 * into the bottom picks the slot. */
 	uint64_t h = key->lo ^ (key->hi * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)stream << 61);
-	return h ^ (h >> 29);
+	h *= 0xff51afd7ed558ccdull;
+	return h ^ (h >> 32);
 }
-/* The id of a block the index holds under a key of @key's hash, or
- * KVPI_NO_ID.  A hint: the caller checks the block's key under its lock. */
+/* The id of a block the index holds under a key of @key's tag (its hash's
+ * top 32 bits), or KVPI_NO_ID.  A hint: the caller checks the block's key under its lock. */
 uint32_t kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key);
 /* Bring the home slot of @key into the cache (a hint; in a read-side section). */
 void kvpi_pfx_index_prefetch_key(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key);

@@ -13,7 +13,7 @@
  *       - the XOR of the holders' owner ids;
  *       - a version, bumped by every locker that changes them (for
  *         lock-free readers);
- *       - the key the block is published under, and its index hash;
+ *       - the key it is published under (its index hash is made from it);
  *       - its LRU links and flags;
  *       - a hint of its position in its latest holder's hold array.
  *   - A lock bit in each block's state word (KVPI_ST_LOCKED).  The block's

@@ -155,7 +155,7 @@ static enum hold take_hold(struct kvp_pool *p, struct kvpi_oshard *sh, struct kv
 			return H_BUSY;
 	}
 	/* Evicted and published again meanwhile, or another key of the
-	 * same 64-bit hash: a miss. */
+	 * same index tag: a miss. */
 	if (!same_key(e, tag, key)) {
 		kvpi_pfx_unlock(b, st);
 		return H_MISS;
