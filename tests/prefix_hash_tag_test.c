@@ -12,7 +12,7 @@
  */
 #include <stdlib.h>
 
-#include "lib/prefix/prefix_internal.h"
+#include "lib/testing/prefix_peek.h"
 #include "tests/prefix_testutil.h"
 #include "tests/testutil.h"
 
