@@ -75,6 +75,7 @@
 #define W_OF(h, id)   ((uint64_t)TAG(h) << 32 | ((uint64_t)(id) + 2))
 #define ID_OF(w)      ((uint32_t)(w)-2)
 #define HAS_ID(w, id) ((uint32_t)(w) == (uint32_t)(id) + 2) /* false for 0 and TOMB */
+#define HAS_TAG(w, h) ((uint32_t)((w) >> 32) == TAG(h))     /* a key slot: w > TOMB */
 _Static_assert(KVP_MAX_BLOCKS <= UINT32_MAX - 2, "an id + 2 fits a slot's low half");
 #define SHARD_SHIFT   (64 - __builtin_ctz(KVPI_PIDX_SHARDS)) /* the hash's top bits */
 #define MIN_SLOTS     64u
@@ -196,7 +197,7 @@ uint32_t kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kv
 		uint64_t w = atomic_load_explicit(&t->slot[i].w, memory_order_relaxed);
 		if (w == 0)
 			return KVPI_NO_ID;
-		if (w != TOMB && (uint32_t)(w >> 32) == TAG(h))
+		if (w != TOMB && HAS_TAG(w, h))
 			return ID_OF(w);
 	}
 	return KVPI_NO_ID;
@@ -253,26 +254,24 @@ static struct kvpi_ptab *rebuild(struct kvpi_prefix *pf, struct kvpi_pshard *sh,
 	return t;
 }
 
-/* Bring the home slot of hash @h into the cache (a hint; no effect else). */
-static void index_prefetch(struct kvpi_prefix *pf, uint64_t h)
+/*
+ * Bring the home slot of hash @h into the cache (a hint; no effect else);
+ * for a @writer also the slots on either side of it, which an add (probing
+ * on) and a delete (the next slot, then the tombstones before) read.  Eight
+ * slots share a line, so each neighbour is on another line one time in
+ * eight.  (With four a line, one in four, those unprefetched loads were
+ * half of kvpi_pfx_forget_many's samples on the lifecycle loop.)  A
+ * neighbour on the home line costs a prefetch that hits.
+ */
+static void index_prefetch(struct kvpi_prefix *pf, uint64_t h, bool writer)
 {
 	/* acquire: as in kvpi_pfx_index_lookup (the table's mask is read). */
 	struct kvpi_ptab *t = atomic_load_explicit(&shard_of(pf, h)->tab, memory_order_acquire);
-	__builtin_prefetch(&t->slot[(uint32_t)h & t->mask]);
-}
-
-/* index_prefetch for a writer: also the slots on either side of the home
- * slot, which an add (probing on) and a delete (the next slot, then the
- * tombstones before) read.  Eight slots share a line, so each neighbour is
- * on another line one time in eight.  (With four a line, one in four, the
- * unprefetched loads were half of kvpi_pfx_forget_many's samples on the
- * lifecycle loop.)  A neighbour on the
- * home line costs a prefetch that hits. */
-static void index_prefetch_run(struct kvpi_prefix *pf, uint64_t h)
-{
-	/* acquire: as in index_prefetch. */
-	struct kvpi_ptab *t = atomic_load_explicit(&shard_of(pf, h)->tab, memory_order_acquire);
 	uint32_t i = (uint32_t)h & t->mask;
+	if (!writer) {
+		__builtin_prefetch(&t->slot[i]);
+		return;
+	}
 	__builtin_prefetch(&t->slot[i], 1);
 	__builtin_prefetch(&t->slot[(i + 1) & t->mask], 1);
 	__builtin_prefetch(&t->slot[(i - 1) & t->mask], 1);
@@ -280,7 +279,7 @@ static void index_prefetch_run(struct kvpi_prefix *pf, uint64_t h)
 
 void kvpi_pfx_index_prefetch_key(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key)
 {
-	index_prefetch(pf, kvpi_pfx_index_hash(key, stream));
+	index_prefetch(pf, kvpi_pfx_index_hash(key, stream), false);
 }
 
 /* Add block @id under hash @h to shard @sh (mutex held): KVP_OK, KVP_EEXIST
@@ -310,7 +309,7 @@ static int add_locked(struct kvpi_prefix *pf, struct kvpi_pshard *sh, uint32_t i
 		if (w == TOMB) {
 			if (put == UINT32_MAX)
 				put = i;
-		} else if ((uint32_t)(w >> 32) == TAG(h) && same_key(pf, ID_OF(w), e)) {
+		} else if (HAS_TAG(w, h) && same_key(pf, ID_OF(w), e)) {
 			/* relaxed: the claim's CAS is not ours to order with;
 			 * its undo (kvpi_pfx_unclaim) stores under this mutex,
 			 * which orders that store before this load. */
@@ -402,7 +401,7 @@ void kvpi_pfx_index_add_many(struct kvpi_prefix *pf, const uint32_t *ids, const 
 {
 	struct add_arg a = {ids, h, rc};
 	for (uint32_t i = 0; i < n; i++)
-		index_prefetch_run(pf, h[i]);
+		index_prefetch(pf, h[i], true);
 	per_shard(pf, h, n, add_one, &a);
 }
 
@@ -502,7 +501,7 @@ static void forget_chunk(struct kvpi_prefix *pf, const uint32_t *ids, uint32_t n
 			continue;
 		pub[m] = ids[i];
 		h[m] = kvpi_pfx_pub_hash(e);
-		index_prefetch_run(pf, h[m]);
+		index_prefetch(pf, h[m], true);
 		m++;
 	}
 	struct forget_arg a = {pub, h};

@@ -78,7 +78,8 @@ static inline uint64_t kvpi_pfx_index_hash(const kvp_hash *key, uint32_t stream)
 	return h ^ (h >> 32);
 }
 /* The id of a block the index holds under a key of @key's tag (its hash's
- * top 32 bits), or KVPI_NO_ID.  A hint: the caller checks the block's key under its lock. */
+ * top 32 bits), or KVPI_NO_ID.  A hint: the caller checks the block's key
+ * under its lock. */
 uint32_t kvpi_pfx_index_lookup(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key);
 /* Bring the home slot of @key into the cache (a hint; in a read-side section). */
 void kvpi_pfx_index_prefetch_key(struct kvpi_prefix *pf, uint32_t stream, const kvp_hash *key);
