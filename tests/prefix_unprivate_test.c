@@ -19,6 +19,10 @@
  *   - a match that meets a private block whose owner's shard mutex is
  *     held (here by the test) waits for it and then takes every key, in
  *     order, the keys before it (cached blocks) included;
+ *   - a match for another key of the same index hash (a twin: the index
+ *     gives the private block for it) is a miss and leaves the block
+ *     private, the publisher's shard mutex free or busy; the real keys
+ *     then match;
  *   - kvp_prefix_reset drops the keys of private blocks, also when their
  *     owner's shard mutex is busy during its index pass (8 of them, and
  *     200: more than it keeps on its stack); the owner's kvp_free_all then
@@ -225,6 +229,58 @@ static void test_match_waits_for_busy_owner(void)
 	kvp_pool_destroy(p);
 }
 
+/* Another key whose index hash is @k's (the same tag and home slot): the
+ * index gives @k's block for it, and only the key check tells them apart. */
+static kvp_hash twin(kvp_hash k)
+{
+	const uint64_t c = 0x9e3779b97f4a7c15ull; /* the fold's multiplier of hi */
+	kvp_hash t = {k.lo ^ (k.hi * c) ^ ((k.hi + 1) * c), k.hi + 1};
+	/* The test means something only while the hash folds the key so. */
+	CHECK_EQ(kvpi_pfx_index_hash(&t, KVP_KV), kvpi_pfx_index_hash(&k, KVP_KV));
+	return t;
+}
+
+/*
+ * Owner 1 publishes; an owner of the same shard or another (@same), with
+ * the publisher's shard mutex free or held by the test (@busy), matches a
+ * twin of each key: a miss, and the block stays private (the key is
+ * checked before PRIVATE is cleared).  The real keys then match.
+ */
+static void twin_misses(bool same, bool busy)
+{
+	kvp_pool *p = tpx_pool(BS, 64);
+	kvp_ref r[N], got[N];
+	kvp_hash k[N], t[N];
+	publish_n(p, 1, 6, r, k);
+	kvp_owner b = owner_near(p, 1, same);
+	for (uint32_t i = 0; i < N; i++) {
+		t[i] = twin(k[i]);
+		CHECK_EQ(kvpi_pfx_index_lookup(p->prefix, KVP_KV, &t[i]), KVP_REF_ID(r[i]));
+		struct bg a = {.p = p, .owner = b, .keys = &t[i], .n = 1, .got = got};
+		if (busy)
+			run_while_busy(p, 1, &a, bg_match);
+		else
+			bg_match(&a);
+		CHECK_EQ(a.m, 0);
+	}
+	check_holders(p, r, 1, true);
+	size_t m;
+	CHECK_EQ(kvp_prefix_match(p, KVP_KV, KVP_FP16, k, N, b, got, N, &m), KVP_OK);
+	CHECK_EQ(m, N);
+	check_holders(p, r, 2, false);
+	CHECK_EQ(kvp_free_all(p, 1), KVP_OK);
+	CHECK_EQ(kvp_free_all(p, b), KVP_OK);
+	CHECK_EQ(kvp_n_free(p, KVP_KV), 64);
+	kvp_pool_destroy(p);
+}
+
+static void test_twin_key_leaves_block_private(void)
+{
+	twin_misses(false, false);
+	twin_misses(true, false);
+	twin_misses(false, true);
+}
+
 /* Owner 1 publishes @n blocks (at most MANY) of a pool of 2 * MANY;
  * a reset, run while its shard mutex is free or (@busy) held, drops their
  * keys. */
@@ -278,6 +334,7 @@ int main(void)
 	RUN(test_match_other_shard);
 	RUN(test_match_same_shard);
 	RUN(test_match_waits_for_busy_owner);
+	RUN(test_twin_key_leaves_block_private);
 	RUN(test_reset_private);
 	RUN(test_reset_waits_for_busy_owner);
 	return 0;

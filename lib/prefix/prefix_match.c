@@ -13,11 +13,12 @@
  * A published block still private to its publisher (its only holder:
  * lib/prefix/prefix_internal.h, "Private blocks") is made ordinary before
  * it is locked: PRIVATE cleared with one store under the publisher's shard
- * mutex.  That is the matcher's own when the publisher is in its shard;
- * else it is tried, never waited for, since the matcher holds its own.  If
- * it is busy the section ends there; the match waits for that mutex with
- * no lock held and outside any read-side section, makes the block
- * ordinary, and goes on in a new section from that key.  So a call is one
+ * mutex, once its key, read under that mutex, is the one looked up (the
+ * index compares tags of hashes; another key of the same tag is a miss
+ * and leaves the block private).  That mutex is the matcher's own when the publisher is in its
+ * shard; else it is tried, never waited for, since the matcher holds its own.  If it is busy the
+ * section ends there; the match waits for that mutex with no lock held and outside any read-side
+ * section, makes the block ordinary, and goes on in a new section from that key.  So a call is one
  * section but for such waits, and the holds of each section are taken
  * under its own mutex hold: a kvp_free_all of the same owner racing the
  * call may end those of the sections before it (kvpool/prefix.h).
@@ -44,46 +45,74 @@ static bool private_published(uint64_t st)
 	return (st & m) == m;
 }
 
+/* Whether @e is published under (@tag, @key): under the block's lock, or
+ * the owner's shard mutex of a private block. */
+static bool same_key(const struct kvpi_pside *e, uint32_t tag, const kvp_hash *key)
+{
+	return e->pub && e->pub_stream == tag && e->pub_key.lo == key->lo &&
+	       e->pub_key.hi == key->hi;
+}
+
+/* What unprivate_try did. */
+enum unpriv {
+	UP_AGAIN, /* cleared PRIVATE, or the state moved: read it again */
+	UP_MISS,  /* the block is its owner's, published under another key: left private */
+	UP_BUSY   /* the owner's shard mutex is busy: nothing changed */
+};
+
 /*
- * Make block @b, seen private and published in state @seen, an ordinary
- * published block (PRIVATE clear), so that a match can lock it.  Every
- * writer of a private word holds its owner's shard mutex; so do we, here:
+ * Make block @b (side entry @e), seen private and published in state
+ * @seen, an ordinary published block (PRIVATE clear), so that a match for
+ * (@tag, @key) can lock it.  Every writer of a private word, and of a
+ * private block's key, holds its owner's shard mutex; so do we, here:
  * @held (the matcher's own, held) when the owner is in that shard, else
  * the owner's shard's mutex if it is free at once.  With it held, the same
- * state and owner read again are that owner's hand-out, and one release
- * store clears the bit (it never comes back in a generation).  Returns
- * false, with nothing changed, when the owner's shard mutex is busy: the
- * match must not wait for it while it holds its own (two owner mutexes
- * are never waited for together).  True otherwise, also when the state
- * moved (the caller reads it again).
+ * state and owner read again are that owner's hand-out, and its key is
+ * checked before anything changes: the index compares only a tag of each
+ * key's hash, and a block published under another key of the same tag
+ * stays private (UP_MISS).  Else one release store clears the bit (it
+ * never comes back in a generation): UP_AGAIN, as when the state moved.
+ * UP_BUSY, with nothing changed, when the owner's shard mutex is busy:
+ * the match must not wait for it while it holds its own (two owner
+ * mutexes are never waited for together).
  */
-static bool unprivate_try(struct kvp_pool *p, struct kvpi_oshard *held, struct kvpi_block *b,
-                          uint64_t seen)
+static enum unpriv unprivate_try(struct kvp_pool *p, struct kvpi_oshard *held, struct kvpi_block *b,
+                                 const struct kvpi_pside *e, uint32_t tag, const kvp_hash *key,
+                                 uint64_t seen)
 {
 	/* acquire: as in pub_private (lib/prefix/prefix_publish.c). */
 	kvp_owner o = atomic_load_explicit(&b->owner, memory_order_acquire);
 	struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, o);
 	if (sh != held && pthread_mutex_trylock(&sh->lock) != 0)
-		return false;
+		return UP_BUSY;
+	enum unpriv u = UP_AGAIN;
 	/* acquire: the state as its last writer (under this mutex) left it. */
 	uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
 	/* relaxed: after the acquire load of the state. */
-	if (st == seen && atomic_load_explicit(&b->owner, memory_order_relaxed) == o)
-		/* release: the lock path's CAS (acquire) and whoever holds
-		 * this mutex next see the publisher's writes. */
-		atomic_store_explicit(&b->state, st & ~KVPI_ST_PRIVATE, memory_order_release);
+	if (st == seen && atomic_load_explicit(&b->owner, memory_order_relaxed) == o) {
+		if (!same_key(e, tag, key))
+			u = UP_MISS;
+		else
+			/* release: the lock path's CAS (acquire) and whoever
+			 * holds this mutex next see the publisher's writes. */
+			atomic_store_explicit(&b->state, st & ~KVPI_ST_PRIVATE,
+			                      memory_order_release);
+	}
 	if (sh != held)
 		pthread_mutex_unlock(&sh->lock);
-	return true;
+	return u;
 }
 
 /*
  * unprivate_try for a match that holds no lock and is outside any
  * read-side section: it waits for the owner's shard mutex.  Returns when
- * @b is no longer private and published.
+ * block @id is no longer private and published, or is so under another
+ * key than (@tag, @key).
  */
-static void unprivate_wait(struct kvp_pool *p, struct kvpi_block *b)
+static void unprivate_wait(struct kvp_pool *p, uint32_t id, uint32_t tag, const kvp_hash *key)
 {
+	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
+	const struct kvpi_pside *e = kvpi_pfx_side(p->prefix, id);
 	for (;;) {
 		/* acquire: as in unprivate_try. */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
@@ -92,8 +121,10 @@ static void unprivate_wait(struct kvp_pool *p, struct kvpi_block *b)
 		kvp_owner o = atomic_load_explicit(&b->owner, memory_order_acquire);
 		struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, o);
 		pthread_mutex_lock(&sh->lock);
-		(void)unprivate_try(p, sh, b, st);
+		enum unpriv u = unprivate_try(p, sh, b, e, tag, key, st);
 		pthread_mutex_unlock(&sh->lock);
+		if (u == UP_MISS)
+			return;
 	}
 }
 
@@ -111,14 +142,6 @@ static bool own_private(struct kvpi_block *b, kvp_owner owner, uint64_t seen)
 		return false;
 	/* relaxed: after the acquire load above. */
 	return atomic_load_explicit(&b->state, memory_order_relaxed) == seen;
-}
-
-/* Whether @e is published under (@tag, @key): under the block's lock, or
- * the owner's shard mutex of a private block. */
-static bool same_key(const struct kvpi_pside *e, uint32_t tag, const kvp_hash *key)
-{
-	return e->pub && e->pub_stream == tag && e->pub_key.lo == key->lo &&
-	       e->pub_key.hi == key->hi;
 }
 
 /*
@@ -151,8 +174,9 @@ static enum hold take_hold(struct kvp_pool *p, struct kvpi_oshard *sh, struct kv
 			*out = KVP_MAKE_REF(id, kvpi_st_gen(seen));
 			return H_TAKEN;
 		}
-		if (!unprivate_try(p, sh, b, seen))
-			return H_BUSY;
+		enum unpriv u = unprivate_try(p, sh, b, e, tag, key, seen);
+		if (u != UP_AGAIN)
+			return u == UP_BUSY ? H_BUSY : H_MISS;
 	}
 	/* Evicted and published again meanwhile, or another key of the
 	 * same index tag: a miss. */
@@ -209,8 +233,8 @@ struct match_call {
 	const kvp_hash *keys;
 	size_t n_keys;
 	kvp_ref *refs;
-	size_t i;                /* keys matched so far */
-	struct kvpi_block *busy; /* set when a section ended on a busy private block */
+	size_t i;      /* keys matched so far */
+	uint32_t busy; /* a busy private block a section ended on (key i), or KVPI_NO_ID */
 };
 
 /*
@@ -259,7 +283,7 @@ static int match_section(struct kvp_pool *p, struct kvpi_tslot *s, struct kvpi_o
 			j++;
 		c->i = i + j;
 		if (h == H_BUSY)
-			c->busy = kvpi_bt_block(&p->bt, ids[j]);
+			c->busy = ids[j];
 		if (j < n)
 			break;
 	}
@@ -312,14 +336,15 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 	                       .format = (uint32_t)format,
 	                       .keys = keys,
 	                       .n_keys = n_keys,
-	                       .refs = refs};
+	                       .refs = refs,
+	                       .busy = KVPI_NO_ID};
 	int rc;
 	/* Usually one section.  One that ended on a busy private block is
 	 * followed by a wait for that block's owner (no lock held), then
 	 * another section from where it stopped. */
-	while ((rc = match_section(p, s, sh, &c)) == KVP_OK && c.busy) {
-		unprivate_wait(p, c.busy);
-		c.busy = NULL;
+	while ((rc = match_section(p, s, sh, &c)) == KVP_OK && c.busy != KVPI_NO_ID) {
+		unprivate_wait(p, c.busy, c.tag, &c.keys[c.i]);
+		c.busy = KVPI_NO_ID;
 	}
 	/* Out of memory in a later section: the holds taken stand, and the
 	 * match stops short (kvpool/prefix.h). */
