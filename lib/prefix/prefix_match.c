@@ -14,14 +14,16 @@
  * lib/prefix/prefix_internal.h, "Private blocks") is made ordinary before
  * it is locked: PRIVATE cleared with one store under the publisher's shard
  * mutex, once its key, read under that mutex, is the one looked up (the
- * index compares tags of hashes; another key of the same tag is a miss
- * and leaves the block private).  That mutex is the matcher's own when the publisher is in its
- * shard; else it is tried, never waited for, since the matcher holds its own.  If it is busy the
- * section ends there; the match waits for that mutex with no lock held and outside any read-side
- * section, makes the block ordinary, and goes on in a new section from that key.  So a call is one
- * section but for such waits, and the holds of each section are taken
- * under its own mutex hold: a kvp_free_all of the same owner racing the
- * call may end those of the sections before it (kvpool/prefix.h).
+ * index compares tags of hashes; another key of the same tag is a miss and
+ * leaves the block private).  That mutex is the matcher's own when the
+ * publisher is in its shard; else it is tried, never waited for, since the
+ * matcher holds its own.  If it is busy the section ends there; the match
+ * waits for that mutex with no lock held and outside any read-side section,
+ * makes the block ordinary, and goes on in a new section from that key.  So
+ * a call is one section but for such waits, and the holds of each section
+ * are taken under its own mutex hold: a kvp_free_all of the same owner
+ * racing the call may end those of the sections before it
+ * (kvpool/prefix.h).
  */
 #include "lib/prefix/prefix_internal.h"
 
