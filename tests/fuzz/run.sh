@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/fuzz/run.sh - long libFuzzer runs (docs/TESTING.md).
 #
-#   tests/fuzz/run.sh [SECONDS] [TARGET...]     default: 900 s each, all four targets
+#   tests/fuzz/run.sh [SECONDS] [TARGET...]     default: 900 s each, all five targets
 #
 # Builds the targets with --config=asan (ASan + LSan + UBSan, library built
 # with coverage), then runs each for SECONDS, one after another, on a
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/../.."
 secs=${1:-900}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(pool_fuzz bufcache_fuzz trace_fuzz kvcache_fuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(pool_fuzz bufcache_fuzz trace_fuzz kvcache_fuzz prefix_fuzz)
 bazel build --config=asan "${targets[@]/#/\/\/tests\/fuzz:}"
 for t in "${targets[@]}"; do
 	mkdir -p "fuzz-work/$t"
