@@ -114,7 +114,9 @@ struct kvp_pool {
 	struct kvpi_blocktable bt;
 	_Atomic uint32_t n_ids; /* blocks ever created; release-published */
 
-	struct kvpi_freestack fs[2];
+	/* On lines of their own: every push and pop writes a head, and n_ids
+	 * above is read by every free. */
+	struct kvpi_freestack fs[2] __attribute__((aligned(64)));
 	/* Raised by drainers (seq_cst RMW) before their heavy barrier; read
 	 * by owners entering a magazine.  See the protocol in lib/pool/magazine.h. */
 	_Atomic uint32_t starving[2] __attribute__((aligned(64)));
