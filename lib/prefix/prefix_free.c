@@ -98,8 +98,10 @@ static void cache_flush(struct kvp_pool *p, struct kvpi_tslot *s, struct cache_b
 	kvpi_pfx_lru_insert_many(p->prefix, s, si, cb->ids[si], n);
 	/* counted before the unlocks make them claimable */
 	kvpi_pfx_count_one(p->prefix, si, (int64_t)n);
+	struct kvpi_block *seg0 = p->bt.seg0;
+	uint32_t n0 = p->bt.n0;
 	for (uint32_t i = 0; i < n; i++)
-		kvpi_pfx_unlock(kvpi_bt_block(&p->bt, cb->ids[si][i]), cb->st[si][i]);
+		kvpi_pfx_unlock(kvpi_bt_block_at(&p->bt, seg0, n0, cb->ids[si][i]), cb->st[si][i]);
 	cb->n[si] = 0;
 }
 
@@ -145,12 +147,11 @@ static uint64_t drop_lock(struct kvp_pool *p, struct kvpi_tslot *s, struct cache
  * before the block became cached.
  */
 static inline __attribute__((always_inline)) enum drop
-drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id, uint32_t gen, bool any_gen,
-          kvp_owner owner, uint64_t *st_out, struct cache_batch *cb)
+drop_hold_at(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id, struct kvpi_block *b,
+             struct kvpi_pside *e, uint32_t gen, bool any_gen, kvp_owner owner, uint64_t *st_out,
+             struct cache_batch *cb)
 {
 	struct kvpi_prefix *pf = p->prefix;
-	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
-	struct kvpi_pside *e = kvpi_pfx_side(pf, id);
 	struct drop_arg arg = {gen, any_gen};
 	uint64_t seen;
 
@@ -228,6 +229,15 @@ drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id, uint32_t gen, b
 	*st_out = st;
 	kvpi_pfx_unlock(b, kvpi_freed_state(st));
 	return D_FREED;
+}
+
+/* drop_hold_at of block @id, its metadata and side entry looked up. */
+static inline __attribute__((always_inline)) enum drop
+drop_hold(struct kvp_pool *p, struct kvpi_tslot *s, uint32_t id, uint32_t gen, bool any_gen,
+          kvp_owner owner, uint64_t *st_out, struct cache_batch *cb)
+{
+	return drop_hold_at(p, s, id, kvpi_bt_block(&p->bt, id), kvpi_pfx_side(p->prefix, id), gen,
+	                    any_gen, owner, st_out, cb);
 }
 
 static inline __attribute__((always_inline)) void
@@ -379,13 +389,22 @@ int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 		return KVP_ENOENT;
 	}
 	/* Last block first: published ones become cached in that order, so
-	 * eviction takes the end of a sequence before its beginning. */
+	 * eviction takes the end of a sequence before its beginning.  The
+	 * first segments of the block and side tables are read once (they
+	 * never change): the atomics in the loop would make the compiler
+	 * load them again for every block. */
+	struct kvpi_block *bseg0 = p->bt.seg0;
+	uint32_t bn0 = p->bt.n0;
+	struct kvpi_pside *pseg0 = p->prefix->seg0;
+	uint32_t pn0 = p->prefix->n0;
 	for (uint32_t i = r->ids.len; i-- > 0;) {
 		uint32_t id = r->ids.ids[i];
 		if (id == KVPI_NO_ID)
 			continue;
 		uint64_t fst = 0;
-		enum drop d = drop_hold(p, s, id, 0, true, owner, &fst, &cb);
+		struct kvpi_pside *e = id < pn0 ? &pseg0[id] : kvpi_pfx_side(p->prefix, id);
+		enum drop d = drop_hold_at(p, s, id, kvpi_bt_block_at(&p->bt, bseg0, bn0, id), e, 0,
+		                           true, owner, &fst, &cb);
 		note(p, s, &a, d, fst, id);
 	}
 	cache_flush_all(p, s, &cb);
