@@ -54,26 +54,30 @@ static void note(void *m, void *ra)
 	}
 }
 
+typedef int mutex_fn(pthread_mutex_t *);
+
+/* Call libc's @name (looked up once into *@real) on @m; count it when it
+ * took the mutex, for the caller at @ra. */
+static int counted(const char *name, mutex_fn **real, pthread_mutex_t *m, void *ra)
+{
+	if (!*real)
+		*real = (mutex_fn *)dlsym(RTLD_NEXT, name);
+	int rc = (*real)(m);
+	if (rc == 0)
+		note(m, ra);
+	return rc;
+}
+
 int pthread_mutex_lock(pthread_mutex_t *m)
 {
-	static int (*real)(pthread_mutex_t *);
-	if (!real)
-		real = (int (*)(pthread_mutex_t *))dlsym(RTLD_NEXT, "pthread_mutex_lock");
-	int rc = real(m);
-	if (rc == 0)
-		note(m, __builtin_return_address(0));
-	return rc;
+	static mutex_fn *real;
+	return counted("pthread_mutex_lock", &real, m, __builtin_return_address(0));
 }
 
 int pthread_mutex_trylock(pthread_mutex_t *m)
 {
-	static int (*real)(pthread_mutex_t *);
-	if (!real)
-		real = (int (*)(pthread_mutex_t *))dlsym(RTLD_NEXT, "pthread_mutex_trylock");
-	int rc = real(m);
-	if (rc == 0)
-		note(m, __builtin_return_address(0));
-	return rc;
+	static mutex_fn *real;
+	return counted("pthread_mutex_trylock", &real, m, __builtin_return_address(0));
 }
 
 __attribute__((destructor)) static void report(void)
