@@ -22,7 +22,8 @@
  *   - a match for another key of the same index hash (a twin: the index
  *     gives the private block for it) is a miss and leaves the block
  *     private, the publisher's shard mutex free or busy; the real keys
- *     then match;
+ *     then match; a match that waited for a busy mutex and found a twin
+ *     ends there, trying that mutex once (trylock wrapped to fail);
  *   - kvp_prefix_reset drops the keys of private blocks, also when their
  *     owner's shard mutex is busy during its index pass (8 of them, and
  *     200: more than it keeps on its stack); the owner's kvp_free_all then
@@ -30,6 +31,7 @@
  */
 #include <kvpool/kvpool.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -281,6 +283,47 @@ static void test_twin_key_leaves_block_private(void)
 	twin_misses(false, true);
 }
 
+/* pthread_mutex_trylock, wrapped (tests/BUILD): fails with EBUSY on
+ * fail_mutex while fail_left lasts, counting the failures. */
+static pthread_mutex_t *_Atomic fail_mutex;
+static _Atomic int fail_left, fail_count;
+int __real_pthread_mutex_trylock(pthread_mutex_t *m);
+int __wrap_pthread_mutex_trylock(pthread_mutex_t *m)
+{
+	if (m == atomic_load(&fail_mutex) && atomic_fetch_sub(&fail_left, 1) > 0) {
+		atomic_fetch_add(&fail_count, 1);
+		return EBUSY;
+	}
+	return __real_pthread_mutex_trylock(m);
+}
+
+/*
+ * A twin met while the publisher's shard mutex is busy: the match waits
+ * for the mutex once, finds the other key, and ends there (a miss).  It
+ * must not go back to a new section that meets the same block and tries
+ * the mutex again: here every try would fail, 50 times.
+ */
+static void test_twin_busy_once(void)
+{
+	kvp_pool *p = tpx_pool(BS, 64);
+	kvp_ref r[N], got[N];
+	kvp_hash k[N];
+	publish_n(p, 1, 7, r, k);
+	kvp_owner b = owner_near(p, 1, false);
+	kvp_hash t = twin(k[0]);
+	atomic_store(&fail_count, 0);
+	atomic_store(&fail_left, 50);
+	atomic_store(&fail_mutex, &kvpi_owners_shard(&p->owners, 1)->lock);
+	size_t m;
+	CHECK_EQ(kvp_prefix_match(p, KVP_KV, KVP_FP16, &t, 1, b, got, N, &m), KVP_OK);
+	atomic_store(&fail_mutex, NULL);
+	CHECK_EQ(m, 0);
+	CHECK_EQ(atomic_load(&fail_count), 1);
+	check_holders(p, r, 1, true);
+	CHECK_EQ(kvp_free_all(p, 1), KVP_OK);
+	kvp_pool_destroy(p);
+}
+
 /* Owner 1 publishes @n blocks (at most MANY) of a pool of 2 * MANY;
  * a reset, run while its shard mutex is free or (@busy) held, drops their
  * keys. */
@@ -335,6 +378,7 @@ int main(void)
 	RUN(test_match_same_shard);
 	RUN(test_match_waits_for_busy_owner);
 	RUN(test_twin_key_leaves_block_private);
+	RUN(test_twin_busy_once);
 	RUN(test_reset_private);
 	RUN(test_reset_waits_for_busy_owner);
 	return 0;

@@ -74,10 +74,10 @@
  * snapshot waits meanwhile).  Between the index add and the PUBLISHED store
  * a matcher that finds it sees it unpublished and refuses it without a CAS,
  * and a refused publish leaves it as it was.  A match that finds it
- * published and private first clears PRIVATE with one store under the
- * owner's mutex (its own, when the owner is in its shard; another taken
- * only with trylock, else after its section, with no lock held), then locks
- * it as any published block.  A private block is listed only while so locked
+ * published and private first checks its key and clears PRIVATE with one
+ * store under the owner's mutex (its own, when the owner is in its shard;
+ * another taken only with trylock, else after its section, with no lock
+ * held), then locks it as any published block.  A private block is listed only while so locked
  * by its last release, so an evictor leaves it, and no lock path accepts a
  * private state: no CAS ever meets one.  The bit never comes back in a
  * generation, so a lock path that sees it clear may lock as below.  A reader
@@ -130,8 +130,8 @@
  *     and the evictor moves on.  If the evictor won, EVICTING is not
  *     lockable, and the key is a miss.
  *   - A matcher found the block's id in the index before it locked.  So
- *     after locking it checks that the block is still published under the
- *     very key it looked up (pside.pub, .pub_stream, .pub_key).  Those
+ *     after locking (a private one: under its owner's mutex first) it checks
+ *     the key it looked up (pside.pub, .pub_stream, .pub_key).  Those
  *     fields change only while locked or while EVICTING.  So a block
  *     evicted and published again under another key is a miss, never a
  *     wrong hit.
@@ -187,8 +187,8 @@
  *   .pub_stream                mutex of a private block, or   shard mutex while the
  *                              an evictor (EVICTING,          index holds the block
  *                              exclusive); the key set before (uniqueness check)
- *                              the index add, pub after it;
- *                              cleared after the delete
+ *                              the index add, pub after it;   the owner's shard mutex
+ *                              cleared after the delete       of a private block
  *   pside.listed, lru links,   LRU shard mutex (+ block lock  LRU shard mutex; listed
  *   seq and shard              for listed and shard, or the   and shard also under
  *                              claim: EVICTING, exclusive)    the block lock

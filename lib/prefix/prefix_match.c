@@ -19,7 +19,8 @@
  * publisher is in its shard; else it is tried, never waited for, since the
  * matcher holds its own.  If it is busy the section ends there; the match
  * waits for that mutex with no lock held and outside any read-side section,
- * makes the block ordinary, and goes on in a new section from that key.  So
+ * makes the block ordinary, and goes on in a new section from that key (or,
+ * when the block turns out to hold another key, ends there: a miss).  So
  * a call is one section but for such waits, and the holds of each section
  * are taken under its own mutex hold: a kvp_free_all of the same owner
  * racing the call may end those of the sections before it
@@ -107,11 +108,12 @@ static enum unpriv unprivate_try(struct kvp_pool *p, struct kvpi_oshard *held, s
 
 /*
  * unprivate_try for a match that holds no lock and is outside any
- * read-side section: it waits for the owner's shard mutex.  Returns when
- * block @id is no longer private and published, or is so under another
- * key than (@tag, @key).
+ * read-side section: it waits for the owner's shard mutex.  Returns false
+ * once block @id is no longer private and published; true when it is so
+ * under another key than (@tag, @key), which is then a miss (the caller
+ * ends the match there rather than meet the block again).
  */
-static void unprivate_wait(struct kvp_pool *p, uint32_t id, uint32_t tag, const kvp_hash *key)
+static bool unprivate_wait(struct kvp_pool *p, uint32_t id, uint32_t tag, const kvp_hash *key)
 {
 	struct kvpi_block *b = kvpi_bt_block(&p->bt, id);
 	const struct kvpi_pside *e = kvpi_pfx_side(p->prefix, id);
@@ -119,14 +121,14 @@ static void unprivate_wait(struct kvp_pool *p, uint32_t id, uint32_t tag, const 
 		/* acquire: as in unprivate_try. */
 		uint64_t st = atomic_load_explicit(&b->state, memory_order_acquire);
 		if (!private_published(st))
-			return;
+			return false;
 		kvp_owner o = atomic_load_explicit(&b->owner, memory_order_acquire);
 		struct kvpi_oshard *sh = kvpi_owners_shard(&p->owners, o);
 		pthread_mutex_lock(&sh->lock);
 		enum unpriv u = unprivate_try(p, sh, b, e, tag, key, st);
 		pthread_mutex_unlock(&sh->lock);
 		if (u == UP_MISS)
-			return;
+			return true;
 	}
 }
 
@@ -343,10 +345,15 @@ int kvp_prefix_match(kvp_pool *p, kvp_stream stream, kvp_format format, const kv
 	int rc;
 	/* Usually one section.  One that ended on a busy private block is
 	 * followed by a wait for that block's owner (no lock held), then
-	 * another section from where it stopped. */
+	 * another section from where it stopped; or, when the block holds
+	 * another key of the same tag, the match ends there (a miss: a new
+	 * section would meet the same block and might have to wait again,
+	 * with no bound). */
 	while ((rc = match_section(p, s, sh, &c)) == KVP_OK && c.busy != KVPI_NO_ID) {
-		unprivate_wait(p, c.busy, c.tag, &c.keys[c.i]);
+		bool miss = unprivate_wait(p, c.busy, c.tag, &c.keys[c.i]);
 		c.busy = KVPI_NO_ID;
+		if (miss)
+			break;
 	}
 	/* Out of memory in a later section: the holds taken stand, and the
 	 * match stops short (kvpool/prefix.h). */
