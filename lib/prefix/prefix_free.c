@@ -402,9 +402,9 @@ int kvpi_pfx_free_all(struct kvp_pool *p, kvp_owner owner)
 		if (id == KVPI_NO_ID)
 			continue;
 		uint64_t fst = 0;
-		struct kvpi_pside *e = id < pn0 ? &pseg0[id] : kvpi_pfx_side(p->prefix, id);
-		enum drop d = drop_hold_at(p, s, id, kvpi_bt_block_at(&p->bt, bseg0, bn0, id), e, 0,
-		                           true, owner, &fst, &cb);
+		enum drop d = drop_hold_at(p, s, id, kvpi_bt_block_at(&p->bt, bseg0, bn0, id),
+		                           kvpi_pfx_side_at(p->prefix, pseg0, pn0, id), 0, true,
+		                           owner, &fst, &cb);
 		note(p, s, &a, d, fst, id);
 	}
 	cache_flush_all(p, s, &cb);

@@ -1,21 +1,17 @@
 /*
  * lib/prefix/prefix_internal.h - the prefix cache inside the pool (kvpool/prefix.h).
  *
- * A pool made with prefix_cache keeps five things beside the ordinary block
- * path.
+ * A pool made with prefix_cache keeps five things beside the block path.
  *
  *   - Side entries.  Each block id has a side entry (struct kvpi_pside) in a
  *     two-level table that never moves.  The table is made of segments of
  *     KVPI_SEG_BLOCKS entries.  Segments are made with the pool's growth,
  *     under its grow mutex, and published with a release store.  An entry
- *     holds:
- *       - the hold count;
- *       - the XOR of the holders' owner ids;
- *       - a version, bumped by every locker that changes them (for
- *         lock-free readers);
- *       - the key it is published under (its index hash is made from it);
- *       - its LRU links and flags;
- *       - a hint of its position in its latest holder's hold array.
+ *     holds the hold count, the XOR of the holders' owner ids, a version
+ *     bumped by every locker that changes them (for lock-free readers), the
+ *     key it is published under (its index hash is made from it), its LRU
+ *     links and flags, and a hint of its position in its latest holder's
+ *     hold array.
  *   - A lock bit in each block's state word (KVPI_ST_LOCKED).  The block's
  *     prefix fields change only while it is set: hold count, holder XOR,
  *     owner, published key and LRU flags.  The store that clears the bit
@@ -77,14 +73,14 @@
  * published and private first checks its key and clears PRIVATE with one
  * store under the owner's mutex (its own, when the owner is in its shard;
  * another taken only with trylock, else after its section, with no lock
- * held), then locks it as any published block.  A private block is listed only while so locked
- * by its last release, so an evictor leaves it, and no lock path accepts a
- * private state: no CAS ever meets one.  The bit never comes back in a
- * generation, so a lock path that sees it clear may lock as below.  A reader
- * that wants the owner of a private block reads the state, then the owner,
- * takes that owner's mutex and reads both again: the same private state and
- * owner are that owner's hand-out (another would have needed the mutex).
- * docs/DESIGN.md ("Private blocks") has the measurements.
+ * held), then locks it as any published block.  A private block is listed
+ * only while so locked by its last release, so an evictor leaves it, and no
+ * lock path accepts a private state: no CAS ever meets one.  The bit never
+ * comes back in a generation, so a lock path that sees it clear may lock as
+ * below.  A reader that wants the owner of a private block reads the
+ * state, then the owner, takes that owner's mutex and reads both again: the
+ * same private state and owner are that owner's hand-out (another would
+ * have needed the mutex).  Measured: docs/DESIGN.md, "Private blocks".
  *
  * Block states in prefix mode (state word bits, lib/pool/blocktable.h).
  * "lock" = CAS st -> st|LOCKED from a checked st; "unlock to S" = release
@@ -241,18 +237,15 @@
 #define KVPI_PFX_LRU_SHARDS    16u
 #define KVPI_PFX_COUNT_STRIPES 16u
 /* Eviction is least recently cached first across shards to within this
- * window: a batch takes blocks of its home shard cached up to the window
- * past the other shards' oldest, and a batch from another shard blocks
- * cached up to the window past the next shard's oldest
- * (lib/prefix/prefix_lru.c). */
+ * window: a batch takes blocks cached up to it past the other shards' (home
+ * batch) or the next shard's (another shard's) oldest (prefix_lru.c). */
 #define KVPI_PFX_LRU_WINDOW_NS 20000000u
 /* An evicting allocation drains the idle threads' magazines first, at most
  * once in this many nanoseconds per stream (lib/prefix/prefix_alloc.c). */
 #define KVPI_PFX_IDLE_DRAIN_NS 1000000u
-/* A small allocation that leaves its stream's free stack empty and more
- * than KVPI_PFX_EVICT_AHEAD_CACHED blocks of it cached evicts up to this
- * many blocks ahead into its thread's magazine (lib/prefix/prefix_alloc.c,
- * "Evicting ahead"). */
+/* A small allocation that leaves its stream's free stack empty, with more
+ * than KVPI_PFX_EVICT_AHEAD_CACHED blocks cached, evicts up to this many into
+ * its thread's magazine (lib/prefix/prefix_alloc.c, "Evicting ahead"). */
 #define KVPI_PFX_EVICT_AHEAD        64u
 #define KVPI_PFX_EVICT_AHEAD_CACHED 4096u
 /* Side table: top level of KVPI_PFX_TOP entries, each a segment directory of
@@ -269,10 +262,9 @@ struct kvpi_pside {
 	_Atomic uint32_t version; /* bumped by every locker that changes holders or owner */
 	_Atomic uint32_t pos_hint;
 	/* The generation of the block's latest fresh hand-out (allocation,
-	 * growth, eviction).  It is kept when a match revives the block.  It
-	 * names the hand-out the block's storage rows belong to
-	 * (lib/prefix/prefix_epoch.c).  Written only by the hand-out, while it
-	 * holds the block exclusively. */
+	 * growth, eviction), kept when a match revives it: the hand-out its
+	 * storage rows belong to (lib/prefix/prefix_epoch.c).  Written only by
+	 * the hand-out, while it holds the block exclusively. */
 	_Atomic uint32_t epoch;
 	_Atomic uint64_t owner_xor;
 	/* The key the block is published under (while pub). */
@@ -358,11 +350,13 @@ struct kvpi_prefix {
 	struct kvpi_plru lru[2][KVPI_PFX_LRU_SHARDS];
 };
 
-/* The side entry of @id: created (below kvp_pool_n_ids or from a free stack). */
-static inline struct kvpi_pside *kvpi_pfx_side(struct kvpi_prefix *pf, uint32_t id)
+/* The side entry of @id (created: below kvp_pool_n_ids or from a free stack),
+ * given the table's first segment @seg0 of @n0 entries (read once by a loop). */
+static inline struct kvpi_pside *kvpi_pfx_side_at(struct kvpi_prefix *pf, struct kvpi_pside *seg0,
+                                                  uint32_t n0, uint32_t id)
 {
-	if (__builtin_expect(id < pf->n0, 1))
-		return &pf->seg0[id];
+	if (__builtin_expect(id < n0, 1))
+		return &seg0[id];
 	/* acquire (both): pairs with the release stores of kvpi_pfx_extend, so
 	 * the entries initialised before publication are seen. */
 	_Atomic(struct kvpi_pside *) *mid = atomic_load_explicit(
@@ -370,6 +364,12 @@ static inline struct kvpi_pside *kvpi_pfx_side(struct kvpi_prefix *pf, uint32_t 
 	struct kvpi_pside *seg = atomic_load_explicit(
 	    &mid[(id >> KVPI_SEG_SHIFT) & (KVPI_PFX_MID - 1)], memory_order_acquire);
 	return &seg[id & KVPI_SEG_MASK];
+}
+
+/* The side entry of @id: kvpi_pfx_side_at with the table's first segment. */
+static inline struct kvpi_pside *kvpi_pfx_side(struct kvpi_prefix *pf, uint32_t id)
+{
+	return kvpi_pfx_side_at(pf, pf->seg0, pf->n0, id);
 }
 
 /*
