@@ -7,7 +7,7 @@
  * One thread, one pool of 1024 16-token blocks: a call of kvp_allocate (one
  * block, or 7 blocks: 100 tokens) and kvp_free_all per request, the fast
  * path a decode step takes.  Three settings of the sampling mask
- * (lib/testing/latency.h): off (the baseline), the default (one call in 64
+ * (lib/testing/latency.h): off (the baseline), the default (one call in 1024
  * timed) and every call timed.  The settings take turns for ROUNDS rounds
  * (default 15) of CALLS requests each (default 200000), so machine noise
  * falls on all three alike; for each setting the median round's CPU ns per
@@ -59,7 +59,7 @@ int main(int argc, char **argv)
 		const char *name;
 		uint32_t mask;
 	} set[3] = {{"off (baseline)", UINT32_MAX},
-	            {"1 in 64 (default)", KVPI_LAT_EVERY - 1},
+	            {"1 in 1024 (default)", KVPI_LAT_EVERY - 1},
 	            {"every call", 0}};
 	static const uint32_t tokens[2] = {16, 100};
 	kvp_pool *p;
@@ -73,8 +73,7 @@ int main(int argc, char **argv)
 		round_ns(p, tokens[t], calls); /* warm-up */
 		for (int r = 0; r < rounds; r++)
 			for (int s = 0; s < 3; s++) {
-				atomic_store_explicit(&kvpi_lat_mask, set[s].mask,
-				                      memory_order_relaxed);
+				kvpi_lat_set_mask(set[s].mask);
 				ns[s][r] = round_ns(p, tokens[t], calls);
 			}
 		printf("%u tokens (%u block%s) per request:\n", tokens[t], (tokens[t] + 15) / 16,
@@ -88,7 +87,7 @@ int main(int argc, char **argv)
 			printf("  %-18s %7.1f ns  %.3fx\n", set[s].name, med, med / base);
 		}
 	}
-	atomic_store_explicit(&kvpi_lat_mask, KVPI_LAT_EVERY - 1, memory_order_relaxed);
+	kvpi_lat_set_mask(KVPI_LAT_EVERY - 1);
 	kvp_pool_destroy(p);
 	return 0;
 }

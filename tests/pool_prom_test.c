@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "lib/testing/latency.h"
 #include "tests/testutil.h"
 
 static kvp_pool *make_pool(uint32_t n, bool separate, bool grow, uint32_t max, bool prefix)
@@ -219,6 +220,50 @@ static void test_latency_histogram_sampled(void)
 	kvp_pool_destroy(p);
 }
 
+/* @calls one-block allocations (and free_all) of owner 7 in this thread. */
+static void allocs(kvp_pool *p, int calls)
+{
+	kvp_ref r;
+	size_t n;
+	for (int i = 0; i < calls; i++) {
+		CHECK_EQ(kvp_allocate(p, KVP_K, 16, 7, KVP_FP16, &r, 1, &n), KVP_OK);
+		CHECK_EQ(kvp_free_all(p, 7), KVP_OK);
+	}
+}
+
+static unsigned long long lat_count(kvp_pool *p)
+{
+	kvp_pool *names_p[1] = {p};
+	const char *names[1] = {"per"};
+	size_t len;
+	CHECK_EQ(kvp_pools_to_prometheus(names_p, names, 1, buf, sizeof buf, &len), KVP_OK);
+	return hist_count(buf, "per");
+}
+
+/* The sampling period, set by the calling thread, starts there: 0 times
+ * every call, UINT32_MAX none of the next ones, the default one in 1024
+ * counted from the setting, whatever the thread's countdown was. */
+static void test_latency_period_setting(void)
+{
+	kvp_pool *p = make_pool(64, true, false, 0, false);
+	allocs(p, 300); /* mid-period: a countdown that must not leak into the settings */
+	unsigned long long c0 = lat_count(p);
+	kvpi_lat_set_mask(0);
+	allocs(p, 37);
+	CHECK_EQ(lat_count(p), c0 + 37);
+	kvpi_lat_set_mask(UINT32_MAX);
+	allocs(p, 3000);
+	CHECK_EQ(lat_count(p), c0 + 37);
+	kvpi_lat_set_mask(KVPI_LAT_EVERY - 1);
+	allocs(p, KVPI_LAT_EVERY - 1);
+	CHECK_EQ(lat_count(p), c0 + 37);
+	allocs(p, 1);
+	CHECK_EQ(lat_count(p), c0 + 38);
+	allocs(p, 2 * KVPI_LAT_EVERY);
+	CHECK_EQ(lat_count(p), c0 + 40);
+	kvp_pool_destroy(p);
+}
+
 /* The dump names no cap "unbounded" (text) and null (JSON), a cap by its value. */
 static char *dump_of(kvp_pool *p, unsigned flags)
 {
@@ -326,6 +371,7 @@ int main(int argc, char **argv)
 	RUN(test_two_pools_one_family_set);
 	RUN(test_prefix_form_config_info);
 	RUN(test_latency_histogram_sampled);
+	RUN(test_latency_period_setting);
 	RUN(test_dump_unbounded);
 	test_show_stats_at_exit("/proc/self/exe");
 	printf("ok test_show_stats_at_exit\n");

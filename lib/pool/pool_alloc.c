@@ -453,7 +453,7 @@ fast_take(struct kvp_pool *p, struct kvpi_tslot *s, int si, kvp_owner owner, uin
 /*
  * kvp_allocate's body; the function itself (below) only decides whether this
  * call is one of the thread's sampled ones (lib/pool/pool_latency.h).  Always
- * inlined, so that the untimed path is this code with one TLS increment and
+ * inlined, so that the untimed path is this code with one TLS decrement and
  * a branch in front, its tail calls kept.
  */
 static inline __attribute__((always_inline)) int allocate_body(kvp_pool *p, kvp_stream stream,

@@ -23,7 +23,7 @@ const uint64_t kvpi_lat_bound_ns[KVPI_LAT_N] = {
 };
 
 _Atomic uint32_t kvpi_lat_mask = KVPI_LAT_EVERY - 1;
-__thread uint32_t kvpi_lat_ctr __attribute__((tls_model("initial-exec")));
+__thread uint32_t kvpi_lat_left __attribute__((tls_model("initial-exec"))) = KVPI_LAT_EVERY;
 
 uint64_t kvpi_lat_now(void)
 {
