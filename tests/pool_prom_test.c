@@ -300,6 +300,40 @@ static void test_dump_unbounded(void)
 	kvp_pool_destroy(p);
 }
 
+/* A prefix pool grows in its own layer (the pool's own growth is off
+ * there): the report still says growth is on, and that the prefix cache is. */
+static void test_dump_prefix_growth(void)
+{
+	kvp_pool *p = make_pool(8, false, true, 0, true);
+	kvp_ref refs[20];
+	size_t n;
+	CHECK_EQ(kvp_allocate(p, KVP_KV, 20 * 16, 1, KVP_FP16, refs, 20, &n), KVP_OK);
+	CHECK_EQ(n, 20);
+	char *s = dump_of(p, 0);
+	CHECK(strstr(s, "  prefix cache      on\n") != NULL);
+	CHECK(strstr(s, "growth            on, max_blocks unbounded\n") != NULL);
+	free(s);
+	s = dump_of(p, KVP_DUMP_JSON);
+	CHECK(strstr(s, "\"prefix_cache\":true,") != NULL);
+	CHECK(strstr(s, "\"grow_on_exhaustion\":true,") != NULL);
+	free(s);
+	CHECK_EQ(kvp_free_all(p, 1), KVP_OK);
+	kvp_pool_destroy(p);
+	p = make_pool(8, false, false, 0, true);
+	s = dump_of(p, KVP_DUMP_JSON);
+	CHECK(strstr(s, "\"grow_on_exhaustion\":false,") != NULL);
+	free(s);
+	kvp_pool_destroy(p);
+	p = make_pool(8, false, true, 0, false);
+	s = dump_of(p, 0);
+	CHECK(strstr(s, "  prefix cache      off\n") != NULL);
+	free(s);
+	s = dump_of(p, KVP_DUMP_JSON);
+	CHECK(strstr(s, "\"prefix_cache\":false,") != NULL);
+	free(s);
+	kvp_pool_destroy(p);
+}
+
 /* The child: two pools, one destroyed (reported then), one left to exit. */
 static int exit_child(void)
 {
@@ -373,6 +407,7 @@ int main(int argc, char **argv)
 	RUN(test_latency_histogram_sampled);
 	RUN(test_latency_period_setting);
 	RUN(test_dump_unbounded);
+	RUN(test_dump_prefix_growth);
 	test_show_stats_at_exit("/proc/self/exe");
 	printf("ok test_show_stats_at_exit\n");
 	return 0;

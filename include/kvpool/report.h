@@ -147,8 +147,10 @@ int kvp_pools_to_prometheus(kvp_pool *const *pools, const char *const *names, si
  * @flags: 0 for a multi-line human report, KVP_DUMP_JSON for one JSON
  *         object on one line
  *
- * The report holds the layout: block size, separate K/V, thread cache,
- * growth and its cap.  A pool without a cap shows "unbounded" (JSON null).
+ * The report holds the layout: block size, separate K/V, whether the
+ * prefix cache is on (JSON "prefix_cache"), thread cache, growth as
+ * configured (grow_on_exhaustion, in either mode) and its cap.  A pool
+ * without a cap shows "unbounded" (JSON null).
  * It then holds the blocks managed, in use and free per stream, the usage
  * ratio, the cumulative counters of kvp_stats and the fragmentation.  The
  * report is composed in memory first and written with one fwrite.

@@ -131,6 +131,7 @@ int kvpi_pool_create(const kvp_pool_config *cfg, struct kvp_pool **out)
 	p->si_of[KVP_KV] = cfg->separate_kv ? -1 : 0;
 	p->si_of[3] = -1;
 	p->grow = cfg->grow_on_exhaustion;
+	p->grow_cfg = cfg->grow_on_exhaustion;
 	p->n_blocks_initial = cfg->n_blocks;
 	p->uid = atomic_fetch_add_explicit(&next_uid, 1, memory_order_relaxed);
 	pthread_mutex_init(&p->grow_lock, NULL);

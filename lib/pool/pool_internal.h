@@ -104,6 +104,7 @@ struct kvp_pool {
 	bool separate_kv;
 	int8_t si_of[4]; /* stream -> stream index, or -1 (kvpi_stream_index) */
 	bool grow;       /* false in prefix mode: that layer grows after eviction */
+	bool grow_cfg;   /* grow_on_exhaustion as configured, either mode (reports) */
 	uint64_t uid;    /* unique for the process's life; names the pool in TLS */
 	/* The mode above the pool (struct kvpi_pool_mode), or NULL for a plain
 	 * pool.  In the first cache line: every allocate and free tests it. */

@@ -109,7 +109,9 @@ static void dump_text(struct kvpi_text *t, kvp_pool *p, const kvp_stats *s,
 	kvpi_text_printf(t, "  layout            %s, block_size %u, thread_cache %u\n",
 	                 ns == 2 ? "separate K/V streams" : "one K+V stream", p->block_size,
 	                 p->thread_cache);
-	kvpi_text_printf(t, "  growth            %s, max_blocks ", p->grow ? "on" : "off");
+	kvpi_text_printf(t, "  prefix cache      %s\n", p->mode ? "on" : "off");
+	/* grow_cfg: in prefix mode p->grow is off and that layer grows. */
+	kvpi_text_printf(t, "  growth            %s, max_blocks ", p->grow_cfg ? "on" : "off");
 	if (p->max_blocks >= KVP_MAX_BLOCKS) /* max_blocks 0 in the config: no cap */
 		kvpi_text_printf(t, "unbounded\n");
 	else
@@ -148,14 +150,14 @@ static void dump_json(struct kvpi_text *t, kvp_pool *p, const kvp_stats *s,
 		snprintf(max_blocks, sizeof max_blocks, "%u", p->max_blocks);
 	kvpi_text_printf(
 	    t,
-	    "{\"version\":\"%s\",\"block_size\":%u,\"separate_kv\":%s,"
+	    "{\"version\":\"%s\",\"block_size\":%u,\"separate_kv\":%s,\"prefix_cache\":%s,"
 	    "\"thread_cache\":%u,\"grow_on_exhaustion\":%s,\"max_blocks\":%s,"
 	    "\"blocks_managed\":%llu,\"blocks_in_use\":%llu,\"peak_blocks_in_use\":%llu,"
 	    "\"usage_ratio\":%.6f,\"fragmentation\":%.6f,\"allocations\":%llu,"
 	    "\"frees\":%llu,\"reused\":%llu,\"exhausted\":%llu,\"grown\":%llu,"
 	    "\"retired\":%llu,\"stale_frees\":%llu,\"streams\":{",
-	    kvp_version(), p->block_size, ns == 2 ? "true" : "false", p->thread_cache,
-	    p->grow ? "true" : "false", max_blocks, (unsigned long long)s->n_blocks,
+	    kvp_version(), p->block_size, ns == 2 ? "true" : "false", p->mode ? "true" : "false",
+	    p->thread_cache, p->grow_cfg ? "true" : "false", max_blocks, (unsigned long long)s->n_blocks,
 	    (unsigned long long)in_use, (unsigned long long)s->peak_blocks_in_use,
 	    ratio(in_use, s->n_blocks), kvp_stats_fragmentation(s),
 	    (unsigned long long)s->n_allocations, (unsigned long long)s->n_frees,
