@@ -39,9 +39,10 @@ version=$(sed -n 's/^#define KVP_VERSION[[:space:]]*"\(.*\)"$/\1/p' "$R/include/
 # A clean copy: only source files, no bazel-* directory, no build output.
 mkdir -p "$src"
 # tools/ in the runfiles also holds Bazel's libkvpool.so and .a: only two files of it are taken.
-(cd "$R" && find CMakeLists.txt README.md LICENSE CHANGELOG.md include lib cmake tests \
+(cd "$R" && find CMakeLists.txt README.md LICENSE CHANGELOG.md include lib cmake tests docs \
 	tools/kvpool.pc.in tools/kvpool_headers.py \( -name '*.c' -o -name '*.h' -o -name '*.in' \
-	-o -name '*.cmake' -o -name '*.md' -o -name '*.txt' -o -name '*.py' -o -name LICENSE \) \
+	-o -name '*.cmake' -o -name '*.md' -o -name '*.txt' -o -name '*.py' -o -name LICENSE \
+	-o -name '*.png' -o -name '*.json' -o -name '*.yml' \) \
 	\( -type f -o -type l \) -print) |
 	while read -r f; do
 		mkdir -p "$src/$(dirname "$f")"

@@ -122,8 +122,8 @@ if cmake -S "$work/cmake_src" -B "$work/cmake_build2" -DCMAKE_PREFIX_PATH="$pref
 fi
 echo "ok cmake: find_package(kvpool 1.0) refused"
 
-# 4. Man pages: one per public function; groff finds nothing to warn about in
-# any of them; man -l renders kvp_allocate.3.
+# 4. Man pages: one per public function, and the overview pages; groff finds
+# nothing to warn about in any of them; man -l renders kvp_allocate.3.
 man3="$prefix/share/man/man3"
 "$R/tools/kvpool_headers.py" functions "$prefix"/include/kvpool/*.h >"$work/functions"
 n=0 pages=()
@@ -133,6 +133,23 @@ while read -r f; do
 	n=$((n + 1))
 done <"$work/functions"
 [ "$n" -ge 40 ] || fail "only $n public functions"
+# The overview pages: kvpool(3), one per header (its opening comment, with the
+# synchronization table), one per struct and enum (its definition).
+for f in kvpool kvpool_pool kvpool_prefix kvp_pool_config kvp_stats kvp_status kvp_stream; do
+	[ -f "$man3/$f.3" ] || fail "no man page $f.3"
+done
+pages=("$man3"/*.3)
+grep -q "Synchronization" "$man3/kvpool_pool.3" || fail "kvpool_pool.3 lacks the synchronization table"
+grep -q "grow_on_exhaustion" "$man3/kvp_pool_config.3" || fail "kvp_pool_config.3 lacks the fields"
+grep -q "kvpool_pool" "$man3/kvp_allocate.3" || fail "kvp_allocate.3 does not name kvpool_pool(3)"
+# NAME lines are plain text: no kernel-doc '@' left in them.
+for p in "${pages[@]}"; do
+	sed -n '/^\.SH NAME/{n;p;}' "$p" | grep -q "@" && fail "$(basename "$p"): '@' in NAME"
+done
+# The documentation the README and the headers name, under share/doc/kvpool/docs.
+for f in DESIGN.md PREFIX.md REPLAY.md grafana/kvpool.json prometheus/kvpool-alerts.yml; do
+	[ -f "$prefix/share/doc/kvpool/docs/$f" ] || fail "share/doc/kvpool/docs/$f not installed"
+done
 warn=$(groff -man -Tutf8 -ww -z "${pages[@]}" 2>&1) || fail "groff failed: $warn"
 [ -z "$warn" ] || fail "groff warns: $warn"
 page=$(MANWIDTH=80 man -l "$man3/kvp_allocate.3") || fail "man -l kvp_allocate.3 failed"

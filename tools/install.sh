@@ -11,8 +11,9 @@
 #   DIR/lib/libkvpool.a                         every object of //:kvpool
 #   DIR/lib/pkgconfig/kvpool.pc                 from tools/kvpool.pc.in
 #   DIR/lib/cmake/kvpool/kvpoolConfig*.cmake    from cmake/*.in: imported target kvpool::kvpool
-#   DIR/share/man/man3/kvp_*.3                  one page per public function (kernel-doc)
-#   DIR/share/doc/kvpool/                       README.md, LICENSE, CHANGELOG.md
+#   DIR/share/man/man3/*.3                      kvpool(3); a page per public function, struct,
+#                                               enum and header (kernel-doc, comments)
+#   DIR/share/doc/kvpool/                       README.md, LICENSE, CHANGELOG.md, docs/
 #   PURELIB/kvpool/*.py                         the Python package (python/README.md)
 # where PURELIB is where PYTHON (default: python3 on PATH) looks for packages
 # under DIR: its own site directory when that lies inside DIR (DIR=/usr/local
@@ -140,6 +141,18 @@ python3 "$here/kvpool_headers.py" man --quiet --out "$prefix/share/man/man3" \
 for f in README.md LICENSE CHANGELOG.md; do
 	[ -f "$root/$f" ] && install -m 0644 "$root/$f" "$prefix/share/doc/kvpool/"
 done
+# docs/ as the README and the headers name it: share/doc/kvpool/docs/PREFIX.md, ...
+# (the same files as CMakeLists.txt's install of docs/).
+if [ -d "$root/docs" ]; then
+	for pat in '*.md' 'img/*.png' 'grafana/*.json' 'prometheus/*.yml'; do
+		for f in "$root"/docs/$pat; do
+			[ -f "$f" ] || continue
+			d=$prefix/share/doc/kvpool/docs/$(dirname "${f#"$root"/docs/}")
+			install -d "$d"
+			install -m 0644 "$f" "$d/"
+		done
+	done
+fi
 
 pypath=
 if [ "$with_python" = 1 ] && [ -d "$root/python/kvpool" ]; then

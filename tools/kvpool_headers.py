@@ -3,7 +3,9 @@
 
     kvpool_headers.py functions HEADER...        the public function names, one a line
     kvpool_headers.py map HEADER...              the linker version script (KVPOOL_0 node)
-    kvpool_headers.py man --out DIR HEADER...    one man page (section 3) per function
+    kvpool_headers.py man --out DIR HEADER...    man pages (section 3): one per function,
+                                                 one per struct or enum, one per header
+                                                 (kvpool_pool for pool.h) and kvpool(3)
 
 The public API is what include/kvpool/*.h declare: every function
 declaration outside comments and preprocessor lines.  The version script
@@ -153,8 +155,13 @@ def protect(t):
 
 
 def highlight(text):
-    """@param -> italic param; kvp_name() stays plain."""
-    return re.sub(r"\*?@([A-Za-z_][A-Za-z0-9_]*)", r"\\fI\1\\fR", roff(text))
+    """@param -> italic param (*@param keeps its '*'); kvp_name() stays plain."""
+    return re.sub(r"@([A-Za-z_][A-Za-z0-9_]*)", r"\\fI\1\\fR", roff(text))
+
+
+def plain(text):
+    """@param -> param, for lines that take no font change (NAME)."""
+    return roff(re.sub(r"@([A-Za-z_][A-Za-z0-9_]*)", r"\1", text))
 
 
 def parse_doc(name, lines):
@@ -191,12 +198,12 @@ def is_preformatted(lines):
     return any(re.search(r"\S {3,}\S", ln) or ln.startswith("  ") for ln in lines)
 
 
-def man_page(name, decl, header, doc, version, siblings):
+def man_page(name, decl, header, doc, version, siblings, types=()):
     summary, params, paras = doc
     out = []
     out.append(f'.TH {name.upper()} 3 "" "kvpool {version}" "kvpool Library Functions"')
     out.append(".SH NAME")
-    out.append(f"{roff(name)} \\- {roff(summary)}")
+    out.append(f"{roff(name)} \\- {plain(summary)}")
     out.append(".SH SYNOPSIS")
     out.append(".nf")
     out.append(f".B #include <kvpool/{os.path.basename(header)}>")
@@ -227,9 +234,126 @@ def man_page(name, decl, header, doc, version, siblings):
                 out.append(".fi")
             else:
                 out.append(protect(highlight(" ".join(s.strip() for s in para))))
+    hpage = header_page(header)
+    out.append(".SH NOTES")
+    out.append(f"Where this page says \"above\", \"below\", \"the table\" or \"this header\", it "
+               f"means \\fI<kvpool/{os.path.basename(header)}>\\fR: its opening comment, with "
+               f"its synchronization table, is \\fB{roff(hpage)}\\fR(3), and each of its "
+               f"types has a page of its own (\\fBkvpool\\fR(3) lists them).")
     out.append(".SH SEE ALSO")
-    see = [s for s in siblings if s != name]
-    out.append(",\n".join(f".BR {s} (3)" for s in see) if see else ".BR kvpool (3)")
+    see = [hpage, "kvpool"] + list(types) + [s for s in siblings if s != name]
+    out.append(",\n".join(f".BR {roff(s)} (3)" for s in see))
+    return "\n".join(out) + "\n"
+
+
+def header_page(header):
+    """The name of a header's overview page: kvpool_pool for kvpool/pool.h."""
+    return "kvpool_" + os.path.splitext(os.path.basename(header))[0]
+
+
+def opening_comment(raw):
+    """The header's first /* ... */ comment, as lines with the ' * ' margin removed."""
+    m = re.match(r"\s*/\*(.*?)\*/", raw, flags=re.S)
+    if not m:
+        return []
+    lines = []
+    for line in m.group(1).split("\n"):
+        t = line.strip()
+        if t.startswith("*"):
+            t = line[line.find("*") + 1:]
+            if t.startswith(" "):
+                t = t[1:]
+        lines.append(t.rstrip())
+    while lines and not lines[0]:
+        lines.pop(0)
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+# A definition over several lines ('{' ends the first, '}' opens the last), or
+# an enum on one line.
+TYPE_RE = re.compile(r"^typedef[ \t]+(?:struct|enum)[ \t]+(?:kvp_[A-Za-z0-9_]+[ \t]*)?\{[ \t]*\n"
+                     r".*?^\}[ \t]*(kvp_[A-Za-z0-9_]+)[ \t]*;"
+                     r"|^typedef[ \t]+enum[^{;\n]*\{[^}\n]*\}[ \t]*(kvp_[A-Za-z0-9_]+)[ \t]*;",
+                     flags=re.S | re.M)
+
+
+def types_of(raw):
+    """[(name, definition lines)] of the typedef'd structs and enums a header defines."""
+    return [(m.group(1) or m.group(2), m.group(0).split("\n")) for m in TYPE_RE.finditer(raw)]
+
+
+def verbatim(lines):
+    """Preformatted lines, escaped."""
+    return [".nf"] + [protect(roff(ln.replace("\t", "        "))) or "\\&" for ln in lines] + [".fi"]
+
+
+def header_overview(header, raw, functions, types, version):
+    """kvpool_<module>(3): the header's opening comment, then what it declares."""
+    base = os.path.basename(header)
+    name = header_page(header)
+    lines = opening_comment(raw)
+    summary = "the kvpool header " + base
+    if lines:
+        m = re.match(r"kvpool/\S+\s+-\s+(.*)$", lines[0])
+        if m:
+            summary = m.group(1).rstrip(".")
+            lines = lines[1:]
+            while lines and not lines[0]:
+                lines.pop(0)
+    out = [f'.TH {name.upper()} 3 "" "kvpool {version}" "kvpool Library Functions"',
+           ".SH NAME", f"{roff(name)} \\- {plain(summary)}", ".SH SYNOPSIS", ".nf",
+           f".B #include <kvpool/{base}>", ".fi", ".SH DESCRIPTION",
+           f"The opening comment of \\fI<kvpool/{base}>\\fR, as the header has it:", ".PP"]
+    out += verbatim(lines)
+    if types:
+        out.append(".SH TYPES")
+        out.append(", ".join(f"\\fB{roff(t)}\\fR(3)" for t in types))
+    if functions:
+        out.append(".SH FUNCTIONS")
+        out.append(",\n".join(f".BR {roff(f)} (3)" for f in functions))
+    out.append(".SH SEE ALSO")
+    out.append(".BR kvpool (3)")
+    return "\n".join(out) + "\n"
+
+
+def type_page(name, definition, header, version):
+    """A page for a struct or enum: its definition, comments included, as the header has it."""
+    base = os.path.basename(header)
+    kind = "structure" if definition[0].split()[1] == "struct" else "enumeration"
+    out = [f'.TH {name.upper()} 3 "" "kvpool {version}" "kvpool Library Functions"',
+           ".SH NAME", f"{roff(name)} \\- a kvpool {kind} (\\fI<kvpool/{base}>\\fR)",
+           ".SH SYNOPSIS", ".nf", f".B #include <kvpool/{base}>", ".fi", ".PP"]
+    out += verbatim(definition)
+    out.append(".SH DESCRIPTION")
+    out.append(f"The definition above is the header's, comments included.  The functions "
+               f"that take or fill it, and the rules the comments refer to, are in "
+               f"\\fB{roff(header_page(header))}\\fR(3).")
+    out.append(".SH SEE ALSO")
+    out.append(f".BR {roff(header_page(header))} (3),\n.BR kvpool (3)")
+    return "\n".join(out) + "\n"
+
+
+def index_page(entries, version):
+    """kvpool(3): every header, its summary, its overview page, its functions and types."""
+    out = [f'.TH KVPOOL 3 "" "kvpool {version}" "kvpool Library Functions"', ".SH NAME",
+           "kvpool \\- KV\\-cache memory for LLM inference servers", ".SH SYNOPSIS", ".nf",
+           ".B #include <kvpool/kvpool.h>", ".fi", ".PP",
+           "Link with \\fI\\-lkvpool\\fR (pkg-config: \\fIkvpool\\fR; CMake: \\fIkvpool::kvpool\\fR).",
+           ".SH DESCRIPTION",
+           "One header per module.  Each has a page with its opening comment (what the module "
+           "does and its synchronization table), a page per function and a page per structure "
+           "or enumeration it defines:"]
+    for base, summary, functions, types in entries:
+        out.append(".TP")
+        out.append(f"\\fI<kvpool/{roff(base)}>\\fR, \\fB{roff(header_page(base))}\\fR(3)")
+        body = plain(summary) + "."
+        if types:
+            body += "  Types: " + ", ".join(f"\\fB{roff(t)}\\fR(3)" for t in types) + "."
+        if functions:
+            body += "  Functions: " + ", ".join(f"\\fB{roff(f)}\\fR(3)" for f in functions) + "."
+        out.append(body)
     return "\n".join(out) + "\n"
 
 
@@ -238,9 +362,22 @@ def cmd_man(args):
     os.makedirs(args.out, exist_ok=True)
     missing = []
     written = 0
+    entries = []
     for h in args.headers:
         decls, raw = declarations(h)
         siblings = [n for n, _, _ in decls]
+        types = types_of(raw)
+        for tname, definition in types:
+            with open(os.path.join(args.out, tname + ".3"), "w", encoding="utf-8") as f:
+                f.write(type_page(tname, definition, h, version))
+            written += 1
+        with open(os.path.join(args.out, header_page(h) + ".3"), "w", encoding="utf-8") as f:
+            f.write(header_overview(h, raw, siblings, [t for t, _ in types], version))
+        written += 1
+        first = opening_comment(raw)[:1]
+        m = re.match(r"kvpool/\S+\s+-\s+(.*)$", first[0]) if first else None
+        entries.append((os.path.basename(h), m.group(1).rstrip(".") if m else "",
+                        siblings, [t for t, _ in types]))
         for name, decl, offset in decls:
             lines = kerneldoc_before(raw, offset)
             doc = parse_doc(name, lines) if lines else None
@@ -248,8 +385,11 @@ def cmd_man(args):
                 missing.append(f"{h}: {name}")
                 continue
             with open(os.path.join(args.out, name + ".3"), "w", encoding="utf-8") as f:
-                f.write(man_page(name, decl, h, doc, version, siblings))
+                f.write(man_page(name, decl, h, doc, version, siblings, [t for t, _ in types]))
             written += 1
+    with open(os.path.join(args.out, "kvpool.3"), "w", encoding="utf-8") as f:
+        f.write(index_page(entries, version))
+    written += 1
     if missing:
         print("kvpool_headers.py: no kernel-doc comment (/** name - summary */) for:",
               file=sys.stderr)

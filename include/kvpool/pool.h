@@ -276,7 +276,9 @@ void kvp_pool_destroy(kvp_pool *pool);
  * or format); KVP_ERANGE (@refs_cap too small; *@n_refs = blocks needed);
  * KVP_EEXHAUSTED; KVP_ENOMEM (growth, a new owner record, or room for
  * the owner's block ids failed).
- * Thread-safe.  Takes @owner's shard mutex for the call (see the table).
+ * Thread-safe.  No lock when @owner is biased to the calling thread (the
+ * thread that first allocated for it: "Biased owners" above), else
+ * @owner's shard mutex for the call (see the table).
  */
 int kvp_allocate(kvp_pool *pool, kvp_stream stream, uint32_t n_tokens, kvp_owner owner,
                  kvp_format format, kvp_ref *refs, size_t refs_cap, size_t *n_refs);
@@ -298,7 +300,8 @@ int kvp_allocate(kvp_pool *pool, kvp_stream stream, uint32_t n_tokens, kvp_owner
  *
  * Returns KVP_OK; KVP_ENOENT if any ref's id was never created (then
  * nothing in the call is freed); KVP_EINVAL for a NULL pool, or NULL @refs
- * with @n > 0.  Thread-safe; takes the shard mutex of each owner involved.
+ * with @n > 0.  Thread-safe; per owner involved, no lock when it is biased
+ * to the calling thread, else its shard mutex (see the table).
  */
 int kvp_free(kvp_pool *pool, const kvp_ref *refs, size_t n);
 
@@ -306,7 +309,9 @@ int kvp_free(kvp_pool *pool, const kvp_ref *refs, size_t n);
  * kvp_free_all - free every block checked out to @owner and release it
  *
  * Returns KVP_OK, KVP_ENOENT when @owner is not active, KVP_EINVAL for a
- * NULL pool.  Thread-safe; takes @owner's shard mutex.
+ * NULL pool.  Thread-safe; takes @owner's shard mutex, or no lock for an
+ * owner from kvp_owner_new ended on the thread that minted it (see the
+ * table).
  */
 int kvp_free_all(kvp_pool *pool, kvp_owner owner);
 
