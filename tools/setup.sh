@@ -13,15 +13,17 @@
 #                              (CMakeLists.txt): MINIMAL below
 set -euo pipefail
 
-# The CMake build of the library: a C compiler, cmake, pkg-config, liburcu
-# and OpenSSL's libcrypto.  libkvpool.so needs nothing else at run time
-# (liburcu-bp, libcrypto, libm, libc).
+# The CMake build of the library: a C compiler, cmake, pkg-config, liburcu,
+# OpenSSL's libcrypto and hiredis (the remote tier; without it CMake leaves
+# the tier out and its calls answer KVP_ENOTSUP).  libkvpool.so needs nothing
+# else at run time (liburcu-bp, libcrypto, libhiredis, libm, libc).
 MINIMAL="
 build-essential
 cmake
 pkg-config
 liburcu-dev
 libssl-dev
+libhiredis-dev
 "
 
 PACKAGES="

@@ -232,9 +232,18 @@ typedef struct kvp_hash {
  * The caller fixes the encoding of @tokens, e.g. little-endian int32 token
  * ids.  The key is SHA-256, truncated to 128 bits.  So nobody can craft a
  * prompt whose key collides with another's.  The same inputs give the same
- * key in every process and language.  The exact byte layout hashed, and how
- * the 32-byte digest maps to lo and hi, is given where the function is
- * defined and in docs/PREFIX.md.
+ * key in every process and language.  The bytes hashed, in order:
+ *
+ *   offset  size  field
+ *   0       1     version, 0x01
+ *   1       1     0x01 with a parent, 0x00 without
+ *   2       8     parent lo, little-endian (zeros without a parent)
+ *   10      8     parent hi, little-endian (zeros without a parent)
+ *   18      8     @salt, little-endian
+ *   26      n     @tokens, as given (@n_bytes)
+ *
+ * Of the 32-byte digest d, lo is d[0..8) and hi is d[8..16), each read
+ * little-endian; the rest is dropped.  Test vectors: docs/PREFIX.md.
  *
  * Returns KVP_OK; KVP_EINVAL (@out NULL, or @tokens NULL with @n_bytes
  * nonzero); KVP_ENOMEM if the hash library could not allocate.
