@@ -5,10 +5,14 @@
 #include "stress/cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <kvpool/kvpool.h>
 
@@ -82,17 +86,42 @@ int su_cli_number(const su_cli *c, const su_num_flag *nums, size_t n)
 	return (int)k;
 }
 
-int su_cli_json_writable(const char *prog, const char *json_path)
+int su_cli_json_writable(const char *prog, const char *json_path, const char *input_path)
 {
 	char *path = su_resolve_path(json_path);
-	FILE *f = path ? fopen(path, "w") : NULL;
-	if (f == NULL) {
-		fprintf(stderr, "%s: --json %s: cannot write: %s\n", prog, json_path,
-		        path ? strerror(errno) : "out of memory");
-		free(path);
-		return -1;
+	char *in = input_path && strcmp(input_path, "-") != 0 ? su_resolve_path(input_path) : NULL;
+	struct stat js, is;
+	int rc = 0, err = 0;
+	if (path == NULL || (input_path && strcmp(input_path, "-") != 0 && in == NULL)) {
+		fprintf(stderr, "%s: --json %s: out of memory\n", prog, json_path);
+		rc = -1;
+	} else if (in && stat(path, &js) == 0 && stat(in, &is) == 0 && js.st_dev == is.st_dev &&
+	           js.st_ino == is.st_ino) {
+		fprintf(stderr, "%s: --json %s: is the input file; the results would replace it\n",
+		        prog, json_path);
+		rc = -1;
+	} else {
+		/* Nothing is truncated here: an existing file is opened to append
+		 * (and left as it is until the results replace it), a new one is
+		 * made and removed again. */
+		int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+		bool made = false;
+		if (fd < 0 && errno == ENOENT) {
+			fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+			made = fd >= 0;
+		}
+		err = errno;
+		if (fd < 0) {
+			fprintf(stderr, "%s: --json %s: cannot write: %s\n", prog, json_path,
+			        strerror(err));
+			rc = -1;
+		} else {
+			close(fd);
+			if (made)
+				unlink(path);
+		}
 	}
-	fclose(f);
+	free(in);
 	free(path);
-	return 0;
+	return rc;
 }

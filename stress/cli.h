@@ -64,10 +64,16 @@ int su_cli_number(const su_cli *c, const su_num_flag *nums, size_t n);
 
 /**
  * su_cli_json_writable - fail before a run, not after it, when --json
- * cannot be written: creates @json_path (relative to where `bazel run` was
- * started) empty.
- * Return: 0, or -1 after printing "PROG: --json PATH: cannot write: WHY".
+ * cannot be written
+ * @prog:       the program's name, for the message
+ * @json_path:  the --json path (relative to where `bazel run` was started)
+ * @input_path: the file the run reads (--trace), or NULL; "-" is stdin
+ *
+ * Changes no file: an existing @json_path is opened to append and closed, a
+ * missing one is created and removed again.  Refuses a @json_path that is
+ * @input_path (the same file under any name).
+ * Return: 0, or -1 after printing "PROG: --json PATH: WHY".
  */
-int su_cli_json_writable(const char *prog, const char *json_path);
+int su_cli_json_writable(const char *prog, const char *json_path, const char *input_path);
 
 #endif /* KVPOOL_STRESS_CLI_H */

@@ -988,12 +988,16 @@ static bool config_ok(const rp_config *c)
 	          (!c->prefix || !c->storage[0] || !c->storage[1] || !c->write_rows)));
 }
 
-/* The blocks of the longest prompt (at least 1): the size of a worker's refs. */
+/* The blocks of the longest prompt that can run (at least 1): the size of a
+ * worker's refs.  A request larger than the pool is rejected, never run, so
+ * it does not size them. */
 static uint32_t max_prompt_blocks(const rp_config *c)
 {
 	uint32_t max = 1;
 	for (size_t i = 0; i < c->n; i++) {
-		uint32_t b = (c->req[i].prompt + c->block_size - 1) / c->block_size;
+		if (rp_blocks_needed(&c->req[i], c->block_size) > c->capacity)
+			continue;
+		uint32_t b = (uint32_t)(((uint64_t)c->req[i].prompt + c->block_size - 1) / c->block_size);
 		if (b > max)
 			max = b;
 	}
@@ -1093,11 +1097,13 @@ int rp_run(const rp_config *c, rp_result *res, rp_live *live)
 {
 	memset(res, 0, sizeof *res);
 	if (!config_ok(c)) {
+		res->errors = 1; /* a failed run: the summary's checks must not pass */
 		snprintf(res->first_error, sizeof res->first_error, "bad replay configuration");
 		return -1;
 	}
 	rp_engine e;
 	if (!engine_init(&e, c, live)) {
+		res->errors = 1;
 		snprintf(res->first_error, sizeof res->first_error, "replay: out of memory");
 		engine_free(&e);
 		return -1;

@@ -365,6 +365,10 @@ static int plan_build(const trace *t, uint32_t bs, uint64_t capacity, unsigned t
 		uint64_t full = t->req[i].prompt / bs;
 		uint64_t covered = (uint64_t)t->req[i].n_hash * TRACE_HASH_CHUNK / bs;
 		P->off[i] = at;
+		/* A request larger than the pool is rejected and never runs: no
+		 * keys (a hostile trace's huge rows cost nothing to hash or hold). */
+		if (rp_blocks_needed(&t->req[i], bs) > capacity)
+			continue;
 		P->n[i] = (uint32_t)(full < covered ? full : covered);
 		at += P->n[i];
 	}
@@ -435,7 +439,7 @@ static const char *mib(double bytes, char *buf, size_t cap)
 
 static void row(const char *label, const char *pool, const char *naive, const char *ratio)
 {
-	printf("  %-34s %-22s %-22s %s\n", label, pool, naive ? naive : "", ratio ? ratio : "");
+	printf("  %-36s %-22s %-22s %s\n", label, pool, naive ? naive : "", ratio ? ratio : "");
 }
 
 /*
@@ -580,6 +584,8 @@ static void table_calls(const summary *S)
 	    n ? ratio((double)n->free_calls, (double)p->free_calls, r, sizeof r) : NULL);
 	double pcs = per_s(p->alloc_calls + p->free_calls, p->wall_ns);
 	double ncs = n ? per_s(n->alloc_calls + n->free_calls, n->wall_ns) : 0;
+	/* Below 1x here is not worse: kvpool makes fewer calls, each doing more
+	 * (docs/REPLAY.md); wall time and tokens per second are the comparison. */
 	row("allocate+free calls per second", human(pcs, a, sizeof a),
 	    n ? human(ncs, b, sizeof b) : NULL, n ? ratio(pcs, ncs, r, sizeof r) : NULL);
 	row("kvp_block_set_used calls", human((double)p->set_used_calls, a, sizeof a),
@@ -657,7 +663,7 @@ static void print_table(const summary *S, const opts *o)
 	row("", "kvpool", n ? "naive malloc/token" : "(naive: --no-naive)",
 	    n ? "kvpool vs naive" : "");
 	if (n)
-		row("", "", "", "(>1x: kvpool better)");
+		row("", "", "", "(>1x: kvpool better; calls/s: fewer, larger calls)");
 	table_calls(S);
 	table_memory(S, o);
 	table_waits(S);
@@ -1204,7 +1210,7 @@ int main(int argc, char **argv)
 	opts *o = &A.o;
 	trace t;
 	char source[1024];
-	if (o->json_path != NULL && su_cli_json_writable("kvpool_replay", o->json_path) != 0)
+	if (o->json_path != NULL && su_cli_json_writable("kvpool_replay", o->json_path, o->trace_path) != 0)
 		return 2;
 	if (load_requests(o, &t, source, sizeof source) != 0)
 		return 2;

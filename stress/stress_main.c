@@ -497,7 +497,7 @@ int main(int argc, char **argv)
 		return 2; /* parse_args printed one line saying why */
 	opts *o = &r->o;
 	/* fail now, with the reason, not after the run */
-	if (o->json_path != NULL && su_cli_json_writable("kvpool_stress", o->json_path) != 0)
+	if (o->json_path != NULL && su_cli_json_writable("kvpool_stress", o->json_path, NULL) != 0)
 		return 2;
 	if (!o->seed_given)
 		o->seed = clock_seed();

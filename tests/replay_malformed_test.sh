@@ -60,6 +60,47 @@ expect_eq "skip mode requests completed" "$(json_get "$tmp/mixed.json" 'j["kvpoo
 [ $? -eq 2 ] && grep -qF "mixed.csv:3: ContextTokens" "$tmp/stop.err" || fail "stop mode"
 echo "ok stop mode stops at line 3"
 
+# --json never costs a file: the input named as --json is refused (and left
+# whole), and a run that fails on its trace leaves an earlier results file
+# as it was and makes no new one.
+cp "$tmp/mixed.csv" "$tmp/victim.csv"
+"$replay" --trace "$tmp/victim.csv" --json "$tmp/./victim.csv" --no-progress >/dev/null 2>"$tmp/victim.err"
+[ $? -eq 2 ] && grep -qF "is the input file" "$tmp/victim.err" || { cat "$tmp/victim.err"; fail "--json = --trace not refused"; }
+cmp -s "$tmp/mixed.csv" "$tmp/victim.csv" || fail "--json = --trace changed the trace"
+echo '{"earlier": 1}' >"$tmp/earlier.json"
+"$replay" --trace "$tmp/empty" --json "$tmp/earlier.json" --no-progress >/dev/null 2>&1
+[ $? -eq 2 ] && [ "$(cat "$tmp/earlier.json")" = '{"earlier": 1}' ] || fail "a failed run changed an earlier --json file"
+"$replay" --trace "$tmp/empty" --json "$tmp/new.json" --no-progress >/dev/null 2>&1
+[ $? -eq 2 ] && [ ! -e "$tmp/new.json" ] || fail "a failed run left a --json file behind"
+echo "ok --json: the input refused, files kept on a failed run"
+
+# A request larger than the whole pool is rejected before anything is sized
+# or hashed for it: a 2^30-token row with 140,000 hash ids (72 million keys
+# at block size 1, 1.1 GB of them, and 8 GB of refs per worker, before)
+# costs next to no memory, and the rest of the trace runs.
+{
+	printf '{"timestamp": 0, "input_length": 1073741823, "output_length": 1, "hash_ids": ['
+	seq -s, 0 139999 | tr -d '\n'
+	printf ']}\n'
+	echo "$MC"
+} >"$tmp/huge.jsonl"
+rss_kb=$(python3 - "$replay" "$tmp/huge.jsonl" "$tmp/huge.out" "$tmp/huge.err" <<'PY'
+import resource, subprocess, sys
+replay, trace, out, err = sys.argv[1:]
+with open(out, "w") as o, open(err, "w") as e:
+    rc = subprocess.run([replay, "--trace", trace, "--prefix-cache", "--block-size", "1",
+                         "--threads", "4", "--speed", "0", "--no-progress", "--no-naive"],
+                        stdout=o, stderr=e, timeout=600).returncode
+print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+PY
+)
+read -r rc rss_kb <<<"$rss_kb"
+[ "$rc" = 0 ] || { cat "$tmp/huge.err" "$tmp/huge.out"; fail "huge row: exit $rc"; }
+grep -q "rejected" "$tmp/huge.err" || { cat "$tmp/huge.err"; fail "huge row: not rejected"; }
+grep -q "0 failed" "$tmp/huge.out" || { cat "$tmp/huge.out"; fail "huge row: checks"; }
+[ "$rss_kb" -lt 800000 ] || fail "huge row: peak RSS $rss_kb kB (keys or refs made for a rejected row?)"
+echo "ok a row larger than the pool: rejected, nothing sized for it (peak RSS $rss_kb kB)"
+
 # Bad flags are usage errors, not crashes.
 "$replay" --speed fast >/dev/null 2>&1
 [ $? -eq 2 ] || fail "bad --speed not exit 2"
