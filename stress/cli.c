@@ -48,8 +48,18 @@ int su_cli_next(su_cli *c)
 		return -1;
 	}
 	if (ch != 0) {
-		fprintf(stderr, "%s: unknown option '%s' (see --help)\n", c->prog,
-		        c->argv[optind - 1]);
+		/* getopt_long reports "--flag=VALUE" of a flag without a value as
+		 * unknown: say what is wrong with it. */
+		const char *arg = c->argv[optind - 1], *eq = strchr(arg, '=');
+		for (size_t i = 0; eq && strncmp(arg, "--", 2) == 0 && c->longopts[i].name; i++)
+			if (c->longopts[i].has_arg == no_argument &&
+			    strlen(c->longopts[i].name) == (size_t)(eq - arg - 2) &&
+			    strncmp(c->longopts[i].name, arg + 2, (size_t)(eq - arg - 2)) == 0) {
+				fprintf(stderr, "%s: option --%s takes no value (see --help)\n",
+				        c->prog, c->longopts[i].name);
+				return -1;
+			}
+		fprintf(stderr, "%s: unknown option '%s' (see --help)\n", c->prog, arg);
 		return -1;
 	}
 	snprintf(c->name, sizeof c->name, "--%s", c->longopts[idx].name);

@@ -586,6 +586,10 @@ static ssize_t read_line(FILE *f, char **buf, size_t *cap)
 	}
 	if (n == 0)
 		return 0;
+	/* The limit is on the line without its '\n': a last line with no
+	 * newline gets no extra byte. */
+	if (n - ((*buf)[n - 1] == '\n') > TRACE_MAX_LINE)
+		return -2;
 	(*buf)[n] = '\0';
 	return (ssize_t)n;
 }

@@ -62,7 +62,10 @@ bool su_parse_u64(const char *s, uint64_t *out)
 bool su_parse_double(const char *s, double *out)
 {
 	char *end;
-	if (s == NULL || *s == '\0')
+	/* Plain decimal only: strtod alone would also take leading spaces,
+	 * hexadecimal ("0x10") and "inf"/"nan". */
+	if (s == NULL || !((*s >= '0' && *s <= '9') || *s == '.') ||
+	    s[strspn(s, "0123456789.eE+-")] != '\0')
 		return false;
 	errno = 0;
 	double v = strtod(s, &end);

@@ -45,6 +45,15 @@ for p in "$@"; do
 	kvpool_replay)
 		"$p" --speed 2>"$tmp/err"
 		[ $? -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "replay --speed (no value): $(cat "$tmp/err")"
+		# A flag without a value given one, and a number that is not plain
+		# decimal: one line saying so, exit 2.
+		"$p" --no-progress=1 2>"$tmp/err"
+		[ $? -eq 2 ] && grep -qx "kvpool_replay: option --no-progress takes no value (see --help)" "$tmp/err" ||
+			fail "replay --no-progress=1: $(cat "$tmp/err")"
+		for v in 0x10 " 1" inf nan 1e; do
+			"$p" --speed "$v" --requests 10 --no-progress >/dev/null 2>"$tmp/err"
+			[ $? -eq 2 ] && grep -q "bad value for --speed" "$tmp/err" || fail "replay --speed '$v' accepted"
+		done
 		out=$("$p" --requests=200 --speed=0 --threads=1 --no-naive --no-progress 2>&1) ||
 			fail "replay with --opt=value: $out"
 		grep -q "0 failed" <<<"$out" || fail "replay with --opt=value: $out"

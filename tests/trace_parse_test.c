@@ -3,7 +3,9 @@
  * valid files of each format, and every kind of malformed input giving a
  * clear error (file:line and what was wrong), in stop and skip modes.
  */
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "stress/trace.h"
@@ -256,6 +258,36 @@ static void test_nul_byte(void)
 	trace_free(&t);
 }
 
+/* The line limit counts the line without its newline, so a last line with
+ * no newline has the same limit: TRACE_MAX_LINE bytes pass (then fail as a
+ * row), one more is too long, with or without the newline. */
+static void test_line_limit(void)
+{
+	size_t n = TRACE_MAX_LINE + 2;
+	char *text = malloc(n + 1);
+	CHECK(text != NULL);
+	for (int extra = 0; extra <= 1; extra++) {
+		for (int nl = 0; nl <= 1; nl++) {
+			size_t len = TRACE_MAX_LINE + (size_t)extra;
+			memset(text, ' ', len);
+			text[0] = '{';
+			if (nl)
+				text[len++] = '\n';
+			text[len] = '\0';
+			trace t;
+			CHECK_EQ(load(text, NULL, &t), -1);
+			bool too_long = strstr(err, "line longer than") != NULL;
+			if (too_long != (extra == 1)) {
+				fprintf(stderr, "%zu bytes%s: '%s'\n", TRACE_MAX_LINE + (size_t)extra,
+				        nl ? " and a newline" : ", no newline", err);
+				CHECK(0);
+			}
+			trace_free(&t);
+		}
+	}
+	free(text);
+}
+
 static void test_skip_mode(void)
 {
 	FILE *log = tmpfile();
@@ -363,6 +395,7 @@ int main(void)
 	RUN(test_empty_and_headers);
 	RUN(test_json_structure_errors);
 	RUN(test_nul_byte);
+	RUN(test_line_limit);
 	RUN(test_skip_mode);
 	RUN(test_max_rows);
 	RUN(test_fuzz_rows);
