@@ -310,7 +310,7 @@ static void test_dump_prefix_growth(void)
 	CHECK_EQ(kvp_allocate(p, KVP_KV, 20 * 16, 1, KVP_FP16, refs, 20, &n), KVP_OK);
 	CHECK_EQ(n, 20);
 	char *s = dump_of(p, 0);
-	CHECK(strstr(s, "  prefix cache      on\n") != NULL);
+	CHECK(strstr(s, ", prefix cache on\n") != NULL);
 	CHECK(strstr(s, "growth            on, max_blocks unbounded\n") != NULL);
 	free(s);
 	s = dump_of(p, KVP_DUMP_JSON);
@@ -326,7 +326,7 @@ static void test_dump_prefix_growth(void)
 	kvp_pool_destroy(p);
 	p = make_pool(8, false, true, 0, false);
 	s = dump_of(p, 0);
-	CHECK(strstr(s, "  prefix cache      off\n") != NULL);
+	CHECK(strstr(s, ", prefix cache off\n") != NULL);
 	free(s);
 	s = dump_of(p, KVP_DUMP_JSON);
 	CHECK(strstr(s, "\"prefix_cache\":false,") != NULL);

@@ -106,10 +106,10 @@ static void dump_text(struct kvpi_text *t, kvp_pool *p, const kvp_stats *s,
 {
 	uint64_t in_use = kvp_stats_blocks_in_use(s);
 	kvpi_text_printf(t, "kvpool %s pool report\n", kvp_version());
-	kvpi_text_printf(t, "  layout            %s, block_size %u, thread_cache %u\n",
-	                 ns == 2 ? "separate K/V streams" : "one K+V stream", p->block_size,
-	                 p->thread_cache);
-	kvpi_text_printf(t, "  prefix cache      %s\n", p->mode ? "on" : "off");
+	kvpi_text_printf(
+	    t, "  layout            %s, block_size %u, thread_cache %u, prefix cache %s\n",
+	    ns == 2 ? "separate K/V streams" : "one K+V stream", p->block_size, p->thread_cache,
+	    p->mode ? "on" : "off");
 	/* grow_cfg: in prefix mode p->grow is off and that layer grows. */
 	kvpi_text_printf(t, "  growth            %s, max_blocks ", p->grow_cfg ? "on" : "off");
 	if (p->max_blocks >= KVP_MAX_BLOCKS) /* max_blocks 0 in the config: no cap */
@@ -157,13 +157,13 @@ static void dump_json(struct kvpi_text *t, kvp_pool *p, const kvp_stats *s,
 	    "\"frees\":%llu,\"reused\":%llu,\"exhausted\":%llu,\"grown\":%llu,"
 	    "\"retired\":%llu,\"stale_frees\":%llu,\"streams\":{",
 	    kvp_version(), p->block_size, ns == 2 ? "true" : "false", p->mode ? "true" : "false",
-	    p->thread_cache, p->grow_cfg ? "true" : "false", max_blocks, (unsigned long long)s->n_blocks,
-	    (unsigned long long)in_use, (unsigned long long)s->peak_blocks_in_use,
-	    ratio(in_use, s->n_blocks), kvp_stats_fragmentation(s),
-	    (unsigned long long)s->n_allocations, (unsigned long long)s->n_frees,
-	    (unsigned long long)s->n_reused, (unsigned long long)s->n_exhausted,
-	    (unsigned long long)s->n_grown, (unsigned long long)s->n_retired,
-	    (unsigned long long)s->n_stale_frees);
+	    p->thread_cache, p->grow_cfg ? "true" : "false", max_blocks,
+	    (unsigned long long)s->n_blocks, (unsigned long long)in_use,
+	    (unsigned long long)s->peak_blocks_in_use, ratio(in_use, s->n_blocks),
+	    kvp_stats_fragmentation(s), (unsigned long long)s->n_allocations,
+	    (unsigned long long)s->n_frees, (unsigned long long)s->n_reused,
+	    (unsigned long long)s->n_exhausted, (unsigned long long)s->n_grown,
+	    (unsigned long long)s->n_retired, (unsigned long long)s->n_stale_frees);
 	for (size_t i = 0; i < ns; i++)
 		kvpi_text_printf(t, "%s\"%s\":{\"managed\":%zu,\"in_use\":%zu,\"free\":%zu}",
 		                 i ? "," : "", f[i].name, f[i].managed, f[i].in_use, f[i].free);
