@@ -14,6 +14,14 @@
  * connections (MHTTP_MAX_PER_IP per address), and closes a connection
  * after MHTTP_TIMEOUT_S seconds without a byte; tests/metrics_slow_test.sh
  * scrapes while 1,000 slow clients hold or wait for connections.
+ *
+ * The limit left: a timeout of inactivity, not a deadline.  Clients on the
+ * scraper's own address that keep MHTTP_MAX_PER_IP connections each
+ * sending a byte more often than every MHTTP_TIMEOUT_S seconds keep new
+ * connections from that address out for as long as they do (the process
+ * itself is unaffected).  libmicrohttpd has no deadline for a request's
+ * head; the endpoint is for a local Prometheus where local users are
+ * trusted (docs/REPLAY.md says so).
  */
 #include "stress/metrics_http.h"
 
