@@ -745,6 +745,8 @@ def to_prometheus(pools) -> str:
     for name, pool in items:
         if not isinstance(name, str):
             raise TypeError(f"a pool's label must be a str, not {type(name).__name__}")
+        if "\0" in name:  # C would read it cut short at the NUL
+            raise InvalidArgumentError(f"to_prometheus: a pool's label holds a NUL: {name!r}")
         if not isinstance(pool, BlockPoolAllocator):
             raise TypeError(f"expected BlockPoolAllocator, got {type(pool).__name__}")
     if len({name for name, _ in items}) != len(items):

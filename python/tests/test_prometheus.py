@@ -60,6 +60,9 @@ def test_two_pools_one_set_of_families_told_apart_by_pool(make_pool):
         kvpool.to_prometheus({})
     with pytest.raises(TypeError):
         kvpool.to_prometheus({"x": object()})
+    # A NUL would cut the label short in C: "x\0a" and "x\0b" would both be "x".
+    with pytest.raises(kvpool.InvalidArgumentError, match="NUL"):
+        kvpool.to_prometheus({"x\0a": a, "x\0b": b})
 
 
 def test_histogram_counts_one_call_in_1024_per_thread(make_pool):
