@@ -35,7 +35,7 @@ typedef struct opts {
 	trace_format format;
 	bool skip_bad, storage, naive, progress, prefix;
 	uint64_t limit, requests, seed, blocks, block_size, threads, batch, head_dim;
-	uint64_t latency_every, linger_s;
+	uint64_t latency_every, linger_s, thread_cache;
 	int metrics_port; /* -1: off */
 	double speed, step_ms, rate;
 } opts;
@@ -74,6 +74,8 @@ static void usage(FILE *f)
 	    "  --batch B           active requests per worker (default 64)\n"
 	    "  --blocks N          pool blocks, K and V together (default 16384)\n"
 	    "  --block-size S      tokens per block (default 16)\n"
+	    "  --thread-cache N    the pool's per-thread cache, blocks per stream, 0..%u\n"
+	    "                      (default %u: kvpool's)\n"
 	    "  --speed X           X times real time, 1e-6..1e6; 0 = as fast as possible\n"
 	    "                      (default 0)\n"
 	    "  --step-ms D         trace-time length of a decode step when --speed > 0,\n"
@@ -94,7 +96,7 @@ static void usage(FILE *f)
 	    "  -h, --help          this text\n"
 	    "  -V, --version       the kvpool version\n"
 	    "Options take their value as --opt VALUE or --opt=VALUE.\n",
-	    wl_names());
+	    wl_names(), KVP_MAX_THREAD_CACHE, KVP_DEFAULT_THREAD_CACHE);
 }
 
 static const struct option longopts[] = {
@@ -121,6 +123,7 @@ static const struct option longopts[] = {
     {"batch", required_argument, NULL, 0},
     {"blocks", required_argument, NULL, 0},
     {"block-size", required_argument, NULL, 0},
+    {"thread-cache", required_argument, NULL, 0},
     {"head-dim", required_argument, NULL, 0},
     {"latency-every", required_argument, NULL, 0},
     {"linger", required_argument, NULL, 0},
@@ -139,6 +142,7 @@ static void opts_defaults(opts *o)
 	            .batch = 64,
 	            .head_dim = 64,
 	            .latency_every = 1,
+	            .thread_cache = KVP_DEFAULT_THREAD_CACHE,
 	            .metrics_port = -1,
 	            .step_ms = 20};
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -216,6 +220,7 @@ static int parse_number(opts *o, const su_cli *c)
 	    {"--batch", &o->batch, 1, 65536},
 	    {"--blocks", &o->blocks, 2, KVP_MAX_BLOCKS},
 	    {"--block-size", &o->block_size, 1, KVP_MAX_BLOCK_SIZE},
+	    {"--thread-cache", &o->thread_cache, 0, KVP_MAX_THREAD_CACHE},
 	    {"--head-dim", &o->head_dim, 1, 65536},
 	    {"--latency-every", &o->latency_every, 1, 1000000},
 	    {"--linger", &o->linger_s, 0, 86400},
@@ -860,6 +865,7 @@ static json_t *json_config(const opts *o, const summary *S)
 	jo_u64(c, "batch", o->batch);
 	jo_u64(c, "blocks", o->blocks);
 	jo_u64(c, "block_size", o->block_size);
+	jo_u64(c, "thread_cache", o->thread_cache);
 	jo_f64(c, "speed", o->speed);
 	jo_f64(c, "step_ms", o->step_ms);
 	json_object_set_new(c, "storage", json_boolean(o->storage));
@@ -1005,6 +1011,7 @@ static int setup_pool(app *A, kvp_storage *store[2])
 	kvp_pool_config_init(&pc);
 	pc.n_blocks = (uint32_t)o->blocks;
 	pc.block_size = (uint32_t)o->block_size;
+	pc.thread_cache = (uint32_t)o->thread_cache;
 	pc.prefix_cache = o->prefix;
 	int rc = kvp_pool_create(&pc, &A->pool);
 	if (rc == KVP_OK)
