@@ -182,7 +182,9 @@ int kvp_format_parse(const char *name, kvp_format *out);
 #define KVP_MAX_BLOCKS 0x7fffffffu
 /* Default per-thread cached free blocks per stream: a cap, not a size.  A
  * thread's cache starts small and grows by demand (to the largest batch the
- * thread gives back at once), never past a quarter of the stream's blocks. */
+ * thread gives back at once), never past a quarter of the stream's blocks
+ * shared among the threads that have used the pool (so all the caches
+ * together hold at most about a quarter), and never below 64. */
 #define KVP_DEFAULT_THREAD_CACHE 16384u
 /* Largest thread_cache accepted. */
 #define KVP_MAX_THREAD_CACHE 1048576u

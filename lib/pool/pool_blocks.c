@@ -30,7 +30,11 @@
 /*
  * Grow held magazine @m of stream @si to room for @need ids, doubling, up to
  * its limit: thread_cache, and no more than a quarter of the blocks the
- * stream manages (so one thread never parks most of a small pool).  Returns
+ * stream manages shared among the threads that have used the pool (so the
+ * magazines together never park most of a small pool: a pool near
+ * exhaustion, a server's normal state, then drains them less, and each
+ * drain costs a membarrier; docs/BENCHMARKS.md, "Draining near
+ * exhaustion").  Returns
  * false at the limit or when no memory could be had; the caller then
  * flushes as before.  Rare: a thread's magazine grows a few times in its
  * life, to the size of the largest batch it gives back.
@@ -42,9 +46,11 @@
 static __attribute__((noinline, cold)) bool mag_grow(struct kvp_pool *p, int si, struct kvpi_mag *m,
                                                      uint32_t need)
 {
-	/* relaxed: a sizing hint; any recent value will do. */
+	/* relaxed (both): sizing hints; any recent value will do. */
 	uint64_t managed = atomic_load_explicit(&p->managed_stream[si], memory_order_relaxed);
-	uint64_t lim = managed / 4 > KVPI_MAG_INITIAL ? managed / 4 : KVPI_MAG_INITIAL;
+	uint64_t threads = atomic_load_explicit(&p->n_slots, memory_order_relaxed);
+	uint64_t share = managed / (4 * (threads ? threads : 1));
+	uint64_t lim = share > KVPI_MAG_INITIAL ? share : KVPI_MAG_INITIAL;
 	if (lim > p->thread_cache)
 		lim = p->thread_cache;
 	if (m->cap >= lim)
