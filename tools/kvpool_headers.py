@@ -126,7 +126,12 @@ def kerneldoc_before(raw, offset):
     start = head.rfind("/**", 0, end)
     if start < 0 or head.find("*/", start, end) >= 0:
         return None
-    body = head[start + 3:end]
+    return comment_lines(head[start + 3:end])
+
+
+def comment_lines(body):
+    """A comment's inside as lines: each without its ' * ' margin (indentation after
+    it kept), and no blank lines at either end."""
     lines = []
     for line in body.split("\n"):
         line = line.strip()
@@ -254,21 +259,7 @@ def header_page(header):
 def opening_comment(raw):
     """The header's first /* ... */ comment, as lines with the ' * ' margin removed."""
     m = re.match(r"\s*/\*(.*?)\*/", raw, flags=re.S)
-    if not m:
-        return []
-    lines = []
-    for line in m.group(1).split("\n"):
-        t = line.strip()
-        if t.startswith("*"):
-            t = line[line.find("*") + 1:]
-            if t.startswith(" "):
-                t = t[1:]
-        lines.append(t.rstrip())
-    while lines and not lines[0]:
-        lines.pop(0)
-    while lines and not lines[-1]:
-        lines.pop()
-    return lines
+    return comment_lines(m.group(1)) if m else []
 
 
 # A definition over several lines ('{' ends the first, '}' opens the last), or
