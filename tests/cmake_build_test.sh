@@ -120,9 +120,16 @@ cc -std=c99 -pedantic -Wall -Wextra -Werror -o ver ver.c $(pkg-config --cflags -
 # shellcheck disable=SC2046
 c++ -x c++ -std=c++11 -pedantic -Wall -Werror -fsyntax-only ver.c $(pkg-config --cflags kvpool) ||
 	fail "the installed headers do not compile as C++11"
+# Their kernel-doc comments read cleanly to clang's documentation checker too
+# (an @name it would take for a Doxygen command, e.g. "@refs" at a line's end).
+if command -v clang >/dev/null; then
+	# shellcheck disable=SC2046
+	clang -std=c11 -Wdocumentation -Werror -fsyntax-only ver.c $(pkg-config --cflags kvpool) ||
+		fail "the installed headers warn under clang -Wdocumentation"
+fi
 out=$(LD_LIBRARY_PATH="$prefix/lib" ./ver)
 [ "$out" = "$version $version" ] || fail "kvp_version() and KVP_VERSION: '$out', .pc: $version"
-echo "ok version: kvp_version() = KVP_VERSION = kvpool.pc = $version; headers pass -std=c99 -pedantic"
+echo "ok version: kvp_version() = KVP_VERSION = kvpool.pc = $version; headers pass -std=c99 -pedantic, C++11, -Wdocumentation"
 mkdir -p cmake_src
 cp "$R/tests/cmake_app/CMakeLists.txt" cmake_src/
 cp app.c cmake_src/app.c

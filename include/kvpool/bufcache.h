@@ -240,7 +240,7 @@ void *kvp_bufcache_alloc(kvp_bufcache *c, size_t requested, size_t *actual);
  * kvp_bufcache_free - give a buffer back to the cache
  * @c:      the cache the buffer came from
  * @ptr:    the buffer (NULL is a no-op)
- * @actual: the capacity kvp_bufcache_alloc stored in *actual for @ptr
+ * @actual: for @ptr, the capacity kvp_bufcache_alloc stored in *actual
  *
  * The buffer is cached if it fits in the budget, after evicting smaller
  * buffers (see above).  A buffer larger than max_cached_bytes goes

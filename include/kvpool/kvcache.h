@@ -116,7 +116,7 @@ int kvp_kvcache_create(kvp_pool *pool, kvp_storage *k_store, kvp_storage *v_stor
                        const kvp_kvcache_config *cfg, kvp_kvcache **out);
 
 /**
- * kvp_kvcache_destroy - release every block, unregister the owner, free @c
+ * kvp_kvcache_destroy - release the blocks of @c, unregister its owner, free it
  *
  * The kvcache may no longer hold the owner's registration (lost in
  * release).  The owner and its blocks then belong to another party and are

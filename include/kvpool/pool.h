@@ -258,7 +258,7 @@ void kvp_pool_destroy(kvp_pool *pool);
  * @owner:    the request
  * @format:   compression-format tag recorded in each block
  * @refs:     receives the refs, in allocation order
- * @refs_cap: capacity of @refs
+ * @refs_cap: how many refs @refs holds
  * @n_refs:   set to the number of blocks handed out (or needed, on KVP_ERANGE)
  *
  * Hands out ceil(@n_tokens / block_size) blocks.  An unknown @owner is
@@ -322,7 +322,7 @@ int kvp_free_all(kvp_pool *pool, kvp_owner owner);
  * @pool:  the pool
  * @owner: the owner
  * @refs:  receives the refs (may be NULL when @cap is 0)
- * @cap:   capacity of @refs
+ * @cap:   how many refs @refs holds
  * @n:     set to the number of blocks the owner holds
  *
  * Returns KVP_OK, KVP_ERANGE when @cap < *@n (nothing written), KVP_ENOENT

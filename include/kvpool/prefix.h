@@ -261,7 +261,7 @@ int kvp_prefix_hash(const kvp_hash *parent, uint64_t salt, const void *tokens, s
  * @n_keys:    how many keys
  * @owner:     takes a hold on each block found
  * @refs:      out: the matched blocks' current refs, in order
- * @refs_cap:  capacity of @refs
+ * @refs_cap:  how many refs @refs holds
  * @n_matched: out: how many keys matched (a prefix of @keys)
  *
  * Looks the keys up in order and stops at the first key not found.  An
@@ -316,7 +316,7 @@ int kvp_prefix_publish(kvp_pool *pool, kvp_ref ref, kvp_hash key);
 /**
  * kvp_prefix_publish_many - kvp_prefix_publish for many blocks in one call
  * @pool:        a pool made with prefix_cache
- * @refs:        @n refs, each as kvp_prefix_publish's @ref
+ * @refs:        @n refs, each as the @ref of kvp_prefix_publish
  * @keys:        @n keys: @keys[i] is the key of @refs[i]
  * @n:           how many blocks (0 is allowed)
  * @status:      NULL, or room for @n results: @status[i] is what
@@ -340,7 +340,7 @@ int kvp_prefix_publish_many(kvp_pool *pool, const kvp_ref *refs, const kvp_hash 
                             int *status, size_t *n_published);
 
 /**
- * kvp_free_owned - drop @owner's hold on each block of @refs
+ * kvp_free_owned - drop @owner's hold on each block @refs names
  * @pool:  a pool with prefix_cache on
  * @owner: whose holds to drop
  * @refs:  the blocks

@@ -232,7 +232,7 @@ int kvp_remote_publish(kvp_remote *r, kvp_ref ref, kvp_hash key);
  * @n_keys:    how many; at most config.max_fetch are asked for
  * @owner:     takes a hold on each block returned, as kvp_prefix_match
  * @refs:      out: the blocks' refs, in order
- * @refs_cap:  capacity of @refs
+ * @refs_cap:  how many refs @refs holds
  * @n_fetched: out: how many keys were filled (a prefix of @keys)
  *
  * Stops at the first key Redis does not have, whose value fails a check,

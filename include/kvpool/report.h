@@ -161,7 +161,7 @@ int kvp_pools_to_prometheus(kvp_pool *const *pools, const char *const *names, si
  *     written);
  *   - KVP_ENOMEM when the report cannot be composed (nothing written);
  *   - KVP_ERANGE when @f did not take the whole report (a write error;
- *     ferror(@f) tells more).
+ *     ferror() on @f tells more).
  *
  * Thread-safe; takes no pool lock.
  */
