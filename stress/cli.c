@@ -6,8 +6,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdbool.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,11 +98,12 @@ int su_cli_number(const su_cli *c, const su_num_flag *nums, size_t n)
 
 int su_cli_json_writable(const char *prog, const char *json_path, const char *input_path)
 {
+	bool has_in = input_path && strcmp(input_path, "-") != 0; /* "-": stdin */
 	char *path = su_resolve_path(json_path);
-	char *in = input_path && strcmp(input_path, "-") != 0 ? su_resolve_path(input_path) : NULL;
+	char *in = has_in ? su_resolve_path(input_path) : NULL;
 	struct stat js, is;
-	int rc = 0, err = 0;
-	if (path == NULL || (input_path && strcmp(input_path, "-") != 0 && in == NULL)) {
+	int rc = 0;
+	if (path == NULL || (has_in && in == NULL)) {
 		fprintf(stderr, "%s: --json %s: out of memory\n", prog, json_path);
 		rc = -1;
 	} else if (in && stat(path, &js) == 0 && stat(in, &is) == 0 && js.st_dev == is.st_dev &&
@@ -120,10 +121,9 @@ int su_cli_json_writable(const char *prog, const char *json_path, const char *in
 			fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 			made = fd >= 0;
 		}
-		err = errno;
 		if (fd < 0) {
 			fprintf(stderr, "%s: --json %s: cannot write: %s\n", prog, json_path,
-			        strerror(err));
+			        strerror(errno));
 			rc = -1;
 		} else {
 			close(fd);

@@ -995,9 +995,10 @@ static uint32_t max_prompt_blocks(const rp_config *c)
 {
 	uint32_t max = 1;
 	for (size_t i = 0; i < c->n; i++) {
-		if (rp_blocks_needed(&c->req[i], c->block_size) > c->capacity)
+		if (rp_rejected(&c->req[i], c->block_size, c->capacity))
 			continue;
-		uint32_t b = (uint32_t)(((uint64_t)c->req[i].prompt + c->block_size - 1) / c->block_size);
+		uint32_t b =
+		    (uint32_t)(((uint64_t)c->req[i].prompt + c->block_size - 1) / c->block_size);
 		if (b > max)
 			max = b;
 	}

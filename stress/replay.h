@@ -146,6 +146,12 @@ static inline uint64_t rp_blocks_needed(const trace_request *r, uint32_t block_s
 	return (t + block_size - 1) / block_size;
 }
 
+/** rp_rejected - whether the replay rejects @r (it needs more than @capacity blocks a stream) */
+static inline bool rp_rejected(const trace_request *r, uint32_t block_size, uint64_t capacity)
+{
+	return rp_blocks_needed(r, block_size) > capacity;
+}
+
 /**
  * rp_prefix_keys - the keys of a Mooncake request's full prompt blocks
  * @r:          the request

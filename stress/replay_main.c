@@ -372,7 +372,7 @@ static int plan_build(const trace *t, uint32_t bs, uint64_t capacity, unsigned t
 		P->off[i] = at;
 		/* A request larger than the pool is rejected and never runs: no
 		 * keys (a hostile trace's huge rows cost nothing to hash or hold). */
-		if (rp_blocks_needed(&t->req[i], bs) > capacity)
+		if (rp_rejected(&t->req[i], bs, capacity))
 			continue;
 		P->n[i] = (uint32_t)(full < covered ? full : covered);
 		at += P->n[i];
@@ -401,7 +401,7 @@ static int plan_build(const trace *t, uint32_t bs, uint64_t capacity, unsigned t
 		return -1;
 	size_t ns = 0;
 	for (size_t i = 0; i < t->n; i++) {
-		if (rp_blocks_needed(&t->req[i], bs) > capacity)
+		if (rp_rejected(&t->req[i], bs, capacity))
 			continue; /* rejected: never runs */
 		P->full_blocks += t->req[i].prompt / bs;
 		keyed += P->n[i];
@@ -1031,7 +1031,7 @@ static void expect_counts(const trace *t, uint32_t bs, uint64_t capacity, uint64
 {
 	*rejected = *tokens = 0;
 	for (size_t i = 0; i < t->n; i++) {
-		if (rp_blocks_needed(&t->req[i], bs) > capacity)
+		if (rp_rejected(&t->req[i], bs, capacity))
 			(*rejected)++;
 		else
 			*tokens += (uint64_t)t->req[i].prompt + t->req[i].output;
@@ -1217,7 +1217,8 @@ int main(int argc, char **argv)
 	opts *o = &A.o;
 	trace t;
 	char source[1024];
-	if (o->json_path != NULL && su_cli_json_writable("kvpool_replay", o->json_path, o->trace_path) != 0)
+	if (o->json_path != NULL &&
+	    su_cli_json_writable("kvpool_replay", o->json_path, o->trace_path) != 0)
 		return 2;
 	if (load_requests(o, &t, source, sizeof source) != 0)
 		return 2;

@@ -278,7 +278,8 @@ static void test_line_limit(void)
 			CHECK_EQ(load(text, NULL, &t), -1);
 			bool too_long = strstr(err, "line longer than") != NULL;
 			if (too_long != (extra == 1)) {
-				fprintf(stderr, "%zu bytes%s: '%s'\n", TRACE_MAX_LINE + (size_t)extra,
+				fprintf(stderr, "%zu bytes%s: '%s'\n",
+				        TRACE_MAX_LINE + (size_t)extra,
 				        nl ? " and a newline" : ", no newline", err);
 				CHECK(0);
 			}

@@ -280,19 +280,25 @@ def verbatim(lines):
     return [".nf"] + [protect(roff(ln.replace("\t", "        "))) or "\\&" for ln in lines] + [".fi"]
 
 
+def header_summary(raw):
+    """(summary, the rest) of a header's opening comment "kvpool/x.h - summary";
+    the summary is None when the first line is not of that form."""
+    lines = opening_comment(raw)
+    m = re.match(r"kvpool/\S+\s+-\s+(.*)$", lines[0]) if lines else None
+    if not m:
+        return None, lines
+    rest = lines[1:]
+    while rest and not rest[0]:
+        rest.pop(0)
+    return m.group(1).rstrip("."), rest
+
+
 def header_overview(header, raw, functions, types, version):
     """kvpool_<module>(3): the header's opening comment, then what it declares."""
     base = os.path.basename(header)
     name = header_page(header)
-    lines = opening_comment(raw)
-    summary = "the kvpool header " + base
-    if lines:
-        m = re.match(r"kvpool/\S+\s+-\s+(.*)$", lines[0])
-        if m:
-            summary = m.group(1).rstrip(".")
-            lines = lines[1:]
-            while lines and not lines[0]:
-                lines.pop(0)
+    summary, lines = header_summary(raw)
+    summary = summary or "the kvpool header " + base
     out = [f'.TH {name.upper()} 3 "" "kvpool {version}" "kvpool Library Functions"',
            ".SH NAME", f"{roff(name)} \\- {plain(summary)}", ".SH SYNOPSIS", ".nf",
            f".B #include <kvpool/{base}>", ".fi", ".SH DESCRIPTION",
@@ -358,17 +364,15 @@ def cmd_man(args):
         decls, raw = declarations(h)
         siblings = [n for n, _, _ in decls]
         types = types_of(raw)
+        tnames = [t for t, _ in types]
         for tname, definition in types:
             with open(os.path.join(args.out, tname + ".3"), "w", encoding="utf-8") as f:
                 f.write(type_page(tname, definition, h, version))
             written += 1
         with open(os.path.join(args.out, header_page(h) + ".3"), "w", encoding="utf-8") as f:
-            f.write(header_overview(h, raw, siblings, [t for t, _ in types], version))
+            f.write(header_overview(h, raw, siblings, tnames, version))
         written += 1
-        first = opening_comment(raw)[:1]
-        m = re.match(r"kvpool/\S+\s+-\s+(.*)$", first[0]) if first else None
-        entries.append((os.path.basename(h), m.group(1).rstrip(".") if m else "",
-                        siblings, [t for t, _ in types]))
+        entries.append((os.path.basename(h), header_summary(raw)[0] or "", siblings, tnames))
         for name, decl, offset in decls:
             lines = kerneldoc_before(raw, offset)
             doc = parse_doc(name, lines) if lines else None
@@ -376,7 +380,7 @@ def cmd_man(args):
                 missing.append(f"{h}: {name}")
                 continue
             with open(os.path.join(args.out, name + ".3"), "w", encoding="utf-8") as f:
-                f.write(man_page(name, decl, h, doc, version, siblings, [t for t, _ in types]))
+                f.write(man_page(name, decl, h, doc, version, siblings, tnames))
             written += 1
     with open(os.path.join(args.out, "kvpool.3"), "w", encoding="utf-8") as f:
         f.write(index_page(entries, version))
